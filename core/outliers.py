@@ -17,6 +17,8 @@ importing this module, e.g. on a cache hit, never imports torch.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
@@ -408,12 +410,23 @@ def ablation_modules(model: "torch.nn.Module") -> list[tuple[str, "torch.nn.Modu
     return [(n, m) for n, m in model.named_modules() if _is_norm(m) and m.weight.shape[0] == d]
 
 
+@functools.lru_cache(maxsize=None)
+def _zero_gain_weight(cls: type) -> float:
+    """The weight value that makes the norm's gain 0: -1 for Gemma-style norms computing
+    x * (1 + weight) (Gemma, Qwen3-Next, ...), else 0. Read from the forward's source."""
+    try:
+        src = inspect.getsource(cls.forward).replace(" ", "")
+    except (OSError, TypeError, AttributeError):
+        return 0.0
+    return -1.0 if "(1.0+self.weight" in src or "(1+self.weight" in src else 0.0
+
+
 @contextmanager
 def zeroed_dims(modules: list["torch.nn.Module"], dims: list[int]) -> Iterator[None]:
-    """Zero weight (and bias) entries `dims` of each module; restore them bit-exactly on exit.
+    """Zero the gain (weight) and bias entries `dims` of each module; restore them on exit.
 
-    Only the touched slices are saved, never the whole model; restoration runs even when the
-    body raises.
+    Only the touched slices are saved, never the whole model; restoration is bit-exact and
+    runs even when the body raises.
     """
     import torch
 
@@ -421,12 +434,13 @@ def zeroed_dims(modules: list["torch.nn.Module"], dims: list[int]) -> Iterator[N
     try:
         with torch.no_grad():
             for mod in modules:
-                for p in (mod.weight, getattr(mod, "bias", None)):
+                w_zero = _zero_gain_weight(type(mod))
+                for p, fill in ((mod.weight, w_zero), (getattr(mod, "bias", None), 0.0)):
                     if p is None:
                         continue
                     idx = torch.as_tensor(dims, dtype=torch.long, device=p.device)
                     saved.append((p, idx, p.index_select(0, idx).clone()))
-                    p.index_fill_(0, idx, 0)
+                    p.index_fill_(0, idx, fill)
         yield
     finally:
         with torch.no_grad():
@@ -494,7 +508,8 @@ def ablation(
     """LM loss change when `dims` are zeroed in every norm, against random dims (Puccetti et al.).
 
     The weights (and biases) of `dims` are zeroed in every module of `ablation_modules`
-    (both norms of every block, the final norm, an embedding norm where present); the mean
+    (both norms of every block, the final norm, an embedding norm where present; for norms
+    computing x * (1 + weight), as Gemma's, the weight is set to -1 so the gain is 0); the mean
     next-token loss on `batches` (dicts with ``input_ids``, ``attention_mask`` tensors) is
     measured before and after, then for `n_random` seeded draws of len(dims) other dims.
     The model is left bit-identical (only touched slices are saved and restored, also on
