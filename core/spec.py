@@ -1,0 +1,98 @@
+"""RunSpec: every input that determines the numbers of one extraction run.
+
+The cache key is derived from the spec plus the model and corpus fingerprints, so two specs
+that describe the same computation share one cache entry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+
+from .errors import InputError
+
+# Bump when the extraction or the stored statistics change meaning: old cache entries then miss.
+STATS_VERSION = 3
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+SPECIAL_POLICIES = ("exclude", "include")
+
+DEFAULT_MODEL = "minilm-l6"
+DEFAULT_CORPUS = "wiki-en"
+DEFAULT_MAX_TOKENS = 40_000
+DEFAULT_MAX_SEQ_LEN = 512
+DEFAULT_BATCH_SIZE = 16
+DEFAULT_SAMPLE = 5000
+N_GROUPS = 64  # sequence groups kept for the bootstrap CI of mean_cosine
+N_FREQ_BINS = 10  # frequency deciles for the binned mean cosine
+N_SELF_SIM_IDS = 200  # most frequent token ids tracked for self-similarity
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One extraction run. Layer 0 is the embedding output, layers 1..L the block outputs."""
+
+    model: str = DEFAULT_MODEL
+    corpus: str = DEFAULT_CORPUS
+    text_column: str | None = None
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    max_seq_len: int = DEFAULT_MAX_SEQ_LEN
+    batch_size: int = DEFAULT_BATCH_SIZE
+    device: str = "auto"
+    dtype: str = "auto"
+    special_tokens: str = "exclude"
+    sample: int = DEFAULT_SAMPLE
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.model or not str(self.model).strip():
+            raise InputError("No model given.")
+        if not self.corpus or not str(self.corpus).strip():
+            raise InputError("No corpus given.")
+        for name in ("max_tokens", "max_seq_len", "batch_size", "sample"):
+            if int(getattr(self, name)) < 1:
+                raise InputError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        if self.max_seq_len < 8:
+            raise InputError(f"max_seq_len must be at least 8, got {self.max_seq_len}.")
+        if self.device not in DEVICES:
+            raise InputError(f"device must be one of {DEVICES}, got {self.device!r}.")
+        if self.dtype not in DTYPES:
+            raise InputError(f"dtype must be one of {DTYPES}, got {self.dtype!r}.")
+        if self.special_tokens not in SPECIAL_POLICIES:
+            raise InputError(f"special_tokens must be one of {SPECIAL_POLICIES}, got {self.special_tokens!r}.")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RunSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def replace(self, **kw) -> "RunSpec":
+        return dataclasses.replace(self, **kw)
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        # Probe without importing torch (a cache hit must not pay for it) before asking torch.
+        if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")):
+            return "cpu"
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self, device: str | None = None) -> str:
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if (device or self.resolved_device()) == "cuda" else "float32"
+
+
+def stable_hash(obj) -> str:
+    """sha256 of a JSON-serialisable object, key order independent."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
