@@ -1,0 +1,162 @@
+"""Results from statistics: the per-layer metrics, outliers and frequency link (results.json).
+
+Everything here is derived from a RunStats (streaming sums + the sample): cheap, numpy only,
+and cached by the pipeline under the run's key.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from . import metrics as M
+from . import outliers as O
+from .postprocess import PostProcess
+
+ANALYSIS_VERSION = 2
+N_BOOT = 1000
+TOP_CC = 10
+
+
+def json_safe(obj):
+    """Replace NaN/inf by None and numpy scalars by Python ones, recursively (strict JSON)."""
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return json_safe(obj.tolist())
+    if isinstance(obj, (np.floating, float)):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    return obj
+
+
+def mean_abs(stats) -> np.ndarray:
+    """(L+1, d) mean |x_d| per layer over all analysed tokens."""
+    return stats.arrays["sum_abs"] / stats.arrays["n"]
+
+
+def cosine_contributions(stats) -> np.ndarray:
+    """(L+1, d) CC_d per layer (Timkey & van Schijndel 2021); rows sum to mean_cosine."""
+    a = stats.arrays
+    S = a["group_sum_u"].sum(1)
+    return np.stack([M.cosine_contribution(S[l], a["sum_u_sq"][l], int(a["n"])) for l in range(len(S))])
+
+
+def frequency_r(stats) -> np.ndarray:
+    """(L+1, d) Pearson r between log corpus frequency of the token and |x_d|, over all tokens."""
+    a = stats.arrays
+    return np.stack([M.pearson_from_sums(a["n"], a["sum_f"], a["sum_f2"], a["sum_abs"][l], a["sum_abs2"][l],
+                                         a["sum_f_abs"][l]) for l in range(stats.n_layers)])
+
+
+def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
+    """Every sample-based metric of one layer, after an optional post-processing what-if."""
+    if post is not None and not post.is_identity:
+        X = post.apply(X)
+    X = np.asarray(X, dtype=np.float64)
+    out = M.spectral_metrics(X)
+    U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-30)
+    cc = M.cosine_contribution(U.sum(0), (U * U).sum(0), U.shape[0])
+    out["cosine_contribution"] = M.top_contributions(cc, TOP_CC)
+    return out
+
+
+def layer_rows(stats) -> list[dict]:
+    """The per-layer metrics over the whole analysed corpus (streaming) and the sample."""
+    a = stats.arrays
+    n = int(a["n"])
+    S = a["group_sum_u"].sum(1)
+    ccs = cosine_contributions(stats)
+    act = O.activation_outliers(mean_abs(stats))
+    fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"]) for l in range(stats.n_layers)]
+    rows = []
+    for l in range(stats.n_layers):
+        mc = M.mean_cosine(S[l], n)
+        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=N_BOOT, seed=l)
+        intra = float(a["intra_sum"][l] / a["n_seq"])
+        selfsim = M.self_similarity(a["id_sum_u"][l], a["id_counts"]) if len(a["id_counts"]) else math.nan
+        sm = sample_metrics(stats.sample(l))
+        rows.append({
+            "layer": l,
+            "n_tokens": n,
+            "n_sequences": int(a["n_seq"]),
+            "mean_cosine": mc,
+            "mean_cosine_ci": [lo, hi],
+            "cross_sequence_cosine": M.cross_sequence_cosine(S[l], n, float(a["sum_seq_sq"][l]), float(a["sum_n_sq"])),
+            "intra_sentence_similarity": intra,
+            "intra_sentence_adjusted": intra - mc,
+            "self_similarity": selfsim,
+            "self_similarity_adjusted": selfsim - mc,
+            "self_similarity_n_ids": int((a["id_counts"] >= 5).sum()),
+            "mean_norm": float(a["sum_norm"][l] / n),
+            "n_sample": sm["n_sample"],
+            "sample_mean_cosine": sm["mean_cosine"],
+            "pc1_variance_ratio": sm["pc1_variance_ratio"],
+            "effective_rank": sm["effective_rank"],
+            "isoscore": sm["isoscore"],
+            "partition_isotropy": sm["partition_isotropy"],
+            "outlier_dims": act[l],
+            "cosine_contribution": M.top_contributions(ccs[l], TOP_CC),
+            "frequency_binned_cosine": fbins[l].tolist(),
+        })
+    return rows
+
+
+def outlier_report(stats, rows: list[dict]) -> dict:
+    """Both outlier definitions side by side, their agreement, and massive activations."""
+    a = stats.arrays
+    act = [r["outlier_dims"] for r in rows]
+    med = np.asarray([np.median(np.abs(stats.sample(l))) for l in range(stats.n_layers)])
+    out = {
+        "activation": {"rule": "mean_t |x_td| > mean(m) + 3 std(m) per layer; persistent in >= 25% of layers",
+                       "per_layer": act, "persistent": O.persistent_activation_outliers(act)},
+        "massive_activations": O.massive_activations(a["max_abs"], med),
+    }
+    if "norm_weight" in a:
+        norm = O.norm_param_outliers(a["norm_weight"], a.get("norm_bias"))
+        offset = int(stats.meta.get("norm_layer_offset", 1))
+        out["norm_parameters"] = {
+            "rule": "norm weight (and bias) > 3 std from that vector's mean; persistent in > 3 blocks",
+            "modules": stats.meta.get("norm_modules", []), "kind": stats.meta.get("norm_kind"),
+            "placement": stats.meta.get("norm_placement"), "layer_offset": offset, **norm}
+        out["agreement"] = O.agreement(act, norm["union"], layer_offset=offset)
+    else:
+        out["norm_parameters"] = {"error": stats.meta.get("norm_error", "no norm modules found")}
+        out["agreement"] = []
+    return out
+
+
+def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
+    dims = sorted(set(outliers["activation"]["persistent"])
+                  | set(outliers.get("norm_parameters", {}).get("persistent", []) or []))
+    rep = O.frequency_correlation(frequency_r(stats), dims, n_random=10, seed=seed)
+    rep["variable"] = "Pearson r between log corpus frequency of the token and |x_d|, over all analysed tokens"
+    rep["special_tokens"] = stats.manifest["tokens"]["special_tokens"]
+    return rep
+
+
+def build_results(stats) -> dict:
+    """results.json: manifest + one object per layer + outliers + frequency (strict JSON)."""
+    rows = layer_rows(stats)
+    outl = outlier_report(stats, rows)
+    return json_safe({
+        "manifest": {**stats.manifest, "analysis_version": ANALYSIS_VERSION, "cache_key": stats.key},
+        "layers": rows,
+        "outliers": outl,
+        "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
+        "frequency_bins": {"edges_log_freq": stats.arrays["bin_edges"].tolist(),
+                           "n_tokens": stats.arrays["bin_n"].tolist()},
+    })
+
+
+def postprocessed_rows(stats, post: PostProcess) -> list[dict]:
+    """Sample-based metrics of every layer after `post` (the before/after what-if)."""
+    return json_safe([{"layer": l, "post": post.label(), **sample_metrics(stats.sample(l), post)}
+                      for l in range(stats.n_layers)])

@@ -1,0 +1,248 @@
+"""Model forward in batches with streaming per-layer statistics, accumulated on the device.
+
+Memory does not grow with the corpus: per batch we update float64 sums (L+1 layers x d dims) and
+copy the hidden states of the pre-drawn sample positions; hidden states are dropped right after.
+All sums are plain sums, so two accumulators merge exactly (`merge_stats`).
+
+Layer 0 is the embedding output (`hidden_states[0]`), layers 1..L the block outputs.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from .corpora import TokenWindows
+from .errors import Cancelled
+from .spec import N_FREQ_BINS, N_GROUPS, N_SELF_SIM_IDS
+
+# Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
+SUM_KEYS = ("n", "n_seq", "sum_n_sq", "group_sum_u", "group_n", "sum_u_sq", "sum_seq_sq", "sum_norm",
+            "sum_x", "sum_abs", "sum_abs2", "sum_f", "sum_f2", "sum_f_abs", "intra_sum", "id_sum_u",
+            "id_counts", "bin_sum_u", "bin_n")
+MAX_KEYS = ("max_abs",)
+
+
+@dataclass
+class Progress:
+    """What a progress callback receives (CLI bar and UI bar alike)."""
+
+    stage: str  # "load", "tokenize", "forward", "metrics", "done"
+    done: int
+    total: int
+    tokens_per_s: float = 0.0
+    eta_s: float = float("nan")
+    message: str = ""
+
+
+def _noop(_p: Progress) -> None:
+    pass
+
+
+def plan_batches(windows: TokenWindows, batch_size: int) -> list[np.ndarray]:
+    """Windows sorted by length (longest first) cut into batches: little padding, stable order."""
+    lengths = np.asarray([len(w) for w in windows.ids])
+    order = np.argsort(-lengths, kind="stable")
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def padding_fraction(windows: TokenWindows, batches: list[np.ndarray]) -> float:
+    lengths = np.asarray([len(w) for w in windows.ids])
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    return float(1 - lengths.sum() / padded) if padded else 0.0
+
+
+def token_frequencies(windows: TokenWindows, analysed: list[np.ndarray]) -> dict[int, int]:
+    """Counts of each token id over the analysed positions (the corpus frequency used everywhere)."""
+    allids = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
+    uniq, cnt = np.unique(allids, return_counts=True)
+    return dict(zip(uniq.tolist(), cnt.tolist()))
+
+
+def analysed_masks(windows: TokenWindows, special_policy: str) -> list[np.ndarray]:
+    if special_policy == "include":
+        return [np.ones(len(w), dtype=bool) for w in windows.ids]
+    return [~s for s in windows.special]
+
+
+def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
+                  sample_size: int = 5000, seed: int = 0, device: str = "cpu", dtype: str = "float32",
+                  pad_id: int = 0, progress: Callable[[Progress], None] | None = None,
+                  cancel: Callable[[], bool] | None = None) -> tuple[dict, dict]:
+    """Run `model` (a transformers base model) over `windows`; return (arrays, sample_meta).
+
+    arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
+    float32 and per-sample-token metadata arrays. Everything is numpy on return.
+    """
+    import torch
+
+    progress = progress or _noop
+    analysed = analysed_masks(windows, special_policy)
+    n_an = np.asarray([int(m.sum()) for m in analysed])
+    N = int(n_an.sum())
+    rng = np.random.default_rng(seed)
+
+    # Corpus frequency of each analysed token id, and derived per-token values.
+    freq = token_frequencies(windows, analysed)
+    vocab_hi = max(max(freq) + 1, max(int(w.max()) for w in windows.ids) + 1)
+    freq_lut = np.zeros(vocab_hi, dtype=np.float64)
+    for k, v in freq.items():
+        freq_lut[k] = v
+    logf_lut = np.log(np.maximum(freq_lut, 1.0))
+    # Frequency bins: deciles over token occurrences (by log frequency of the token).
+    occ_logf = np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)])
+    edges = np.quantile(occ_logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
+    bin_lut = np.searchsorted(edges, logf_lut, side="right")
+    # Self-similarity: the most frequent token ids (>= 5 occurrences), tracked exactly.
+    by_count = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
+    tracked = np.asarray([k for k, c in by_count if c >= 5][:N_SELF_SIM_IDS], dtype=np.int64)
+    id_slot = np.full(vocab_hi, -1, dtype=np.int64)
+    id_slot[tracked] = np.arange(len(tracked))
+    # Sequence groups for the bootstrap (seeded assignment), and the pre-drawn sample positions.
+    group_of = rng.integers(0, N_GROUPS, size=len(windows.ids))
+    K = min(sample_size, N)
+    sample_global = np.sort(rng.choice(N, size=K, replace=False))
+    offsets = np.concatenate([[0], np.cumsum(n_an)])  # global analysed index of each window's 1st token
+
+    dev = torch.device(device)
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    cfg = model.config
+    d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd"))
+    L1 = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer")) + 1
+    f64 = dict(dtype=torch.float64, device=dev)
+    acc = {
+        "group_sum_u": torch.zeros(L1, N_GROUPS, d, **f64), "sum_u_sq": torch.zeros(L1, d, **f64),
+        "sum_seq_sq": torch.zeros(L1, **f64), "sum_norm": torch.zeros(L1, **f64),
+        "sum_x": torch.zeros(L1, d, **f64), "sum_abs": torch.zeros(L1, d, **f64),
+        "sum_abs2": torch.zeros(L1, d, **f64), "max_abs": torch.zeros(L1, d, **f64),
+        "sum_f_abs": torch.zeros(L1, d, **f64), "intra_sum": torch.zeros(L1, **f64),
+        "id_sum_u": torch.zeros(L1, len(tracked), d, **f64),
+        "bin_sum_u": torch.zeros(L1, N_FREQ_BINS, d, **f64),
+    }
+    sample = torch.zeros(L1, K, d, dtype=torch.float32, device=dev)
+    logf_dev = torch.as_tensor(logf_lut, **f64)
+    bin_dev = torch.as_tensor(bin_lut, device=dev)
+    slot_dev = torch.as_tensor(id_slot, device=dev)
+
+    batches = plan_batches(windows, batch_size)
+    t0 = time.perf_counter()
+    done_tokens = 0
+    progress(Progress("forward", 0, N, message=f"{len(batches)} batches"))
+    use_autocast = dev.type == "cuda" and tdt != torch.float32
+    with torch.inference_mode():
+        for bi, b in enumerate(batches):
+            if cancel is not None and cancel():
+                raise Cancelled("Cancelled by the user; nothing was stored.")
+            T = max(len(windows.ids[i]) for i in b)
+            ids = np.full((len(b), T), pad_id, dtype=np.int64)
+            att = np.zeros((len(b), T), dtype=np.int64)
+            an = np.zeros((len(b), T), dtype=bool)
+            for r, i in enumerate(b):
+                n = len(windows.ids[i])
+                ids[r, :n] = windows.ids[i]
+                att[r, :n] = 1
+                an[r, :n] = analysed[i]
+            # Sample positions inside this batch, in the row-major order of `an` (rows = windows b).
+            sel_rows, sel_k = [], []
+            pos_in_batch = 0
+            for r, i in enumerate(b):
+                lo, hi = offsets[i], offsets[i + 1]
+                a, z = np.searchsorted(sample_global, [lo, hi])
+                if z > a:
+                    sel_rows.append(pos_in_batch + (sample_global[a:z] - lo))
+                    sel_k.append(np.arange(a, z))
+                pos_in_batch += hi - lo
+            sel_rows = np.concatenate(sel_rows) if sel_rows else np.zeros(0, dtype=np.int64)
+            sel_k = np.concatenate(sel_k) if sel_k else np.zeros(0, dtype=np.int64)
+
+            ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
+            att_t = torch.as_tensor(att).to(dev, non_blocking=True)
+            an_t = torch.as_tensor(an).to(dev, non_blocking=True)
+            with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
+                out = model(input_ids=ids_t, attention_mask=att_t, output_hidden_states=True)
+            hs = out.hidden_states
+            tok = ids_t[an_t]  # (n,) ids of analysed tokens, row-major
+            seq = torch.as_tensor(np.repeat(np.arange(len(b)), an.sum(1)), device=dev)
+            grp = torch.as_tensor(group_of[b], device=dev)[seq]
+            seq_n = torch.as_tensor(an.sum(1), **f64)
+            logf = logf_dev[tok]
+            bins = bin_dev[tok]
+            slots = slot_dev[tok]
+            keep = slots >= 0
+            sel_rows_t = torch.as_tensor(sel_rows, device=dev)
+            sel_k_t = torch.as_tensor(sel_k, device=dev)
+            for layer, h in enumerate(hs):
+                xs = h[an_t]  # (n, d) in the model's dtype
+                x = xs.to(torch.float64)
+                norm = x.norm(dim=1, keepdim=True).clamp_min(1e-30)
+                u = x / norm
+                ax = x.abs()
+                acc["group_sum_u"][layer].index_add_(0, grp, u)
+                acc["sum_u_sq"][layer] += (u * u).sum(0)
+                S = torch.zeros(len(b), d, **f64).index_add_(0, seq, u)  # per-sequence sums of u
+                acc["sum_seq_sq"][layer] += (S * S).sum()
+                acc["sum_norm"][layer] += norm.sum()
+                acc["sum_x"][layer] += x.sum(0)
+                acc["sum_abs"][layer] += ax.sum(0)
+                acc["sum_abs2"][layer] += (ax * ax).sum(0)
+                acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax(0))
+                acc["sum_f_abs"][layer] += logf @ ax
+                # Intra-sentence similarity: cos(x_t, mean of its sequence), averaged per sequence.
+                m = torch.zeros(len(b), d, **f64).index_add_(0, seq, x)
+                m = m / m.norm(dim=1, keepdim=True).clamp_min(1e-30)
+                cos_t = (u * m[seq]).sum(1)
+                per_seq = torch.zeros(len(b), **f64).index_add_(0, seq, cos_t)
+                acc["intra_sum"][layer] += (per_seq / seq_n.clamp_min(1))[seq_n > 0].sum()
+                if keep.any():
+                    acc["id_sum_u"][layer].index_add_(0, slots[keep], u[keep])
+                acc["bin_sum_u"][layer].index_add_(0, bins, u)
+                if len(sel_k):
+                    sample[layer, sel_k_t] = xs[sel_rows_t].float()
+            del out, hs
+            done_tokens += int(an.sum())
+            el = time.perf_counter() - t0
+            rate = done_tokens / el if el > 0 else 0.0
+            progress(Progress("forward", done_tokens, N, rate, (N - done_tokens) / rate if rate else float("nan"),
+                              f"batch {bi + 1}/{len(batches)}"))
+
+    arrays = {k: v.cpu().numpy() for k, v in acc.items()}
+    all_tok = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
+    all_seq = np.repeat(np.arange(len(windows.ids)), n_an)
+    gn = np.bincount(group_of[all_seq], minlength=N_GROUPS).astype(np.float64)
+    occ_logf_all = logf_lut[all_tok]
+    arrays.update(
+        n=np.float64(N), n_seq=np.float64((n_an > 0).sum()), sum_n_sq=np.float64((n_an.astype(np.float64) ** 2).sum()),
+        group_n=gn, sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
+        id_counts=np.asarray([freq[int(t)] for t in tracked], dtype=np.float64), id_list=tracked,
+        bin_n=np.bincount(bin_lut[all_tok], minlength=N_FREQ_BINS).astype(np.float64), bin_edges=edges,
+        sample=sample.cpu().numpy(),
+    )
+    # Metadata of the sampled tokens: id, window, position, document, corpus frequency.
+    win_of = np.searchsorted(offsets, sample_global, side="right") - 1
+    pos = np.asarray([np.flatnonzero(analysed[w])[g - offsets[w]] for w, g in zip(win_of, sample_global)],
+                     dtype=np.int64)
+    s_ids = all_tok[sample_global]
+    arrays.update(sample_token_id=s_ids, sample_window=win_of, sample_position=pos,
+                  sample_doc=windows.doc[win_of], sample_freq=freq_lut[s_ids])
+    el = time.perf_counter() - t0
+    progress(Progress("forward", N, N, N / el if el > 0 else 0.0, 0.0, "done"))
+    timing = {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0,
+              "padding_fraction": padding_fraction(windows, batches), "n_batches": len(batches)}
+    return arrays, timing
+
+
+def merge_stats(a: dict, b: dict) -> dict:
+    """Merge two accumulators of the same model and layout exactly (shards, processes, machines).
+
+    Samples are not merged here (each shard keeps its own); the sums are.
+    """
+    out = dict(a)
+    for k in SUM_KEYS:
+        out[k] = a[k] + b[k]
+    for k in MAX_KEYS:
+        out[k] = np.maximum(a[k], b[k])
+    return out

@@ -1,0 +1,227 @@
+"""The cached path from a RunSpec to statistics and results: the one entry point for CLI and UI.
+
+    get_stats(spec)  -> RunStats (streaming sums + sample), cached under the spec's key
+    analyze(spec)    -> results dict (results.json), cached; derived from RunStats only
+    run_ablation(spec, dims) -> the LM-loss ablation of chosen dims, cached
+
+A cache hit never loads a model nor imports torch.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata as md
+import platform
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import __version__
+from .cache import CacheStore
+from .corpora import corpus_fingerprint, load_documents, tokenize_budget
+from .errors import InputError
+from .extract import Progress, extract_stats
+from .models import check_model_ident, default_cache_dir, describe_model, load_model, model_fingerprint
+from .spec import STATS_VERSION, RunSpec, stable_hash
+
+CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
+
+_stores: dict[str, CacheStore] = {}
+
+
+def get_store(cache_dir: str | Path | None = None) -> CacheStore:
+    """One CacheStore per directory per process."""
+    d = str(Path(cache_dir or default_cache_dir()).resolve())
+    if d not in _stores:
+        _stores[d] = CacheStore(d)
+    return _stores[d]
+
+
+@dataclass
+class RunStats:
+    """Everything one extraction produced. Arrays are stacked over layers (layer 0 = embeddings)."""
+
+    key: str
+    manifest: dict
+    meta: dict
+    arrays: dict[str, np.ndarray]
+    cached: bool = False
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of hidden-state layers, embeddings included (L + 1)."""
+        return int(self.arrays["sum_abs"].shape[0])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.arrays["sum_abs"].shape[1])
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.arrays["n"])
+
+    def sample(self, layer: int) -> np.ndarray:
+        """(K, d) float32 hidden states of the sampled tokens at `layer`."""
+        return self.arrays["sample"][layer]
+
+    @property
+    def label(self) -> str:
+        return self.manifest["model"]["label"]
+
+
+def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
+    check_model_ident(spec.model)
+    device = spec.resolved_device()
+    dtype = spec.resolved_dtype(device)
+    parts = {
+        "spec": {**spec.to_dict(), "device": device, "dtype": dtype},
+        "model_fingerprint": model_fingerprint(spec.model, Path(cache_dir) if cache_dir else default_cache_dir()),
+        "corpus_sha256": corpus_fingerprint(spec.corpus, spec.text_column),
+        "stats_version": STATS_VERSION,
+    }
+    return "stats:" + stable_hash(parts), parts
+
+
+def _versions() -> dict:
+    out = {"python": platform.python_version(), "core": __version__}
+    for p in ("torch", "transformers", "numpy"):
+        try:
+            out[p] = md.version(p)
+        except md.PackageNotFoundError:
+            out[p] = None
+    return out
+
+
+def is_cached(spec: RunSpec, cache_dir=None) -> bool:
+    key, _ = _spec_key(spec, cache_dir)
+    return key in get_store(cache_dir)
+
+
+def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+              cancel: Callable[[], bool] | None = None, force: bool = False) -> RunStats:
+    """Statistics for `spec`, from the cache or computed (once, even across processes)."""
+    store = get_store(cache_dir)
+    key, parts = _spec_key(spec, cache_dir)
+    n_events = len(store.events)
+    if not force:
+        hit = store.get(key)
+        if hit is not None:
+            return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
+                            events=store.events[n_events:])
+    with store.lock(key):
+        hit = None if force else store.get(key)  # another process may have finished meanwhile
+        if hit is not None:
+            return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
+                            events=store.events[n_events:])
+        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel)
+        store.put(key, {"manifest": manifest, "meta": meta}, arrays)
+    return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
+
+
+def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
+    import torch
+
+    progress = progress or (lambda p: None)
+    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
+    documents = load_documents(spec.corpus, spec.text_column)
+    progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None)
+    progress(Progress("tokenize", 0, 1, message="tokenizing"))
+    windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
+    try:
+        arrays, timing = extract_stats(
+            lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
+            pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel)
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size} and max sequence "
+                         f"length {spec.max_seq_len}: lower them and run again.") from None
+    meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
+            "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"])}
+    try:
+        from .outliers import norm_parameters
+
+        norms = norm_parameters(lm.model)
+        arrays["norm_weight"] = norms["weights"]
+        if norms.get("biases") is not None:
+            arrays["norm_bias"] = norms["biases"]
+        meta["norm_modules"] = norms["modules"]
+        meta["norm_kind"] = norms.get("kind")
+        meta["norm_placement"] = norms.get("placement")
+        meta["norm_layer_offset"] = norms.get("layer_offset", 1)
+    except ValueError as e:
+        meta["norm_modules"] = []
+        meta["norm_error"] = str(e)
+    info = describe_model(spec.model) | lm.info
+    manifest = {
+        "spec": parts["spec"],
+        "model": {**info, "fingerprint": parts["model_fingerprint"]},
+        "corpus": {"id": spec.corpus if spec.corpus in _builtin_corpora() else Path(spec.corpus).name,
+                   "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
+                   "n_documents": windows.n_documents, "n_windows": len(windows.ids)},
+        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
+                   "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
+                   "special_tokens": spec.special_tokens},
+        "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])"},
+        "device": device, "dtype": dtype, "seed": spec.seed,
+        "versions": _versions(), "timing": timing,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "stats_version": STATS_VERSION,
+    }
+    return manifest, meta, arrays
+
+
+def _builtin_corpora():
+    from .corpora import BUILTIN_CORPORA
+
+    return BUILTIN_CORPORA
+
+
+def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[str]:
+    out = []
+    for w, p in zip(win_of.tolist(), pos.tolist()):
+        ids = windows.ids[w]
+        left = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS):p], skip_special_tokens=True)
+        tok = tokenizer.decode(ids[p:p + 1])
+        right = tokenizer.decode(ids[p + 1:p + 1 + CONTEXT_TOKENS], skip_special_tokens=True)
+        out.append(f"{left} [{tok.strip()}] {right}".strip())
+    return out
+
+
+def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+            cancel: Callable[[], bool] | None = None, force: bool = False) -> dict:
+    """results.json for `spec` (cached; computes the statistics first if needed)."""
+    from .analysis import ANALYSIS_VERSION, build_results
+
+    stats = get_stats(spec, cache_dir, progress, cancel, force)
+    store = get_store(cache_dir)
+    key = f"results:{ANALYSIS_VERSION}:{stats.key}"
+    got = None if force else store.get_json(key)
+    if got is None:
+        if progress:
+            progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
+        got = build_results(stats)
+        store.put(key, got)
+    got["manifest"]["cache_hit"] = stats.cached
+    if stats.events:
+        got["manifest"]["cache_events"] = stats.events
+    return got
+
+
+def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
+    """Sample metrics of every layer after a post-processing what-if (cached)."""
+    from .analysis import ANALYSIS_VERSION, postprocessed_rows
+
+    stats = get_stats(spec, cache_dir)
+    store = get_store(cache_dir)
+    key = f"post:{ANALYSIS_VERSION}:{stats.key}:{stable_hash(post.to_dict())}"
+    got = store.get_json(key)
+    if got is None:
+        got = {"rows": postprocessed_rows(stats, post)}
+        store.put(key, got)
+    return got["rows"]
