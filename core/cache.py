@@ -39,7 +39,7 @@ class CacheStore:
     # ------------------------------------------------------------------ encoding
     @staticmethod
     def encode(meta: dict, arrays: dict[str, np.ndarray] | None = None) -> bytes:
-        js = json.dumps(meta, sort_keys=True, allow_nan=True).encode()
+        js = json.dumps(meta, allow_nan=True).encode()
         buf = io.BytesIO()
         np.savez(buf, **{k: np.asarray(v) for k, v in (arrays or {}).items()})
         payload = struct.pack("<I", len(js)) + js + buf.getvalue()

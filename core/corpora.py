@@ -215,6 +215,7 @@ class TokenWindows:
     n_documents: int
     n_tokens_total: int  # all positions fed to the model
     n_content_tokens: int  # positions that are not special tokens
+    next_position: int = 0  # where the seeded document order continues (held-out text starts there)
 
 
 def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
@@ -229,26 +230,34 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
 
 
 def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_len: int, seed: int,
-                    corpus_id: str = "", chunk: int = 64) -> TokenWindows:
-    """Whole documents in a seeded order until max_tokens content tokens; windows per document."""
+                    corpus_id: str = "", chunk: int = 64, start: int = 0) -> TokenWindows:
+    """Whole documents in a seeded order until max_tokens content tokens; windows per document.
+
+    `start` skips the first documents of the seeded order (a held-out slice starts where the
+    analysed one ended: `TokenWindows.next_position`).
+    """
     prefix, suffix = special_affixes(tokenizer)
     room = max_seq_len - len(prefix) - len(suffix)
     if room < 1:
         raise InputError(f"max_seq_len={max_seq_len} leaves no room for text after the special tokens.")
     rng = np.random.default_rng(seed)
     if corpus_id == "uniform-random":
+        if start:
+            rng = np.random.default_rng([seed, start])
         return _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng)
     order = rng.permutation(len(documents))
+    pos = start
     ids, special, doc_of = [], [], []
     total = 0
     content = 0
     n_docs = 0
-    for start in range(0, len(order), chunk):
-        idx = order[start:start + chunk]
+    for c0 in range(start, len(order), chunk):
+        idx = order[c0:c0 + chunk]
         enc = tokenizer([documents[i] for i in idx], add_special_tokens=False)["input_ids"]
         for i, toks in zip(idx, enc):
             if content >= max_tokens:
                 break
+            pos += 1
             if not toks:
                 continue
             n_docs += 1
@@ -266,8 +275,9 @@ def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_le
         if content >= max_tokens:
             break
     if content == 0:
-        raise InputError(f"Corpus {corpus_id!r} produced no tokens.")
-    return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, content)
+        where = " after the analysed documents (no held-out text left)" if start else ""
+        raise InputError(f"Corpus {corpus_id!r} produced no tokens{where}.")
+    return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, content, pos)
 
 
 def _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng) -> TokenWindows:

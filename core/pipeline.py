@@ -225,3 +225,68 @@ def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
         got = {"rows": postprocessed_rows(stats, post)}
         store.put(key, got)
     return got["rows"]
+
+
+def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5, held_out_tokens: int = 4096,
+                 cache_dir=None, progress: Callable[[Progress], None] | None = None) -> dict:
+    """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
+
+    The loss is measured on held-out text: the documents that follow the analysed ones in the
+    run's seeded order. Cached; the model is restored after each ablation (never mutated).
+    """
+    from .analysis import json_safe
+
+    res = analyze(spec, cache_dir, progress)
+    info = res["manifest"]["model"]
+    if not info.get("causal_lm"):
+        raise InputError(f"Ablation needs a causal language model with an LM head; {info['label']} "
+                         f"({info.get('model_class')}) has none. Try smollm2-135m or untrained-gpt2.")
+    if dims is None:
+        o = res["outliers"]
+        dims = sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
+    if not dims:
+        raise InputError("No outlier dimensions to ablate: pass dims explicitly.")
+    dims = sorted({int(d) for d in dims})
+    store = get_store(cache_dir)
+    key = "ablation:" + stable_hash({"run": res["manifest"]["cache_key"], "dims": dims, "n_random": n_random,
+                                     "held_out": held_out_tokens})
+    got = store.get_json(key)
+    if got is not None:
+        return got
+    with store.lock(key):
+        got = store.get_json(key)
+        if got is not None:
+            return got
+        from .outliers import ablation
+        import torch
+
+        device, dtype = res["manifest"]["device"], res["manifest"]["dtype"]
+        if progress:
+            progress(Progress("load", 0, 1, message=f"loading {spec.model} for the ablation"))
+        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None)
+        docs = load_documents(spec.corpus, spec.text_column)
+        first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
+        seq_len = min(spec.max_seq_len, 256)
+        held = tokenize_budget(docs, lm.tokenizer, held_out_tokens, seq_len, spec.seed, spec.corpus,
+                               start=max(first.next_position, 1))
+        pad = int(lm.tokenizer.pad_token_id or 0)
+        batches = []
+        for i in range(0, len(held.ids), spec.batch_size):
+            chunk = held.ids[i:i + spec.batch_size]
+            T = max(len(c) for c in chunk)
+            ids = torch.full((len(chunk), T), pad, dtype=torch.long)
+            att = torch.zeros((len(chunk), T), dtype=torch.long)
+            for r, c in enumerate(chunk):
+                ids[r, :len(c)] = torch.as_tensor(c)
+                att[r, :len(c)] = 1
+            batches.append({"input_ids": ids, "attention_mask": att})
+        if progress:
+            progress(Progress("ablation", 0, 1, message=f"ablating {len(dims)} dims + {n_random} random draws"))
+        try:
+            got = ablation(lm.model, batches, dims, n_random=n_random, seed=spec.seed)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        got = json_safe({**got, "held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents,
+                         "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
+        store.put(key, got)
+    return got

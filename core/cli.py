@@ -1,0 +1,171 @@
+"""Headless interface (stable: scripts and CI depend on it).
+
+    python -m core models
+    python -m core corpora
+    python -m core analyze --model M --corpus C [...] --out results.json
+    python -m core outliers --model M --corpus C [--ablate] [...] --out outliers.json
+
+Errors print one clear line and exit non-zero, without a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from .errors import Cancelled, InputError
+from .spec import (DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_TOKENS, DEFAULT_MODEL,
+                   DEFAULT_SAMPLE, DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec)
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=DEFAULT_MODEL, help="built-in id (see `models`), local folder or hub id[@rev]")
+    p.add_argument("--corpus", default=DEFAULT_CORPUS, help="built-in id (see `corpora`) or a file path")
+    p.add_argument("--text-column", default=None, help="text column of a .csv/.tsv/.jsonl/.parquet corpus")
+    p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--dtype", choices=DTYPES, default="auto")
+    p.add_argument("--special-tokens", choices=SPECIAL_POLICIES, default="exclude")
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="sampled token positions (all layers)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
+    p.add_argument("--force", action="store_true", help="recompute even if cached")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--out", required=True, help="where to write the JSON results")
+
+
+def _spec(a) -> RunSpec:
+    return RunSpec(model=a.model, corpus=a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
+                   max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
+                   special_tokens=a.special_tokens, sample=a.sample, seed=a.seed)
+
+
+class _Bar:
+    """A one-line progress bar on stderr: tokens done, tokens/s, ETA."""
+
+    def __init__(self, quiet: bool):
+        self.quiet = quiet
+        self.last = 0.0
+
+    def __call__(self, p) -> None:
+        if self.quiet:
+            return
+        now = time.monotonic()
+        if p.stage == "forward" and p.done < p.total and now - self.last < 0.5:
+            return
+        self.last = now
+        if p.stage == "forward" and p.total:
+            frac = p.done / p.total
+            bar = "#" * int(30 * frac)
+            eta = f"{p.eta_s:5.0f}s" if p.eta_s == p.eta_s else "  ?  "
+            msg = f"\r[{bar:<30}] {p.done:>9,}/{p.total:,} tokens  {p.tokens_per_s:8.0f} tok/s  ETA {eta}"
+        else:
+            msg = f"\r{p.stage}: {p.message}".ljust(80)
+        sys.stderr.write(msg)
+        if p.stage == "forward" and p.done >= p.total:
+            sys.stderr.write("\n")
+        sys.stderr.flush()
+
+
+def _write(path: str, obj) -> None:
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False))
+    tmp.replace(out)
+
+
+def cmd_models(a) -> int:
+    from .models import list_models
+
+    for m in list_models():
+        note = f"  [{m['note']}]" if m["note"] else ""
+        print(f"{m['id']:<22} {m['description']}{note}")
+    print("(also: a local model folder, or a hub identifier[@revision] where the hub is reachable)")
+    return 0
+
+
+def cmd_corpora(a) -> int:
+    from .corpora import list_corpora
+
+    for c in list_corpora():
+        print(f"{c['id']:<16} {c['description']}")
+    print("(also: a .txt/.md file, documents separated by blank lines, or .csv/.tsv/.jsonl/.parquet "
+          "with --text-column)")
+    return 0
+
+
+def cmd_analyze(a) -> int:
+    from .pipeline import analyze
+
+    t0 = time.perf_counter()
+    res = analyze(_spec(a), cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    _write(a.out, res)
+    m = res["manifest"]
+    for e in m.get("cache_events", []):
+        print(f"warning: {e}", file=sys.stderr)
+    hit = "cache hit" if m.get("cache_hit") else "computed"
+    print(f"{m['model']['label']} on {m['corpus']['id']}: {m['tokens']['analysed']:,} tokens, "
+          f"{len(res['layers'])} layers ({hit}, {time.perf_counter() - t0:.1f} s) -> {a.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_outliers(a) -> int:
+    from .pipeline import analyze, run_ablation
+
+    spec = _spec(a)
+    res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
+    if a.ablate:
+        dims = [int(x) for x in a.dims.split(",")] if a.dims else None
+        out["ablation"] = run_ablation(spec, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
+                                       held_out_tokens=a.held_out_tokens)
+    _write(a.out, out)
+    o = res["outliers"]
+    print(f"persistent activation outliers: {o['activation']['persistent']}", file=sys.stderr)
+    if "persistent" in o.get("norm_parameters", {}):
+        print(f"persistent norm-parameter outliers: {o['norm_parameters']['persistent']}", file=sys.stderr)
+    if a.ablate:
+        ab = out["ablation"]
+        print(f"ablation of {ab['dims']}: loss {ab['baseline_loss']:.4f} -> {ab['ablated_loss']:.4f} "
+              f"(delta {ab['delta']:+.4f}; random dims: {ab['random_delta_mean']:+.4f} "
+              f"± {ab['random_delta_std']:.4f})", file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("models", help="list the model identifiers available here").set_defaults(fn=cmd_models)
+    sub.add_parser("corpora", help="list the corpus identifiers available here").set_defaults(fn=cmd_corpora)
+    an = sub.add_parser("analyze", help="per-layer anisotropy metrics -> results.json")
+    _add_run_args(an)
+    an.set_defaults(fn=cmd_analyze)
+    ou = sub.add_parser("outliers", help="outlier dimensions, frequency link and (--ablate) the LM-loss ablation")
+    _add_run_args(ou)
+    ou.add_argument("--ablate", action="store_true", help="zero the outlier dims in every norm, measure LM loss")
+    ou.add_argument("--dims", default=None, help="comma-separated dims to ablate (default: persistent outliers)")
+    ou.add_argument("--n-random", type=int, default=5, help="random-dimension draws for the baseline")
+    ou.add_argument("--held-out-tokens", type=int, default=4096, help="tokens of held-out text for the loss")
+    ou.set_defaults(fn=cmd_outliers)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (InputError, Cancelled) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("error: interrupted; nothing partial was stored", file=sys.stderr)
+        return 130
+    except MemoryError:
+        print("error: out of memory: lower --max-tokens, --batch-size or --sample", file=sys.stderr)
+        return 3
