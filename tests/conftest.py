@@ -1,0 +1,54 @@
+"""Shared fixtures. Tests never reach a model hub: HF_HUB_OFFLINE=1 before anything imports it."""
+
+import os
+import sys
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One cache for the whole session, so real-model runs are computed once and shared."""
+    d = tmp_path_factory.mktemp("cache")
+    os.environ["ANISO_CACHE_DIR"] = str(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A tiny randomly initialised BERT saved as a local model folder (MiniLM's real tokenizer)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    from core.models import minilm_folder
+
+    d = tmp_path_factory.mktemp("tiny-bert")
+    torch.manual_seed(0)
+    cfg = BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                     max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(d)
+    AutoTokenizer.from_pretrained(str(minilm_folder())).save_pretrained(d)
+    return d
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory) -> Path:
+    """A tiny randomly initialised GPT-2 causal LM saved as a local folder (GPT-2 BPE tokenizer)."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from core.models import _gpt2_tokenizer
+
+    d = tmp_path_factory.mktemp("tiny-gpt2")
+    torch.manual_seed(0)
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=128)
+    GPT2LMHeadModel(cfg).save_pretrained(d)
+    _gpt2_tokenizer().save_pretrained(d)
+    return d
