@@ -33,6 +33,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--special-tokens", choices=SPECIAL_POLICIES, default="exclude")
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="sampled token positions (all layers)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow a model folder/hub repo to run its own Python code (off by default)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
     p.add_argument("--force", action="store_true", help="recompute even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -42,7 +44,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 def _spec(a) -> RunSpec:
     return RunSpec(model=a.model, corpus=a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
                    max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
-                   special_tokens=a.special_tokens, sample=a.sample, seed=a.seed)
+                   special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
+                   trust_remote_code=a.trust_remote_code)
 
 
 class _Bar:

@@ -130,7 +130,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
     documents = load_documents(spec.corpus, spec.text_column)
     progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
-    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None)
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                    trust_remote_code=spec.trust_remote_code)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
     windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
     try:
@@ -263,7 +264,8 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5
         device, dtype = res["manifest"]["device"], res["manifest"]["dtype"]
         if progress:
             progress(Progress("load", 0, 1, message=f"loading {spec.model} for the ablation"))
-        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None)
+        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                        trust_remote_code=spec.trust_remote_code)
         docs = load_documents(spec.corpus, spec.text_column)
         first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
         seq_len = min(spec.max_seq_len, 256)

@@ -47,6 +47,7 @@ class RunSpec:
     special_tokens: str = "exclude"
     sample: int = DEFAULT_SAMPLE
     seed: int = 0
+    trust_remote_code: bool = False  # run a model folder's own Python code: only when the user asks
 
     def __post_init__(self):
         if not self.model or not str(self.model).strip():
