@@ -173,6 +173,8 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
             bins = bin_dev[tok]
             slots = slot_dev[tok]
             keep = slots >= 0
+            any_keep = bool(keep.any())  # one host sync per batch, none per layer
+            seq_valid = seq_n > 0
             sel_rows_t = torch.as_tensor(sel_rows, device=dev)
             sel_k_t = torch.as_tensor(sel_k, device=dev)
             for layer, h in enumerate(hs):
@@ -196,8 +198,8 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
                 m = m / m.norm(dim=1, keepdim=True).clamp_min(1e-30)
                 cos_t = (u * m[seq]).sum(1)
                 per_seq = torch.zeros(len(b), **f64).index_add_(0, seq, cos_t)
-                acc["intra_sum"][layer] += (per_seq / seq_n.clamp_min(1))[seq_n > 0].sum()
-                if keep.any():
+                acc["intra_sum"][layer] += torch.where(seq_valid, per_seq / seq_n.clamp_min(1), 0.0).sum()
+                if any_keep:
                     acc["id_sum_u"][layer].index_add_(0, slots[keep], u[keep])
                 acc["bin_sum_u"][layer].index_add_(0, bins, u)
                 if len(sel_k):
