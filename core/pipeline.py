@@ -202,15 +202,17 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     stats = get_stats(spec, cache_dir, progress, cancel, force)
     store = get_store(cache_dir)
     key = f"results:{ANALYSIS_VERSION}:{stats.key}"
+    n_events = len(store.events)
     got = None if force else store.get_json(key)
+    events = stats.events + store.events[n_events:]  # a corrupted results entry is reported too
     if got is None:
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
         got = build_results(stats)
         store.put(key, got)
     got["manifest"]["cache_hit"] = stats.cached
-    if stats.events:
-        got["manifest"]["cache_events"] = stats.events
+    if events:
+        got["manifest"]["cache_events"] = events
     return got
 
 
