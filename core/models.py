@@ -20,6 +20,8 @@ from .errors import InputError
 
 UNTRAINED_SEED = 1234  # the controls are seeded: the same "untrained" model every time
 
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                   "spiece.model", "sentencepiece.bpe.model")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json",
                 "pytorch_model.bin.index.json")
 
@@ -101,7 +103,9 @@ def _versions() -> dict:
 def _file_sha256(path: Path, memo_dir: Path | None) -> str:
     """Content hash of a (large) file, memoised on (path, size, mtime) in memo_dir."""
     st = path.stat()
-    memo_key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}".encode()).hexdigest()
+    # ctime and inode too: a rewrite of the same size that keeps (or restores) the mtime must not hit
+    memo_key = hashlib.sha256(f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}|{st.st_ctime_ns}|{st.st_ino}"
+                              .encode()).hexdigest()
     memo = (memo_dir / "fingerprints" / memo_key) if memo_dir else None
     if memo is not None and memo.exists():
         return memo.read_text().strip()
@@ -127,6 +131,10 @@ def validate_model_folder(folder: Path) -> list[Path]:
     if not weights:
         raise InputError(f"Model folder {str(folder)!r} has a config.json but no weights "
                          f"(*.safetensors or *.bin): nothing to load.")
+    if not any((folder / name).exists() for name in TOKENIZER_FILES):
+        # transformers would silently build an empty tokenizer (every token [UNK]) from config.json alone
+        raise InputError(f"Model folder {str(folder)!r} has no tokenizer files ({', '.join(TOKENIZER_FILES[:3])}...): "
+                         f"save the tokenizer next to the model (tokenizer.save_pretrained).")
     return weights
 
 
@@ -212,6 +220,15 @@ class LoadedModel:
     def base(self):
         m = self.model
         return getattr(m, "base_model", m) or m
+
+    @property
+    def max_positions(self) -> int | None:
+        """Longest input (special tokens included) the model takes; None when unbounded."""
+        cfg = self.model.config
+        vals = [getattr(cfg, k, None) for k in ("max_position_embeddings", "n_positions")]
+        vals.append(getattr(self.tokenizer, "model_max_length", None))  # e.g. RoBERTa: 514 positions, 512 usable
+        vals = [int(v) for v in vals if isinstance(v, int) and 0 < v < 1_000_000]
+        return min(vals) if vals else None
 
     @property
     def is_causal_lm(self) -> bool:
@@ -327,17 +344,17 @@ def _load_external(ident: str, tdt, trust_remote_code: bool):
     try:
         cfg = tf.AutoConfig.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
         tok = tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
-    except OSError as e:
-        raise InputError(f"Could not load model {ident!r}: {str(e).splitlines()[0]}") from None
-    except ValueError as e:
-        raise InputError(f"Could not load model {ident!r}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - OSError, ValueError, a tokenizer.json the tokenizers library rejects...
+        first = (str(e).splitlines() or [""])[0]
+        raise InputError(f"Could not load model {ident!r}: {first}") from None
     archs = getattr(cfg, "architectures", None) or []
     causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     try:
         auto = tf.AutoModelForCausalLM if causal else tf.AutoModel
         model = auto.from_pretrained(src, use_safetensors=None, **kw)
-    except (OSError, ValueError) as e:
-        raise InputError(f"Could not load the weights of {ident!r}: {str(e).splitlines()[0]}") from None
+    except Exception as e:  # noqa: BLE001 - OSError, ValueError, SafetensorError, UnpicklingError...
+        first = (str(e).splitlines() or [""])[0]
+        raise InputError(f"Could not load the weights of {ident!r}: {type(e).__name__}: {first}") from None
     return model, tok
 
 

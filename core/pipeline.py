@@ -133,7 +133,15 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                     trust_remote_code=spec.trust_remote_code)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
-    windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
+    seq_len = _effective_seq_len(spec, lm)
+    windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
+    try:
+        n_emb = int(lm.base.get_input_embeddings().num_embeddings)
+    except Exception:  # noqa: BLE001 - an architecture without a plain embedding table: no check
+        n_emb = None
+    if n_emb is not None and max(int(w.max()) for w in windows.ids) >= n_emb:
+        raise InputError(f"The tokenizer of {spec.model!r} produces token ids beyond the model's {n_emb} "
+                         f"embeddings: tokenizer and model do not match.")
     try:
         arrays, timing = extract_stats(
             lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
@@ -167,6 +175,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
                    "n_documents": windows.n_documents, "n_windows": len(windows.ids)},
         "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
                    "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
+                   "max_seq_len": seq_len,
                    "special_tokens": spec.special_tokens},
         "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])"},
         "device": device, "dtype": dtype, "seed": spec.seed,
@@ -175,6 +184,12 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
         "stats_version": STATS_VERSION,
     }
     return manifest, meta, arrays
+
+
+def _effective_seq_len(spec: RunSpec, lm) -> int:
+    """max_seq_len, capped at what the model's position embeddings take (special tokens included)."""
+    cap = lm.max_positions
+    return min(spec.max_seq_len, cap) if cap else spec.max_seq_len
 
 
 def _builtin_corpora():
@@ -269,8 +284,9 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5
         lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                         trust_remote_code=spec.trust_remote_code)
         docs = load_documents(spec.corpus, spec.text_column)
-        first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
-        seq_len = min(spec.max_seq_len, 256)
+        first_len = _effective_seq_len(spec, lm)
+        first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, first_len, spec.seed, spec.corpus)
+        seq_len = min(first_len, 256)
         held = tokenize_budget(docs, lm.tokenizer, held_out_tokens, seq_len, spec.seed, spec.corpus,
                                start=max(first.next_position, 1))
         pad = int(lm.tokenizer.pad_token_id or 0)
