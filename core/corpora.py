@@ -284,15 +284,18 @@ def _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng) -> TokenW
     banned = set(tokenizer.all_special_ids)
     vocab = np.asarray([i for i in range(len(tokenizer)) if i not in banned])
     n_docs = -(-max_tokens // UNIFORM_DOC_LEN)
-    ids, special = [], []
+    ids, special, doc_of = [], [], []
     for d in range(n_docs):
-        n = min(UNIFORM_DOC_LEN, room, max_tokens - d * UNIFORM_DOC_LEN)
-        piece = rng.choice(vocab, size=n).tolist()
-        arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
-        sp = np.zeros(len(arr), dtype=bool)
-        sp[:len(prefix)] = True
-        sp[len(prefix) + n:] = True
-        ids.append(arr)
-        special.append(sp)
+        n = min(UNIFORM_DOC_LEN, max_tokens - d * UNIFORM_DOC_LEN)
+        doc = rng.choice(vocab, size=n).tolist()
+        for w in range(0, n, room):  # like any document: split when longer than the window
+            piece = doc[w:w + room]
+            arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
+            sp = np.zeros(len(arr), dtype=bool)
+            sp[:len(prefix)] = True
+            sp[len(prefix) + len(piece):] = True
+            ids.append(arr)
+            special.append(sp)
+            doc_of.append(d)
     total = sum(len(a) for a in ids)
-    return TokenWindows(ids, special, np.arange(n_docs), n_docs, total, max_tokens)
+    return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, max_tokens)
