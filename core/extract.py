@@ -69,14 +69,46 @@ def analysed_masks(windows: TokenWindows, special_policy: str) -> list[np.ndarra
     return [~s for s in windows.special]
 
 
+def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: int = 0) -> dict:
+    """What every shard of one corpus must share for `merge_stats` to be exact.
+
+    The corpus frequency of each token id (hence the tracked self-similarity ids and the frequency
+    bins), the frequency-bin edges and the bootstrap group of each window: `extract_stats` derives
+    exactly these from the windows it is given; a shard passes the whole corpus's layout instead,
+    with `group_of` restricted to the shard's windows.
+    """
+    analysed = analysed_masks(windows, special_policy)
+    freq = token_frequencies(windows, analysed)
+    _, logf_lut = _freq_luts(freq, windows)
+    occ_logf = np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)])
+    return {"freq": freq, "edges": _bin_edges(occ_logf),
+            "group_of": np.random.default_rng(seed).integers(0, N_GROUPS, size=len(windows.ids))}
+
+
+def _freq_luts(freq: dict[int, int], windows: TokenWindows) -> tuple[np.ndarray, np.ndarray]:
+    """Lookup tables id -> corpus frequency and id -> log frequency (log 1 = 0 for unseen ids)."""
+    vocab_hi = max(max(freq) + 1, max(int(w.max()) for w in windows.ids) + 1)
+    freq_lut = np.zeros(vocab_hi, dtype=np.float64)
+    for k, v in freq.items():
+        freq_lut[k] = v
+    return freq_lut, np.log(np.maximum(freq_lut, 1.0))
+
+
+def _bin_edges(occ_logf: np.ndarray) -> np.ndarray:
+    """Frequency bins: deciles over token occurrences (by log frequency of the token)."""
+    return np.quantile(occ_logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
+
+
 def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
                   sample_size: int = 5000, seed: int = 0, device: str = "cpu", dtype: str = "float32",
                   pad_id: int = 0, progress: Callable[[Progress], None] | None = None,
-                  cancel: Callable[[], bool] | None = None) -> tuple[dict, dict]:
+                  cancel: Callable[[], bool] | None = None, layout: dict | None = None) -> tuple[dict, dict]:
     """Run `model` (a transformers base model) over `windows`; return (arrays, sample_meta).
 
     arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
     float32 and per-sample-token metadata arrays. Everything is numpy on return.
+    `layout` (see `stats_layout`): corpus-wide frequencies, bin edges and window groups to use
+    instead of those of `windows` alone, so that shards of one corpus merge exactly.
     """
     import torch
 
@@ -87,15 +119,13 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     rng = np.random.default_rng(seed)
 
     # Corpus frequency of each analysed token id, and derived per-token values.
-    freq = token_frequencies(windows, analysed)
-    vocab_hi = max(max(freq) + 1, max(int(w.max()) for w in windows.ids) + 1)
-    freq_lut = np.zeros(vocab_hi, dtype=np.float64)
-    for k, v in freq.items():
-        freq_lut[k] = v
-    logf_lut = np.log(np.maximum(freq_lut, 1.0))
-    # Frequency bins: deciles over token occurrences (by log frequency of the token).
-    occ_logf = np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)])
-    edges = np.quantile(occ_logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
+    freq = token_frequencies(windows, analysed) if layout is None else dict(layout["freq"])
+    freq_lut, logf_lut = _freq_luts(freq, windows)
+    vocab_hi = len(freq_lut)
+    if layout is None:
+        edges = _bin_edges(np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)]))
+    else:
+        edges = np.asarray(layout["edges"], dtype=np.float64)
     bin_lut = np.searchsorted(edges, logf_lut, side="right")
     # Self-similarity: the most frequent token ids (>= 5 occurrences), tracked exactly.
     by_count = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
@@ -103,7 +133,11 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     id_slot = np.full(vocab_hi, -1, dtype=np.int64)
     id_slot[tracked] = np.arange(len(tracked))
     # Sequence groups for the bootstrap (seeded assignment), and the pre-drawn sample positions.
-    group_of = rng.integers(0, N_GROUPS, size=len(windows.ids))
+    group_of = rng.integers(0, N_GROUPS, size=len(windows.ids))  # drawn even with a layout: same sample
+    if layout is not None:
+        group_of = np.asarray(layout["group_of"], dtype=np.int64)
+        if len(group_of) != len(windows.ids):
+            raise ValueError(f"layout['group_of'] has {len(group_of)} entries for {len(windows.ids)} windows")
     K = min(sample_size, N)
     sample_global = np.sort(rng.choice(N, size=K, replace=False))
     offsets = np.concatenate([[0], np.cumsum(n_an)])  # global analysed index of each window's 1st token
