@@ -1,0 +1,207 @@
+"""Every streaming metric against a naive O(N^2) implementation on hidden states computed here.
+
+The run analyses a small file corpus with a tiny random model; the sample is larger than the
+corpus, so it must hold EVERY analysed token. The reference runs the model itself, one window at a
+time (no padding), with output_hidden_states, and computes each definition of DESIGN.md literally.
+"""
+
+import numpy as np
+import pytest
+import torch
+
+import core.extract as extract
+from core import metrics as M
+from core.analysis import build_results, cosine_contributions, frequency_r, mean_abs
+from core.corpora import load_documents, tokenize_budget
+from core.extract import analysed_masks
+from core.models import load_model
+from core.pipeline import get_stats
+from core.spec import N_FREQ_BINS, RunSpec
+
+SEQ = 24
+SEED = 3
+TOL = 1e-6
+
+
+def _spec(model_dir, corpus, policy, **kw):
+    base = dict(model=str(model_dir), corpus=str(corpus), max_tokens=100_000, max_seq_len=SEQ, batch_size=4,
+                device="cpu", dtype="float32", special_tokens=policy, sample=100_000, seed=SEED)
+    return RunSpec(**{**base, **kw})
+
+
+def _reference(model_dir, corpus, policy):
+    """(windows, masks, per-layer list of (N, d) float64 hidden states, window id and position of each token)."""
+    lm = load_model(str(model_dir))
+    windows = tokenize_budget(load_documents(str(corpus)), lm.tokenizer, 100_000, SEQ, SEED, str(corpus))
+    masks = analysed_masks(windows, policy)
+    per_window = []
+    with torch.inference_mode():
+        for ids in windows.ids:
+            t = torch.as_tensor(ids)[None]
+            out = lm.base(input_ids=t, attention_mask=torch.ones_like(t), output_hidden_states=True)
+            per_window.append(np.stack([h[0].float().numpy() for h in out.hidden_states]))  # (L+1, T, d)
+    n_layers = per_window[0].shape[0]
+    X = [np.concatenate([hw[l][m] for hw, m in zip(per_window, masks)]).astype(np.float64) for l in range(n_layers)]
+    win = np.concatenate([np.full(int(m.sum()), i) for i, m in enumerate(masks)])
+    pos = np.concatenate([np.flatnonzero(m) for m in masks])
+    tok = np.concatenate([w[m] for w, m in zip(windows.ids, masks)])
+    return windows, per_window, X, win, pos, tok
+
+
+def _unit(X):
+    return X / np.linalg.norm(X, axis=1, keepdims=True)
+
+
+def naive_mean_cosine(X, pair_mask=None):
+    C = _unit(X) @ _unit(X).T
+    keep = ~np.eye(len(X), dtype=bool) if pair_mask is None else pair_mask
+    return C[keep].mean()
+
+
+def naive_layer(X, win, tok, tracked):
+    N, d = X.shape
+    U = _unit(X)
+    C = U @ U.T
+    off = ~np.eye(N, dtype=bool)
+    out = {"mean_cosine": C[off].mean(),
+           "cross_sequence_cosine": C[win[:, None] != win[None, :]].mean(),
+           "mean_norm": np.linalg.norm(X, axis=1).mean(),
+           "mean_abs": np.abs(X).mean(0), "mean_x": X.mean(0), "max_abs": np.abs(X).max(0)}
+    intra = []
+    for w in np.unique(win):
+        Xw = X[win == w]
+        c = Xw.mean(0)
+        intra.append(np.mean([x @ c / (np.linalg.norm(x) * np.linalg.norm(c)) for x in Xw]))
+    out["intra_sentence_similarity"] = np.mean(intra)
+    # cosine contribution of dimension k: mean over ordered pairs i != j of u_ik u_jk
+    out["cc"] = np.array([(np.outer(U[:, k], U[:, k])[off]).mean() for k in range(d)])
+    sims = []
+    for t in tracked:
+        Ut = U[tok == t]
+        n = len(Ut)
+        assert n >= 5
+        sims.append((Ut @ Ut.T)[~np.eye(n, dtype=bool)].mean())
+    out["self_similarity"] = np.mean(sims) if sims else np.nan
+    return out
+
+
+def _frequency(tok):
+    ids, counts = np.unique(tok, return_counts=True)
+    return dict(zip(ids.tolist(), counts.tolist()))
+
+
+@pytest.fixture(scope="module", params=[("bert", "exclude"), ("bert", "include"), ("gpt2", "exclude"),
+                                        ("llama", "exclude")], ids=lambda p: "-".join(p))
+def case(request, cache_dir, varied_txt):
+    kind, policy = request.param
+    model_dir = request.getfixturevalue(f"tiny_{kind}_dir")
+    stats = get_stats(_spec(model_dir, varied_txt, policy), cache_dir)
+    windows, per_window, X, win, pos, tok = _reference(model_dir, varied_txt, policy)
+    return dict(kind=kind, policy=policy, stats=stats, results=build_results(stats), windows=windows,
+                per_window=per_window, X=X, win=win, pos=pos, tok=tok)
+
+
+def test_windows_split_and_policy(case):
+    w = case["windows"]
+    assert len(w.ids) > w.n_documents, "some documents must be longer than the window"
+    assert max(len(i) for i in w.ids) == SEQ
+    n_special = sum(int(s.sum()) for s in w.special)
+    if case["kind"] == "bert":
+        assert n_special == 2 * len(w.ids)  # [CLS] ... [SEP] in every window
+    expected_n = w.n_tokens_total if case["policy"] == "include" else w.n_tokens_total - n_special
+    assert case["stats"].n_tokens == expected_n == len(case["tok"])
+    assert case["results"]["manifest"]["tokens"]["analysed"] == expected_n
+
+
+def test_streaming_metrics_match_naive(case):
+    stats, res, X, win, tok = case["stats"], case["results"], case["X"], case["win"], case["tok"]
+    freq = _frequency(tok)
+    tracked = [t for t, c in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0])) if c >= 5]
+    assert len(tracked) >= 3, "the corpus must repeat tokens for self-similarity"
+    assert stats.arrays["id_list"].tolist() == tracked
+    assert len(res["layers"]) == len(X) == stats.n_layers
+    ccs, mabs, fr = cosine_contributions(stats), mean_abs(stats), frequency_r(stats)
+    logf = np.log(np.asarray([freq[t] for t in tok], dtype=np.float64))
+    for l, Xl in enumerate(X):
+        ref = naive_layer(Xl, win, tok, tracked)
+        row = res["layers"][l]
+        assert row["layer"] == l and row["n_tokens"] == len(Xl)
+        for key in ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity",
+                    "mean_norm"):
+            assert row[key] == pytest.approx(ref[key], abs=TOL, rel=TOL), (l, key)
+        # per-dimension cosine contribution: every dim, and they add up to the mean cosine
+        np.testing.assert_allclose(ccs[l], ref["cc"], atol=TOL, rtol=0)
+        assert ccs[l].sum() == pytest.approx(ref["mean_cosine"], abs=TOL)
+        top = row["cosine_contribution"]
+        assert top["total"] == pytest.approx(ref["mean_cosine"], abs=TOL)
+        np.testing.assert_allclose(top["cc"], ref["cc"][top["dims"]], atol=TOL)
+        assert top["cc"][0] == pytest.approx(ref["cc"].max(), abs=TOL)
+        # outlier inputs: mean |x_d|, mean x_d, max |x_d|
+        np.testing.assert_allclose(mabs[l], ref["mean_abs"], atol=TOL, rtol=TOL)
+        np.testing.assert_allclose(stats.arrays["sum_x"][l] / stats.n_tokens, ref["mean_x"], atol=TOL)
+        np.testing.assert_allclose(stats.arrays["max_abs"][l], ref["max_abs"], atol=TOL, rtol=TOL)
+        # Pearson r between log corpus frequency and |x_d|, every dimension
+        naive_r = np.array([np.corrcoef(logf, np.abs(Xl[:, k]))[0, 1] for k in range(Xl.shape[1])])
+        np.testing.assert_allclose(fr[l], naive_r, atol=TOL)
+        # bootstrap CI bracket the estimate's neighbourhood and are built from the right totals
+        lo, hi = row["mean_cosine_ci"]
+        assert lo <= hi and np.isfinite([lo, hi]).all()
+        np.testing.assert_allclose(stats.arrays["group_sum_u"][l].sum(0), _unit(Xl).sum(0), atol=TOL)
+    assert stats.arrays["group_n"].sum() == len(tok)
+
+
+def test_frequency_binned_cosine_matches_naive(case):
+    res, X, tok = case["results"], case["X"], case["tok"]
+    freq = _frequency(tok)
+    logf = np.log(np.asarray([freq[t] for t in tok], dtype=np.float64))
+    edges = np.quantile(logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])  # deciles over occurrences
+    b = np.searchsorted(edges, logf, side="right")
+    np.testing.assert_allclose(res["frequency_bins"]["edges_log_freq"], edges, atol=1e-12)
+    assert res["frequency_bins"]["n_tokens"] == np.bincount(b, minlength=N_FREQ_BINS).tolist()
+    for l, Xl in enumerate(X):
+        got = np.asarray([np.nan if v is None else v for v in res["layers"][l]["frequency_binned_cosine"]])
+        want = np.array([naive_mean_cosine(Xl[b == k]) if (b == k).sum() >= 2 else np.nan
+                         for k in range(N_FREQ_BINS)])
+        np.testing.assert_allclose(got, want, atol=TOL, equal_nan=True)
+        assert np.isfinite(want).sum() >= 2
+
+
+def test_sample_holds_every_token_at_its_place(case):
+    a, X = case["stats"].arrays, case["X"]
+    windows, per_window = case["windows"], case["per_window"]
+    N = len(case["tok"])
+    assert a["sample"].shape[:2] == (len(X), N)
+    np.testing.assert_array_equal(a["sample_window"], case["win"])
+    np.testing.assert_array_equal(a["sample_position"], case["pos"])
+    np.testing.assert_array_equal(a["sample_token_id"], case["tok"])
+    np.testing.assert_array_equal(a["sample_doc"], windows.doc[case["win"]])
+    freq = _frequency(case["tok"])
+    np.testing.assert_array_equal(a["sample_freq"], [freq[t] for t in case["tok"]])
+    for k in range(N):
+        w, p = int(a["sample_window"][k]), int(a["sample_position"][k])
+        assert windows.ids[w][p] == a["sample_token_id"][k]
+        np.testing.assert_allclose(a["sample"][:, k], per_window[w][:, p], atol=TOL)
+    if case["policy"] == "exclude":
+        assert not any(windows.special[w][p] for w, p in zip(a["sample_window"], a["sample_position"]))
+    # the sample-based metrics therefore see the whole analysed set
+    for l, Xl in enumerate(X):
+        row = case["results"]["layers"][l]
+        ref = M.spectral_metrics(Xl)
+        assert row["n_sample"] == N
+        assert row["sample_mean_cosine"] == pytest.approx(row["mean_cosine"], abs=TOL)
+        for key in ("pc1_variance_ratio", "effective_rank", "isoscore"):
+            assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=TOL), (l, key)
+
+
+def test_self_similarity_uses_the_most_frequent_ids(tmp_path, tiny_bert_dir, varied_txt, monkeypatch):
+    """With room for only 2 tracked ids, self_similarity is the mean over the 2 most frequent ones."""
+    monkeypatch.setattr(extract, "N_SELF_SIM_IDS", 2)
+    stats = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude"), tmp_path / "cache")  # not the shared cache
+    _, _, X, win, _, tok = _reference(tiny_bert_dir, varied_txt, "exclude")
+    freq = _frequency(tok)
+    top2 = [t for t, _ in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:2]]
+    assert stats.arrays["id_list"].tolist() == top2
+    rows = build_results(stats)["layers"]
+    for l, Xl in enumerate(X):
+        ref = naive_layer(Xl, win, tok, top2)["self_similarity"]
+        assert rows[l]["self_similarity"] == pytest.approx(ref, abs=TOL)
