@@ -6,6 +6,10 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Test machines are shared: OpenBLAS/OpenMP pools that busy-wait on a contended CPU make a 768x768
+# eigh or a torch index_add_ ~100x slower (6 s instead of 0.05 s). One thread each, unless set.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
