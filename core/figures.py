@@ -1,0 +1,296 @@
+"""Every Plotly figure of the product: plain data in, go.Figure out (no streamlit, no pipeline).
+
+One template for all figures, fit for a paper: white background, black axis lines, axis titles
+with units, the Okabe-Ito colour-blind-safe palette, the model and corpus in legend names and
+the sample size in every subtitle. `core.views` derives the data; pages only display.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Iterable, Sequence
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+# Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
+OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
+HIGHLIGHT = "#D55E00"  # vermillion: outliers, search matches
+MUTED = "#B3B3B3"
+REFERENCE = "#555555"
+# Published curves: grey, told apart by dash and marker (never mistaken for a measured colour).
+REFERENCE_STYLES = [("dot", "x-thin"), ("dashdot", "cross-thin"), ("longdash", "asterisk-open"), ("dash", "y-up-open")]
+SEQUENTIAL = "Viridis"  # perceptually uniform, colour-blind safe
+WIDTH, HEIGHT = 960, 520  # export size in CSS pixels (PNG is rendered at scale 2)
+FONT = "Arial, Helvetica, sans-serif"
+
+_axis = dict(showline=True, linecolor="black", linewidth=1, ticks="outside", tickcolor="black",
+             mirror=False, showgrid=True, gridcolor="#E6E6E6", zeroline=False, title=dict(standoff=8))
+TEMPLATE = go.layout.Template(layout=go.Layout(
+    font=dict(family=FONT, size=13, color="#222222"),
+    paper_bgcolor="white", plot_bgcolor="white", colorway=OKABE_ITO,
+    xaxis=_axis, yaxis=_axis,
+    title=dict(x=0.0, xanchor="left", font=dict(size=16), subtitle=dict(font=dict(size=12, color="#555555"))),
+    legend=dict(bgcolor="rgba(255,255,255,0.85)", bordercolor="#CCCCCC", borderwidth=1, font=dict(size=11)),
+    margin=dict(l=70, r=30, t=80, b=60),
+    hoverlabel=dict(font=dict(family=FONT, size=12), align="left"),
+    colorscale=dict(sequential=SEQUENTIAL),
+))
+
+
+def color(i: int) -> str:
+    return OKABE_ITO[i % len(OKABE_ITO)]
+
+
+def _rgba(hex_color: str, alpha: float) -> str:
+    h = hex_color.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"
+
+
+def esc(s: str) -> str:
+    """Text safe for Plotly's HTML-ish labels (tokens such as <s> must stay visible)."""
+    return html.escape(str(s), quote=False)
+
+
+def _wrap(text: str, width: int = 70) -> str:
+    words, lines, cur = str(text).split(), [], ""
+    for w in words:
+        if cur and len(cur) + 1 + len(w) > width:
+            lines.append(cur)
+            cur = w
+        else:
+            cur = f"{cur} {w}".strip()
+    if cur:
+        lines.append(cur)
+    return "<br>".join(esc(l) for l in lines)
+
+
+def base(title: str, subtitle: str = "", x_title: str = "", y_title: str = "", height: int = HEIGHT) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(template=TEMPLATE, height=height,
+                      title=dict(text=esc(title), subtitle=dict(text=subtitle)),
+                      xaxis_title=x_title, yaxis_title=y_title)
+    return fig
+
+
+def _legend_right(fig: go.Figure) -> None:
+    fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1.0, yanchor="top"))
+
+
+# ----------------------------------------------------------------------------- lines
+def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title: str, subtitle: str,
+               x_title: str, y_title: str, x_range: tuple[float, float] | None = None) -> go.Figure:
+    """Lines with markers, one per series, an optional band, and dotted published references.
+
+    series: dicts with ``name``, ``x``, ``y``, ``color`` (index or hex), optional ``dash``
+    ("solid"/"dash"/"dot"), ``band`` ((lo, hi) lists), ``band_name``, ``hover`` (per-point text),
+    ``group`` (legend group). references: ``name``, ``x``, ``y``, ``estimator`` (hover text).
+    """
+    fig = base(title, subtitle, x_title, y_title)
+    for s in series:
+        c = s["color"] if isinstance(s.get("color"), str) else color(int(s.get("color", 0)))
+        group = s.get("group", s["name"])
+        if s.get("band") is not None:
+            lo, hi = s["band"]
+            x = list(s["x"])
+            fig.add_trace(go.Scatter(
+                x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself", fillcolor=_rgba(c, 0.18),
+                line=dict(width=0), hoverinfo="skip", name=s.get("band_name", "95% CI"),
+                legendgroup=group, showlegend=bool(s.get("band_name"))))
+        hover = s.get("hover")
+        fig.add_trace(go.Scatter(
+            x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=s["name"], legendgroup=group,
+            line=dict(color=c, width=2.2, dash=s.get("dash", "solid")),
+            marker=dict(size=6, symbol=s.get("symbol", "circle"), color=c),
+            text=list(hover) if hover is not None else None,
+            hovertemplate=("%{text}<extra></extra>" if hover is not None
+                           else f"{esc(s['name'])}<br>x=%{{x}}<br>y=%{{y:.4g}}<extra></extra>")))
+    for j, r in enumerate(references):
+        est = _wrap(r.get("estimator", ""))
+        dash, symbol = REFERENCE_STYLES[j % len(REFERENCE_STYLES)]
+        fig.add_trace(go.Scatter(
+            x=list(r["x"]), y=list(r["y"]), mode="lines+markers", name=esc(r["name"]),
+            line=dict(color=REFERENCE, width=1.5, dash=dash), marker=dict(size=6, symbol=symbol,
+                                                                         line=dict(width=1.5, color=REFERENCE)),
+            hovertemplate=f"<b>{esc(r['name'])}</b><br>layer value %{{y:.3f}}<br>{est}<extra></extra>"))
+    if x_range is not None:
+        fig.update_xaxes(range=list(x_range))
+    _legend_right(fig)
+    return fig
+
+
+def histogram_lines(series: Sequence[dict], *, title: str, subtitle: str, x_title: str,
+                    y_title: str = "density") -> go.Figure:
+    """Histograms drawn as step lines (several overlaid stay readable). series: name, edges, density."""
+    fig = base(title, subtitle, x_title, y_title)
+    for i, s in enumerate(series):
+        edges = np.asarray(s["edges"], dtype=float)
+        centers = (edges[:-1] + edges[1:]) / 2
+        fig.add_trace(go.Scatter(
+            x=centers, y=np.asarray(s["density"], dtype=float), mode="lines", name=s["name"],
+            line=dict(color=color(s.get("color", i)), width=2, shape="hvh"),
+            hovertemplate=f"{esc(s['name'])}<br>cos %{{x:.3f}}<br>density %{{y:.3g}}<extra></extra>"))
+        if s.get("mean") is not None:
+            fig.add_vline(x=float(s["mean"]), line=dict(color=color(s.get("color", i)), dash="dash", width=1))
+    fig.update_xaxes(range=[-1, 1])
+    _legend_right(fig)
+    return fig
+
+
+# ----------------------------------------------------------------------------- bars
+def dim_bars(values: Sequence[float], highlight: Iterable[int], *, threshold: float | None, title: str,
+             subtitle: str, y_title: str, x_title: str = "dimension d") -> go.Figure:
+    """One bar per dimension; highlighted dims in vermillion, a dashed threshold line."""
+    v = np.asarray(values, dtype=float)
+    hi = set(int(i) for i in highlight)
+    dims = np.arange(len(v))
+    fig = base(title, subtitle, x_title, y_title)
+    mask = np.isin(dims, sorted(hi))
+    fig.add_trace(go.Bar(x=dims[~mask], y=v[~mask], name="other dimensions", marker_color=MUTED,
+                         marker_line_width=0, hovertemplate="dim %{x}<br>%{y:.4g}<extra></extra>"))
+    fig.add_trace(go.Bar(x=dims[mask], y=v[mask], name="outlier dimensions", marker_color=HIGHLIGHT,
+                         marker_line_width=0, hovertemplate="<b>outlier dim %{x}</b><br>%{y:.4g}<extra></extra>"))
+    if threshold is not None and np.isfinite(threshold):
+        fig.add_hline(y=float(threshold), line=dict(color="black", dash="dash", width=1),
+                      annotation_text="mean + 3 std", annotation_position="top right")
+    for d in sorted(hi)[:12]:
+        fig.add_annotation(x=d, y=float(v[d]), text=str(d), showarrow=False, yshift=10,
+                           font=dict(size=10, color=HIGHLIGHT))
+    fig.update_layout(bargap=0.0, barmode="overlay")
+    fig.update_xaxes(range=[-0.5, len(v) - 0.5])
+    _legend_right(fig)
+    return fig
+
+
+def ranked_bars(labels: Sequence[str], values: Sequence[float], highlight: Sequence[bool], *, title: str,
+                subtitle: str, y_title: str, x_title: str, hover: Sequence[str] | None = None) -> go.Figure:
+    """Bars in the given order (e.g. the top dims by cosine contribution); highlighted ones coloured."""
+    fig = base(title, subtitle, x_title, y_title)
+    colors = [HIGHLIGHT if h else OKABE_ITO[0] for h in highlight]
+    fig.add_trace(go.Bar(x=list(labels), y=list(values), marker_color=colors, name="dimension",
+                         text=list(hover) if hover is not None else None, textposition="none",
+                         hovertemplate="dim %{x}<br>%{y:.4g}<br>%{text}<extra></extra>", showlegend=False))
+    # Legend entries for the two colours.
+    fig.add_trace(go.Bar(x=[None], y=[None], marker_color=HIGHLIGHT, name="outlier dimension"))
+    fig.add_trace(go.Bar(x=[None], y=[None], marker_color=OKABE_ITO[0], name="other dimension"))
+    fig.update_xaxes(type="category")
+    _legend_right(fig)
+    return fig
+
+
+def delta_bars(items: Sequence[dict], *, title: str, subtitle: str, y_title: str) -> go.Figure:
+    """Bars with error bars and the individual draws as points. items: name, value, std, points, color."""
+    fig = base(title, subtitle, "", y_title)
+    for i, it in enumerate(items):
+        c = color(it.get("color", i)) if not isinstance(it.get("color"), str) else it["color"]
+        fig.add_trace(go.Bar(x=[it["name"]], y=[it["value"]], name=it["name"], marker_color=c,
+                             error_y=dict(type="data", array=[it.get("std") or 0.0], visible=it.get("std") is not None),
+                             hovertemplate=f"{esc(it['name'])}<br>%{{y:.4f}}<extra></extra>"))
+        pts = it.get("points") or []
+        if pts:
+            fig.add_trace(go.Scatter(x=[it["name"]] * len(pts), y=pts, mode="markers", showlegend=False,
+                                     marker=dict(color="black", size=7, symbol="circle-open"),
+                                     hovertemplate="draw: %{y:.4f}<extra></extra>"))
+    fig.add_hline(y=0, line=dict(color="black", width=1))
+    fig.update_layout(showlegend=False, bargap=0.45)
+    return fig
+
+
+# ----------------------------------------------------------------------------- matrices
+def heatmap(z: np.ndarray, *, title: str, subtitle: str, x_title: str, y_title: str, colorbar_title: str,
+            zmin: float | None = None, zmax: float | None = None, hover: np.ndarray | None = None) -> go.Figure:
+    """A (rows, cols) heatmap, row 0 at the bottom (layer 0 = embeddings)."""
+    z = np.asarray(z, dtype=float)
+    fig = base(title, subtitle, x_title, y_title, height=max(360, 120 + 22 * z.shape[0]))
+    fig.add_trace(go.Heatmap(
+        z=z, x=np.arange(z.shape[1]), y=np.arange(z.shape[0]), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
+        colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14),
+        customdata=hover, hovertemplate=("layer %{y}, dim %{x}<br>%{customdata}<extra></extra>" if hover is not None
+                                         else "layer %{y}, dim %{x}<br>%{z:.3g}<extra></extra>")))
+    fig.update_yaxes(dtick=1 if z.shape[0] <= 16 else 2, showgrid=False)
+    fig.update_xaxes(showgrid=False)
+    return fig
+
+
+def dim_matrix(groups: Sequence[dict], *, title: str, subtitle: str, n_layers: int, d: int) -> go.Figure:
+    """Which dims each definition flags at each layer: groups of (layer, dim) points, one marker each.
+
+    groups: name, layers, dims, symbol, color.
+    """
+    fig = base(title, subtitle, "dimension d", "layer (0 = embeddings)",
+               height=max(360, 140 + 20 * n_layers))
+    for g in groups:
+        fig.add_trace(go.Scatter(
+            x=list(g["dims"]), y=list(g["layers"]), mode="markers", name=g["name"],
+            marker=dict(symbol=g.get("symbol", "circle"), size=g.get("size", 10), color=g["color"],
+                        line=dict(width=g.get("line", 0), color=g["color"])),
+            hovertemplate=f"{esc(g['name'])}<br>layer %{{y}}, dim %{{x}}<extra></extra>"))
+    fig.update_xaxes(range=[-0.5, d - 0.5])
+    fig.update_yaxes(range=[-0.5, n_layers - 0.5], dtick=1 if n_layers <= 16 else 2)
+    _legend_right(fig)
+    return fig
+
+
+# ----------------------------------------------------------------------------- 2-D projections
+def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_mode: str,
+                   color_title: str = "", height: int | None = None) -> go.Figure:
+    """Side-by-side 2-D scatter panels sharing one colour scale.
+
+    panels: ``title``, ``x``, ``y``, ``x_title``, ``y_title``, ``hover`` (list of HTML strings),
+    ``color`` (numeric values for "continuous", hex colours for "discrete") and, for
+    ``color_mode == "highlight"``, ``match`` (bools: drawn on top in vermillion).
+    """
+    n = len(panels)
+    cols = min(n, 2) if n > 2 else n
+    rows = int(np.ceil(n / cols))
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[esc(p["title"]) for p in panels],
+                        horizontal_spacing=0.08, vertical_spacing=0.14 if rows > 1 else 0.1)
+    fig.update_layout(template=TEMPLATE, height=height or (520 if rows == 1 else 430 * rows),
+                      title=dict(text=esc(title), subtitle=dict(text=subtitle)), margin=dict(t=100))
+    hover_t = "%{text}<extra></extra>"
+    for i, p in enumerate(panels):
+        r, c = i // cols + 1, i % cols + 1
+        x, y = np.asarray(p["x"], dtype=float), np.asarray(p["y"], dtype=float)
+        hv = np.asarray(p["hover"], dtype=object)
+        if color_mode == "highlight":
+            m = np.asarray(p["match"], dtype=bool)
+            fig.add_trace(go.Scatter(x=x[~m], y=y[~m], mode="markers", text=hv[~m], hovertemplate=hover_t,
+                                     marker=dict(size=4, color=MUTED, opacity=0.6), name="other tokens",
+                                     legendgroup="other", showlegend=i == 0), row=r, col=c)
+            fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", text=hv[m], hovertemplate=hover_t,
+                                     marker=dict(size=9, color=HIGHLIGHT, line=dict(width=1, color="black")),
+                                     name="matches", legendgroup="match", showlegend=i == 0), row=r, col=c)
+        elif color_mode == "continuous":
+            fig.add_trace(go.Scatter(x=x, y=y, mode="markers", text=hv, hovertemplate=hover_t, showlegend=False,
+                                     marker=dict(size=4, opacity=0.75, color=np.asarray(p["color"], dtype=float),
+                                                 coloraxis="coloraxis")), row=r, col=c)
+        else:
+            fig.add_trace(go.Scatter(x=x, y=y, mode="markers", text=hv, hovertemplate=hover_t, showlegend=False,
+                                     marker=dict(size=4, opacity=0.75, color=list(p["color"]))), row=r, col=c)
+        fig.update_xaxes(title_text=p.get("x_title", ""), row=r, col=c)
+        fig.update_yaxes(title_text=p.get("y_title", ""), row=r, col=c)
+    if color_mode == "continuous":
+        fig.update_layout(coloraxis=dict(colorscale=SEQUENTIAL, colorbar=dict(title=dict(text=color_title),
+                                                                             thickness=14)))
+    if color_mode == "highlight":
+        fig.update_layout(legend=dict(orientation="h", x=1.0, xanchor="right", y=1.0, yanchor="bottom"))
+    return fig
+
+
+# ----------------------------------------------------------------------------- export decoration
+def with_caption(fig: go.Figure, lines: Sequence[str], meta: dict | None = None) -> go.Figure:
+    """A copy of `fig` with caption lines under the plot (for static images) and `meta` embedded."""
+    out = go.Figure(fig)
+    lines = [w for l in lines for w in _wrap(l, 150).split("<br>")]  # ~150 characters fit 960 px at 10 px
+    mb = out.layout.margin.b if out.layout.margin.b is not None else 60
+    extra = 14 * len(lines) + 14
+    height = out.layout.height or HEIGHT
+    out.update_layout(height=height + extra, margin=dict(b=mb + extra))
+    out.add_annotation(text="<br>".join(lines), xref="paper", yref="paper", x=0, y=0,
+                       xanchor="left", yanchor="top", yshift=-(mb + 4), showarrow=False, align="left",
+                       font=dict(size=10, color="#444444"))
+    if meta is not None:
+        out.update_layout(meta=meta)
+    return out

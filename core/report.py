@@ -1,0 +1,66 @@
+"""The whole-report export: every standard view of the selected (cached) runs, zipped.
+
+Runs outside Streamlit (the download button calls it on a worker thread), so it reads the
+pipeline's disk cache directly and never starts an extraction: uncached runs are skipped.
+"""
+
+from __future__ import annotations
+
+from . import views
+from .export import report_zip
+from .pipeline import analyze, get_stats, is_cached, postprocessed
+from .projection import project, sample_table
+from .selection import SAMPLE_METRICS, Selection, to_query_params
+
+REPORT_METRICS = ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity",
+                  "mean_norm", "pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
+
+
+def _slug(s: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in s)
+
+
+def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
+    """runs: (spec, results, stats) of cached runs, in the selection's order."""
+    res = [r for _, r, _ in runs]
+    layers = [sel.layer_for(views.n_layers(r)) for r in res]
+    out = [views.layer_curves(res, m, sel.x_axis, sel.reference) for m in REPORT_METRICS]
+    if not sel.post.is_identity or sel.drop_outliers:
+        posts = [views.post_for(r, sel.post, sel.drop_outliers) for r in res]
+        rows = [postprocessed(s, p) if not p.is_identity else None for (s, _, _), p in zip(runs, posts)]
+        metric = sel.metric if sel.metric in SAMPLE_METRICS else "pc1_variance_ratio"
+        v = views.layer_curves(res, metric, sel.x_axis, sel.reference, post_rows=rows,
+                               post_labels=[p.label() for p in posts])
+        v.name += "_postprocessed"
+        out.append(v)
+    out.append(views.metric_table(res))
+    out.append(views.pairwise_histogram([s for _, _, s in runs], res, layers))
+    out.append(views.frequency_deciles(res, layers))
+    if len(runs) > 1:
+        out += [views.outlier_counts(res), views.compare_summary(res)]
+    for (spec, r, st), l in zip(runs, layers):
+        per = [views.outlier_bars(st, r, l), views.outlier_heatmap(st, r), views.cosine_contribution_bars(st, r, l),
+               views.outlier_definitions(r), views.outlier_summary(r), views.massive_activations(r),
+               views.frequency_correlation(r)]
+        proj = project(spec, l, "pca")
+        per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
+        for v in per:
+            v.name = f"{_slug(spec.model)}_{v.name}"
+        out += per
+    return out
+
+
+def build_report(sel: Selection) -> bytes:
+    """The zip of every view of the selection's cached runs, plus each results.json."""
+    runs = []
+    for spec in sel.specs():
+        try:
+            if not is_cached(spec):
+                continue
+        except ValueError:  # InputError: a model that cannot load has no results to report
+            continue
+        runs.append((spec, analyze(spec), get_stats(spec)))
+    if not runs:
+        raise ValueError("Nothing computed yet for this selection: press Run first.")
+    vs = report_views(sel, runs)
+    return report_zip(vs, [r for _, r, _ in runs], selection=to_query_params(sel))

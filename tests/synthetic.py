@@ -1,0 +1,100 @@
+"""A synthetic RunStats (numpy only) with the layout core.extract produces, for view/figure tests.
+
+Hidden states: isotropic Gaussian plus a shared offset that grows with depth (anisotropy rises
+with the layer) and one planted outlier dimension whose magnitude tracks log token frequency.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from core.pipeline import RunStats
+from core.spec import N_FREQ_BINS
+
+N_GROUPS = 8
+
+
+def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: int = 20, K: int = 300,
+                    outlier: int = 5, seed: int = 0, label: str = "synthetic-net", with_norms: bool = True) -> RunStats:
+    rng = np.random.default_rng(seed)
+    N = n_seq * seq_len
+    ids = (rng.zipf(1.6, size=N) % 60).astype(np.int64)
+    seq = np.repeat(np.arange(n_seq), seq_len)
+    uniq, cnt = np.unique(ids, return_counts=True)
+    freq_lut = np.zeros(ids.max() + 1)
+    freq_lut[uniq] = cnt
+    logf = np.log(np.maximum(freq_lut[ids], 1))
+    edges = np.quantile(logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
+    bins = np.searchsorted(edges, logf, side="right")
+    tracked = np.asarray([k for k, c in sorted(zip(uniq, cnt), key=lambda kv: -kv[1]) if c >= 5][:20])
+    group_of = rng.integers(0, N_GROUPS, size=n_seq)
+    sample_idx = np.sort(rng.choice(N, size=K, replace=False))
+    common = rng.normal(size=d)
+    L1 = n_layers
+    acc = {k: [] for k in ("group_sum_u", "sum_u_sq", "sum_seq_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",
+                           "max_abs", "sum_f_abs", "intra_sum", "id_sum_u", "bin_sum_u")}
+    sample = np.zeros((L1, K, d), dtype=np.float32)
+    for l in range(L1):
+        X = rng.normal(size=(N, d)) + 0.6 * l * common
+        X[:, outlier] += (4.0 + l) * (1 + logf)  # a frequency-driven outlier dimension
+        norm = np.linalg.norm(X, axis=1, keepdims=True)
+        u = X / norm
+        ax = np.abs(X)
+        acc["group_sum_u"].append(np.stack([u[group_of[seq] == g].sum(0) for g in range(N_GROUPS)]))
+        acc["sum_u_sq"].append((u * u).sum(0))
+        S = np.stack([u[seq == s].sum(0) for s in range(n_seq)])
+        acc["sum_seq_sq"].append((S * S).sum())
+        acc["sum_norm"].append(norm.sum())
+        acc["sum_x"].append(X.sum(0))
+        acc["sum_abs"].append(ax.sum(0))
+        acc["sum_abs2"].append((ax * ax).sum(0))
+        acc["max_abs"].append(ax.max(0))
+        acc["sum_f_abs"].append(logf @ ax)
+        M = np.stack([X[seq == s].mean(0) for s in range(n_seq)])
+        M = M / np.linalg.norm(M, axis=1, keepdims=True)
+        cos_t = (u * M[seq]).sum(1)
+        acc["intra_sum"].append(sum(cos_t[seq == s].mean() for s in range(n_seq)))
+        acc["id_sum_u"].append(np.stack([u[ids == t].sum(0) for t in tracked]))
+        acc["bin_sum_u"].append(np.stack([u[bins == b].sum(0) for b in range(N_FREQ_BINS)]))
+        sample[l] = X[sample_idx]
+    arrays = {k: np.asarray(v, dtype=np.float64) for k, v in acc.items()}
+    arrays.update(
+        n=np.float64(N), n_seq=np.float64(n_seq), sum_n_sq=np.float64(n_seq * seq_len ** 2),
+        group_n=np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64),
+        sum_f=np.float64(logf.sum()), sum_f2=np.float64((logf ** 2).sum()),
+        id_counts=freq_lut[tracked].astype(np.float64), id_list=tracked,
+        bin_n=np.bincount(bins, minlength=N_FREQ_BINS).astype(np.float64), bin_edges=edges, sample=sample,
+        sample_token_id=ids[sample_idx], sample_window=seq[sample_idx], sample_position=sample_idx % seq_len,
+        sample_doc=seq[sample_idx], sample_freq=freq_lut[ids[sample_idx]],
+    )
+    meta = {"sample_tokens": [f"tok{t}" for t in ids[sample_idx]],
+            "sample_context": [f"ctx before [tok{t}] after" for t in ids[sample_idx]]}
+    if with_norms:
+        w = 1 + 0.05 * rng.normal(size=(L1 - 1, d))
+        w[:, outlier] = 3.0  # the planted dim is also a norm-parameter outlier in every block
+        arrays["norm_weight"] = w
+        arrays["norm_bias"] = 0.05 * rng.normal(size=(L1 - 1, d))
+        meta.update(norm_modules=[f"block.{b}.norm" for b in range(L1 - 1)], norm_kind="LayerNorm",
+                    norm_placement="post", norm_layer_offset=1)
+    else:
+        meta.update(norm_modules=[], norm_error="no norm modules found")
+    manifest = {
+        "spec": {"model": label, "corpus": "synthetic", "max_tokens": N, "sample": K, "seed": seed},
+        "model": {"id": label, "label": label, "hidden_size": d, "n_layers": L1 - 1, "causal_lm": False,
+                  "trained": True, "note": "", "fingerprint": "f" * 32, "n_params": 0},
+        "corpus": {"id": "synthetic", "sha256": "0" * 64, "text_column": None, "n_documents": n_seq,
+                   "n_windows": n_seq},
+        "tokens": {"analysed": N, "fed_to_model": N, "content": N, "sample": K, "special_tokens": "exclude"},
+        "layers": {"n": L1, "layer_0": "embedding output (hidden_states[0])"},
+        "device": "cpu", "dtype": "float32", "seed": seed, "versions": {}, "timing": {},
+        "created_utc": "2026-01-01T00:00:00+00:00", "stats_version": 0,
+    }
+    return RunStats(key=f"stats:synthetic-{label}-{seed}", manifest=manifest, meta=meta, arrays=arrays)
+
+
+def synthetic_run(**kw) -> tuple[RunStats, dict]:
+    """(stats, results) with results built by the real core.analysis.build_results."""
+    from core.analysis import build_results
+
+    st = synthetic_stats(**kw)
+    return st, build_results(st)
