@@ -51,6 +51,8 @@ def _spec(a) -> RunSpec:
 class _Bar:
     """A one-line progress bar on stderr: tokens done, tokens/s, ETA."""
 
+    open_line = False  # a progress line without its newline is on stderr (one bar at a time)
+
     def __init__(self, quiet: bool):
         self.quiet = quiet
         self.last = 0.0
@@ -70,9 +72,19 @@ class _Bar:
         else:
             msg = f"\r{p.stage}: {p.message}".ljust(80)
         sys.stderr.write(msg)
+        _Bar.open_line = True
         if p.stage == "forward" and p.done >= p.total:
             sys.stderr.write("\n")
+            _Bar.open_line = False
         sys.stderr.flush()
+
+    @staticmethod
+    def end_line() -> None:
+        """Finish a pending progress line, so that the next message starts a line of its own."""
+        if _Bar.open_line:
+            sys.stderr.write("\n")
+            sys.stderr.flush()
+            _Bar.open_line = False
 
 
 def _write(path: str, obj) -> None:
@@ -109,6 +121,7 @@ def cmd_analyze(a) -> int:
     t0 = time.perf_counter()
     res = analyze(_spec(a), cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
     _write(a.out, res)
+    _Bar.end_line()
     m = res["manifest"]
     for e in m.get("cache_events", []):
         print(f"warning: {e}", file=sys.stderr)
@@ -129,6 +142,7 @@ def cmd_outliers(a) -> int:
         out["ablation"] = run_ablation(spec, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
                                        held_out_tokens=a.held_out_tokens)
     _write(a.out, out)
+    _Bar.end_line()
     o = res["outliers"]
     print(f"persistent activation outliers: {o['activation']['persistent']}", file=sys.stderr)
     if "persistent" in o.get("norm_parameters", {}):
@@ -164,11 +178,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.fn(args)
     except (InputError, Cancelled) as e:
-        print(f"error: {e}", file=sys.stderr)
+        _Bar.end_line()
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever the message
         return 2
     except KeyboardInterrupt:
+        _Bar.end_line()
         print("error: interrupted; nothing partial was stored", file=sys.stderr)
         return 130
     except MemoryError:
+        _Bar.end_line()
         print("error: out of memory: lower --max-tokens, --batch-size or --sample", file=sys.stderr)
         return 3
