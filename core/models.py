@@ -139,7 +139,12 @@ def validate_model_folder(folder: Path) -> list[Path]:
 
 
 def is_local_folder(ident: str) -> bool:
-    return os.path.sep in ident or ident.startswith(".") or Path(ident).is_dir()
+    """A path: written as one (/, ./, ../, ~, more than one '/') or existing here. `org/name` that does
+    not exist here is a hub identifier."""
+    if ident.startswith((".", "/", "~")) or Path(ident).expanduser().is_dir():
+        return True
+    name = ident.split("@", 1)[0]
+    return os.path.sep in name and name.count("/") != 1
 
 
 def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
