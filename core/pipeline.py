@@ -122,13 +122,13 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
 
 
 def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
+    documents = load_documents(spec.corpus, spec.text_column)  # a bad corpus fails before importing torch
     import torch
 
     progress = progress or (lambda p: None)
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     if device == "cuda" and not torch.cuda.is_available():
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
-    documents = load_documents(spec.corpus, spec.text_column)
     progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                     trust_remote_code=spec.trust_remote_code)
