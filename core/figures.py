@@ -23,6 +23,7 @@ REFERENCE = "#555555"
 REFERENCE_STYLES = [("dot", "x-thin"), ("dashdot", "cross-thin"), ("longdash", "asterisk-open"), ("dash", "y-up-open")]
 SEQUENTIAL = "Viridis"  # perceptually uniform, colour-blind safe
 WIDTH, HEIGHT = 960, 520  # export size in CSS pixels (PNG is rendered at scale 2)
+SUBTITLE_CHARS = 88  # subtitle line length that fits a half-width figure in the app
 FONT = "Arial, Helvetica, sans-serif"
 
 _axis = dict(showline=True, linecolor="black", linewidth=1, ticks="outside", tickcolor="black",
@@ -67,11 +68,30 @@ def _wrap(text: str, width: int = 70) -> str:
     return "<br>".join(esc(l) for l in lines)
 
 
+def wrap_segments(text: str, width: int = SUBTITLE_CHARS) -> str:
+    """Break an (already escaped) subtitle at its ' · ' separators into lines of ~`width` characters."""
+    lines, cur = [], ""
+    for seg in str(text).split(" · "):
+        if cur and len(cur) + 3 + len(seg) > width:
+            lines.append(cur)
+            cur = seg
+        else:
+            cur = f"{cur} · {seg}" if cur else seg
+    if cur:
+        lines.append(cur)
+    return "<br>".join(lines)
+
+
+def _titles(fig: go.Figure, title: str, subtitle: str) -> None:
+    sub = wrap_segments(subtitle)
+    n = sub.count("<br>") + 1 if sub else 0
+    fig.update_layout(title=dict(text=esc(title), subtitle=dict(text=sub)), margin=dict(t=58 + 17 * n))
+
+
 def base(title: str, subtitle: str = "", x_title: str = "", y_title: str = "", height: int = HEIGHT) -> go.Figure:
     fig = go.Figure()
-    fig.update_layout(template=TEMPLATE, height=height,
-                      title=dict(text=esc(title), subtitle=dict(text=subtitle)),
-                      xaxis_title=x_title, yaxis_title=y_title)
+    fig.update_layout(template=TEMPLATE, height=height, xaxis_title=x_title, yaxis_title=y_title)
+    _titles(fig, title, subtitle)
     return fig
 
 
@@ -97,7 +117,7 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
             x = list(s["x"])
             fig.add_trace(go.Scatter(
                 x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself", fillcolor=_rgba(c, 0.18),
-                line=dict(width=0), hoverinfo="skip", name=s.get("band_name", "95% CI"),
+                line=dict(width=0), hoverinfo="skip", name=s.get("band_name") or f"{s['name']}: 95% CI",
                 legendgroup=group, showlegend=bool(s.get("band_name"))))
         hover = s.get("hover")
         fig.add_trace(go.Scatter(
@@ -148,9 +168,10 @@ def dim_bars(values: Sequence[float], highlight: Iterable[int], *, threshold: fl
     dims = np.arange(len(v))
     fig = base(title, subtitle, x_title, y_title)
     mask = np.isin(dims, sorted(hi))
-    fig.add_trace(go.Bar(x=dims[~mask], y=v[~mask], name="other dimensions", marker_color=MUTED,
+    # Explicit widths: plotly would size the few outlier bars from their own (wide) spacing.
+    fig.add_trace(go.Bar(x=dims[~mask], y=v[~mask], name="other dimensions", marker_color=MUTED, width=1.0,
                          marker_line_width=0, hovertemplate="dim %{x}<br>%{y:.4g}<extra></extra>"))
-    fig.add_trace(go.Bar(x=dims[mask], y=v[mask], name="outlier dimensions", marker_color=HIGHLIGHT,
+    fig.add_trace(go.Bar(x=dims[mask], y=v[mask], name="outlier dimensions", marker_color=HIGHLIGHT, width=1.0,
                          marker_line_width=0, hovertemplate="<b>outlier dim %{x}</b><br>%{y:.4g}<extra></extra>"))
     if threshold is not None and np.isfinite(threshold):
         fig.add_hline(y=float(threshold), line=dict(color="black", dash="dash", width=1),
@@ -176,7 +197,7 @@ def ranked_bars(labels: Sequence[str], values: Sequence[float], highlight: Seque
     fig.add_trace(go.Bar(x=[None], y=[None], marker_color=HIGHLIGHT, name="outlier dimension"))
     fig.add_trace(go.Bar(x=[None], y=[None], marker_color=OKABE_ITO[0], name="other dimension"))
     fig.update_xaxes(type="category")
-    _legend_right(fig)
+    fig.update_layout(legend=dict(x=0.99, xanchor="right", y=0.99, yanchor="top"))  # bars fall to the right
     return fig
 
 
@@ -247,8 +268,9 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
     rows = int(np.ceil(n / cols))
     fig = make_subplots(rows=rows, cols=cols, subplot_titles=[esc(p["title"]) for p in panels],
                         horizontal_spacing=0.08, vertical_spacing=0.14 if rows > 1 else 0.1)
-    fig.update_layout(template=TEMPLATE, height=height or (520 if rows == 1 else 430 * rows),
-                      title=dict(text=esc(title), subtitle=dict(text=subtitle)), margin=dict(t=100))
+    fig.update_layout(template=TEMPLATE, height=height or (560 if rows == 1 else 440 * rows))
+    _titles(fig, title, subtitle)
+    fig.update_layout(margin=dict(t=fig.layout.margin.t + 24))  # room for the panel titles
     hover_t = "%{text}<extra></extra>"
     for i, p in enumerate(panels):
         r, c = i // cols + 1, i % cols + 1
@@ -275,7 +297,7 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
         fig.update_layout(coloraxis=dict(colorscale=SEQUENTIAL, colorbar=dict(title=dict(text=color_title),
                                                                              thickness=14)))
     if color_mode == "highlight":
-        fig.update_layout(legend=dict(orientation="h", x=1.0, xanchor="right", y=1.0, yanchor="bottom"))
+        fig.update_layout(legend=dict(x=1.0, xanchor="right", y=1.0, yanchor="top"))
     return fig
 
 

@@ -1,0 +1,202 @@
+"""Views and figures on synthetic runs built by the real results builder (numpy only)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from core import figures as F
+from core import views
+from core.postprocess import PostProcess
+from core.projection import pca_2d, sample_table
+from core.reference import reference_curves
+from tests.synthetic import synthetic_run
+
+
+@pytest.fixture(scope="module")
+def run_a():
+    return synthetic_run()
+
+
+@pytest.fixture(scope="module")
+def run_b():
+    return synthetic_run(n_layers=9, d=32, label="deep-net", seed=1, with_norms=False)
+
+
+def _y(trace):
+    return np.asarray(trace.y, dtype=float)
+
+
+def _measured(fig):
+    return [t for t in fig.data if not t.name.startswith("published") and t.fill != "toself"]
+
+
+def test_layer_curves_plot_the_results(run_a, run_b):
+    (_, a), (_, b) = run_a, run_b
+    v = views.layer_curves([a, b], "mean_cosine", "layer", reference=True)
+    measured = _measured(v.figure)
+    assert len(measured) == 2
+    np.testing.assert_allclose(_y(measured[0]), [r["mean_cosine"] for r in a["layers"]])
+    np.testing.assert_allclose(_y(measured[1]), [r["mean_cosine"] for r in b["layers"]])
+    assert list(measured[1].x) == list(range(9))
+    # The CI band: a closed polygon through the upper then the lower bounds.
+    band = [t for t in v.figure.data if t.fill == "toself"]
+    assert len(band) == 2
+    np.testing.assert_allclose(_y(band[0])[:5], [r["mean_cosine_ci"][1] for r in a["layers"]])
+    # Published curves: labelled as such, their estimator in the hover, never a measured colour.
+    refs = [t for t in v.figure.data if t.name.startswith("published")]
+    assert len(refs) == len(reference_curves("mean_cosine")) >= 1
+    assert all("Ethayarajh" in t.name and "random" in t.hovertemplate for t in refs)
+    assert all(t.line.color == F.REFERENCE for t in refs)
+    assert set(v.data["series"]) >= {"measured"} and v.data["corpus"].eq("published").any()
+    assert "N = 600 tokens" in v.figure.layout.title.subtitle.text
+
+
+def test_relative_depth_aligns_models_of_different_depth(run_a, run_b):
+    (_, a), (_, b) = run_a, run_b
+    v = views.layer_curves([a, b], "isoscore", "depth", reference=False)
+    xs = [np.asarray(t.x, dtype=float) for t in _measured(v.figure)]
+    assert xs[0][0] == 0 and xs[0][-1] == 1 and xs[1][-1] == 1 and len(xs[1]) == 9
+    assert not [t for t in v.figure.data if t.name.startswith("published")]
+    assert "sample" in v.figure.layout.title.subtitle.text  # isoscore is a sample metric: K is stated
+
+
+def test_post_processing_overlay_is_dashed_and_only_for_sample_metrics(run_a):
+    _, a = run_a
+    rows = [{"layer": l, "post": "center", "pc1_variance_ratio": 0.5 + 0.01 * l} for l in range(5)]
+    v = views.layer_curves([a], "pc1_variance_ratio", post_rows=[rows], post_labels=["center"])
+    dashed = [t for t in v.figure.data if t.line.dash == "dash"]
+    assert len(dashed) == 1 and "after center" in dashed[0].name
+    np.testing.assert_allclose(_y(dashed[0]), [0.5 + 0.01 * l for l in range(5)])
+    v2 = views.layer_curves([a], "mean_norm", post_rows=[rows], post_labels=["center"])
+    assert not [t for t in v2.figure.data if t.line.dash == "dash"]
+    assert any("corpus-level" in n for n in v2.notes)
+
+
+def test_post_for_restricts_dims_and_adds_the_models_outliers(run_a):
+    _, a = run_a
+    p = views.post_for(a, PostProcess(center=True, remove=(1, 500)), drop_outliers=True)
+    assert p.center and p.remove == tuple(sorted({1, *a["outliers"]["activation"]["persistent"]}))
+
+
+def test_histogram_is_a_density_with_its_pair_count(run_a):
+    st, a = run_a
+    v = views.pairwise_histogram([st], [a], [2])
+    d = v.data
+    assert math.isclose(float((d["density"] * (d["bin_high"] - d["bin_low"])).sum()), 1.0, rel_tol=1e-9)
+    assert d["count"].sum() == d["n_pairs"].iloc[0] == 300 * 299 // 2
+    assert "44,850 pairs of 300 tokens" in v.figure.layout.title.subtitle.text
+    small = views.pairwise_histogram([st], [a], [2], max_pairs=1000)
+    assert small.data["count"].sum() <= 1000 and "random subset" in small.caption
+
+
+def test_frequency_deciles_plot_the_binned_cosines(run_a):
+    _, a = run_a
+    v = views.frequency_deciles([a], [3])
+    want = [np.nan if x is None else x for x in a["layers"][3]["frequency_binned_cosine"]]
+    np.testing.assert_allclose(_y(v.figure.data[0]), want)
+    assert list(v.figure.data[0].x) == list(range(1, 11))
+
+
+def test_outlier_bars_highlight_the_planted_dimension(run_a):
+    st, a = run_a
+    v = views.outlier_bars(st, a, 2)
+    other, hi = v.figure.data[0], v.figure.data[1]
+    assert 5 in list(hi.x) and 5 not in list(other.x)
+    assert list(hi.x) == a["outliers"]["activation"]["per_layer"][2]
+    assert len(hi.x) + len(other.x) == 24 and hi.width == 1.0
+    m = v.data.set_index("dim")["mean_abs"]
+    assert m[5] > v.data["threshold"].iloc[0] > m.drop(5).max()
+
+
+def test_cosine_contributions_add_up_to_the_mean_cosine(run_a):
+    st, a = run_a
+    v = views.cosine_contribution_bars(st, a, 3, top=5)
+    assert math.isclose(v.data["cc"].sum(), a["layers"][3]["mean_cosine"], rel_tol=1e-9, abs_tol=1e-12)
+    bars = v.figure.data[0]
+    assert len(bars.x) == 5 and list(bars.x)[0] == "5"  # the planted dim dominates
+    assert bars.marker.color[0] == F.HIGHLIGHT
+
+
+def test_heatmap_and_definitions(run_a, run_b):
+    st, a = run_a
+    hm = views.outlier_heatmap(st, a)
+    z = np.asarray(hm.figure.data[0].z, dtype=float)
+    assert z.shape == (5, 24) and (z[:, 5] > 3).all()
+    d = views.outlier_definitions(a)
+    act, norm = d.figure.data[0], d.figure.data[1]
+    assert len(act.x) == sum(len(x) for x in a["outliers"]["activation"]["per_layer"])
+    assert set(zip(norm.x, norm.y)) >= {(5, l) for l in range(1, 5)}  # norm block b drawn at layer b + 1
+    assert d.data["jaccard"].notna().any()
+    _, b = run_b
+    db = views.outlier_definitions(b)  # a model without norm modules: only the activation rule, a note
+    assert len(db.figure.data) == 1 and db.notes
+
+
+def test_summary_tables_and_compare(run_a, run_b):
+    (_, a), (_, b) = run_a, run_b
+    s = views.outlier_summary(a)
+    assert s.data["source"].str.startswith("published").sum() >= 1
+    cs = views.compare_summary([a, b])
+    assert list(cs.data["layers (L)"]) == [4, 8] and list(cs.data["d"]) == [24, 32]
+    oc = views.outlier_counts([a, b])
+    assert list(oc.figure.data[1].y) == [len(x) for x in b["outliers"]["activation"]["per_layer"]]
+    fr = views.frequency_correlation(a)
+    assert fr.figure.data[0].name == "outlier dim 5" and max(_y(fr.figure.data[0])) > 0.5
+    assert "random" in fr.figure.data[-1].name
+
+
+def test_projection_hover_colours_and_search(run_a):
+    st, a = run_a
+    xy, ev = pca_2d(st.sample(2).astype(float))
+    proj = {"xy": xy, "method": "pca", "params": {}, "layer": 2, "post": "raw", "n_points": len(xy),
+            "explained_variance": ev}
+    table = sample_table(st)
+    v = views.projection([(a, proj, table)], "log_frequency")
+    tr = v.figure.data[0]
+    assert len(tr.x) == 300 and table["token"][0] in tr.text[0] and table["context"][0] in tr.text[0]
+    np.testing.assert_allclose(np.asarray(tr.marker.color, dtype=float), table["log_frequency"])
+    assert "K = 300 of N = 600" in v.figure.layout.title.subtitle.text
+    assert v.figure.layout.xaxis.title.text.startswith("PC1 (")
+    tok = table["token"][0]
+    s = views.projection([(a, proj, table), (a, proj, table)], "search", search=tok)
+    n_match = int((table["token"] == tok).sum())
+    matches = [t for t in s.figure.data if t.name == "matches"]
+    assert len(matches) == 2 and len(matches[0].x) == n_match
+    assert int(s.data["match"].sum()) == 2 * n_match
+    doc = views.projection([(a, proj, table)], "document")
+    assert len(set(doc.figure.data[0].marker.color)) > 1
+
+
+def test_ablation_view(run_a):
+    _, a = run_a
+    ab = {"baseline_loss": 3.0, "ablated_loss": 3.6, "delta": 0.6, "random_losses": [3.01, 3.03],
+          "random_deltas": [0.01, 0.03], "random_delta_mean": 0.02, "random_delta_std": 0.014, "dims": [5],
+          "random_dims": [[1], [2]], "modules": [], "n_tokens": 100, "held_out_tokens": 100,
+          "held_out_documents": 3}
+    v = views.ablation_view(ab, a)
+    bars = [t for t in v.figure.data if t.type == "bar"]
+    assert [float(b.y[0]) for b in bars] == [0.6, 0.02]
+    assert list(v.data["ablation"]) == ["outlier dims", "random dims", "random dims"]
+
+
+def test_every_figure_uses_the_template_and_states_its_sample_size(run_a, run_b):
+    (sa, a), (sb, b) = run_a, run_b
+    figs = [views.layer_curves([a, b], m) for m in ("mean_cosine", "effective_rank", "mean_norm")]
+    figs += [views.pairwise_histogram([sa], [a], [1]), views.frequency_deciles([a], [1]),
+             views.outlier_bars(sa, a, 1), views.outlier_heatmap(sa, a), views.cosine_contribution_bars(sa, a, 1),
+             views.outlier_definitions(a), views.frequency_correlation(a), views.outlier_counts([a, b])]
+    for v in figs:
+        lay = v.figure.layout
+        assert lay.template.layout.paper_bgcolor == "white" and lay.template.layout.plot_bgcolor == "white"
+        assert list(lay.template.layout.colorway) == F.OKABE_ITO
+        assert lay.title.text and ("N = " in lay.title.subtitle.text or "pairs of" in lay.title.subtitle.text), v.name
+        assert lay.xaxis.title.text and lay.yaxis.title.text, v.name
+        json.loads(v.figure.to_json())  # serialisable for the browser and the exports
+        assert v.manifest["runs"][0]["model"]["label"] == "synthetic-net"
+
+
+def test_subtitles_wrap_at_separators():
+    s = F.wrap_segments(" · ".join(["x" * 40] * 4), width=90)
+    assert s.count("<br>") == 1 and s.replace("<br>", " · ") == " · ".join(["x" * 40] * 4)
