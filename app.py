@@ -1,0 +1,22 @@
+"""Anisotropy workbench: `streamlit run app.py`.
+
+The shared sidebar (models, corpus, budget, Run) and the page navigation. No computation here:
+the Run button hands over to ui.run, every page reads the selection and calls core.views.
+"""
+
+import streamlit as st
+
+from ui import data, sidebar, state
+
+st.set_page_config(page_title="Anisotropy workbench", page_icon=":material/scatter_plot:", layout="wide")
+data.warmup()  # numba compiles umap in the background, once per process
+
+nav = st.navigation([
+    st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", default=True, url_path="layers"),
+    st.Page("pages/outliers.py", title="Outliers", icon=":material/bar_chart:", url_path="outliers"),
+    st.Page("pages/projection.py", title="Projection", icon=":material/scatter_plot:", url_path="projection"),
+    st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+])
+sel = sidebar.render(state.selection())  # the Run button's click is handled by page.header()
+state.sync_url(sel)
+nav.run()

@@ -1,0 +1,38 @@
+"""Compare: two or more models on the same corpus, aligned by relative depth (layer / L)."""
+
+import streamlit as st
+
+from core import views
+from core.postprocess import PostProcess
+from core.selection import METRICS
+from ui import data, page, state
+
+sel, runs = page.header("Compare models")
+if page.need_runs(runs):
+    if len(runs) < 2:
+        st.info("Add a second model in the sidebar (e.g. an untrained control) and press Run to compare.", icon="➕")
+    results = [r.results for r in runs]
+    metric = st.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
+                          format_func=lambda k: METRICS[k][0], key="c_metric")
+    sel = state.update(metric=metric)
+    page.show(views.layer_curves(results, sel.metric, "depth", sel.reference), "c_curves")
+    page.show(views.outlier_counts(results), "c_counts")
+    st.markdown("**Summary**")
+    page.show(views.compare_summary(results), "c_summary")
+
+    st.subheader("Projections at the same relative depth")
+    with st.form("compare_projection"):
+        c1, c2 = st.columns([3, 2])
+        depth = c1.slider("Relative depth (0 = embeddings, 1 = last layer)", 0.0, 1.0, float(sel.depth), step=0.05,
+                          key="c_depth")
+        method = c2.radio("Method", ["pca", "umap"], index=["pca", "umap"].index(sel.proj_method),
+                          horizontal=True, format_func=str.upper, key="c_method")
+        go = st.form_submit_button("Project", type="primary")
+    if go:
+        state.update(depth=float(depth), proj_method=method)
+        st.rerun()
+    with st.spinner("Projecting…"):
+        panels = [(r.results, data.projection(r.spec, views.layer_at_depth(r.results, sel.depth), sel.proj_method,
+                                              PostProcess(), sel.n_neighbors, sel.min_dist, sel.seed),
+                   data.sample_table(r.spec)) for r in runs]
+    page.show(views.projection(panels, "log_frequency"), "c_proj")

@@ -1,0 +1,44 @@
+"""Layers: per-layer curves of every metric, models overlaid, with the published references,
+the post-processing what-if, the table of numbers, the pairwise-cosine distribution and the
+mean cosine by token-frequency decile."""
+
+import streamlit as st
+
+from core import views
+from core.selection import METRICS, SAMPLE_METRICS
+from ui import data, page, state
+
+sel, runs = page.header("Anisotropy by layer")
+if page.need_runs(runs):
+    c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
+    metric = c1.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
+                          format_func=lambda k: METRICS[k][0], key="metric")
+    x_axis = c2.radio("x axis", ["layer", "depth"], index=["layer", "depth"].index(sel.x_axis), horizontal=True,
+                      format_func={"layer": "layer index", "depth": "relative depth (layer / L)"}.get, key="x_axis")
+    ref = c3.toggle("Published curves (Ethayarajh 2019)", sel.reference, key="reference")
+    sel = state.update(metric=metric, x_axis=x_axis, reference=ref)
+
+    posts = page.posts_for(sel, runs)
+    post_rows = [data.post_rows(r.spec, p) if not p.is_identity else None for r, p in zip(runs, posts)]
+    curves = views.layer_curves([r.results for r in runs], sel.metric, sel.x_axis, sel.reference,
+                                post_rows=post_rows, post_labels=[p.label() for p in posts])
+    page.show(curves, "curves")
+    with st.expander("Post-processing what-if (dashed curves)", expanded=not sel.post.is_identity or sel.drop_outliers):
+        page.post_form(sel, runs, "layers")
+        if sel.metric not in SAMPLE_METRICS:
+            st.caption("Choose a sample metric (mean cosine, PC1 ratio, effective rank, IsoScore, partition "
+                       "isotropy) to see the what-if curves.")
+
+    st.subheader("Numbers")
+    page.show(views.metric_table([r.results for r in runs]), "table")
+
+    st.subheader("At one layer")
+    depth_max = max(r.n_layers for r in runs)
+    page.layer_slider(sel, depth_max, "layers", help="Until you move it, each model shows its middle layer.")
+    sel = state.selection()
+    layers = tuple(sel.layer_for(r.n_layers) for r in runs)
+    h1, h2 = st.columns(2)
+    with h1:
+        page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist")
+    with h2:
+        page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles")

@@ -1,0 +1,59 @@
+"""Outliers: mean |x_d| per dimension, the layers x dimensions map, cosine contributions, the two
+outlier definitions side by side, the frequency link, and the ablation (behind a button)."""
+
+import streamlit as st
+
+from core import views
+from core.errors import InputError
+from ui import data, page, state
+
+sel, runs = page.header("Outlier dimensions")
+if page.need_runs(runs):
+    if len(runs) > 1:
+        c1, c2 = st.columns([1, 2], vertical_alignment="bottom")
+        with c1:
+            run = page.focus_picker(sel, runs, "outliers")
+        with c2:
+            layer = page.layer_slider(state.selection(), run.n_layers, "outliers")
+    else:
+        run = runs[0]
+        layer = page.layer_slider(sel, run.n_layers, "outliers")
+    res = run.results
+
+    page.show(data.outlier_bars(run.spec, layer), "bars")
+    a, b = st.columns(2)
+    with a:
+        page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
+    with b:
+        st.markdown("**Persistent outlier dimensions**")
+        page.show(views.outlier_summary(res), "summary")
+        st.caption("Published dims (Puccetti et al. 2022) belong to other models with another d: context, "
+                   "not a check of this run.")
+    page.show(data.outlier_heatmap(run.spec), "heatmap")
+
+    st.subheader("Two definitions: activations vs LayerNorm parameters")
+    defs = views.outlier_definitions(res)
+    page.show(defs, "defs")
+    with st.expander("Per layer: activation rule vs norm-parameter rule (Jaccard overlap)"):
+        st.dataframe(defs.data, hide_index=True, width="stretch", key="df_agreement")
+    with st.expander("Massive activations (largest max |x_d| per layer)"):
+        page.show(views.massive_activations(res), "massive")
+
+    st.subheader("Frequency")
+    page.show(views.frequency_correlation(res), "freq")
+
+    st.subheader("Ablation: zero the outlier dimensions in every norm")
+    dims = sorted(set(res["outliers"]["activation"]["persistent"])
+                  | set(res["outliers"].get("norm_parameters", {}).get("persistent") or []))
+    st.caption(f"Dimensions: {dims or 'none'} (persistent outliers of either definition). The LM loss on held-out "
+               "text is compared with zeroing as many random dimensions (5 draws). Loads the model: ~10-60 s.")
+    lg = state.log()
+    rid = state.run_id(run.spec)
+    if st.button("Run ablation", key="ablate", icon=":material/science:") or rid in lg.ablations:
+        try:
+            with st.spinner("Ablating (loads the model)…"):
+                ab = data.ablation(run.spec)
+            lg.ablations.add(rid)
+            page.show(views.ablation_view(ab, res), "ablation")
+        except InputError as e:
+            st.error(str(e))

@@ -1,0 +1,78 @@
+"""Cached accessors of core results, keyed on small specs (never on arrays), all bounded.
+
+The disk cache (core.cache) already keeps every computed result; these in-memory caches only
+spare reruns the disk reads. `results` is called only for runs that are cached on disk, so no
+widget change ever starts an extraction: that happens in ui.run, behind the Run button.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from core import pipeline, projection as P, views
+from core.postprocess import PostProcess
+from core.spec import RunSpec
+
+
+@st.cache_resource(show_spinner=False)
+def warmup():
+    """Compile umap's numba kernels once per process, in the background."""
+    return P.start_warmup()
+
+
+@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+def is_cached(spec: RunSpec) -> bool:
+    return pipeline.is_cached(spec)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def results(spec: RunSpec) -> dict:
+    return pipeline.analyze(spec)
+
+
+@st.cache_resource(max_entries=3, show_spinner=False)
+def stats(spec: RunSpec) -> pipeline.RunStats:
+    """Statistics with the token sample (large arrays): shared, never copied, never mutated."""
+    return pipeline.get_stats(spec)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def sample_table(spec: RunSpec):
+    return P.sample_table(stats(spec))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def post_rows(spec: RunSpec, post: PostProcess) -> list[dict]:
+    return pipeline.postprocessed(spec, post)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def projection(spec: RunSpec, layer: int, method: str, post: PostProcess, n_neighbors: int, min_dist: float,
+               seed: int) -> dict:
+    return P.project(spec, layer, method, post=post, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def ablation(spec: RunSpec) -> dict:
+    return pipeline.run_ablation(spec)
+
+
+# Views that compute on the sample (seconds): cached on (specs, parameters).
+@st.cache_data(max_entries=32, show_spinner=False)
+def pairwise_histogram(specs: tuple[RunSpec, ...], layers: tuple[int, ...]) -> views.View:
+    return views.pairwise_histogram([stats(s) for s in specs], [results(s) for s in specs], layers)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def outlier_heatmap(spec: RunSpec) -> views.View:
+    return views.outlier_heatmap(stats(spec), results(spec))
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def outlier_bars(spec: RunSpec, layer: int) -> views.View:
+    return views.outlier_bars(stats(spec), results(spec), layer)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def cosine_contribution_bars(spec: RunSpec, layer: int) -> views.View:
+    return views.cosine_contribution_bars(stats(spec), results(spec), layer)

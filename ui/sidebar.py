@@ -1,0 +1,152 @@
+"""The shared sidebar: models, corpus, token budget, advanced options, Run, report export.
+
+Changing a widget only changes the selection (and the URL); extraction starts on Run only.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import streamlit as st
+
+from core import report
+from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
+from core.errors import InputError
+from core.models import BUILTIN_MODELS, describe_model
+from core.selection import MAX_MODELS
+from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
+from core.uploads import save_pasted_text, save_upload
+
+from . import data, state
+
+SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
+UPLOAD_TYPES = [s.lstrip(".") for s in TEXT_SUFFIXES + TABLE_SUFFIXES]
+
+
+def _model_label(ident: str) -> str:
+    e = BUILTIN_MODELS.get(ident)
+    return f"{e.label}{' (untrained)' if not e.trained and 'untrained' not in e.label else ''}" if e else ident
+
+
+def _models(sel) -> tuple[str, ...]:
+    options = list(BUILTIN_MODELS) + [m for m in sel.models if m not in BUILTIN_MODELS]
+    chosen = st.multiselect(
+        "Models (up to 4)", options, default=list(sel.models), format_func=_model_label, key="w_models",
+        max_selections=MAX_MODELS, accept_new_options=True,
+        help="Built-in models, or type a local model folder (with config.json and weights) or a hub "
+             "identifier and press Enter.")
+    for m in chosen:
+        note = describe_model(m).get("note")
+        if note:
+            st.caption(f":material/warning: {_model_label(m)}: {note}")
+    return tuple(chosen)
+
+
+def _corpus(sel) -> tuple[str, str | None]:
+    src0 = 0 if sel.corpus in BUILTIN_CORPORA else 1
+    src = st.radio("Corpus", SOURCES, index=src0, key="w_corpus_src", horizontal=False)
+    if src == SOURCES[0]:
+        ids = list(BUILTIN_CORPORA)
+        cur = sel.corpus if sel.corpus in BUILTIN_CORPORA else ids[0]
+        cid = st.selectbox("Built-in corpus", ids, index=ids.index(cur), key="w_corpus",
+                           format_func=lambda i: BUILTIN_CORPORA[i].label, label_visibility="collapsed")
+        st.caption(BUILTIN_CORPORA[cid].description)
+        return cid, None
+    if src == SOURCES[1]:
+        up = st.file_uploader("Text or table file", type=UPLOAD_TYPES, key="w_upload",
+                              help=".txt/.md: documents separated by blank lines; .csv/.tsv/.jsonl/.parquet: "
+                                   "one document per row, pick the text column.")
+        if up is not None:
+            try:
+                path = str(save_upload(up.getvalue(), up.name))
+            except InputError as e:
+                st.error(str(e))
+                return sel.corpus, sel.text_column
+        elif sel.corpus not in BUILTIN_CORPORA:
+            path = sel.corpus  # from the URL, an earlier upload or pasted text
+        else:
+            st.caption("No file yet: the built-in corpus stays selected until you upload one.")
+            return sel.corpus, sel.text_column
+        if not Path(path).exists():
+            st.error(f"The corpus file {Path(path).name} is not there (any more): upload it again.")
+            return sel.corpus, sel.text_column
+        st.caption(f"File: `{up.name if up is not None else Path(path).name}`")
+        col = None
+        if Path(path).suffix.lower() in TABLE_SUFFIXES:
+            try:
+                cols = table_columns(path)
+            except InputError as e:
+                st.error(str(e))
+                return sel.corpus, sel.text_column
+            guess = sel.text_column if sel.text_column in cols else next(
+                (c for c in cols if c.lower() in ("text", "content", "sentence", "document")), cols[0])
+            col = st.selectbox("Text column", cols, index=cols.index(guess), key="w_text_col")
+        return path, col
+    with st.form("paste_form", border=False):
+        text = st.text_area("Paste documents (separate documents with a blank line)", height=140, key="w_paste")
+        use = st.form_submit_button("Use this text")
+    if use:
+        try:
+            return str(save_pasted_text(text)), None
+        except InputError as e:
+            st.error(str(e))
+    if sel.corpus not in BUILTIN_CORPORA:
+        st.caption(f"Using `{Path(sel.corpus).name[:12]}…` ({Path(sel.corpus).suffix})")
+    return sel.corpus, sel.text_column
+
+
+def _advanced(sel) -> dict:
+    with st.expander("Advanced options"):
+        kw = dict(
+            max_seq_len=st.number_input("Max sequence length (tokens)", 8, 8192, sel.max_seq_len, step=64,
+                                        key="w_seqlen", help="Longer documents are split into windows."),
+            special_tokens=st.radio("Special tokens ([CLS], [SEP], BOS…)", SPECIAL_POLICIES,
+                                    index=SPECIAL_POLICIES.index(sel.special_tokens), key="w_special",
+                                    horizontal=True, help="exclude: analyse text tokens only (default)."),
+            device=st.selectbox("Device", DEVICES, index=DEVICES.index(sel.device), key="w_device"),
+            dtype=st.selectbox("Dtype", DTYPES, index=DTYPES.index(sel.dtype), key="w_dtype",
+                               help="auto: float32 on CPU, bfloat16 on CUDA."),
+            sample=st.number_input("Sample size K (tokens kept for projections and sample metrics)", 100, 50_000,
+                                   sel.sample, step=500, key="w_sample"),
+            seed=st.number_input("Seed", 0, 2**31 - 1, sel.seed, key="w_seed"),
+            batch_size=st.number_input("Batch size", 1, 512, sel.batch_size, key="w_batch"),
+        )
+    return {k: (int(v) if k in ("max_seq_len", "sample", "seed", "batch_size") else v) for k, v in kw.items()}
+
+
+def render(sel):
+    """Draw the sidebar; return the selection. (The Run button's value is read by page.header.)"""
+    with st.sidebar:
+        models = _models(sel)
+        corpus, col = _corpus(sel)
+        tokens = st.number_input("Token budget (tokens analysed per model)", 500, 10_000_000, sel.max_tokens,
+                                 step=5000, key="w_tokens",
+                                 help="Whole documents in a seeded order until the budget is met.")
+        adv = _advanced(sel)
+        new = sel
+        try:
+            new = sel.replace(models=models, corpus=corpus, text_column=col, max_tokens=int(tokens), **adv)
+        except (InputError, ValueError) as e:
+            st.error(str(e))
+        if new != sel:
+            new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "max_tokens",
+                                                                 *adv)})
+        specs = new.specs()
+        n_cached = 0
+        for s in specs:
+            try:
+                n_cached += bool(data.is_cached(s))
+            except InputError:
+                pass
+        st.button("Run", type="primary", key="run", width="stretch", icon=":material/play_arrow:",
+                  help="Extract hidden states for every selected model that is not cached yet.")
+        st.caption(f"{n_cached} of {len(specs)} selected run{'s' if len(specs) > 1 else ''} already computed "
+                   "(shown at once).")
+        if n_cached:
+            st.download_button("Export report (zip)", data=partial(report.build_report, new),
+                               file_name="anisotropy-report.zip", mime="application/zip", key="report_zip",
+                               on_click="ignore", width="stretch", icon=":material/folder_zip:",
+                               help="Every figure (PNG, SVG, PDF), its data (CSV, JSON), report.html and "
+                                    "results.json of each computed run, with manifests. Takes ~10-30 s.")
+    return new

@@ -1,0 +1,74 @@
+"""The selection in st.session_state (one key) and in the URL query params.
+
+`selection()` reads it (from the URL on a session's first run); `update(**fields)` replaces it
+and writes the non-default fields back to the URL, so any view can be shared and reloaded.
+The run log (what this session computed, errors, an interrupted run) lives under a second key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import streamlit as st
+
+from core.errors import InputError
+from core.selection import Selection, from_query_params, to_query_params
+
+KEY = "selection"
+LOG_KEY = "run_log"
+
+
+@dataclass
+class RunLog:
+    computed: dict[str, float] = field(default_factory=dict)  # run id -> seconds, computed in this session
+    errors: dict[str, str] = field(default_factory=dict)  # run id -> message of the last failure
+    in_progress: list[str] = field(default_factory=list)  # run ids of a run that has not finished
+    interrupted: list[str] = field(default_factory=list)  # run ids of the last interrupted run
+    url_problems: list[str] = field(default_factory=list)
+    ablations: set[str] = field(default_factory=set)  # run ids whose ablation this session has shown
+
+
+def run_id(spec) -> str:
+    return repr(spec)
+
+
+def _url_params() -> dict[str, list[str]]:
+    qp = st.query_params
+    return {k: qp.get_all(k) for k in qp.keys()}
+
+
+def log() -> RunLog:
+    if LOG_KEY not in st.session_state:
+        st.session_state[LOG_KEY] = RunLog()
+    return st.session_state[LOG_KEY]
+
+
+def selection() -> Selection:
+    if KEY not in st.session_state:
+        sel, problems = from_query_params(_url_params())
+        st.session_state[KEY] = sel
+        log().url_problems = problems
+    return st.session_state[KEY]
+
+
+def sync_url(sel: Selection | None = None) -> None:
+    sel = sel or selection()
+    want = to_query_params(sel)
+    have = _url_params()
+    norm = {k: (v if isinstance(v, list) else [v]) for k, v in want.items()}
+    if norm != have:
+        st.query_params.from_dict(want)
+
+
+def update(**fields) -> Selection:
+    """Replace fields of the selection; on a bad value show the message and keep the old one."""
+    old = selection()
+    try:
+        new = old.replace(**fields)
+    except (InputError, ValueError) as e:
+        st.error(str(e))
+        return old
+    if new != old:
+        st.session_state[KEY] = new
+    sync_url(new)
+    return new
