@@ -253,7 +253,7 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     arrays.update(
         n=np.float64(N), n_seq=np.float64((n_an > 0).sum()), sum_n_sq=np.float64((n_an.astype(np.float64) ** 2).sum()),
         group_n=gn, sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
-        id_counts=np.asarray([freq[int(t)] for t in tracked], dtype=np.float64), id_list=tracked,
+        id_counts=_slot_counts(id_slot[all_tok], len(tracked)), id_list=tracked,
         bin_n=np.bincount(bin_lut[all_tok], minlength=N_FREQ_BINS).astype(np.float64), bin_edges=edges,
         sample=sample.cpu().numpy(),
     )
@@ -269,6 +269,11 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     timing = {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0,
               "padding_fraction": padding_fraction(windows, batches), "n_batches": len(batches)}
     return arrays, timing
+
+
+def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
+    """Occurrences of each tracked id among these tokens (a sum, so shards add up)."""
+    return np.bincount(slots[slots >= 0], minlength=n).astype(np.float64)
 
 
 def merge_stats(a: dict, b: dict) -> dict:
