@@ -13,7 +13,7 @@ import core.extract as extract
 from core import metrics as M
 from core.analysis import build_results, cosine_contributions, frequency_r, mean_abs
 from core.corpora import load_documents, tokenize_budget
-from core.extract import analysed_masks
+from core.extract import MAX_KEYS, SUM_KEYS, analysed_masks
 from core.models import load_model
 from core.pipeline import get_stats
 from core.spec import N_FREQ_BINS, RunSpec
@@ -97,7 +97,7 @@ def case(request, cache_dir, varied_txt):
     model_dir = request.getfixturevalue(f"tiny_{kind}_dir")
     stats = get_stats(_spec(model_dir, varied_txt, policy), cache_dir)
     windows, per_window, X, win, pos, tok = _reference(model_dir, varied_txt, policy)
-    return dict(kind=kind, policy=policy, stats=stats, results=build_results(stats), windows=windows,
+    return dict(kind=kind, policy=policy, model_dir=model_dir, stats=stats, results=build_results(stats), windows=windows,
                 per_window=per_window, X=X, win=win, pos=pos, tok=tok)
 
 
@@ -177,6 +177,9 @@ def test_sample_holds_every_token_at_its_place(case):
     np.testing.assert_array_equal(a["sample_doc"], windows.doc[case["win"]])
     freq = _frequency(case["tok"])
     np.testing.assert_array_equal(a["sample_freq"], [freq[t] for t in case["tok"]])
+    tok = load_model(str(case["model_dir"])).tokenizer
+    assert case["stats"].meta["sample_tokens"] == tok.convert_ids_to_tokens(case["tok"].tolist())
+    assert len(case["stats"].meta["sample_context"]) == N
     for k in range(N):
         w, p = int(a["sample_window"][k]), int(a["sample_position"][k])
         assert windows.ids[w][p] == a["sample_token_id"][k]
@@ -205,3 +208,33 @@ def test_self_similarity_uses_the_most_frequent_ids(tmp_path, tiny_bert_dir, var
     for l, Xl in enumerate(X):
         ref = naive_layer(Xl, win, tok, top2)["self_similarity"]
         assert rows[l]["self_similarity"] == pytest.approx(ref, abs=TOL)
+
+
+# ----------------------------------------------------------------------------- on a GPU (skipped without one)
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+@needs_cuda
+def test_cuda_float32_matches_cpu(tmp_path, tiny_bert_dir, varied_txt):
+    cpu = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude"), tmp_path / "cache")
+    gpu = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude", device="cuda"), tmp_path / "cache")
+    assert gpu.manifest["device"] == "cuda" and gpu.manifest["dtype"] == "float32" and not gpu.cached
+    for k in cpu.arrays:
+        if k in SUM_KEYS or k in MAX_KEYS or k == "sample":
+            np.testing.assert_allclose(gpu.arrays[k], cpu.arrays[k], rtol=1e-4, atol=1e-4, err_msg=k)
+        else:
+            np.testing.assert_array_equal(gpu.arrays[k], cpu.arrays[k], err_msg=k)
+    a, b = build_results(cpu)["layers"], build_results(gpu)["layers"]
+    for ra, rb in zip(a, b):
+        for key in ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity"):
+            assert rb[key] == pytest.approx(ra[key], abs=1e-4), key
+
+
+@needs_cuda
+def test_auto_on_cuda_is_bfloat16_and_finite(tmp_path, tiny_bert_dir, varied_txt):
+    stats = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude", device="auto", dtype="auto"), tmp_path / "cache")
+    assert stats.manifest["device"] == "cuda" and stats.manifest["dtype"] == "bfloat16"
+    rows = build_results(stats)["layers"]
+    for row in rows:
+        for key in ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "mean_norm"):
+            assert row[key] is not None and np.isfinite(row[key]), key
