@@ -224,7 +224,7 @@ def heatmap(z: np.ndarray, *, title: str, subtitle: str, x_title: str, y_title: 
             zmin: float | None = None, zmax: float | None = None, hover: np.ndarray | None = None) -> go.Figure:
     """A (rows, cols) heatmap, row 0 at the bottom (layer 0 = embeddings)."""
     z = np.asarray(z, dtype=float)
-    fig = base(title, subtitle, x_title, y_title, height=max(360, 120 + 22 * z.shape[0]))
+    fig = base(title, subtitle, x_title, y_title, height=max(420, 140 + 24 * z.shape[0]))
     fig.add_trace(go.Heatmap(
         z=z, x=np.arange(z.shape[1]), y=np.arange(z.shape[0]), colorscale=SEQUENTIAL, zmin=zmin, zmax=zmax,
         colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14),

@@ -43,8 +43,12 @@ class View:
 
 # ----------------------------------------------------------------------------- helpers
 def corpus_label(results: dict) -> str:
-    c = results["manifest"]["corpus"]
-    cid = str(c.get("id", "?"))
+    return corpus_display(str(results["manifest"]["corpus"].get("id", "?")))
+
+
+def corpus_display(cid: str) -> str:
+    """A corpus identifier for people: uploads (<sha256>.<ext>) become "uploaded <ext> (<sha[:8]>)"."""
+    cid = cid.replace("\\", "/").rsplit("/", 1)[-1] if "/" in cid or "\\" in cid else cid
     stem = cid.split(".")[0]
     if len(stem) == 64 and all(ch in "0123456789abcdef" for ch in stem):  # an uploaded file
         return f"uploaded {cid.split('.')[-1]} ({stem[:8]})"
@@ -371,6 +375,11 @@ def outlier_definitions(results: dict) -> View:
     notes = []
     if "error" in norm:
         notes.append(f"Norm-parameter rule unavailable: {norm['error']}")
+    elif norm.get("modules"):
+        mods = norm["modules"]
+        notes.append(f"Norm parameters read from {len(mods)} {norm.get('kind') or 'norm'} modules "
+                     f"({norm.get('placement') or '?'}-norm): {mods[0]}" + (f" … {mods[-1]}" if len(mods) > 1 else "")
+                     + f"; persistent (flagged in > 3 blocks): {norm.get('persistent') or 'none'}.")
     fig = F.dim_matrix(groups, title="Outlier dimensions: activation vs norm-parameter definitions",
                        subtitle=F.esc(f"{run_name(results)} · N = {_fmt_n(_n_tokens(results))} tokens · norm block b "
                                       f"is drawn at hidden layer b + {offset} ({norm.get('placement') or '?'}-norm)"),
@@ -434,6 +443,12 @@ def frequency_correlation(results: dict) -> View:
     return View("frequency_correlation", "Frequency correlation of outlier dims", fig, pd.DataFrame(rows),
                 _manifest("frequency_correlation", {}, [results]),
                 caption=f"|r| of log token frequency vs |x_d| for outlier dims {dims} and a random baseline.", notes=notes)
+
+
+def ablation_dims(results: dict) -> list[int]:
+    """The dims the ablation zeroes by default: persistent outliers of either definition."""
+    o = results["outliers"]
+    return sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
 
 
 def ablation_view(ab: dict, results: dict) -> View:

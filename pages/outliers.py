@@ -43,8 +43,7 @@ if page.need_runs(runs):
     page.show(views.frequency_correlation(res), "freq")
 
     st.subheader("Ablation: zero the outlier dimensions in every norm")
-    dims = sorted(set(res["outliers"]["activation"]["persistent"])
-                  | set(res["outliers"].get("norm_parameters", {}).get("persistent") or []))
+    dims = views.ablation_dims(res)
     st.caption(f"Dimensions: {dims or 'none'} (persistent outliers of either definition). The LM loss on held-out "
                "text is compared with zeroing as many random dimensions (5 draws). Loads the model: ~10-60 s.")
     lg = state.log()

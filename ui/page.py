@@ -70,7 +70,7 @@ def status(sel) -> None:
     for spec in sel.specs():
         rid = state.run_id(spec)
         info = describe_model(spec.model)
-        name = f"**{info['label']}** on {sel.corpus if len(sel.corpus) < 40 else '…' + sel.corpus[-30:]}"
+        name = f"**{info['label']}** on {views.corpus_display(sel.corpus)}"
         note = f" — :material/warning: {info['note']}" if info.get("note") else ""
         if rid in lg.errors:
             st.error(f"{info['label']}: {lg.errors[rid]}", icon=":material/error:")

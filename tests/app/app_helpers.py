@@ -1,0 +1,62 @@
+"""Helpers of the AppTest tests: the app's path, the small selection, figure decoding."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = str(ROOT / "app.py")
+SMALL = {"tokens": "2000", "sample": "500"}  # fast runs; the URL carries them like a shared link would
+TIMEOUT = 120
+
+
+def run_clicked(at):
+    at.sidebar.button(key="run").click().run()
+    return at
+
+
+def no_exception(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def decode(v):
+    """Plotly 7 figure JSON stores arrays as {"dtype", "bdata" (base64), "shape"}: back to numpy."""
+    if isinstance(v, dict) and "bdata" in v:
+        arr = np.frombuffer(base64.b64decode(v["bdata"]), dtype=np.dtype(v["dtype"]))
+        if "shape" in v:
+            arr = arr.reshape([int(s) for s in str(v["shape"]).split(",")])
+        return arr
+    if isinstance(v, list):
+        return np.asarray([np.nan if x is None else x for x in v], dtype=float) \
+            if all(isinstance(x, (int, float)) or x is None for x in v) else v
+    return v
+
+
+def figures(at) -> list[dict]:
+    """Every st.plotly_chart of the page as a figure dict with decoded arrays."""
+    out = []
+    for el in at.get("plotly_chart"):
+        spec = json.loads(el.proto.spec)
+        for tr in spec["data"]:
+            for k in ("x", "y", "z"):
+                if k in tr:
+                    tr[k] = decode(tr[k])
+            if isinstance(tr.get("marker"), dict) and "color" in tr["marker"]:
+                tr["marker"]["color"] = decode(tr["marker"]["color"])
+        out.append(spec)
+    return out
+
+
+def title(fig: dict) -> str:
+    t = fig["layout"].get("title", {})
+    return t.get("text", "") if isinstance(t, dict) else str(t)
+
+
+def by_title(at, text: str) -> dict:
+    figs = [f for f in figures(at) if text in title(f)]
+    assert figs, f"no figure titled {text!r}: {[title(f) for f in figures(at)]}"
+    return figs[0]

@@ -1,0 +1,45 @@
+"""AppTest fixtures: run app.py in-process with a selection from the URL."""
+
+from __future__ import annotations
+
+import pytest
+
+from app_helpers import APP, SMALL, TIMEOUT
+
+
+@pytest.fixture(autouse=True)
+def _entrypoint_runs_every_time(monkeypatch):
+    """Make AppTest run app.py on every rerun, as `streamlit run` does.
+
+    AppTest 1.67 treats a folder named pages/ next to the script as an old-style pages directory
+    and, from the second run on, executes the page file alone (no sidebar, no navigation). A real
+    server always runs the entrypoint when it calls st.navigation (checked by the browser test).
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    orig = PagesManager.__init__
+
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        PagesManager.uses_pages_directory = False
+
+    monkeypatch.setattr(PagesManager, "__init__", init)
+
+
+@pytest.fixture
+def app(cache_dir):
+    """A factory: app(models=[...], **query) -> AppTest after its first run."""
+    from streamlit.testing.v1 import AppTest
+
+    def make(models=("minilm-l6",), page: str | None = None, **query):
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+        for k, v in {**SMALL, **query}.items():
+            at.query_params[k] = v
+        if tuple(models) != ("minilm-l6",):
+            at.query_params["models"] = list(models)
+        at.run()
+        if page:
+            at.switch_page(page).run()
+        return at
+
+    return make

@@ -1,0 +1,192 @@
+"""Every page with the default selection (MiniLM + Wikipedia) and with two models, via AppTest.
+
+Runs are small (2,000 tokens, sample 500, from the URL) and shared through the session cache:
+the first test computes them (pressing Run), the others load them from the cache.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.pipeline import analyze, is_cached
+from core.selection import Selection
+
+from app_helpers import APP, SMALL, TIMEOUT, by_title, figures, no_exception, run_clicked, title
+
+PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
+TWO = ("minilm-l6", "untrained-bert-base")
+
+
+def _results(model: str) -> dict:
+    """The results the app shows (from the disk cache the app filled: never computed here)."""
+    spec = Selection(models=(model,), max_tokens=2000, sample=500).spec(model)
+    assert is_cached(spec)
+    return analyze(spec)
+
+
+@pytest.fixture(scope="module")
+def computed(cache_dir):
+    """Press Run once for each selection (progress bars, then the cache is warm for every test)."""
+    from streamlit.testing.v1 import AppTest
+
+    for models in (("minilm-l6",), TWO):
+        at = AppTest.from_file(APP, default_timeout=TIMEOUT * 3)
+        for k, v in SMALL.items():
+            at.query_params[k] = v
+        at.query_params["models"] = list(models)
+        at.run()
+        assert any("not computed yet" in c.value for c in at.caption)
+        run_clicked(at)
+        no_exception(at)
+        assert not at.error, [e.value for e in at.error]
+        assert sum("computed in" in c.value for c in at.caption) >= 1
+    return True
+
+
+def test_layers_default(app, computed):
+    at = app()
+    no_exception(at)
+    assert any("loaded from cache" in c.value for c in at.caption)  # shown at once, no Run needed
+    res = _results("minilm-l6")
+    curves = by_title(at, "Mean cosine similarity by layer")
+    measured = [t for t in curves["data"] if "all-MiniLM-L6-v2" in t.get("name", "") and t.get("fill") != "toself"]
+    assert len(measured) == 1
+    np.testing.assert_allclose(measured[0]["y"], [r["mean_cosine"] for r in res["layers"]], rtol=1e-9)
+    assert [t for t in curves["data"] if t.get("name", "").startswith("published:")]  # reference overlay on
+    assert "N = 2,0" in curves["layout"]["title"]["subtitle"]["text"]
+    hist = by_title(at, "Pairwise cosine")
+    assert np.nansum(hist["data"][0]["y"]) > 0
+    dec = by_title(at, "frequency decile")
+    np.testing.assert_allclose(dec["data"][0]["y"], [np.nan if v is None else v
+                                                     for v in res["layers"][3]["frequency_binned_cosine"]])
+    table = at.dataframe[0].value
+    assert len(table) == len(res["layers"]) and "effective_rank" in table.columns
+
+
+def test_layers_metric_axis_and_reference_go_to_the_url(app, computed):
+    at = app()
+    at.selectbox(key="metric").set_value("effective_rank").run()
+    at.radio(key="x_axis").set_value("depth").run()
+    at.toggle(key="reference").set_value(False).run()
+    no_exception(at)
+    assert at.query_params["metric"] == ["effective_rank"] or at.query_params["metric"] == "effective_rank"
+    fig = by_title(at, "Effective rank by layer")
+    xs = fig["data"][0]["x"]
+    assert xs[0] == 0 and xs[-1] == 1  # relative depth
+    assert not [t for t in fig["data"] if t.get("name", "").startswith("published")]
+    # Reloading the URL gives the same view.
+    again = app(metric="effective_rank", x="depth", ref="0")
+    assert title(figures(again)[0]) == title(fig)
+
+
+def test_layers_post_processing_overlay(app, computed):
+    at = app(metric="pc1_variance_ratio", pp_center="1", pp_abtt="2")
+    no_exception(at)
+    fig = by_title(at, "PC1 variance ratio")
+    dashed = [t for t in fig["data"] if t.get("line", {}).get("dash") == "dash"]
+    assert len(dashed) == 1 and "ABTT-2" in dashed[0]["name"]
+    raw = [t for t in fig["data"] if t.get("line", {}).get("dash") == "solid" and "MiniLM" in t["name"]][0]
+    assert np.all(np.asarray(dashed[0]["y"]) < np.asarray(raw["y"]) + 1e-12)  # ABTT lowers the PC1 share
+
+
+def test_outliers_default(app, computed):
+    at = app(page="pages/outliers.py")
+    no_exception(at)
+    res = _results("minilm-l6")
+    bars = by_title(at, "Mean |x_d| per dimension, layer 3")
+    hi = [t for t in bars["data"] if t["name"] == "outlier dimensions"][0]
+    assert sorted(np.asarray(hi["x"], dtype=int).tolist()) == res["outliers"]["activation"]["per_layer"][3]
+    heat = by_title(at, "across layers")
+    assert np.asarray(heat["data"][0]["z"]).shape == (7, 384)
+    cc = by_title(at, "Cosine contribution")
+    assert len(cc["data"][0]["x"]) == 20
+    defs = by_title(at, "activation vs norm-parameter")
+    assert len(defs["data"]) == 2  # both definitions drawn
+    freq = by_title(at, "track token frequency")
+    assert freq["data"][-1]["name"].startswith("10 random")
+    # The ablation needs an LM head: MiniLM has none, the message says so and the page keeps working.
+    at.button(key="ablate").click().run()
+    no_exception(at)
+    assert any("LM head" in e.value for e in at.error)
+
+
+def test_projection_default_and_search(app, computed):
+    at = app(page="pages/projection.py")
+    no_exception(at)
+    fig = figures(at)[0]
+    assert len(fig["data"][0]["x"]) == 500 and "K = 500" in fig["layout"]["title"]["subtitle"]["text"]
+    assert "[" in fig["data"][0]["text"][0]  # the token in its context
+    at.text_input(key="p_search").set_value("the")
+    at.button(key="FormSubmitter:projection_form-Project").click().run()
+    no_exception(at)
+    fig = figures(at)[0]
+    matches = [t for t in fig["data"] if t.get("name") == "matches"]
+    assert matches and len(matches[0]["x"]) > 0
+    assert all("the" in s.lower() for s in matches[0]["text"])
+
+
+def test_compare_single_model_invites_a_second(app, computed):
+    at = app(page="pages/compare.py")
+    no_exception(at)
+    assert any("second model" in i.value for i in at.info)
+    assert figures(at)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_two_models_every_page(app, computed, page):
+    at = app(models=TWO, page=page)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    figs = figures(at)
+    assert figs and all(f["data"] for f in figs)
+    if page.endswith("layers.py"):
+        names = [t["name"] for t in figs[0]["data"] if t.get("fill") != "toself"]
+        assert any("MiniLM" in n for n in names) and any("untrained BERT" in n for n in names)
+        bert = _results("untrained-bert-base")
+        tr = [t for t in figs[0]["data"] if "untrained BERT" in t["name"] and t.get("fill") != "toself"][0]
+        np.testing.assert_allclose(tr["y"], [r["mean_cosine"] for r in bert["layers"]], rtol=1e-9)
+    if page.endswith("compare.py"):
+        counts = by_title(at, "outlier dimensions per layer")
+        assert len(counts["data"]) == 2
+        assert [len(p) for p in _results("untrained-bert-base")["outliers"]["activation"]["per_layer"]] == \
+            np.asarray(counts["data"][1]["y"], dtype=int).tolist()
+        proj = by_title(at, "sampled token representations")
+        assert len([t for t in proj["data"] if len(t.get("x", [])) == 500]) == 2  # one panel per model
+        summary = at.dataframe[0].value
+        assert list(summary["layers (L)"]) == [6, 12]
+
+
+def test_an_unknown_model_is_an_error_and_the_rest_stays(app, computed):
+    at = app(models=("minilm-l6", "no-such-model"))
+    no_exception(at)
+    assert any("no-such-model" in e.value for e in at.error)
+    assert by_title(at, "Mean cosine similarity by layer")  # MiniLM still shown
+
+
+def test_a_bad_url_value_is_reported(app, computed):
+    at = app(metric="nope")
+    no_exception(at)
+    assert any("metric" in w.value for w in at.warning)
+    assert by_title(at, "Mean cosine similarity by layer")
+
+
+def test_a_table_corpus_from_the_url(app, cache_dir, tmp_path):
+    import pandas as pd
+
+    from core.uploads import save_upload
+
+    df = pd.DataFrame({"id": range(40), "text": [f"Document {i} talks about rivers, mountains and the sea. " * 3
+                                                 for i in range(40)]})
+    path = save_upload(df.to_csv(index=False).encode(), "docs.csv", cache_dir)
+    assert path.parent == cache_dir / "uploads" and path.suffix == ".csv"
+    at = app(corpus=str(path), col="text", tokens="800", sample="200")
+    no_exception(at)
+    assert at.sidebar.selectbox(key="w_text_col").value == "text"
+    run_clicked(at)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    fig = by_title(at, "Mean cosine similarity by layer")
+    name = [t["name"] for t in fig["data"] if "MiniLM" in t["name"] and t.get("fill") != "toself"][0]
+    assert f"uploaded csv ({path.stem[:8]})" in name
+    assert any("computed in" in c.value and "uploaded csv" in c.value for c in at.caption)

@@ -1,0 +1,198 @@
+"""The default flow as a person does it: `streamlit run app.py`, Debian's chromium via Playwright.
+
+MiniLM + Wikipedia with a small budget from the URL, press Run, then every page: a layer curve,
+an outlier chart and a projection must be drawn (Plotly figures with traces), and the PNG and CSV
+downloads must arrive non-empty. Full-page screenshots go to a temporary folder, or to
+$ANISO_SCREENSHOT_DIR (the README's docs/screenshots/ are made that way).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+# Budget of the flow: small enough for a loaded 2-core machine, large enough for real curves.
+QUERY = os.environ.get("ANISO_FLOW_QUERY", "tokens=4000&sample=1500")
+SAMPLE = int(dict(kv.split("=") for kv in QUERY.split("&") if "=" in kv).get("sample", 5000))
+COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-bert-base") if q)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
+                                 f"{CHROMIUM} (apt-get install chromium)")]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    cache = tmp_path_factory.mktemp("browser-cache")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
+    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
+         str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 90:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None:
+                    break
+                time.sleep(0.5)
+        else:
+            pytest.fail("streamlit did not answer within 90 s")
+        if proc.poll() is not None:
+            log.seek(0)
+            pytest.fail(f"streamlit exited: {log.read()[-3000:]}")
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _shots_dir(tmp_path) -> Path:
+    d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _plots_with_traces(page) -> list[int]:
+    """Number of traces of every drawn Plotly figure on the page."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+                                .map(el => (el.data || []).length)""")
+
+
+def _wait_plots(page, n: int, timeout_s: float = 240) -> list[int]:
+    t0 = time.time()
+    got = []
+    while time.time() - t0 < timeout_s:
+        got = _plots_with_traces(page)
+        if len([g for g in got if g > 0]) >= n:
+            return got
+        page.wait_for_timeout(500)
+    raise AssertionError(f"expected {n} drawn figures, got traces {got}")
+
+
+def _settle(page) -> None:
+    """Wait until Streamlit is idle (no 'Running...' status widget)."""
+    page.wait_for_timeout(500)
+    page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=240_000)
+    page.wait_for_timeout(800)
+
+
+def _screenshot(page, path: Path) -> None:
+    """Full page: Streamlit scrolls inside its main container, so grow the viewport to fit it."""
+    page.mouse.move(1395, 995)  # no tooltip in the picture
+    h = 0
+    for _ in range(5):  # grow until the height is stable (figures resize with the viewport)
+        new = page.evaluate("""() => Math.max(document.body.scrollHeight,
+            ...Array.from(document.querySelectorAll('[data-testid=stMain], [data-testid=stMainBlockContainer]'))
+                   .map(e => e.scrollHeight))""")
+        if new <= h:
+            break
+        h = new
+        page.set_viewport_size({"width": 1400, "height": int(min(max(h, 900), 7000))})
+        page.wait_for_timeout(1200)
+    raw = page.screenshot(full_page=True)
+    from PIL import Image  # a 256-colour PNG keeps the committed screenshots small
+
+    img = Image.open(io.BytesIO(raw)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    img.save(path, optimize=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+def _goto_page(page, title: str) -> None:
+    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
+    page.wait_for_timeout(500)
+    _settle(page)
+
+
+def test_default_flow(server, browser, tmp_path):
+    shots = _shots_dir(tmp_path)
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    page = ctx.new_page()
+    page.set_default_timeout(240_000)
+    page.goto(f"{server}/?{QUERY}")
+    run = page.get_by_role("button", name="Run")
+    run.wait_for()
+    run.click()
+    # Layers: the default curve (mean cosine by layer) with traces.
+    traces = _wait_plots(page, 3)
+    _settle(page)
+    assert traces[0] >= 2, traces  # CI band + measured curve (+ published references)
+    assert page.get_by_text("computed in").count() >= 1
+
+    # Downloads of the first figure: PNG and CSV, non-empty, manifest inside.
+    row = page.locator(".st-key-dl_curves")
+    with page.expect_download(timeout=120_000) as dl:
+        row.get_by_role("button", name="PNG").click()
+    png = Path(dl.value.path()).read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+    assert b"tEXtmanifest" in png
+    with page.expect_download(timeout=60_000) as dl:
+        row.get_by_role("button", name="CSV").click()
+    csv = Path(dl.value.path()).read_text()
+    assert csv.startswith("# anisotropy-workbench") and "# manifest:" in csv and "mean_cosine" in csv
+    assert dl.value.suggested_filename == "layers_mean_cosine.csv"
+    _screenshot(page, shots / "layers.png")
+
+    # Outliers: mean |x_d| bars with the outliers highlighted, heatmap, definitions...
+    _goto_page(page, "Outliers")
+    traces = _wait_plots(page, 4)
+    assert all(t > 0 for t in traces[:4]), traces
+    _screenshot(page, shots / "outliers.png")
+
+    # Projection: PCA of the sample at the middle layer, one trace of points.
+    _goto_page(page, "Projection")
+    traces = _wait_plots(page, 1)
+    assert traces[0] >= 1
+    n_points = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullData[0]._length")
+    assert n_points == SAMPLE
+    _screenshot(page, shots / "projection.png")
+
+    # Compare: two models (MiniLM + an untrained BERT) on the same corpus.
+    page.goto(f"{server}/compare?{COMPARE_QUERY}")
+    page.get_by_role("button", name="Run").click()
+    _settle(page)
+    traces = _wait_plots(page, 3)
+    curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
+    assert any("untrained BERT" in (n or "") for n in curves) and any("MiniLM" in (n or "") for n in curves)
+    _screenshot(page, shots / "compare.png")
+    ctx.close()
+    for name in ("layers", "outliers", "projection", "compare"):
+        assert (shots / f"{name}.png").stat().st_size > 20_000
