@@ -1,0 +1,215 @@
+"""`python -m bench`: run the benchmark and write BENCHMARKS.md.
+
+    python -m bench                       # full run (about 20-25 min on 2 quiet CPU cores) -> BENCHMARKS.md
+    python -m bench --quick               # every section at tiny sizes (< 1-2 min); prints the markdown
+    python -m bench --only overhead,cache # some sections only
+    python -m bench --device cuda         # the GPU section (refuses without CUDA); updates BENCHMARKS.md in place
+
+Run it on a quiet machine: the file records the load average and the CPU steal share and warns
+when the machine was busy. Each run uses its own empty cache directory (deleted at the end unless
+--keep-cache), so cache effects are explicit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # before anything imports huggingface_hub
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from bench import __version__  # noqa: E402
+from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
+from bench.report import render, render_gpu, merge_gpu, replace_gpu  # noqa: E402
+
+SECTION_ORDER = ["overhead", "peers", "memory", "cache", "projection", "batching", "postproc"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                epilog="sections: " + ", ".join(SECTION_ORDER))
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that every section runs (numbers meaningless)")
+    p.add_argument("--only", default=None, help="comma-separated sections to run (default: all)")
+    p.add_argument("--out", default=None, help="markdown file to write (default: BENCHMARKS.md at the repository "
+                   "root; with --quick: none, the markdown is printed)")
+    p.add_argument("--json", default=None, help="also write the raw numbers as JSON here")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cpu: the CPU benchmark; cuda: the GPU section only (refuses without CUDA)")
+    p.add_argument("--smollm-tokens", type=int, default=40_000,
+                   help="tokens for SmolLM2 in section 1 (default 40000; the markdown states what was run)")
+    p.add_argument("--peer-mem-cap-gib", type=float, default=8.0,
+                   help="memory the all-pairs peer may allocate beyond the loaded model (default 8 GiB, "
+                   "bounded by 60%% of the available memory); --quick uses 48 MiB")
+    p.add_argument("--set", action="append", default=[], metavar="SIZE=VALUE",
+                   help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 "
+                   "(repeatable; the markdown lists every size used)")
+    p.add_argument("--keep-cache", action="store_true", help="keep this run's temporary cache directory")
+    g = p.add_argument_group("GPU (--device cuda)")
+    g.add_argument("--gpu-tokens", type=int, default=100_000, help="tokens per model (default 100000)")
+    g.add_argument("--gpu-batch", type=int, default=16, help="batch size (default 16)")
+    g.add_argument("--gpu-reps", type=int, default=3, help="alternating repetitions (default 3)")
+    g.add_argument("--gpu-peak-tflops", type=float, default=None, help="the card's dense bf16 peak, if not known")
+    return p
+
+
+def _command(argv: list[str]) -> str:
+    return "python -m bench" + ("" if not argv else " " + " ".join(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = build_parser().parse_args(argv)
+    if a.device == "cuda":
+        return run_gpu(a, argv)
+    only = SECTION_ORDER if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
+    bad = [s for s in only if s not in SECTION_ORDER]
+    if bad:
+        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}", file=sys.stderr)
+        return 2
+    if a.smollm_tokens < 1:
+        print("error: --smollm-tokens must be positive", file=sys.stderr)
+        return 2
+    from bench.gpu import cuda_refusal
+    from bench.sections import SECTIONS, Ctx, Sizes, cleanup
+
+    sizes = Sizes.quick() if a.quick else Sizes.full(smollm_tokens=a.smollm_tokens)
+    if not a.quick:
+        sizes.peer_mem_cap = int(a.peer_mem_cap_gib * 2**30)
+    try:
+        overrides = apply_overrides(sizes, a.set)
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="aniso-bench-"))
+    cache = root / "cache"
+    cache.mkdir()
+    linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
+    os.environ["ANISO_CACHE_DIR"] = str(cache)
+    ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)
+    log(f"{'quick' if a.quick else 'full'} run, sections {only}; cache {cache}"
+        + (f" (reusing the converted {linked})" if linked else ""))
+    if not a.quick and only == SECTION_ORDER:
+        log("a full run takes about 20-25 minutes on 2 quiet CPU cores")
+    machine = machine_info()
+    t_start, ct0 = time.monotonic(), cpu_times()
+    sections: dict = {}
+    try:
+        for name in only:
+            log(f"== section {name}")
+            t0 = time.monotonic()
+            try:
+                sections[name] = SECTIONS[name](ctx)
+            except Exception as e:  # noqa: BLE001 - recorded in the markdown, the run goes on
+                log(f"section {name} failed: {type(e).__name__}: {e}")
+                sections[name] = {"section_error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
+            log(f"== section {name} done in {time.monotonic() - t0:.1f} s")
+    finally:
+        if not a.keep_cache:
+            cleanup(root)
+        else:
+            log(f"kept {root}")
+    meta = {"command": _command(argv), "bench_version": __version__, "quick": a.quick,
+            "only": only if only != SECTION_ORDER else None, "machine": machine,
+            "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
+            "sizes": _sizes_summary(sizes, only), "overrides": overrides, "gpu_reason": _gpu_reason(cuda_refusal())}
+    results = {"meta": meta, "sections": sections}
+    md = render(results)
+    out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
+    if out is not None:
+        existing = out.read_text() if out.exists() else None
+        out.write_text(merge_gpu(existing, md))
+        log(f"wrote {out}")
+    else:
+        sys.stdout.write(md + "\n")
+    if a.json:
+        Path(a.json).write_text(json.dumps(results, indent=1, default=_jsonable))
+    return 0
+
+
+def apply_overrides(sizes, items: list[str]) -> dict:
+    """--set NAME=VALUE: ints, comma-separated int tuples, booleans, or a JSON dict."""
+    fields = {f.name: f for f in dataclasses.fields(sizes)}
+    done = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in fields:
+            raise ValueError(f"--set {item!r}: expected SIZE=VALUE with SIZE one of {sorted(fields)}")
+        cur = getattr(sizes, name)
+        try:
+            if isinstance(cur, bool):
+                val = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(cur, tuple):
+                val = tuple(int(x) for x in raw.split(",") if x.strip())
+            elif isinstance(cur, dict):
+                val = json.loads(raw)
+            else:
+                val = int(float(raw))
+        except (ValueError, json.JSONDecodeError):
+            raise ValueError(f"--set {item!r}: cannot read {raw!r} as a {type(cur).__name__}") from None
+        setattr(sizes, name, val)
+        done[name] = val
+    return done
+
+
+def _jsonable(o):
+    try:
+        import numpy as np
+
+        if isinstance(o, np.ndarray):
+            return o.tolist()
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:
+        pass
+    return str(o)
+
+
+def _sizes_summary(sizes, only) -> dict:
+    d = dataclasses.asdict(sizes)
+    d["peer_mem_cap"] = f"{d['peer_mem_cap'] / 2**30:.2f} GiB"
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+
+
+def _gpu_reason(refusal: str | None) -> str:
+    if refusal:
+        return (f"This file was written on a machine without a usable GPU ({refusal}), and no GPU machine was "
+                "available to the author of this benchmark, so no GPU figure has been measured.")
+    return "This CPU run did not measure the GPU section."
+
+
+def run_gpu(a, argv: list[str]) -> int:
+    from bench.gpu import cuda_refusal, section_gpu
+
+    why = cuda_refusal()
+    if why:
+        print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
+              "the CPU benchmark is `python -m bench`.", file=sys.stderr)
+        return 2
+    import torch
+    import transformers
+
+    log(f"GPU section on {torch.cuda.get_device_name(0)}")
+    g = section_gpu("cuda", "bfloat16", tokens=a.gpu_tokens, batch_size=a.gpu_batch, reps=a.gpu_reps,
+                    peak=a.gpu_peak_tflops)
+    g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
+                 "transformers": transformers.__version__, "command": _command(argv)}
+    out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
+    existing = out.read_text() if out.exists() else None
+    out.write_text(replace_gpu(existing, render_gpu(g, ""), "# Benchmarks"))
+    if a.json:
+        Path(a.json).write_text(json.dumps(g, indent=1, default=_jsonable))
+    log(f"wrote the GPU section of {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""The naive peer: what a researcher would otherwise script, the way papers' scripts do it.
+
+One forward per document with output_hidden_states=True (batch of 1, no padding), the hidden
+states of every analysed token copied to numpy and kept for the whole corpus, then per layer the
+mean cosine either
+  - on all pairs: sklearn's cosine_similarity(H) (an N x N matrix) averaged off the diagonal, or
+  - on sampled pairs: n random pairs (i, j), i != j, averaged (an estimate).
+It sees exactly the tool's token windows and analysed positions (special tokens excluded), so
+its numbers are comparable to the tool's exact mean_cosine.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+
+def gather_hidden_states(model, windows, analysed: list[np.ndarray],
+                         stage: Callable[[str], None] | None = None) -> list[np.ndarray]:
+    """Per layer (N, d) float32 hidden states of all analysed tokens, one forward per document."""
+    import torch
+
+    per_layer: list[list[np.ndarray]] | None = None
+    with torch.no_grad():
+        for ids, mask in zip(windows.ids, analysed):
+            out = model(input_ids=torch.as_tensor(ids)[None, :], output_hidden_states=True)
+            hs = out.hidden_states
+            if per_layer is None:
+                per_layer = [[] for _ in hs]
+            m = torch.as_tensor(mask)
+            for layer, h in enumerate(hs):
+                per_layer[layer].append(h[0][m].float().numpy().copy())
+    if stage:
+        stage("concatenate")
+    return [np.concatenate(chunks) for chunks in (per_layer or [])]
+
+
+def sampled_pairs_mean_cosine(H: np.ndarray, n_pairs: int, seed: int = 0) -> float:
+    """Mean cosine over n_pairs random ordered pairs (i, j), i != j (an estimate)."""
+    rng = np.random.default_rng(seed)
+    N = len(H)
+    i = rng.integers(0, N, size=n_pairs)
+    j = rng.integers(0, N - 1, size=n_pairs)
+    j = j + (j >= i)  # uniform over j != i
+    U = H / np.maximum(np.linalg.norm(H, axis=1, keepdims=True), 1e-30)
+    return float(np.einsum("nd,nd->n", U[i], U[j]).mean())
+
+
+def all_pairs_mean_cosine(H: np.ndarray) -> float:
+    """Mean cosine over all ordered pairs i != j, the way scripts do it: the full N x N matrix."""
+    from sklearn.metrics.pairwise import cosine_similarity
+
+    S = cosine_similarity(H)
+    off = ~np.eye(len(H), dtype=bool)
+    return float(S[off].mean(dtype=np.float64))
+
+
+def exact_mean_cosine(H: np.ndarray) -> float:
+    """(||sum u||^2 - N) / (N (N - 1)): the reference the tool streams (for checks)."""
+    U = H.astype(np.float64)
+    U = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-30)
+    s = U.sum(0)
+    N = len(U)
+    return float((s @ s - N) / (N * (N - 1)))
+
+
+def run_peer(model, windows, analysed, mode: str, n_pairs: int = 10_000, seed: int = 0,
+             stage: Callable[[str], None] | None = None) -> dict:
+    """The whole peer after model load and tokenization. mode: "sampled" or "allpairs"."""
+    if mode not in ("sampled", "allpairs"):
+        raise ValueError(f"mode must be 'sampled' or 'allpairs', got {mode!r}")
+    stage = stage or (lambda s: None)
+    stage("forward+gather")
+    H = gather_hidden_states(model, windows, analysed, stage)
+    stage("similarity")
+    if mode == "sampled":
+        vals = [sampled_pairs_mean_cosine(h, n_pairs, seed + layer) for layer, h in enumerate(H)]
+    else:
+        vals = [all_pairs_mean_cosine(h) for h in H]
+    return {"mean_cosine": vals, "n_tokens": int(len(H[0])) if H else 0,
+            "hidden_bytes": int(sum(h.nbytes for h in H))}

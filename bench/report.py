@@ -1,0 +1,467 @@
+"""The markdown writer: results dicts in, BENCHMARKS.md text out.
+
+The GPU section sits between markers so that `python -m bench --device cuda` can replace it in an
+existing BENCHMARKS.md (and a later CPU run keeps a measured GPU section).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+GPU_START = "<!-- bench:gpu:start -->"
+GPU_END = "<!-- bench:gpu:end -->"
+GPU_MEASURED = "<!-- bench:gpu:measured -->"
+
+
+# ----------------------------------------------------------------------------- formatting
+def _num(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def fs(x, nd: int = 2) -> str:
+    """Seconds."""
+    if not _num(x):
+        return "n/a"
+    return f"{x:.{nd}f} s" if x < 100 else f"{x:.0f} s"
+
+
+def fr(x, nd: int = 3) -> str:
+    """A ratio."""
+    return f"{x:.{nd}f}" if _num(x) else "n/a"
+
+
+def fb(n) -> str:
+    """Bytes, binary units."""
+    if not _num(n):
+        return "n/a"
+    if n >= 2**30:
+        return f"{n / 2**30:.2f} GiB"
+    return f"{n / 2**20:.0f} MiB"
+
+
+def fi(n) -> str:
+    return f"{int(n):,}" if _num(n) else "n/a"
+
+
+def ftps(x) -> str:
+    return f"{x:,.0f}" if _num(x) else "n/a"
+
+
+def met(flag) -> str:
+    if flag is None:
+        return "n/a"
+    return "met" if flag else "**MISSED**"
+
+
+def table(header: list[str], rows: list[list]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    for r in rows:
+        lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |")
+    return "\n".join(lines)
+
+
+def code(text: str) -> str:
+    return "```\n" + (text or "").rstrip() + "\n```"
+
+
+def _status(r: dict) -> str:
+    st = r.get("status", "ok")
+    if st == "ok":
+        return "ok"
+    if st == "oom":
+        where = f" during {r['oom_stage']}" if r.get("oom_stage") else ""
+        return f"out of memory{where}"
+    if st == "skipped":
+        return f"not run: {r.get('reason', '')}"
+    return f"{st}: {(r.get('error') or '')[-160:]}"
+
+
+# ----------------------------------------------------------------------------- sections
+def render_machine(meta: dict) -> str:
+    m = meta["machine"]
+    v = m.get("versions", {})
+    cores = f"{m.get('logical_cores')} logical, {m.get('usable_cores')} usable; torch threads: {m.get('torch_threads')}"
+    share = meta.get("cpu_share") or {}
+    rows = [
+        ["CPU", m.get("cpu_model")], ["Cores", cores], ["RAM", fb(m.get("ram_bytes"))],
+        ["OS", m.get("os")], ["Python", v.get("python")], ["torch", v.get("torch")],
+        ["transformers", v.get("transformers")], ["numpy / scikit-learn", f"{v.get('numpy')} / {v.get('scikit-learn')}"],
+        ["umap-learn / numba", f"{v.get('umap-learn')} / {v.get('numba')}"],
+        ["Date (UTC)", m.get("date_utc")],
+        ["Load average at start / end", f"{m.get('loadavg_start')} / {meta.get('loadavg_end')}"],
+        ["CPU steal / idle share during the run", f"{share.get('steal', float('nan')):.1%} / {share.get('idle', float('nan')):.1%}"
+         if share else "n/a"],
+        ["Duration of the run", fs(meta.get("duration_s"), 0)],
+    ]
+    out = ["## Machine", "", table(["", ""], rows)]
+    warn = noise_warning(meta)
+    if warn:
+        out += ["", f"> **Warning:** {warn}"]
+    return "\n".join(out)
+
+
+def noise_warning(meta: dict) -> str | None:
+    m = meta["machine"]
+    cores = m.get("usable_cores") or m.get("logical_cores") or 1
+    la = (m.get("loadavg_start") or [0])[0]
+    steal = (meta.get("cpu_share") or {}).get("steal", 0.0)
+    bits = []
+    if la > 0.5 * cores:
+        bits.append(f"the 1-minute load average was {la} on {cores} cores when the run started")
+    if steal > 0.02:
+        bits.append(f"{steal:.1%} of CPU time was stolen by the hypervisor")
+    if not bits:
+        return None
+    return ("the machine was not quiet (" + "; ".join(bits) + "): ratios from one run still compare like "
+            "with like, but absolute tokens/s are low and the spread is wider.")
+
+
+def summary_rows(sec: dict) -> list[list]:
+    rows = []
+    o = sec.get("overhead") or {}
+    for m in o.get("models", []):
+        rows.append([f"Extraction vs bare forward, {m['label']} ({fi(m['tokens_analysed'])} tokens)", ">= 0.90",
+                     fr(m["ratio"]), met(m["met"])])
+    p = sec.get("peers") or {}
+    for r in p.get("rows", []):
+        sp = r.get("tool_vs_sampled_speed")
+        rows.append([f"Tool end to end vs per-document peer, speed ({fi(r['tokens'])} tokens)", ">= 1.0",
+                     fr(sp, 2) if sp else _status(r["sampled"]) if r["sampled"].get("status") != "ok" else _status(r["tool"]),
+                     met(sp >= 1.0) if sp else "n/a"])
+    if p.get("tool_peak_growth"):
+        toks = [r["tokens"] for r in p["rows"]]
+        rows.append([f"Peak RSS growth {fi(toks[0])} -> {fi(toks[-1])} tokens: tool / peer", "flat (tool)",
+                     f"{fr(p['tool_peak_growth'], 2)} / {fr(p.get('peer_peak_growth'), 2)}", "see section 2"])
+    mem = sec.get("memory") or {}
+    if mem.get("ratio"):
+        a, b = (r["tokens"] for r in mem["rows"])
+        rows.append([f"Peak RSS {fi(b)} / {fi(a)} tokens", "<= 1.10", fr(mem["ratio"]), met(mem["met"])])
+    c = sec.get("cache") or {}
+    for r in c.get("runs", []):
+        if r.get("status") == "error":
+            rows.append([f"Repeated `python -m core analyze`, {r['model']}", "< 2 s", _status(r), "n/a"])
+            continue
+        rows.append([f"Repeated `python -m core analyze` ({r['model']}, {fi(r['tokens_analysed'])} tokens, "
+                     f"sample {fi(r['sample'])} x {r['n_layers']} layers)", "< 2 s, no torch",
+                     f"{fs(r['repeat_median_s'])}, torch imported: {r['torch_imported']}", met(r["met"])])
+    pg = c.get("page")
+    if pg:
+        if pg.get("status") == "ok":
+            rows.append(["Layers page re-render from cache (AppTest)", "< 1 s", fs(pg["rerender_median_s"]),
+                         met(pg.get("met"))])
+        else:
+            rows.append(["Layers page re-render from cache (AppTest)", "< 1 s", _status(pg), "n/a"])
+    pp = sec.get("postproc") or {}
+    if pp.get("rows"):
+        worst = max(pp["rows"], key=lambda r: r["median_s"])
+        rows.append([f"All sample metrics of one layer after post-processing ({pp['shape'][0]} x {pp['shape'][1]}), "
+                     f"slowest choice ({worst['post']})", "< 0.5 s", fs(worst["median_s"], 3), met(pp["met"])])
+    return rows
+
+
+def render_overhead(o: dict) -> str:
+    out = ["## 1. Extraction overhead: the tool vs the bare forward pass", "",
+           "Same model, same token windows (`core.corpora.tokenize_budget`, seed 0, max_seq_len 512), same "
+           "batches (`core.extract.plan_batches`, batch 16), CPU, float32. Bare = `model(input_ids, "
+           "attention_mask)` under `torch.inference_mode()`, no hidden states kept, no metrics. Tool = "
+           "`core.extract.extract_stats` (every streaming accumulator in float64, the shared 5000-token "
+           f"sample, metadata). Repetitions {o.get('order')}; one untimed warm-up of both first. "
+           "Ratio = median bare time / median tool time (= tool tokens/s over bare tokens/s); the range is "
+           "that of the per-pair ratios.", ""]
+    rows = []
+    for m in o.get("models", []):
+        rows.append([m["label"], f"{fi(m['tokens_analysed'])} ({fi(m['tokens_fed'])} fed)", m["n_batches"],
+                     f"{m['padding_fraction']:.1%}", m["reps"], ftps(m["bare_tokens_per_s"]),
+                     ftps(m["tool_tokens_per_s"]), f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})",
+                     met(m["met"])])
+    out.append(table(["Model", "Tokens analysed", "Batches", "Padding", "Reps", "Bare tok/s", "Tool tok/s",
+                      "Ratio (range)", "Goal >= 0.90"], rows))
+    for m in o.get("models", []):
+        if m.get("tokens_requested") and m["tokens_requested"] < 40_000:
+            out += ["", f"Note: {m['label']} was run at {fi(m['tokens_requested'])} requested tokens, not 40,000."]
+        pr = m.get("profile")
+        if pr:
+            out += ["", f"**Why {m['label']} misses the goal** - torch.profiler, self CPU time by op, bare forward vs "
+                    f"tool on the first {fi(pr['tokens'])} tokens (total {pr['total_bare_ms']:.0f} ms vs "
+                    f"{pr['total_tool_ms']:.0f} ms), ops sorted by the tool's extra time:", "",
+                    table(["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"],
+                          [[r["op"], f"{r['bare_ms']:.1f}", f"{r['tool_ms']:.1f}", f"{r['extra_ms']:+.1f}",
+                            r["bare_calls"], r["tool_calls"]] for r in pr["rows"]])]
+    return "\n".join(out)
+
+
+def render_peers(p: dict) -> str:
+    out = ["## 2. The tool end to end vs a naive per-document peer", "",
+           "MiniLM-L6 on Wikipedia. Tool = `core.pipeline.analyze` on an empty cache (read corpus, load model, "
+           "tokenize, extract, all metrics, cache write). Peer = what papers' scripts do: one forward per "
+           "document with `output_hidden_states=True`, every analysed token's hidden states copied to numpy "
+           "and kept, then per layer the mean cosine on sampled pairs "
+           f"({fi(p.get('pairs'))} random pairs i != j) or on all pairs (sklearn `cosine_similarity(H)`, the "
+           "N x N matrix averaged off the diagonal). Both see the same windows and analysed tokens. "
+           "Each configuration runs in its own process; peak = that process's high-water RSS (`VmHWM`). "
+           f"The all-pairs peer runs with its address space capped at {fb(p.get('cap_bytes'))} above what it "
+           "had after loading the model (`RLIMIT_AS`), so that it fails with `MemoryError` as the script would "
+           f"on a machine with that much free memory, instead of taking this one down. {p.get('note', '')}.", ""]
+    rows = []
+    for r in p.get("rows", []):
+        for key, name in (("tool", "tool (exact)"), ("sampled", "peer, sampled pairs"), ("allpairs", "peer, all pairs")):
+            x = r[key]
+            if x.get("status") == "ok":
+                err = x.get("max_abs_err_vs_exact")
+                err_s = "0 (reference)" if key == "tool" else (f"{err:.2e}" if _num(err) else "n/a")
+                speed = r.get(f"tool_vs_{key}_speed")
+                rows.append([fi(r["tokens"]), name, "ok", fs(x["seconds"]), ftps(x.get("tokens_per_s")),
+                             fb(x["peak_rss_bytes"]), err_s, fr(speed, 2) if speed else ""])
+            else:
+                rows.append([fi(r["tokens"]), name, _status(x), fs(x.get("seconds")), "", fb(x.get("peak_rss_bytes"))
+                             if x.get("status") != "skipped" else "", "", ""])
+    out.append(table(["Tokens", "Run", "Status", "Time", "Tokens/s", "Peak RSS", "Max abs error of mean cosine "
+                      "vs the tool's exact value (over layers)", "Tool speed / this run's"], rows))
+    oom = p.get("allpairs_oom_at")
+    out.append("")
+    if p.get("allpairs_failed_at") and not oom:
+        out.append(f"The all-pairs peer failed at {fi(p['allpairs_failed_at'])} tokens ({p.get('allpairs_failure')}), "
+                   "not with MemoryError: see the table.")
+    elif oom:
+        need = 4 * oom * oom
+        out.append(f"The all-pairs peer ran out of memory at {fi(oom)} tokens: one float32 N x N similarity matrix "
+                   f"alone is {fb(need)} there, plus as much again for the off-diagonal copy; at 200,000 tokens it "
+                   f"would be {fb(4 * 200_000**2)}. Larger sizes were not attempted (the need only grows).")
+    else:
+        out.append("The all-pairs peer did not run out of memory at these sizes under this cap.")
+    if p.get("tool_peak_growth"):
+        out.append(f"Peak RSS from the smallest to the largest size grew x{fr(p['tool_peak_growth'], 2)} for the tool "
+                   f"and x{fr(p.get('peer_peak_growth'), 2)} for the sampled-pairs peer (which keeps every hidden state).")
+    stages = []
+    for r in p.get("rows", []):
+        for key in ("tool", "sampled", "allpairs"):
+            bs = r[key].get("rss_by_stage")
+            if bs:
+                stages.append([fi(r["tokens"]), key, _stage_times(r[key]),
+                               ", ".join(f"{k} {fb(v)}" for k, v in bs.items())])
+    if stages:
+        out += ["", "<details><summary>Time and peak RSS by stage (RSS sampled every 20 ms)</summary>", "",
+                table(["Tokens", "Run", "Seconds per stage", "Max RSS per stage"], stages), "", "</details>"]
+    if p.get("profile"):
+        out += ["", f"**Why the tool is slower than the peer** - cProfile of `python -m core analyze` at "
+                f"{fi(p['profile']['tokens'])} tokens (cumulative):", "", code(p["profile"]["table"])]
+    return "\n".join(out)
+
+
+def _stage_times(r: dict) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in (r.get("seconds_by_stage") or {}).items())
+
+
+def render_memory(m: dict) -> str:
+    out = ["## 3. Memory: peak RSS does not grow with the corpus", "",
+           f"`core.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size in "
+           "its own fresh process (peak = the process's high-water RSS, `VmHWM`).", ""]
+    rows = []
+    for r in m.get("rows", []):
+        rows.append([fi(r["tokens"]), _status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")),
+                     ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())])
+    out.append(table(["Tokens", "Status", "Time", "Peak RSS", "Max RSS per stage"], rows))
+    if m.get("ratio"):
+        out += ["", f"Ratio of peaks: **{fr(m['ratio'])}** (goal <= 1.10: {met(m['met'])})."]
+    return "\n".join(out)
+
+
+def render_cache(c: dict) -> str:
+    out = ["## 4. Cache hits", "",
+           "A repeated `python -m core analyze ... --out r.json` on this run's own cache directory, timed end to "
+           "end from outside (interpreter start included); the first call computes. Whether torch/transformers "
+           "were imported is checked by running the same command in a fresh interpreter and reading `sys.modules`.", ""]
+    rows = []
+    for r in c.get("runs", []):
+        if r.get("status") == "error":
+            rows.append([r["model"], "", "", _status(r), "", "", ""])
+            continue
+        rows.append([r["model"], f"{fi(r['tokens_analysed'])}, sample {fi(r['sample'])} x {r['n_layers']} layers "
+                     f"({fb(r['stats_sample_bytes'])})", fs(r["first_s"]),
+                     " / ".join(fs(t) for t in r["repeat_s"]) + f" (median **{fs(r['repeat_median_s'])}**)",
+                     str(r["torch_imported"]), ", ".join(r.get("heavy_modules") or []) or "none", met(r["met"])])
+    out.append(table(["Model", "Tokens, sample", "First (computes)", "Repeats", "torch imported",
+                      "Heavy modules imported", "Goal < 2 s, no torch"], rows))
+    if c.get("note"):
+        out += ["", c["note"] + "."]
+    for r in c.get("runs", []):
+        if r.get("profile"):
+            out += ["", f"**Why the repeat for {r['model']} misses the goal** - cProfile of the cache-hit path "
+                    "(cumulative):", "", code(r["profile"])]
+    pg = c.get("page") or {}
+    out += ["", "**Page re-render from cache.** "]
+    if pg.get("status") == "ok":
+        warm = ""
+        if pg.get("selection_override"):
+            warm = f" (--quick: the selection was overridden to {pg['selection_override']} through the app's session state.)"
+        elif "umap_warmup_wait_s" in pg:
+            warm = (f" The app compiles UMAP in a background thread at start; the re-renders were timed after it "
+                    f"finished (waited {fs(pg['umap_warmup_wait_s'])} after the first page render; finished: "
+                    f"{pg.get('umap_warm')}).")
+        out[-1] += (f"The runs of the app's default selection ({'; '.join(pg.get('runs') or [])}) were computed first "
+                    f"into this run's cache. In a fresh process, `streamlit.testing.v1.AppTest` runs `app.py` "
+                    f"({fs(pg.get('app_first_render_s'))}, the page read from the disk cache), switches to "
+                    f"`{pg.get('page')}` ({fs(pg.get('page_first_render_s'))}), then re-renders it: "
+                    f"{' / '.join(fs(t) for t in pg['rerender_s'])}, median **{fs(pg['rerender_median_s'])}** "
+                    f"(goal < 1 s: {met(pg.get('met'))}).{warm} Exceptions: {pg.get('exceptions') or 'none'}; errors "
+                    f"shown: {pg.get('errors_shown') or 'none'}; Plotly charts on the page: {pg.get('n_plotly_charts')}, "
+                    f"tables: {pg.get('n_dataframes')}; torch imported by the app process: {pg.get('torch_imported')}.")
+    else:
+        out[-1] += _status(pg) + "."
+    return "\n".join(out)
+
+
+def render_projection(p: dict) -> str:
+    out = ["## 5. Projections", "",
+           f"{fi(p.get('n_points'))} points at d={p.get('d')} ({p.get('source')}). UMAP through "
+           "`core.projection.umap_2d` (cosine metric, 15 neighbours, seeded); every UMAP figure comes from a fresh "
+           "process, so that 'cold' really includes importing umap and numba's JIT compilation.", ""]
+    rows = []
+    cold = p.get("cold") or {}
+    if cold.get("status") == "ok":
+        rows.append(["UMAP cold: fresh process, empty numba cache (import + JIT compile + fit)", fs(cold["total_s"]),
+                     f"import {fs(cold['import_s'])}, first fit {fs(cold['fit_s'])}"])
+    else:
+        rows.append(["UMAP cold: fresh process, empty numba cache", _status(cold), ""])
+    fresh = p.get("fresh") or {}
+    if fresh.get("status") == "ok":
+        rows.append(["UMAP in a fresh process, numba's default disk cache as found", fs(fresh["total_s"]),
+                     f"import {fs(fresh['import_s'])}, first fit {fs(fresh['fit_s'])}"])
+    if p.get("warm_s"):
+        rows.append(["UMAP warm (same process, kernels compiled)", fs(p.get("warm_median_s")),
+                     "runs: " + " / ".join(fs(t) for t in p["warm_s"])])
+    rows.append(["PCA (`core.projection.pca_2d`)", fs(p.get("pca_median_s"), 3), "median of 5"])
+    for method in ("umap", "pca"):
+        pr = p.get(f"project_{method}") or {}
+        if pr:
+            rows.append([f"`core.projection.project(..., '{method}')`, first call in a fresh process",
+                         fs(pr["first_s"]), f"computes and stores (cached={pr['first_cached']}); "
+                         f"the {method} itself {fs(pr.get('fit_s'))}; {fi(pr['n_points'])} points"
+                         + ("; numba's disk cache filled by the cold run" if method == "umap" and cold.get("status") == "ok" else "")])
+            rows.append([f"`core.projection.project(..., '{method}')`, cache hit", fs(pr["hit_median_s"], 3),
+                         "runs: " + " / ".join(fs(t, 3) for t in pr["hit_s"]) + f" (cached={pr['hit_cached']})"])
+    if (p.get("project_status") or {}).get("status") not in (None, "ok"):
+        rows.append(["`core.projection.project`", _status(p["project_status"]), ""])
+    out.append(table(["What", "Time", "Detail"], rows))
+    if p.get("project_profile"):
+        out += ["", "cProfile of a cached `project()` call (cumulative):", "", code(p["project_profile"])]
+    return "\n".join(out)
+
+
+def render_batching(b: dict) -> str:
+    out = ["## 6. Batch size and padding", "",
+           f"`core.extract.extract_stats`, MiniLM-L6, {fi(b.get('tokens_analysed'))} analysed tokens in "
+           f"{fi(b.get('n_windows'))} windows, {b.get('reps')} alternating repetition(s), median. Padding fraction = "
+           "`core.extract.padding_fraction` (padded positions / all positions) for the tool's length-sorted "
+           "batches; the last column is the same for batches in corpus order (no sorting), for comparison.", ""]
+    rows = [[f"{r['batch_size']}" + (" (default)" if r["default"] else ""), r["n_batches"], ftps(r["tokens_per_s"]),
+             fr(r["speedup_vs_1"], 2) if r.get("speedup_vs_1") else "n/a", f"{r['padding_fraction']:.1%}",
+             f"{r['padding_fraction_unsorted']:.1%}"] for r in b.get("rows", [])]
+    out.append(table(["Batch size", "Batches", "Tokens/s", "Speed vs batch 1", "Padding (sorted)",
+                      "Padding (unsorted)"], rows))
+    return "\n".join(out)
+
+
+def render_postproc(p: dict) -> str:
+    out = ["## 7. Post-processing what-ifs", "",
+           f"`core.analysis.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral "
+           f"metrics, IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the "
+           f"post-processing; X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer "
+           f"{p.get('layer')}. Median of {p.get('reps')} runs after a warm-up.", ""]
+    rows = [[r["post"], fs(r["median_s"], 3), met(r["met"])] for r in p.get("rows", [])]
+    out.append(table(["Post-processing", "Time", "Goal < 0.5 s"], rows))
+    if p.get("profile"):
+        out += ["", f"cProfile of the slowest choice ({p['profile']['post']}, cumulative):", "",
+                code(p["profile"]["table"])]
+    return "\n".join(out)
+
+
+def render_gpu(g: dict | None, reason: str) -> str:
+    """The GPU section between markers; `g` is None when not measured."""
+    out = [GPU_START, "## GPU", ""]
+    if not g:
+        out += [f"**Not measured yet.** {reason}",
+                "",
+                "On a machine with a CUDA GPU, `python -m bench --device cuda` measures it and replaces this section "
+                "in place: random-init models of real sizes built from configs (BERT-base, GPT-2 124M, LLaMA-style 1B "
+                "and 8B) in bf16; tokens/s of the tool (`extract_stats` on the device) vs the bare forward on the same "
+                "windows and batches, and the forward's achieved TFLOP/s (2 x n_params x tokens / time) against the "
+                "card's dense bf16 peak.", GPU_END]
+        return "\n".join(out)
+    out.insert(1, GPU_MEASURED)
+    m = g.get("meta", {})
+    out += [f"Measured on {g.get('device')} ({m.get('date_utc', '')}; torch {m.get('torch', '')}, transformers "
+            f"{m.get('transformers', '')}), dtype {g.get('dtype')}, batch {g.get('batch_size')}, "
+            f"{fi(g.get('tokens_requested'))} tokens requested per model, {g.get('reps')} alternating repetitions; "
+            f"command `{m.get('command', '')}`. Peak bf16 (dense) assumed: "
+            f"{g.get('peak_tflops') or 'unknown'} TFLOP/s. Random-init weights (throughput does not depend on them).", ""]
+    rows = []
+    for r in g.get("models", []):
+        if r.get("status") != "ok":
+            rows.append([r["model"], _status(r), "", "", "", "", "", ""])
+            continue
+        mfu = f"{r['mfu']:.1%}" if _num(r.get("mfu")) else "n/a"
+        rows.append([r["model"], f"{r['n_params'] / 1e6:,.0f}M", fi(r["tokens_analysed"]), ftps(r["bare_tokens_per_s"]),
+                     ftps(r["tool_tokens_per_s"]), f"**{fr(r['ratio'])}**",
+                     f"{r['tflops']:.1f} ({r['tflops_non_embedding']:.1f} non-emb.)", mfu,
+                     fb(r.get("max_memory_allocated_bytes"))])
+    out.append(table(["Model", "Params", "Tokens", "Bare tok/s", "Tool tok/s", "Tool / bare", "Forward TFLOP/s",
+                      "of peak", "Max GPU memory"], rows))
+    out.append(GPU_END)
+    return "\n".join(out)
+
+
+def merge_gpu(existing: str | None, new_doc: str, keep_measured: bool = True) -> str:
+    """new_doc with its GPU block replaced by the one in `existing` when that one was measured."""
+    if not existing or GPU_START not in existing or GPU_END not in existing:
+        return new_doc
+    old_block = existing[existing.index(GPU_START):existing.index(GPU_END) + len(GPU_END)]
+    if keep_measured and GPU_MEASURED not in old_block:
+        return new_doc
+    return re.sub(re.escape(GPU_START) + ".*?" + re.escape(GPU_END), lambda _: old_block, new_doc, flags=re.S)
+
+
+def replace_gpu(existing: str | None, gpu_block: str, header: str) -> str:
+    """Put a measured GPU block into an existing BENCHMARKS.md (or a new one with just a header)."""
+    if existing and GPU_START in existing and GPU_END in existing:
+        return re.sub(re.escape(GPU_START) + ".*?" + re.escape(GPU_END), lambda _: gpu_block, existing, flags=re.S)
+    if existing:
+        return existing.rstrip() + "\n\n" + gpu_block + "\n"
+    return header + "\n\n" + gpu_block + "\n"
+
+
+RENDERERS = {
+    "overhead": render_overhead, "peers": render_peers, "memory": render_memory, "cache": render_cache,
+    "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
+}
+
+
+def render(results: dict) -> str:
+    meta = results["meta"]
+    sec = results["sections"]
+    out = ["# Benchmarks", "",
+           f"Written by `{meta['command']}` (bench v{meta.get('bench_version')}). Every figure below was measured in "
+           "this one run on the machine described, and goals are stated as ratios between runs of that same run, "
+           "so the machine's speed cancels out."]
+    if meta.get("quick"):
+        out += ["", "> **QUICK MODE**: tiny sizes that only check that every section runs. These numbers say "
+                "nothing about the goals; run `python -m bench` for the real figures."]
+    if meta.get("overrides"):
+        out += ["", f"> Sizes overridden on the command line: {meta['overrides']}: not the standard benchmark."]
+    if meta.get("only"):
+        out += ["", f"Sections run: {', '.join(meta['only'])}."]
+    out += ["", render_machine(meta), "", "## Summary", "",
+            table(["Figure", "Goal", "Measured", "Status"], summary_rows(sec)), ""]
+    out.append("Sizes: " + ", ".join(f"{k}={v}" for k, v in meta.get("sizes", {}).items()) + ".")
+    for name, fn in RENDERERS.items():
+        if name not in sec:
+            continue
+        out.append("")
+        r = sec[name]
+        if isinstance(r, dict) and r.get("section_error"):
+            out += [f"## {name}", "", f"This section failed: `{r['section_error']}`", "", code(r.get("traceback", ""))]
+        else:
+            out.append(fn(r))
+    out += ["", render_gpu(None, meta.get("gpu_reason", "")), ""]
+    return "\n".join(out)

@@ -1,0 +1,281 @@
+"""Tasks run in a fresh process: `python -m bench.worker TASK 'JSON ARGS'`.
+
+Each prints one line `BENCH_RESULT {json}` on stdout. A fresh process per run makes peak RSS
+(measured by the parent with os.wait4) a per-run figure, and lets a peer fail with MemoryError
+under a memory cap without touching the bench process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import time
+import traceback
+
+from bench.common import RESULT_TAG, RssSampler, cprofile_table, vm_hwm
+
+
+def _preimport():
+    """Import the heavy libraries before any clock starts (both the tool and the peers pay them)."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    import core.analysis  # noqa: F401
+    import core.pipeline  # noqa: F401
+
+
+def _vm_size() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+# ----------------------------------------------------------------------------- tasks
+def task_tool_e2e(a: dict) -> dict:
+    """core.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
+    _preimport()
+    from core.pipeline import analyze
+    from core.spec import RunSpec
+
+    spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]),
+                   batch_size=int(a.get("batch_size", 16)), sample=int(a.get("sample", 5000)),
+                   seed=int(a.get("seed", 0)), device="cpu", dtype="float32")
+    with RssSampler() as rs:
+        rs.set("fingerprints")
+
+        def progress(p):
+            if p.stage != rs.stage:
+                rs.set(p.stage)
+
+        t0 = time.perf_counter()
+        res = analyze(spec, cache_dir=a["cache_dir"], progress=progress)
+        seconds = time.perf_counter() - t0
+        rs.set("end")
+    m = res["manifest"]
+    return {"seconds": seconds, "n_tokens": int(m["tokens"]["analysed"]), "fed_tokens": int(m["tokens"]["fed_to_model"]),
+            "n_sample": int(m["tokens"]["sample"]), "cache_hit": bool(m.get("cache_hit")),
+            "forward_s": float(m["timing"]["forward_s"]),
+            "mean_cosine": [r["mean_cosine"] for r in res["layers"]], "rss_by_stage": rs.by_stage,
+            "seconds_by_stage": {k: v for k, v in rs.seconds.items() if k not in ("start", "end")}}
+
+
+def task_peer(a: dict) -> dict:
+    """The naive peer (bench.peers) end to end, optionally under a memory cap (RLIMIT_AS)."""
+    _preimport()
+    import sklearn.metrics.pairwise  # noqa: F401 - a script imports it at the top
+    import torch
+
+    from bench.peers import run_peer
+    from core.corpora import load_documents, tokenize_budget
+    from core.extract import analysed_masks
+    from core.models import load_model
+
+    cap = a.get("mem_cap_bytes")
+    out: dict = {"mode": a["mode"], "mem_cap_bytes": cap}
+    with RssSampler() as rs:
+        t0 = time.perf_counter()
+        try:
+            rs.set("load")
+            docs = load_documents(a.get("corpus", "wiki-en"))
+            lm = load_model(a["model"], device="cpu", dtype="float32", cache_dir=a.get("cache_dir"))
+            rs.set("tokenize")
+            windows = tokenize_budget(docs, lm.tokenizer, int(a["tokens"]), 512, int(a.get("seed", 0)),
+                                      a.get("corpus", "wiki-en"))
+            analysed = analysed_masks(windows, "exclude")
+            out["n_tokens"] = int(sum(int(m.sum()) for m in analysed))
+            if cap:
+                # Start the thread pools first, then cap the address space at "now + cap": beyond
+                # it, numpy raises MemoryError as the script would on a machine with that much free.
+                with torch.no_grad():
+                    lm.base(input_ids=torch.as_tensor(windows.ids[0])[None, :])
+                resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + int(cap), resource.RLIM_INFINITY))
+            got = run_peer(lm.base, windows, analysed, a["mode"], n_pairs=int(a.get("pairs", 10_000)),
+                           seed=int(a.get("seed", 0)), stage=rs.set)
+            out.update(got)
+            out["status"] = "ok"
+        except MemoryError as e:
+            out.update(status="oom", oom_stage=rs.stage, error=f"{type(e).__name__}: {e}"[:300])
+        except RuntimeError as e:  # torch's CPU allocator reports a failed allocation this way
+            if "alloc" not in str(e).lower() and "memory" not in str(e).lower():
+                raise
+            out.update(status="oom", oom_stage=rs.stage, error=f"{type(e).__name__}: {e}"[:300])
+        out["seconds"] = time.perf_counter() - t0
+        rs.set("end")
+    out["rss_by_stage"] = rs.by_stage
+    out["seconds_by_stage"] = {k: v for k, v in rs.seconds.items() if k not in ("start", "end")}
+    return out
+
+
+def task_umap_fit(a: dict) -> dict:
+    """import umap + one fit in a fresh process (cold with an empty NUMBA_CACHE_DIR), then warm fits."""
+    import numpy as np
+
+    X = np.load(a["x_path"]).astype(np.float32)
+    t0 = time.perf_counter()
+    import umap  # noqa: F401
+
+    t1 = time.perf_counter()
+    from core.projection import umap_2d
+
+    xy = umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
+    t2 = time.perf_counter()
+    warm = []
+    for _ in range(int(a.get("warm_reps", 0))):
+        t = time.perf_counter()
+        umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
+        warm.append(time.perf_counter() - t)
+    return {"import_s": t1 - t0, "fit_s": t2 - t1, "total_s": t2 - t0, "warm_s": warm, "n_points": int(len(X)),
+            "finite": bool(np.isfinite(xy).all()), "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+
+
+def task_project(a: dict) -> dict:
+    """core.projection.project in a fresh process: first call (computes and stores), then cache hits."""
+    from core.projection import project
+    from core.spec import RunSpec
+
+    spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]))
+    out = {}
+    for method in a.get("methods", ["umap", "pca"]):
+        t0 = time.perf_counter()
+        first = project(spec, int(a["layer"]), method, cache_dir=a["cache_dir"])
+        t_first = time.perf_counter() - t0
+        hits, r = [], first
+        for _ in range(int(a.get("hit_reps", 3))):
+            t0 = time.perf_counter()
+            r = project(spec, int(a["layer"]), method, cache_dir=a["cache_dir"])
+            hits.append(time.perf_counter() - t0)
+        out[method] = {"first_s": t_first, "first_cached": bool(first["cached"]), "fit_s": first.get("seconds"),
+                       "hit_s": hits, "hit_cached": bool(r["cached"]), "n_points": int(r["n_points"])}
+    if a.get("warm_x_path"):  # warm UMAP fits in this process (kernels compiled by the first call)
+        import numpy as np
+
+        from core.projection import umap_2d
+
+        X = np.load(a["warm_x_path"]).astype(np.float32)
+        out["warm_s"] = []
+        for _ in range(int(a.get("warm_reps", 1))):
+            t0 = time.perf_counter()
+            umap_2d(X)
+            out["warm_s"].append(time.perf_counter() - t0)
+    return out
+
+
+def task_cli_modules(a: dict) -> dict:
+    """Run `python -m core ARGV` in this process; report whether torch/transformers got imported."""
+    from core.cli import main
+
+    t0 = time.perf_counter()
+    rc = main(a["argv"])
+    return {"rc": rc, "seconds": time.perf_counter() - t0, "torch_imported": "torch" in sys.modules,
+            "transformers_imported": "transformers" in sys.modules,
+            "heavy_modules": sorted(m for m in ("torch", "transformers", "sklearn", "umap", "numba", "plotly",
+                                                "streamlit", "pandas") if m in sys.modules)}
+
+
+def task_cprofile_cli(a: dict) -> dict:
+    from core.cli import main
+
+    return {"table": cprofile_table(lambda: main(a["argv"]), top=int(a.get("top", 18)))}
+
+
+def task_apptest(a: dict) -> dict:
+    """Render the Layers page with streamlit's AppTest, its runs already on disk; then re-render.
+
+    The runs of the app's default selection are already on disk (task analyze_specs). A fresh
+    process, so the first render reads the disk cache; re-renders then use the app's in-memory caches. The app
+    compiles UMAP in a background thread at start: re-renders are timed after it finished.
+    """
+    from streamlit.testing.v1 import AppTest
+
+    out = {}
+    at = AppTest.from_file(a["app"], default_timeout=float(a.get("timeout", 120)))
+    if a.get("selection"):
+        # Only for --quick: a smaller run than the app's default, through the app's session key.
+        from core.selection import Selection
+        from ui.state import KEY
+
+        at.session_state[KEY] = Selection(**a["selection"])
+    t0 = time.perf_counter()
+    at.run()
+    out["app_first_render_s"] = time.perf_counter() - t0
+    page = a.get("page")
+    out["page"] = page
+    if page:
+        t0 = time.perf_counter()
+        at.switch_page(page)
+        at.run()
+        out["page_first_render_s"] = time.perf_counter() - t0
+    try:
+        from core import projection
+
+        t0 = time.perf_counter()
+        if float(a.get("warmup_wait", 240)) > 0:
+            projection._warm.wait(timeout=float(a.get("warmup_wait", 240)))
+        out["umap_warmup_wait_s"] = time.perf_counter() - t0
+        out["umap_warm"] = projection._warm.is_set()
+    except (ImportError, AttributeError):
+        pass
+    times = []
+    for _ in range(int(a.get("reps", 3))):
+        t0 = time.perf_counter()
+        at.run()
+        times.append(time.perf_counter() - t0)
+    out["rerender_s"] = times
+    out["exceptions"] = [str(getattr(e, "value", e))[:300] for e in at.exception]
+    out["errors_shown"] = [str(getattr(e, "value", e))[:200] for e in at.error]
+    out["n_plotly_charts"] = len(at.get("plotly_chart"))
+    out["n_dataframes"] = len(at.get("arrow_data_frame")) + len(at.get("dataframe"))
+    out["torch_imported"] = "torch" in sys.modules
+    return out
+
+
+def task_analyze_specs(a: dict) -> dict:
+    """core.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
+    from core.pipeline import analyze
+    from core.spec import RunSpec
+
+    t0 = time.perf_counter()
+    for d in a["specs"]:
+        analyze(RunSpec.from_dict(d), cache_dir=a.get("cache_dir"))
+    return {"seconds": time.perf_counter() - t0}
+
+
+TASKS = {
+    "tool_e2e": task_tool_e2e,
+    "peer": task_peer,
+    "umap_fit": task_umap_fit,
+    "project": task_project,
+    "cli_modules": task_cli_modules,
+    "cprofile_cli": task_cprofile_cli,
+    "apptest": task_apptest,
+    "analyze_specs": task_analyze_specs,
+}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2 or argv[0] not in TASKS:
+        print(f"usage: python -m bench.worker {{{','.join(TASKS)}}} 'JSON'", file=sys.stderr)
+        return 2
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    task, args = argv[0], json.loads(argv[1])
+    try:
+        res = TASKS[task](args)
+        res.setdefault("status", "ok")
+    except MemoryError as e:
+        res = {"status": "oom", "error": f"{type(e).__name__}: {e}"[:300]}
+    except Exception as e:  # noqa: BLE001 - reported to the parent, which records it
+        res = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500],
+               "traceback": traceback.format_exc()[-2000:]}
+    res["peak_rss_bytes"] = vm_hwm()
+    sys.stdout.write(RESULT_TAG + json.dumps(res, default=float) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

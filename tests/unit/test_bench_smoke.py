@@ -1,0 +1,196 @@
+"""Smoke test of the benchmark's helpers at tiny sizes (no timing assertions).
+
+The benchmark itself is `python -m bench` (see bench/__init__.py); here: the markdown writer, the
+naive peer against the tool's exact mean cosine on a tiny random BERT, the subprocess protocol,
+and the GPU section's code path run on the CPU with tiny configs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench import report
+from bench.common import (median, padded_batch, profile_diff_table, run_task, subset_windows, bare_forward,
+                          machine_info)
+from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, run_peer, sampled_pairs_mean_cosine
+
+DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",
+        "Transformers produce anisotropic hidden states; the mean cosine is high.",
+        "Paris is the capital of France. It lies on the Seine.",
+        "A short one.",
+        "Numbers like 3.14 and 2.71 appear in mathematics, physics and engineering texts alike."] * 3
+
+
+def _meta(**kw):
+    m = {"command": "python -m bench --quick", "bench_version": "1", "quick": True, "only": None,
+         "machine": {"cpu_model": "test cpu", "logical_cores": 2, "usable_cores": 2, "torch_threads": 2,
+                     "ram_bytes": 8 * 2**30, "os": "linux", "versions": {"torch": "x"}, "date_utc": "today",
+                     "loadavg_start": [3.0, 2.0, 1.0]},
+         "duration_s": 12.0, "loadavg_end": [1.0, 1.0, 1.0], "cpu_share": {"steal": 0.0, "idle": 0.5},
+         "sizes": {"minilm_tokens": 600}, "gpu_reason": "no GPU here"}
+    m.update(kw)
+    return m
+
+
+def _sections():
+    prof = profile_diff_table({"aten::addmm": (10.0, 3)}, {"aten::addmm": (11.0, 3), "aten::scatter_add_": (5.0, 9)})
+    stage = {"rss_by_stage": {"load": 400 * 2**20}, "seconds_by_stage": {"load": 1.0}}
+    return {
+        "overhead": {"order": "ABBA", "models": [
+            {"model": "m", "label": "Model M", "tokens_requested": 600, "tokens_analysed": 580, "tokens_fed": 600,
+             "n_batches": 2, "padding_fraction": 0.1, "reps": 1, "bare_tokens_per_s": 1000.0,
+             "tool_tokens_per_s": 800.0, "ratio": 0.8, "pair_ratio_min": 0.8, "pair_ratio_max": 0.8, "met": False,
+             "profile": {"tokens": 150, **prof}}]},
+        "peers": {"cap_bytes": 2**30, "pairs": 100, "note": "n", "rows": [
+            {"tokens": 400, "tool": {"status": "ok", "seconds": 2.0, "peak_rss_bytes": 5e8, "n_tokens": 400,
+                                     "tokens_per_s": 200.0, **stage},
+             "sampled": {"status": "ok", "seconds": 1.0, "peak_rss_bytes": 6e8, "n_tokens": 400, "tokens_per_s": 400.0,
+                         "max_abs_err_vs_exact": 1e-3, **stage},
+             "allpairs": {"status": "oom", "oom_stage": "similarity", "seconds": 1.0, "peak_rss_bytes": 6e8},
+             "tool_vs_sampled_speed": 0.5}],
+            "allpairs_oom_at": 400, "allpairs_failed_at": 400, "allpairs_failure": "oom",
+            "profile": {"tokens": 400, "table": "ncalls ..."}},
+        "memory": {"batch_size": 16, "sample": 5000, "rows": [
+            {"tokens": 400, "status": "ok", "seconds": 1.0, "peak_rss_bytes": 5e8},
+            {"tokens": 4000, "status": "ok", "seconds": 2.0, "peak_rss_bytes": 5.2e8}], "ratio": 1.04, "met": True},
+        "cache": {"runs": [{"model": "minilm-l6", "tokens": 600, "tokens_analysed": 580, "sample": 580, "n_layers": 7,
+                            "stats_sample_bytes": 2**20, "first_s": 5.0, "repeat_s": [0.3, 0.4],
+                            "repeat_median_s": 0.35, "torch_imported": False, "heavy_modules": [], "met": True}],
+                  "page": {"status": "skipped", "reason": "no app"}},
+        "projection": {"n_points": 600, "d": 384, "source": "s", "cold": {"status": "skipped", "reason": "quick"},
+                       "warm_s": [0.5], "warm_median_s": 0.5, "pca_median_s": 0.01,
+                       "project_umap": {"first_s": 3.0, "first_cached": False, "fit_s": 2.5, "hit_s": [0.05],
+                                        "hit_median_s": 0.05, "hit_cached": True, "n_points": 600}},
+        "batching": {"tokens_analysed": 580, "n_windows": 8, "reps": 1, "rows": [
+            {"batch_size": 1, "default": False, "n_batches": 8, "tokens_per_s": 100.0, "speedup_vs_1": 1.0,
+             "padding_fraction": 0.0, "padding_fraction_unsorted": 0.0}]},
+        "postproc": {"shape": [200, 576], "layer": 15, "source": "s", "reps": 2, "goal_s": 0.5, "met": True,
+                     "rows": [{"post": "raw", "seconds": [0.1], "median_s": 0.1, "met": True}]},
+    }
+
+
+def test_markdown_writer_renders_every_section_and_flags_misses():
+    md = report.render({"meta": _meta(), "sections": _sections()})
+    for head in ("## Machine", "## Summary", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## GPU"):
+        assert head in md
+    assert "QUICK MODE" in md
+    assert "**MISSED**" in md and "aten::scatter_add_" in md  # the profile explains the miss
+    assert "out of memory during similarity" in md
+    assert "not quiet" in md  # load average 3.0 on 2 cores
+    assert report.GPU_START in md and "Not measured yet" in md
+
+
+def test_section_error_is_rendered():
+    md = report.render({"meta": _meta(quick=False), "sections": {"memory": {"section_error": "Boom: x",
+                                                                             "traceback": "tb"}}})
+    assert "This section failed" in md and "Boom" in md
+
+
+def test_gpu_block_merge_and_replace():
+    cpu_doc = report.render({"meta": _meta(), "sections": {}})
+    g = {"device": "Fake GPU", "dtype": "bfloat16", "tokens_requested": 100, "batch_size": 16, "reps": 1,
+         "peak_tflops": 100.0, "meta": {"command": "python -m bench --device cuda"},
+         "models": [{"model": "BERT-base", "status": "ok", "n_params": 110e6, "tokens_analysed": 100,
+                     "bare_tokens_per_s": 1e5, "tool_tokens_per_s": 9e4, "ratio": 0.9, "tflops": 20.0,
+                     "tflops_non_embedding": 15.0, "mfu": 0.2, "max_memory_allocated_bytes": 2**30}]}
+    block = report.render_gpu(g, "")
+    with_gpu = report.replace_gpu(cpu_doc, block, "# Benchmarks")
+    assert "Fake GPU" in with_gpu and "Not measured yet" not in with_gpu
+    # A later CPU run keeps the measured GPU section...
+    assert "Fake GPU" in report.merge_gpu(with_gpu, cpu_doc)
+    # ...but a not-measured one is simply replaced.
+    assert report.merge_gpu(cpu_doc, cpu_doc) == cpu_doc
+    assert report.replace_gpu(None, block, "# Benchmarks").startswith("# Benchmarks")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_bert_dir):
+    from core.corpora import tokenize_budget
+    from core.models import load_model
+
+    lm = load_model(str(tiny_bert_dir), device="cpu", dtype="float32")
+    w = tokenize_budget(DOCS, lm.tokenizer, 200, 32, 0, "test")
+    return lm, w
+
+
+def test_peer_matches_the_tools_exact_mean_cosine(tiny):
+    from core import metrics as M
+    from core.extract import analysed_masks, extract_stats
+
+    lm, w = tiny
+    analysed = analysed_masks(w, "exclude")
+    arrays, _ = extract_stats(lm.base, w, batch_size=4, sample_size=50, pad_id=int(lm.tokenizer.pad_token_id or 0))
+    exact = [M.mean_cosine(arrays["group_sum_u"][l].sum(0), int(arrays["n"])) for l in range(arrays["sum_abs"].shape[0])]
+    allp = run_peer(lm.base, w, analysed, "allpairs")
+    samp = run_peer(lm.base, w, analysed, "sampled", n_pairs=500)
+    assert allp["n_tokens"] == int(arrays["n"]) == samp["n_tokens"]
+    np.testing.assert_allclose(allp["mean_cosine"], exact, atol=1e-5)
+    assert len(samp["mean_cosine"]) == len(exact)
+    with pytest.raises(ValueError):
+        run_peer(lm.base, w, analysed, "bogus")
+
+
+def test_pair_estimators_on_random_data():
+    rng = np.random.default_rng(0)
+    H = (rng.normal(size=(300, 16)) + 2.0).astype(np.float32)
+    ex = exact_mean_cosine(H)
+    assert abs(all_pairs_mean_cosine(H) - ex) < 1e-5
+    assert abs(sampled_pairs_mean_cosine(H, 20_000, seed=1) - ex) < 0.05
+
+
+def test_bare_forward_and_window_helpers(tiny):
+    from core.extract import plan_batches
+
+    lm, w = tiny
+    sub = subset_windows(w, 40)
+    assert 40 <= sub.n_content_tokens <= w.n_content_tokens and len(sub.ids) <= len(w.ids)
+    b = plan_batches(sub, 4)
+    ids, att = padded_batch(sub, b[0], 0)
+    assert ids.shape == att.shape and att.sum() == sum(len(sub.ids[i]) for i in b[0])
+    assert bare_forward(lm.base, sub, b, 0) > 0
+    assert median([3, 1, 2]) == 2
+
+
+def test_profile_diff_table_orders_by_extra_time():
+    t = profile_diff_table({"a": (1.0, 1), "b": (2.0, 1)}, {"a": (5.0, 1), "b": (2.5, 1), "c": (1.0, 2)}, top=2)
+    assert [r["op"] for r in t["rows"]] == ["a", "c"]
+    assert t["total_tool_ms"] == pytest.approx(8.5)
+
+
+def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
+    r = run_task("cli_modules", {"argv": ["models"]}, cache_dir=tmp_path, timeout=120)
+    assert r["status"] == "ok" and r["rc"] == 0
+    assert r["torch_imported"] is False  # listing models never imports torch
+    assert r["peak_rss_bytes"] > 0 and r["wall_s"] > 0
+    bad = run_task("no-such-task", {}, cache_dir=tmp_path, timeout=60)
+    assert bad["status"] == "error"
+
+
+def test_gpu_section_code_path_on_cpu(tiny_bert_dir):
+    import transformers as tf
+
+    from bench.gpu import cuda_refusal, peak_tflops, section_gpu
+
+    cfg = tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=128)
+    g = section_gpu("cpu", "float32", tokens=100, batch_size=4, reps=1, configs={"tiny BERT": ("bert", cfg)})
+    row = g["models"][0]
+    assert row["status"] == "ok" and row["ratio"] > 0 and row["tflops"] > 0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA H200") == 989.0
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "CUDA" in cuda_refusal()
+        from bench.__main__ import main
+
+        assert main(["--device", "cuda", "--out", "/nonexistent/never-written.md"]) == 2
+
+
+def test_quick_sizes_are_small_and_machine_info():
+    from bench.sections import Sizes
+
+    q, f = Sizes.quick(), Sizes.full(smollm_tokens=1000)
+    assert max(q.peer_tokens) < min(f.peer_tokens) and f.smollm_tokens == 1000
+    info = machine_info()
+    assert info["logical_cores"] >= 1 and "torch" in info["versions"]
