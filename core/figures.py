@@ -250,7 +250,9 @@ def dim_matrix(groups: Sequence[dict], *, title: str, subtitle: str, n_layers: i
             hovertemplate=f"{esc(g['name'])}<br>layer %{{y}}, dim %{{x}}<extra></extra>"))
     fig.update_xaxes(range=[-0.5, d - 0.5])
     fig.update_yaxes(range=[-0.5, n_layers - 0.5], dtick=1 if n_layers <= 16 else 2)
-    _legend_right(fig)
+    # Legend above the plot: the dims axis needs the full width.
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=1.01, yanchor="bottom"),
+                      margin=dict(t=fig.layout.margin.t + 28))
     return fig
 
 
@@ -270,7 +272,7 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
                         horizontal_spacing=0.08, vertical_spacing=0.14 if rows > 1 else 0.1)
     fig.update_layout(template=TEMPLATE, height=height or (560 if rows == 1 else 440 * rows))
     _titles(fig, title, subtitle)
-    fig.update_layout(margin=dict(t=fig.layout.margin.t + 24))  # room for the panel titles
+    fig.update_layout(margin=dict(t=fig.layout.margin.t + 40))  # room for the panel titles
     hover_t = "%{text}<extra></extra>"
     for i, p in enumerate(panels):
         r, c = i // cols + 1, i % cols + 1

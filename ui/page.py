@@ -142,17 +142,24 @@ def post_form(sel, runs: list[Loaded], key: str) -> None:
     with st.form(f"post_{key}", border=True):
         st.markdown("**Post-processing what-if** (applied to the token sample of every layer)")
         c1, c2, c3 = st.columns(3)
-        center = c1.checkbox("Center (subtract the mean)", sel.post.center)
-        zscore = c1.checkbox("Z-score each dimension", sel.post.zscore)
+        center = c1.checkbox("Center (subtract the mean)", sel.post.center, key=f"pp_center_{key}")
+        zscore = c1.checkbox("Z-score each dimension", sel.post.zscore, key=f"pp_zscore_{key}")
         abtt = c2.number_input("All-but-the-top: remove D directions", 0, max(d_min - 1, 0), sel.post.abtt,
+                               key=f"pp_abtt_{key}",
                                help="Mu & Viswanath 2018: remove the mean and the top-D principal directions.")
-        whiten = c2.checkbox("Whiten (Su et al. 2021)", sel.post.whiten)
-        wk = c2.number_input("whitening: keep k components (0 = all)", 0, d_min, sel.post.whiten_k or 0)
-        drop = c3.text_input("Remove dimensions (e.g. 63, 157)", ", ".join(map(str, sel.post.remove)))
-        drop_out = c3.checkbox("Remove each model's persistent outlier dims", sel.drop_outliers)
-        ok = st.form_submit_button("Apply post-processing", type="primary")
-        reset = st.form_submit_button("Reset to raw")
+        whiten = c2.checkbox("Whiten (Su et al. 2021)", sel.post.whiten, key=f"pp_whiten_{key}")
+        wk = c2.number_input("whitening: keep k components (0 = all)", 0, d_min, sel.post.whiten_k or 0,
+                             key=f"pp_k_{key}")
+        drop = c3.text_input("Remove dimensions (e.g. 63, 157)", ", ".join(map(str, sel.post.remove)),
+                             key=f"pp_drop_{key}")
+        drop_out = c3.checkbox("Remove each model's persistent outlier dims", sel.drop_outliers,
+                               key=f"pp_outliers_{key}")
+        b1, b2 = st.columns([1, 4])
+        ok = b1.form_submit_button("Apply post-processing", type="primary")
+        reset = b2.form_submit_button("Reset to raw")
     if reset:
+        for name in ("center", "zscore", "abtt", "whiten", "k", "drop", "outliers"):
+            st.session_state.pop(f"pp_{name}_{key}", None)  # the form redraws from the (raw) selection
         state.update(post=PostProcess(), drop_outliers=False)
         st.rerun()
     if ok:

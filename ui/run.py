@@ -69,9 +69,10 @@ def report_interrupted() -> None:
     lg = state.log()
     if lg.in_progress:
         lg.interrupted, lg.in_progress = list(lg.in_progress), []
-    if lg.interrupted:
+    if lg.interrupted:  # shown once, on the rerun that followed the interruption
         st.warning("The last run was cancelled before it finished; nothing partial was stored. "
                    "Press Run to start it again.", icon=":material/stop_circle:")
+        lg.interrupted = []
 
 
 def run(sel) -> None:

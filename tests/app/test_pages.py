@@ -190,3 +190,40 @@ def test_a_table_corpus_from_the_url(app, cache_dir, tmp_path):
     name = [t["name"] for t in fig["data"] if "MiniLM" in t["name"] and t.get("fill") != "toself"][0]
     assert f"uploaded csv ({path.stem[:8]})" in name
     assert any("computed in" in c.value and "uploaded csv" in c.value for c in at.caption)
+
+
+def test_post_processing_form_applies_on_submit(app, computed):
+    at = app(metric="isoscore")
+    at.checkbox(key="pp_center_layers").check()
+    at.number_input(key="pp_abtt_layers").set_value(3)
+    # Nothing changes before the form is submitted (a heavy view never runs on a widget tick).
+    assert not [t for t in by_title(at, "IsoScore")["data"] if t.get("line", {}).get("dash") == "dash"]
+    at.button(key="FormSubmitter:post_layers-Apply post-processing").click().run()
+    no_exception(at)
+    qp = {k: (v if isinstance(v, str) else v[-1]) for k, v in at.query_params.items()}
+    assert qp["pp_center"] == "1" and qp["pp_abtt"] == "3"
+    dashed = [t for t in by_title(at, "IsoScore")["data"] if t.get("line", {}).get("dash") == "dash"]
+    assert len(dashed) == 1 and "center + ABTT-3" in dashed[0]["name"]
+    assert np.all(np.isfinite(dashed[0]["y"]))
+
+
+@pytest.mark.slow
+def test_umap_projection_with_post_processing_side_by_side(app, computed):
+    at = app(page="pages/projection.py", proj="umap", nn="10", pp_center="1")
+    no_exception(at)
+    fig = figures(at)[0]
+    assert "UMAP" in title(fig) and "n_neighbors=10" in title(fig)
+    panels = [t for t in fig["data"] if len(t.get("x", [])) == 500]
+    assert len(panels) == 2  # raw | centered
+    assert all(np.isfinite(np.asarray(p["x"], dtype=float)).all() for p in panels)
+    assert fig["layout"]["xaxis"]["title"]["text"].startswith("UMAP 1")
+
+
+def test_post_processing_reset(app, computed):
+    at = app(metric="isoscore", pp_center="1")
+    assert at.checkbox(key="pp_center_layers").value is True
+    at.button(key="FormSubmitter:post_layers-Reset to raw").click().run()
+    no_exception(at)
+    assert "pp_center" not in at.query_params
+    assert at.checkbox(key="pp_center_layers").value is False
+    assert not [t for t in by_title(at, "IsoScore")["data"] if t.get("line", {}).get("dash") == "dash"]

@@ -65,7 +65,7 @@ def server(tmp_path_factory):
         if proc.poll() is not None:
             log.seek(0)
             pytest.fail(f"streamlit exited: {log.read()[-3000:]}")
-        yield url
+        yield url, cache
     finally:
         proc.terminate()
         try:
@@ -143,6 +143,7 @@ def _goto_page(page, title: str) -> None:
 
 
 def test_default_flow(server, browser, tmp_path):
+    server, _ = server
     shots = _shots_dir(tmp_path)
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
     page = ctx.new_page()
@@ -196,3 +197,20 @@ def test_default_flow(server, browser, tmp_path):
     ctx.close()
     for name in ("layers", "outliers", "projection", "compare"):
         assert (shots / f"{name}.png").stat().st_size > 20_000
+
+
+def test_cancel_stores_nothing(server, browser):
+    """A long run, cancelled from its progress panel: the app says so and the cache has no entry."""
+    from core.selection import Selection
+    from core.pipeline import is_cached
+
+    url, cache = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(180_000)
+    page.goto(f"{url}/?tokens=300000")
+    page.get_by_role("button", name="Run").click()
+    page.get_by_text("tokens/s").first.wait_for()  # the progress bar of the running model
+    page.get_by_role("button", name="Cancel").click()
+    page.get_by_text("cancelled before it finished").wait_for(timeout=60_000)
+    assert not is_cached(Selection(max_tokens=300000).spec("minilm-l6"), cache_dir=cache)
+    page.close()
