@@ -101,7 +101,8 @@ def _legend_right(fig: go.Figure) -> None:
 
 # ----------------------------------------------------------------------------- lines
 def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title: str, subtitle: str,
-               x_title: str, y_title: str, x_range: tuple[float, float] | None = None) -> go.Figure:
+               x_title: str, y_title: str, x_range: tuple[float, float] | None = None,
+               x_dtick: float | None = None) -> go.Figure:
     """Lines with markers, one per series, an optional band, and dotted published references.
 
     series: dicts with ``name``, ``x``, ``y``, ``color`` (index or hex), optional ``dash``
@@ -137,6 +138,8 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
             hovertemplate=f"<b>{esc(r['name'])}</b><br>layer value %{{y:.3f}}<br>{est}<extra></extra>"))
     if x_range is not None:
         fig.update_xaxes(range=list(x_range))
+    if x_dtick is not None:
+        fig.update_xaxes(dtick=x_dtick)
     _legend_right(fig)
     return fig
 

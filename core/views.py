@@ -105,6 +105,10 @@ def _corpora(runs: Sequence[dict]) -> str:
     return ", ".join(dict.fromkeys(corpus_label(r) for r in runs))
 
 
+def _layer_dtick(n: int) -> int:
+    return 1 if n <= 16 else 2
+
+
 def _nan(v) -> float:
     return float("nan") if v is None else float(v)
 
@@ -190,9 +194,8 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     fig = F.line_chart(series, refs, title=f"{label} by layer", subtitle=subtitle,
                        x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)" if depth
                        else "layer (0 = embeddings)", y_title=unit,
-                       x_range=(-0.03, 1.03) if depth else None)
-    if not depth:
-        fig.update_xaxes(dtick=1 if max(n_layers(r) for r in runs) <= 16 else 2)
+                       x_range=(-0.03, 1.03) if depth else None,
+                       x_dtick=None if depth else _layer_dtick(max(n_layers(r) for r in runs)))
     return View(f"layers_{metric}", f"{label} by layer", fig, pd.DataFrame(rows),
                 _manifest("layer_curves", {"metric": metric, "x_axis": x_axis, "reference": reference,
                                            "post": list(post_labels or [])}, runs),
@@ -276,8 +279,7 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
                        subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} split into 10 bins by the log corpus "
                                       "frequency of the token; empty bins are gaps"),
                        x_title="frequency decile (1 = rarest, 10 = most frequent tokens)",
-                       y_title="mean cos within the decile")
-    fig.update_xaxes(dtick=1, range=[0.5, 10.5])
+                       y_title="mean cos within the decile", x_range=(0.5, 10.5), x_dtick=1)
     return View("frequency_deciles", "Mean cosine by frequency decile", fig, pd.DataFrame(rows),
                 _manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
                 caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.")
@@ -437,8 +439,7 @@ def frequency_correlation(results: dict) -> View:
     fig = F.line_chart(series, title="Outlier dimensions track token frequency",
                        subtitle=F.esc(f"{run_name(results)} · N = {_fmt_n(_n_tokens(results))} tokens · Pearson r "
                                       "between log corpus frequency and |x_d| (Puccetti et al. 2022)"),
-                       x_title="layer (0 = embeddings)", y_title="|Pearson r|")
-    fig.update_xaxes(dtick=1 if L1 <= 16 else 2)
+                       x_title="layer (0 = embeddings)", y_title="|Pearson r|", x_dtick=_layer_dtick(L1))
     notes = [] if dims else ["No persistent outlier dimensions in this run: only the random baseline is drawn."]
     return View("frequency_correlation", "Frequency correlation of outlier dims", fig, pd.DataFrame(rows),
                 _manifest("frequency_correlation", {}, [results]),

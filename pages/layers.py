@@ -33,8 +33,7 @@ if page.need_runs(runs):
     page.show(views.metric_table([r.results for r in runs]), "table")
 
     st.subheader("At one layer")
-    depth_max = max(r.n_layers for r in runs)
-    page.layer_slider(sel, depth_max, "layers", help="Until you move it, each model shows its middle layer.")
+    page.layer_slider(sel, page.deepest(runs), "layers", help="Until you move it, each model shows its middle layer.")
     sel = state.selection()
     layers = tuple(sel.layer_for(r.n_layers) for r in runs)
     h1, h2 = st.columns(2)

@@ -14,7 +14,7 @@ from core.postprocess import PostProcess
 from core.spec import RunSpec
 
 
-@st.cache_resource(show_spinner=False)
+@st.cache_resource(max_entries=1, show_spinner=False)
 def warmup():
     """Compile umap's numba kernels once per process, in the background."""
     return P.start_warmup()

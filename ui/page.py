@@ -56,7 +56,7 @@ def header(title: str):
     st.title(title)
     sel = state.selection()
     run.report_interrupted()
-    if st.session_state.get("run"):
+    if state.run_pressed():
         run.run(sel)
     status(sel)
     return sel, loaded(sel)
@@ -158,8 +158,7 @@ def post_form(sel, runs: list[Loaded], key: str) -> None:
         ok = b1.form_submit_button("Apply post-processing", type="primary")
         reset = b2.form_submit_button("Reset to raw")
     if reset:
-        for name in ("center", "zscore", "abtt", "whiten", "k", "drop", "outliers"):
-            st.session_state.pop(f"pp_{name}_{key}", None)  # the form redraws from the (raw) selection
+        state.forget_widgets(f"pp_{n}_{key}" for n in ("center", "zscore", "abtt", "whiten", "k", "drop", "outliers"))
         state.update(post=PostProcess(), drop_outliers=False)
         st.rerun()
     if ok:
@@ -176,6 +175,11 @@ def post_form(sel, runs: list[Loaded], key: str) -> None:
 
 def posts_for(sel, runs: list[Loaded]) -> list[PostProcess]:
     return [views.post_for(r.results, sel.post, sel.drop_outliers) for r in runs]
+
+
+def deepest(runs: list[Loaded]) -> int:
+    """Hidden-state layers of the deepest loaded model (the range of a shared layer slider)."""
+    return max(r.n_layers for r in runs)
 
 
 def need_runs(runs: list[Loaded]) -> bool:

@@ -60,6 +60,17 @@ def sync_url(sel: Selection | None = None) -> None:
         st.query_params.from_dict(want)
 
 
+def run_pressed() -> bool:
+    """True in the script run that follows a click on the sidebar's Run button (key "run")."""
+    return bool(st.session_state.get("run"))
+
+
+def forget_widgets(keys) -> None:
+    """Drop widget states so the widgets redraw from the selection (e.g. after a reset)."""
+    for k in keys:
+        st.session_state.pop(k, None)
+
+
 def update(**fields) -> Selection:
     """Replace fields of the selection; on a bad value show the message and keep the old one."""
     old = selection()
