@@ -32,7 +32,9 @@ TEMPLATE = go.layout.Template(layout=go.Layout(
     font=dict(family=FONT, size=13, color="#222222"),
     paper_bgcolor="white", plot_bgcolor="white", colorway=OKABE_ITO,
     xaxis=_axis, yaxis=_axis,
-    title=dict(x=0.0, xanchor="left", font=dict(size=16), subtitle=dict(font=dict(size=12, color="#555555"))),
+    # Title block pinned to the top: margins below it are free for legends and panel titles.
+    title=dict(x=0.0, xanchor="left", yref="container", y=1.0, yanchor="top", pad=dict(t=14, l=6),
+               font=dict(size=16), subtitle=dict(font=dict(size=12, color="#555555"))),
     legend=dict(bgcolor="rgba(255,255,255,0.85)", bordercolor="#CCCCCC", borderwidth=1, font=dict(size=11)),
     margin=dict(l=70, r=30, t=80, b=60),
     hoverlabel=dict(font=dict(family=FONT, size=12), align="left"),

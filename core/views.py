@@ -85,8 +85,9 @@ def _n_sample(results: dict) -> int:
 
 
 def _manifest(view: str, params: dict, runs: Sequence[dict]) -> dict:
+    uniq = {r["manifest"].get("cache_key", id(r)): r["manifest"] for r in runs}  # raw/post panels share a run
     return {"app": "anisotropy-workbench", "core_version": __version__, "view": view,
-            "params": params, "runs": [r["manifest"] for r in runs]}
+            "params": params, "runs": list(uniq.values())}
 
 
 def _fmt_n(n: int) -> str:
@@ -532,7 +533,8 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     runs = [p[0] for p in panels]
     fig = F.scatter_panels(out_panels, title=f"{method} of sampled token representations",
                            subtitle=F.esc(" · ".join(dict.fromkeys(parts)) + f" · {_corpora(runs)} · colour: "
-                                          + color_by.replace("_", " ")),
+                                          + (f"tokens matching {search!r}" if color_by == "search"
+                                             else color_by.replace("_", " "))),
                            color_mode=mode, color_title=ctitle)
     if mode == "discrete":
         notes.append("Colours cycle over documents (8 colours): hover a point for its document.")
