@@ -26,6 +26,7 @@ from .selection import METRICS, SAMPLE_METRICS
 HIST_BINS = 100
 HIST_MAX_PAIRS = 2_000_000  # pairs of the pairwise-cosine histogram (a stated subset of the sample)
 TOP_CC = 20
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "star")
 
 
 @dataclass
@@ -428,7 +429,8 @@ def frequency_correlation(results: dict) -> View:
     L1 = len(fr["layers"])
     for j, d in enumerate(dims):
         ys = [abs(_nan(l["outlier_r"][j])) for l in fr["layers"]]
-        series.append({"name": f"outlier dim {d}", "x": list(range(L1)), "y": ys, "color": j % 7})
+        series.append({"name": f"outlier dim {d}", "x": list(range(L1)), "y": ys, "color": j % len(F.OKABE_ITO),
+                       "symbol": SYMBOLS[(j // len(F.OKABE_ITO)) % len(SYMBOLS)]})  # never two identical lines
     base_y = [_nan(l["baseline"]) for l in fr["layers"]]
     series.append({"name": f"{len(fr['random_dims'])} random other dims (mean |r|)", "x": list(range(L1)), "y": base_y,
                    "color": F.REFERENCE, "dash": "dash", "symbol": "square"})
