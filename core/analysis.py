@@ -151,7 +151,8 @@ def build_results(stats) -> dict:
         "layers": rows,
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
-        "frequency_bins": {"edges_log_freq": stats.arrays["bin_edges"].tolist(),
+        "frequency_bins": {"rule": "token types sorted by corpus frequency, cut at each tenth of the tokens",
+                           "log_freq_range": stats.arrays["bin_edges"].tolist(),
                            "n_tokens": stats.arrays["bin_n"].tolist()},
     })
 

@@ -80,8 +80,7 @@ def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: i
     analysed = analysed_masks(windows, special_policy)
     freq = token_frequencies(windows, analysed)
     _, logf_lut = _freq_luts(freq, windows)
-    occ_logf = np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)])
-    return {"freq": freq, "edges": _bin_edges(occ_logf),
+    return {"freq": freq, "bin_of_id": _freq_bins(freq),
             "group_of": np.random.default_rng(seed).integers(0, N_GROUPS, size=len(windows.ids))}
 
 
@@ -94,9 +93,15 @@ def _freq_luts(freq: dict[int, int], windows: TokenWindows) -> tuple[np.ndarray,
     return freq_lut, np.log(np.maximum(freq_lut, 1.0))
 
 
-def _bin_edges(occ_logf: np.ndarray) -> np.ndarray:
-    """Frequency bins: deciles over token occurrences (by log frequency of the token)."""
-    return np.quantile(occ_logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
+def _freq_bins(freq: dict[int, int]) -> dict[int, int]:
+    """Frequency deciles: token types sorted by corpus frequency (ties by id), cut where their
+    cumulative occurrences cross each tenth of the tokens. Each type lies in one bin and no bin is
+    empty because of ties (a very frequent type can still make its bin larger than a tenth)."""
+    items = sorted(freq.items(), key=lambda kv: (kv[1], kv[0]))
+    counts = np.asarray([c for _, c in items], dtype=np.float64)
+    before = np.concatenate([[0.0], np.cumsum(counts)[:-1]])
+    bins = np.minimum((before * N_FREQ_BINS / counts.sum()).astype(np.int64), N_FREQ_BINS - 1)
+    return {int(k): int(b) for (k, _), b in zip(items, bins)}
 
 
 def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
@@ -122,11 +127,15 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     freq = token_frequencies(windows, analysed) if layout is None else dict(layout["freq"])
     freq_lut, logf_lut = _freq_luts(freq, windows)
     vocab_hi = len(freq_lut)
-    if layout is None:
-        edges = _bin_edges(np.concatenate([logf_lut[w[m]] for w, m in zip(windows.ids, analysed)]))
-    else:
-        edges = np.asarray(layout["edges"], dtype=np.float64)
-    bin_lut = np.searchsorted(edges, logf_lut, side="right")
+    bin_of_id = _freq_bins(freq) if layout is None else layout["bin_of_id"]
+    bin_lut = np.zeros(vocab_hi, dtype=np.int64)
+    for k, v in bin_of_id.items():
+        bin_lut[k] = v
+    # The log-frequency range of each bin, for labels.
+    edges = np.full((N_FREQ_BINS, 2), np.nan)
+    for k, v in bin_of_id.items():
+        lf = logf_lut[k]
+        edges[v] = [np.fmin(edges[v, 0], lf), np.fmax(edges[v, 1], lf)]
     # Self-similarity: the most frequent token ids (>= 5 occurrences), tracked exactly.
     by_count = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
     tracked = np.asarray([k for k, c in by_count if c >= 5][:N_SELF_SIM_IDS], dtype=np.int64)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .errors import InputError
 
 # Bump when the extraction or the stored statistics change meaning: old cache entries then miss.
-STATS_VERSION = 3
+STATS_VERSION = 4
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")

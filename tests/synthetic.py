@@ -24,8 +24,10 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
     freq_lut = np.zeros(ids.max() + 1)
     freq_lut[uniq] = cnt
     logf = np.log(np.maximum(freq_lut[ids], 1))
-    edges = np.quantile(logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])
-    bins = np.searchsorted(edges, logf, side="right")
+    bins = np.minimum((np.argsort(np.argsort(logf, kind="stable"), kind="stable") * N_FREQ_BINS) // N,
+                      N_FREQ_BINS - 1)
+    edges = np.asarray([[logf[bins == k].min(), logf[bins == k].max()] if (bins == k).any() else [np.nan, np.nan]
+                        for k in range(N_FREQ_BINS)])
     tracked = np.asarray([k for k, c in sorted(zip(uniq, cnt), key=lambda kv: -kv[1]) if c >= 5][:20])
     group_of = rng.integers(0, N_GROUPS, size=n_seq)
     sample_idx = np.sort(rng.choice(N, size=K, replace=False))

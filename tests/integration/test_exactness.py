@@ -154,9 +154,17 @@ def test_frequency_binned_cosine_matches_naive(case):
     res, X, tok = case["results"], case["X"], case["tok"]
     freq = _frequency(tok)
     logf = np.log(np.asarray([freq[t] for t in tok], dtype=np.float64))
-    edges = np.quantile(logf, np.linspace(0, 1, N_FREQ_BINS + 1)[1:-1])  # deciles over occurrences
-    b = np.searchsorted(edges, logf, side="right")
-    np.testing.assert_allclose(res["frequency_bins"]["edges_log_freq"], edges, atol=1e-12)
+    # Deciles, naively: walk the token types from rarest to most frequent (ties by id); a type's
+    # bin is the tenth of the corpus in which its first occurrence falls.
+    bin_of, seen = {}, 0
+    for t, c in sorted(freq.items(), key=lambda kv: (kv[1], kv[0])):
+        bin_of[t] = min(int(seen * N_FREQ_BINS // len(tok)), N_FREQ_BINS - 1)
+        seen += c
+    b = np.asarray([bin_of[t] for t in tok])
+    ranges = res["frequency_bins"]["log_freq_range"]
+    for k in range(N_FREQ_BINS):
+        if (b == k).any():
+            assert ranges[k] == [pytest.approx(logf[b == k].min()), pytest.approx(logf[b == k].max())]
     assert res["frequency_bins"]["n_tokens"] == np.bincount(b, minlength=N_FREQ_BINS).tolist()
     for l, Xl in enumerate(X):
         got = np.asarray([np.nan if v is None else v for v in res["layers"][l]["frequency_binned_cosine"]])
