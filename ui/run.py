@@ -14,7 +14,7 @@ import time
 
 import streamlit as st
 
-from core import pipeline
+from core import pipeline, views
 from core.errors import Cancelled, InputError
 from core.extract import Progress
 from core.models import describe_model
@@ -96,7 +96,7 @@ def run(sel) -> None:
     with box:
         head, btn = st.columns([5, 1])
         head.markdown(f"**Running {len(todo)} extraction{'s' if len(todo) > 1 else ''}** "
-                      f"({sel.corpus}, {sel.max_tokens:,} tokens each)")
+                      f"({views.corpus_display(sel.corpus)}, {sel.max_tokens:,} tokens each)")
         btn.button("Cancel", key="cancel_run", icon=":material/stop_circle:",
                    help="Stop the run; nothing partial is stored.")
         bars = [(spec, _Bar(describe_model(spec.model)["label"])) for spec in todo]
