@@ -50,7 +50,7 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
     return out
 
 
-def build_report(sel: Selection) -> bytes:
+def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
     """The zip of every view of the selection's cached runs, plus each results.json."""
     runs = []
     for spec in sel.specs():
@@ -63,4 +63,4 @@ def build_report(sel: Selection) -> bytes:
     if not runs:
         raise ValueError("Nothing computed yet for this selection: press Run first.")
     vs = report_views(sel, runs)
-    return report_zip(vs, [r for _, r, _ in runs], selection=to_query_params(sel))
+    return report_zip(vs, [r for _, r, _ in runs], selection=to_query_params(sel), image_formats=image_formats)

@@ -6,6 +6,8 @@ the first test computes them (pressing Run), the others load them from the cache
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -227,3 +229,38 @@ def test_post_processing_reset(app, computed):
     assert "pp_center" not in at.query_params
     assert at.checkbox(key="pp_center_layers").value is False
     assert not [t for t in by_title(at, "IsoScore")["data"] if t.get("line", {}).get("dash") == "dash"]
+
+
+@pytest.mark.slow
+def test_report_zip_of_the_selection(computed):
+    """The sidebar's report: every view of the cached runs (images, CSV, JSON), report.html, results."""
+    import io
+    import zipfile
+
+    from core.report import build_report
+
+    sel = Selection(models=TWO, max_tokens=2000, sample=500)
+    z = zipfile.ZipFile(io.BytesIO(build_report(sel, image_formats=("png",))))
+    names = set(z.namelist())
+    for stem in ("layers_mean_cosine", "pairwise_cosine_histogram", "outlier_counts",
+                 "minilm-l6_outlier_bars_layer3", "untrained-bert-base_outlier_heatmap",
+                 "untrained-bert-base_projection_pca_layer6"):
+        assert f"figures/{stem}.png" in names and f"data/{stem}.csv" in names, stem
+    assert {"report.html", "manifest.json", "results/minilm-l6.results.json",
+            "results/untrained-bert-base.results.json"} <= names
+    man = json.loads(z.read("manifest.json"))
+    assert man["selection"]["models"] == list(TWO) and len(man["runs"]) == 2
+    assert json.loads(z.read("results/minilm-l6.results.json"))["layers"] == _results("minilm-l6")["layers"]
+    html = z.read("report.html").decode()
+    assert html.count("Plotly.newPlot") >= 20
+
+
+def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir):
+    at = app(models=("minilm-l6", str(tiny_bert_dir)), tokens="600", sample="200")
+    no_exception(at)
+    assert any("not computed yet" in c.value for c in at.caption)
+    run_clicked(at)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    names = [t["name"] for t in by_title(at, "Mean cosine similarity by layer")["data"] if t.get("fill") != "toself"]
+    assert any(tiny_bert_dir.name in n for n in names) and any("MiniLM" in n for n in names)
