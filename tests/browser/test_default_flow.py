@@ -153,6 +153,7 @@ def test_default_flow(server, browser, tmp_path):
     run.wait_for()
     run.click()
     # Layers: the default curve (mean cosine by layer) with traces.
+    page.get_by_text("computed in").first.wait_for()
     traces = _wait_plots(page, 3)
     _settle(page)
     assert traces[0] >= 2, traces  # CI band + measured curve (+ published references)
@@ -189,10 +190,12 @@ def test_default_flow(server, browser, tmp_path):
     # Compare: two models (MiniLM + an untrained BERT) on the same corpus.
     page.goto(f"{server}/compare?{COMPARE_QUERY}")
     page.get_by_role("button", name="Run").click()
+    page.get_by_text("computed in").first.wait_for()  # the untrained BERT (MiniLM is loaded from cache)
     _settle(page)
     traces = _wait_plots(page, 3)
     curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
-    assert any("untrained BERT" in (n or "") for n in curves) and any("MiniLM" in (n or "") for n in curves)
+    assert any("untrained BERT" in (n or "") for n in curves), curves
+    assert any("MiniLM" in (n or "") for n in curves), curves
     _screenshot(page, shots / "compare.png")
     ctx.close()
     for name in ("layers", "outliers", "projection", "compare"):
