@@ -270,16 +270,20 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
         vals = [_nan(v) for v in res["layers"][l]["frequency_binned_cosine"]]
         fb = res.get("frequency_bins", {})
         ns = fb.get("n_tokens") or [None] * len(vals)
+        rng = fb.get("log_freq_range") or [None] * len(vals)
         xs = list(range(1, len(vals) + 1))
         hover = [f"<b>{F.esc(run_name(res))}</b>, layer {l}<br>decile {x}: mean cos {v:.4g}<br>"
-                 f"{_fmt_n(n or 0)} tokens in this bin" for x, v, n in zip(xs, vals, ns)]
+                 f"{_fmt_n(n or 0)} tokens in this bin"
+                 + (f"<br>corpus frequency {math.exp(r[0]):,.0f} to {math.exp(r[1]):,.0f}"
+                    if isinstance(r, (list, tuple)) and len(r) == 2 and None not in r else "")
+                 for x, v, n, r in zip(xs, vals, ns, rng)]
         series.append({"name": f"{run_name(res)}, layer {l}", "x": xs, "y": vals, "color": i, "hover": hover})
         for x, v, n in zip(xs, vals, ns):
             rows.append({"model": model_label(res), "corpus": corpus_label(res), "layer": l, "decile": x,
                          "mean_cosine": v, "n_tokens": int(n or 0)})
     fig = F.line_chart(series, title="Mean cosine by token-frequency decile",
-                       subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} split into 10 bins by the log corpus "
-                                      "frequency of the token; empty bins are gaps"),
+                       subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} split into 10 bins of equal token "
+                                      "counts by the corpus frequency of the token type"),
                        x_title="frequency decile (1 = rarest, 10 = most frequent tokens)",
                        y_title="mean cos within the decile", x_range=(0.5, 10.5), x_dtick=1)
     return View("frequency_deciles", "Mean cosine by frequency decile", fig, pd.DataFrame(rows),
