@@ -51,6 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", default=[], metavar="SIZE=VALUE",
                    help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 "
                    "(repeatable; the markdown lists every size used)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch/BLAS threads for every process of the run (default: torch's default, one per core)")
     p.add_argument("--keep-cache", action="store_true", help="keep this run's temporary cache directory")
     g = p.add_argument_group("GPU (--device cuda)")
     g.add_argument("--gpu-tokens", type=int, default=100_000, help="tokens per model (default 100000)")
@@ -77,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     if a.smollm_tokens < 1:
         print("error: --smollm-tokens must be positive", file=sys.stderr)
         return 2
+    if a.threads:
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+            os.environ[var] = str(a.threads)  # children inherit it
+        import torch
+
+        torch.set_num_threads(a.threads)
     from bench.gpu import cuda_refusal
     from bench.sections import SECTIONS, Ctx, Sizes, cleanup
 
@@ -99,6 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     if not a.quick and only == SECTION_ORDER:
         log("a full run takes about 20-25 minutes on 2 quiet CPU cores")
     machine = machine_info()
+    cores = machine.get("usable_cores") or 1
+    if machine["loadavg_start"] and machine["loadavg_start"][0] > 0.5 * cores:
+        log(f"WARNING: the machine is busy (load average {machine['loadavg_start']} on {cores} cores): the figures "
+            "will be noisy and the run slow; BENCHMARKS.md will say so")
     t_start, ct0 = time.monotonic(), cpu_times()
     sections: dict = {}
     try:

@@ -129,6 +129,17 @@ def summary_rows(sec: dict) -> list[list]:
         rows.append([f"Tool end to end vs per-document peer, speed ({fi(r['tokens'])} tokens)", ">= 1.0",
                      fr(sp, 2) if sp else _status(r["sampled"]) if r["sampled"].get("status") != "ok" else _status(r["tool"]),
                      met(sp >= 1.0) if sp else "n/a"])
+    exact = [r for r in p.get("rows", []) if _num(r["allpairs"].get("max_abs_err_vs_exact"))]
+    if exact:
+        r = exact[-1]
+        rows.append([f"Tool's streamed mean cosine vs the all-pairs N x N computation ({fi(r['tokens'])} tokens), "
+                     "max abs difference over layers", "exact", f"{r['allpairs']['max_abs_err_vs_exact']:.1e}",
+                     met(r["allpairs"]["max_abs_err_vs_exact"] < 1e-6)])
+    samp = [r for r in p.get("rows", []) if _num(r["sampled"].get("max_abs_err_vs_exact"))]
+    if samp:
+        rows.append([f"Sampled-pairs peer's error vs the tool's exact value ({fi(p.get('pairs'))} pairs), max over "
+                     "layers and sizes", "(the peer samples)", f"{max(r['sampled']['max_abs_err_vs_exact'] for r in samp):.1e}",
+                     "info"])
     if p.get("tool_peak_growth"):
         toks = [r["tokens"] for r in p["rows"]]
         rows.append([f"Peak RSS growth {fi(toks[0])} -> {fi(toks[-1])} tokens: tool / peer", "flat (tool)",
@@ -188,6 +199,14 @@ def render_overhead(o: dict) -> str:
                     table(["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"],
                           [[r["op"], f"{r['bare_ms']:.1f}", f"{r['tool_ms']:.1f}", f"{r['extra_ms']:+.1f}",
                             r["bare_calls"], r["tool_calls"]] for r in pr["rows"]])]
+            tb, tt = pr["total_bare_ms"], pr["total_tool_ms"]
+            if tt > 0:
+                prof_share = max(tt - tb, 0.0) / tt
+                gap = 1 - m["ratio"]
+                out += ["", f"In the profile the tool's extra ops take {prof_share:.1%} of its time, against a measured "
+                        f"gap of {gap:.1%} (1 - ratio)."
+                        + (" Most of the measured gap is therefore not the tool's own work but variation of the "
+                           "machine between repetitions (see the per-pair range)." if prof_share < 0.5 * gap else "")]
     return "\n".join(out)
 
 

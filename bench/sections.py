@@ -35,7 +35,7 @@ class Sizes:
 
     minilm_tokens: int = 40_000
     smollm_tokens: int = 40_000
-    overhead_reps: dict = field(default_factory=lambda: {"minilm-l6": 3, "smollm2-135m": 2})
+    overhead_reps: dict = field(default_factory=lambda: {"minilm-l6": 5, "smollm2-135m": 2})
     profile_tokens: int = 4_000
     peer_tokens: tuple = (10_000, 40_000, 200_000)
     peer_pairs: int = 10_000
