@@ -79,6 +79,10 @@ def wrap_segments(text: str, width: int = SUBTITLE_CHARS) -> str:
             cur = seg
         else:
             cur = f"{cur} · {seg}" if cur else seg
+        while len(cur) > width and " " in cur[:width]:  # a long segment: break it at a space
+            cut = cur.rfind(" ", 0, width)
+            lines.append(cur[:cut])
+            cur = cur[cut + 1:]
     if cur:
         lines.append(cur)
     return "<br>".join(lines)

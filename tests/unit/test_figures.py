@@ -200,3 +200,10 @@ def test_every_figure_uses_the_template_and_states_its_sample_size(run_a, run_b)
 def test_subtitles_wrap_at_separators():
     s = F.wrap_segments(" · ".join(["x" * 40] * 4), width=90)
     assert s.count("<br>") == 1 and s.replace("<br>", " · ") == " · ".join(["x" * 40] * 4)
+
+
+def test_long_subtitle_segments_break_at_spaces():
+    seg = "word " * 40
+    s = F.wrap_segments(f"a · {seg.strip()}", width=50)
+    assert all(len(line) <= 50 for line in s.split("<br>"))
+    assert s.replace("<br>", " ").replace(" · ", " ") == f"a {seg.strip()}"
