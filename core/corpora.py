@@ -261,23 +261,30 @@ def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_le
             if not toks:
                 continue
             n_docs += 1
-            for w in range(0, len(toks), room):
-                piece = toks[w:w + room]
-                arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
-                sp = np.zeros(len(arr), dtype=bool)
-                sp[:len(prefix)] = True
-                sp[len(prefix) + len(piece):] = True
+            for arr, sp in _windows_of(toks, room, prefix, suffix):
                 ids.append(arr)
                 special.append(sp)
                 doc_of.append(int(i))
                 total += len(arr)
-                content += len(piece)
+                content += int((~sp).sum())
         if content >= max_tokens:
             break
     if content == 0:
         where = " after the analysed documents (no held-out text left)" if start else ""
         raise InputError(f"Corpus {corpus_id!r} produced no tokens{where}.")
     return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, content, pos)
+
+
+def _windows_of(toks: list[int], room: int, prefix: list[int], suffix: list[int]):
+    """One document's windows of at most `room` content tokens, each with the special tokens
+    around it: (ids, special-position mask) pairs. Windows never cross the document."""
+    for w in range(0, len(toks), room):
+        piece = toks[w:w + room]
+        arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
+        sp = np.zeros(len(arr), dtype=bool)
+        sp[:len(prefix)] = True
+        sp[len(prefix) + len(piece):] = True
+        yield arr, sp
 
 
 def _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng) -> TokenWindows:
@@ -288,12 +295,7 @@ def _uniform_windows(tokenizer, max_tokens, room, prefix, suffix, rng) -> TokenW
     for d in range(n_docs):
         n = min(UNIFORM_DOC_LEN, max_tokens - d * UNIFORM_DOC_LEN)
         doc = rng.choice(vocab, size=n).tolist()
-        for w in range(0, n, room):  # like any document: split when longer than the window
-            piece = doc[w:w + room]
-            arr = np.asarray(prefix + piece + suffix, dtype=np.int64)
-            sp = np.zeros(len(arr), dtype=bool)
-            sp[:len(prefix)] = True
-            sp[len(prefix) + len(piece):] = True
+        for arr, sp in _windows_of(doc, room, prefix, suffix):  # split like any document
             ids.append(arr)
             special.append(sp)
             doc_of.append(d)
