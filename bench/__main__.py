@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 "
                    "(repeatable; the markdown lists every size used)")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch/BLAS threads for every process of the run (default: torch's default, one per core)")
+                   help="torch/BLAS threads for every process of the run (default: torch's default, one per core; "
+                   "--quick: 1)")
     p.add_argument("--keep-cache", action="store_true", help="keep this run's temporary cache directory")
     g = p.add_argument_group("GPU (--device cuda)")
     g.add_argument("--gpu-tokens", type=int, default=100_000, help="tokens per model (default 100000)")
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.smollm_tokens < 1:
         print("error: --smollm-tokens must be positive", file=sys.stderr)
         return 2
+    if a.quick and not a.threads:
+        a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
     if a.threads:
         for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
             os.environ[var] = str(a.threads)  # children inherit it

@@ -71,7 +71,8 @@ def _status(r: dict) -> str:
         return "ok"
     if st == "oom":
         where = f" during {r['oom_stage']}" if r.get("oom_stage") else ""
-        return f"out of memory{where}"
+        msg = f" (`{r['error'][:120]}`)" if r.get("error") else ""
+        return f"out of memory{where}{msg}"
     if st == "skipped":
         return f"not run: {r.get('reason', '')}"
     return f"{st}: {(r.get('error') or '')[-160:]}"

@@ -192,7 +192,7 @@ def section_peers(ctx: Ctx) -> dict:
     s = ctx.sizes
     cap = int(min(s.peer_mem_cap, 0.6 * mem_available())) if not ctx.quick else s.peer_mem_cap
     out = {"model": "minilm-l6", "cap_bytes": cap, "pairs": s.peer_pairs, "rows": [],
-           "note": "each configuration runs once, in its own fresh process; the clock starts before the "
+           "note": "Each configuration runs once, in its own fresh process; the clock starts before the "
                    "corpus is read and the model is loaded (imports of torch/transformers excluded for all)"}
     allpairs_oom_at, allpairs_failure = None, None
     for N in s.peer_tokens:

@@ -93,6 +93,11 @@ def task_peer(a: dict) -> dict:
                 # it, numpy raises MemoryError as the script would on a machine with that much free.
                 with torch.no_grad():
                     lm.base(input_ids=torch.as_tensor(windows.ids[0])[None, :])
+                import numpy as np
+
+                # ...and BLAS's work buffers (OpenBLAS aborts the process, instead of raising, when it
+                # cannot allocate them under the cap).
+                sklearn.metrics.pairwise.cosine_similarity(np.ones((512, 64), dtype=np.float32))
                 resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + int(cap), resource.RLIM_INFINITY))
             got = run_peer(lm.base, windows, analysed, a["mode"], n_pairs=int(a.get("pairs", 10_000)),
                            seed=int(a.get("seed", 0)), stage=rs.set)
