@@ -167,7 +167,7 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
         "bin_sum_u": torch.zeros(L1, N_FREQ_BINS, d, **f64),
     }
     sample = torch.zeros(L1, K, d, dtype=torch.float32, device=dev)
-    logf_dev = torch.as_tensor(logf_lut, **f64)
+    logf_dev = torch.as_tensor(logf_lut, **f64)  # id -> log corpus frequency
     bin_dev = torch.as_tensor(bin_lut, device=dev)
     slot_dev = torch.as_tensor(id_slot, device=dev)
 
@@ -189,17 +189,15 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
                 ids[r, :n] = windows.ids[i]
                 att[r, :n] = 1
                 an[r, :n] = analysed[i]
-            # Sample positions inside this batch, in the row-major order of `an` (rows = windows b).
-            sel_rows, sel_k = [], []
-            pos_in_batch = 0
+            # Sample positions inside this batch, as flat indices into the (B, T) grid.
+            sel_flat, sel_k = [], []
             for r, i in enumerate(b):
                 lo, hi = offsets[i], offsets[i + 1]
                 a, z = np.searchsorted(sample_global, [lo, hi])
                 if z > a:
-                    sel_rows.append(pos_in_batch + (sample_global[a:z] - lo))
+                    sel_flat.append(r * T + np.flatnonzero(an[r])[sample_global[a:z] - lo])
                     sel_k.append(np.arange(a, z))
-                pos_in_batch += hi - lo
-            sel_rows = np.concatenate(sel_rows) if sel_rows else np.zeros(0, dtype=np.int64)
+            sel_flat = np.concatenate(sel_flat) if sel_flat else np.zeros(0, dtype=np.int64)
             sel_k = np.concatenate(sel_k) if sel_k else np.zeros(0, dtype=np.int64)
 
             ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
@@ -208,45 +206,48 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
             with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
                 out = model(input_ids=ids_t, attention_mask=att_t, output_hidden_states=True)
             hs = out.hidden_states
-            tok = ids_t[an_t]  # (n,) ids of analysed tokens, row-major
-            seq = torch.as_tensor(np.repeat(np.arange(len(b)), an.sum(1)), device=dev)
-            grp = torch.as_tensor(group_of[b], device=dev)[seq]
+            # Everything below works on the padded (B, T, d) grid with non-analysed positions
+            # zeroed: dense reductions, no per-token scatter except for the tracked ids.
+            mk = an_t.unsqueeze(-1).to(torch.float64)  # (B, T, 1)
+            safe_ids = torch.where(an_t, ids_t, 0)  # padding ids may lie outside the lookup tables
+            logf = torch.where(an_t, logf_dev[safe_ids], 0.0)  # (B, T)
+            onehot_bins = (torch.nn.functional.one_hot(bin_dev[safe_ids], N_FREQ_BINS) * an_t.unsqueeze(-1))
+            onehot_bins = onehot_bins.reshape(-1, N_FREQ_BINS).to(torch.float64).T  # (bins, B*T)
+            slots = slot_dev[safe_ids].reshape(-1)
+            keep_idx = torch.nonzero((slots >= 0) & an_t.reshape(-1)).squeeze(1)  # one host sync per batch
+            keep_slots = slots[keep_idx]
+            any_keep = len(keep_idx) > 0
+            grp = torch.as_tensor(group_of[b], device=dev)
             seq_n = torch.as_tensor(an.sum(1), **f64)
-            logf = logf_dev[tok]
-            bins = bin_dev[tok]
-            slots = slot_dev[tok]
-            keep = slots >= 0
-            any_keep = bool(keep.any())  # one host sync per batch, none per layer
             seq_valid = seq_n > 0
-            sel_rows_t = torch.as_tensor(sel_rows, device=dev)
+            sel_flat_t = torch.as_tensor(sel_flat, device=dev)
             sel_k_t = torch.as_tensor(sel_k, device=dev)
             for layer, h in enumerate(hs):
-                xs = h[an_t]  # (n, d) in the model's dtype
-                x = xs.to(torch.float64)
-                norm = x.norm(dim=1, keepdim=True).clamp_min(1e-30)
-                u = x / norm
+                x = h.to(torch.float64) * mk  # (B, T, d)
+                norm = x.norm(dim=-1)  # (B, T)
+                u = x / norm.clamp_min(1e-30).unsqueeze(-1)
                 ax = x.abs()
-                acc["group_sum_u"][layer].index_add_(0, grp, u)
-                acc["sum_u_sq"][layer] += (u * u).sum(0)
-                S = torch.zeros(len(b), d, **f64).index_add_(0, seq, u)  # per-sequence sums of u
+                S = u.sum(1)  # (B, d) per-sequence sums of u
+                acc["group_sum_u"][layer].index_add_(0, grp, S)
                 acc["sum_seq_sq"][layer] += (S * S).sum()
+                acc["sum_u_sq"][layer] += (u * u).sum((0, 1))
                 acc["sum_norm"][layer] += norm.sum()
-                acc["sum_x"][layer] += x.sum(0)
-                acc["sum_abs"][layer] += ax.sum(0)
-                acc["sum_abs2"][layer] += (ax * ax).sum(0)
-                acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax(0))
-                acc["sum_f_abs"][layer] += logf @ ax
+                acc["sum_x"][layer] += x.sum((0, 1))
+                acc["sum_abs"][layer] += ax.sum((0, 1))
+                acc["sum_abs2"][layer] += (x * x).sum((0, 1))
+                acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
+                acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", logf, ax)
                 # Intra-sentence similarity: cos(x_t, mean of its sequence), averaged per sequence.
-                m = torch.zeros(len(b), d, **f64).index_add_(0, seq, x)
-                m = m / m.norm(dim=1, keepdim=True).clamp_min(1e-30)
-                cos_t = (u * m[seq]).sum(1)
-                per_seq = torch.zeros(len(b), **f64).index_add_(0, seq, cos_t)
+                m = x.sum(1)
+                m = m / m.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+                per_seq = torch.einsum("btd,bd->b", u, m)
                 acc["intra_sum"][layer] += torch.where(seq_valid, per_seq / seq_n.clamp_min(1), 0.0).sum()
+                uf = u.reshape(-1, d)
+                acc["bin_sum_u"][layer] += onehot_bins @ uf
                 if any_keep:
-                    acc["id_sum_u"][layer].index_add_(0, slots[keep], u[keep])
-                acc["bin_sum_u"][layer].index_add_(0, bins, u)
+                    acc["id_sum_u"][layer].index_add_(0, keep_slots, uf[keep_idx])
                 if len(sel_k):
-                    sample[layer, sel_k_t] = xs[sel_rows_t].float()
+                    sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
             del out, hs
             done_tokens += int(an.sum())
             el = time.perf_counter() - t0

@@ -95,6 +95,11 @@ def _versions() -> dict:
     return out
 
 
+def run_key(spec: RunSpec, cache_dir=None) -> str:
+    """The cache key of the run's statistics (derived entries are keyed on it). No torch."""
+    return _spec_key(spec, cache_dir)[0]
+
+
 def is_cached(spec: RunSpec, cache_dir=None) -> bool:
     key, _ = _spec_key(spec, cache_dir)
     return key in get_store(cache_dir)
@@ -214,18 +219,21 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     """results.json for `spec` (cached; computes the statistics first if needed)."""
     from .analysis import ANALYSIS_VERSION, build_results
 
-    stats = get_stats(spec, cache_dir, progress, cancel, force)
     store = get_store(cache_dir)
-    key = f"results:{ANALYSIS_VERSION}:{stats.key}"
     n_events = len(store.events)
+    key = f"results:{ANALYSIS_VERSION}:{run_key(spec, cache_dir)}"
+    # Results are small: a hit never reads the statistics (hundreds of MB for a deep model).
     got = None if force else store.get_json(key)
-    events = stats.events + store.events[n_events:]  # a corrupted results entry is reported too
+    cache_hit = got is not None
     if got is None:
+        stats = get_stats(spec, cache_dir, progress, cancel, force)
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
         got = build_results(stats)
         store.put(key, got)
-    got["manifest"]["cache_hit"] = stats.cached
+        cache_hit = stats.cached
+    got["manifest"]["cache_hit"] = cache_hit
+    events = store.events[n_events:]  # corrupted entries met on the way (results or statistics)
     if events:
         got["manifest"]["cache_events"] = events
     return got
@@ -235,12 +243,11 @@ def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
     """Sample metrics of every layer after a post-processing what-if (cached)."""
     from .analysis import ANALYSIS_VERSION, postprocessed_rows
 
-    stats = get_stats(spec, cache_dir)
     store = get_store(cache_dir)
-    key = f"post:{ANALYSIS_VERSION}:{stats.key}:{stable_hash(post.to_dict())}"
+    key = f"post:{ANALYSIS_VERSION}:{run_key(spec, cache_dir)}:{stable_hash(post.to_dict())}"
     got = store.get_json(key)
     if got is None:
-        got = {"rows": postprocessed_rows(stats, post)}
+        got = {"rows": postprocessed_rows(get_stats(spec, cache_dir), post)}
         store.put(key, got)
     return got["rows"]
 

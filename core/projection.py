@@ -70,22 +70,22 @@ def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | 
     Returns {"xy": (K, 2) float array, "method", "params", "layer", "post", "n_points",
     "explained_variance" (PCA only), "seconds", "cached"}.
     """
-    from .pipeline import get_stats, get_store
+    from .pipeline import get_stats, get_store, run_key
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     post = post or PostProcess()
-    stats = get_stats(spec, cache_dir)
-    if not 0 <= layer < stats.n_layers:
-        raise ValueError(f"layer must be in 0..{stats.n_layers - 1}, got {layer}")
     params = {"n_neighbors": n_neighbors, "min_dist": min_dist, "metric": metric, "seed": seed} if method == "umap" else {}
     store = get_store(cache_dir)
-    key = "proj:" + stable_hash({"v": PROJECTION_VERSION, "run": stats.key, "layer": layer, "method": method,
-                                 "params": params, "post": post.to_dict()})
-    got = store.get(key)
+    key = "proj:" + stable_hash({"v": PROJECTION_VERSION, "run": run_key(spec, cache_dir), "layer": layer,
+                                 "method": method, "params": params, "post": post.to_dict()})
+    got = store.get(key)  # a hit does not read the run's statistics
     if got is not None:
         meta, arrays = got
         return {**meta, "xy": arrays["xy"], "cached": True}
+    stats = get_stats(spec, cache_dir)
+    if not 0 <= layer < stats.n_layers:
+        raise ValueError(f"layer must be in 0..{stats.n_layers - 1}, got {layer}")
     X = post.apply(stats.sample(layer)) if not post.is_identity else stats.sample(layer).astype(np.float64)
     t0 = time.perf_counter()
     meta = {"method": method, "params": params, "layer": layer, "post": post.label(), "n_points": int(len(X))}

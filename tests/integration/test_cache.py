@@ -103,14 +103,22 @@ def test_corrupted_stats_entry_is_reported_and_recomputed(tmp_path, tiny_bert_di
         bad = blob[: len(blob) - 100]
     store.raw_set(stats0.key, bad)
 
+    # The small results entry is intact: analyze serves it without reading the statistics.
+    assert analyze(spec, cache)["layers"] == before["layers"]
+    stats1 = get_stats(spec, cache)
+    assert len(stats1.events) == 1 and "corrupted" in stats1.events[0] and stats0.key[:16] in stats1.events[0]
+    assert stats1.cached is False  # recomputed
+    _arrays_equal(stats1.arrays, stats0.arrays)
+    stats2 = get_stats(spec, cache)
+    assert stats2.cached and not stats2.events  # the recomputed entry is sound again
+    # Both entries damaged: analyze reports it in the manifest and recomputes the same numbers.
+    store.raw_set(stats0.key, bad)
+    store.raw_set(f"results:{ANALYSIS_VERSION}:{stats0.key}", bad)
     after = analyze(spec, cache)
     events = after["manifest"]["cache_events"]
-    assert len(events) == 1 and "corrupted" in events[0] and stats0.key[:16] in events[0]
-    assert after["manifest"]["cache_hit"] is False  # recomputed
+    assert len(events) == 2 and all("corrupted" in e for e in events)
+    assert after["manifest"]["cache_hit"] is False
     assert after["layers"] == before["layers"]
-    stats1 = get_stats(spec, cache)
-    assert stats1.cached and not stats1.events  # the recomputed entry is sound again
-    _arrays_equal(stats1.arrays, stats0.arrays)
 
 
 def test_corrupted_results_entry_is_reported_and_recomputed(tmp_path, tiny_bert_dir, varied_txt):
