@@ -25,6 +25,7 @@ SUM_KEYS = ("n", "n_seq", "sum_n_sq", "group_sum_u", "group_n", "sum_u_sq", "sum
             "sum_x", "sum_abs", "sum_abs2", "sum_f", "sum_f2", "sum_f_abs", "intra_sum", "id_sum_u",
             "id_counts", "bin_sum_u", "bin_n")
 MAX_KEYS = ("max_abs",)
+STATS_CHUNK_TOKENS = 2048  # padded positions per chunk of the float64 statistics (bounds memory)
 
 
 @dataclass
@@ -206,46 +207,20 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
             with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
                 out = model(input_ids=ids_t, attention_mask=att_t, output_hidden_states=True)
             hs = out.hidden_states
-            # Everything below works on the padded (B, T, d) grid with non-analysed positions
-            # zeroed: dense reductions, no per-token scatter except for the tracked ids.
-            mk = an_t.unsqueeze(-1).to(torch.float64)  # (B, T, 1)
-            safe_ids = torch.where(an_t, ids_t, 0)  # padding ids may lie outside the lookup tables
-            logf = torch.where(an_t, logf_dev[safe_ids], 0.0)  # (B, T)
-            onehot_bins = (torch.nn.functional.one_hot(bin_dev[safe_ids], N_FREQ_BINS) * an_t.unsqueeze(-1))
-            onehot_bins = onehot_bins.reshape(-1, N_FREQ_BINS).to(torch.float64).T  # (bins, B*T)
-            slots = slot_dev[safe_ids].reshape(-1)
-            keep_idx = torch.nonzero((slots >= 0) & an_t.reshape(-1)).squeeze(1)  # one host sync per batch
-            keep_slots = slots[keep_idx]
-            any_keep = len(keep_idx) > 0
-            grp = torch.as_tensor(group_of[b], device=dev)
+            # Statistics on the padded grid with non-analysed positions zeroed: dense reductions,
+            # no per-token scatter but for the tracked ids; in chunks of rows so the float64
+            # temporaries stay bounded whatever the window length.
+            step = max(1, STATS_CHUNK_TOKENS // T)
             seq_n = torch.as_tensor(an.sum(1), **f64)
-            seq_valid = seq_n > 0
+            grp = torch.as_tensor(group_of[b], device=dev)
+            chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step],
+                                    grp[r0:r0 + step], logf_dev, bin_dev, slot_dev, r0)
+                      for r0 in range(0, len(b), step)]
             sel_flat_t = torch.as_tensor(sel_flat, device=dev)
             sel_k_t = torch.as_tensor(sel_k, device=dev)
             for layer, h in enumerate(hs):
-                x = h.to(torch.float64) * mk  # (B, T, d)
-                norm = x.norm(dim=-1)  # (B, T)
-                u = x / norm.clamp_min(1e-30).unsqueeze(-1)
-                ax = x.abs()
-                S = u.sum(1)  # (B, d) per-sequence sums of u
-                acc["group_sum_u"][layer].index_add_(0, grp, S)
-                acc["sum_seq_sq"][layer] += (S * S).sum()
-                acc["sum_u_sq"][layer] += (u * u).sum((0, 1))
-                acc["sum_norm"][layer] += norm.sum()
-                acc["sum_x"][layer] += x.sum((0, 1))
-                acc["sum_abs"][layer] += ax.sum((0, 1))
-                acc["sum_abs2"][layer] += (x * x).sum((0, 1))
-                acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
-                acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", logf, ax)
-                # Intra-sentence similarity: cos(x_t, mean of its sequence), averaged per sequence.
-                m = x.sum(1)
-                m = m / m.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-                per_seq = torch.einsum("btd,bd->b", u, m)
-                acc["intra_sum"][layer] += torch.where(seq_valid, per_seq / seq_n.clamp_min(1), 0.0).sum()
-                uf = u.reshape(-1, d)
-                acc["bin_sum_u"][layer] += onehot_bins @ uf
-                if any_keep:
-                    acc["id_sum_u"][layer].index_add_(0, keep_slots, uf[keep_idx])
+                for c in chunks:
+                    _accumulate(acc, layer, h[c["r0"]:c["r0"] + len(c["seq_n"])], c)
                 if len(sel_k):
                     sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
             del out, hs
@@ -285,6 +260,49 @@ def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
     """Occurrences of each tracked id among these tokens (a sum, so shards add up)."""
     return np.bincount(slots[slots >= 0], minlength=n).astype(np.float64)
 
+
+
+def _chunk_inputs(an, ids, seq_n, grp, logf_lut, bin_lut, slot_lut, r0: int) -> dict:
+    """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots."""
+    import torch
+
+    safe = torch.where(an, ids, 0)  # padding ids may lie outside the lookup tables
+    slots = slot_lut[safe].reshape(-1)
+    keep_idx = torch.nonzero((slots >= 0) & an.reshape(-1)).squeeze(1)  # one host sync per chunk
+    onehot = torch.nn.functional.one_hot(bin_lut[safe], N_FREQ_BINS) * an.unsqueeze(-1)
+    return {"r0": r0, "mk": an.unsqueeze(-1).to(torch.float64), "logf": torch.where(an, logf_lut[safe], 0.0),
+            "onehot_bins": onehot.reshape(-1, N_FREQ_BINS).to(torch.float64).T, "keep_idx": keep_idx,
+            "keep_slots": slots[keep_idx], "any_keep": len(keep_idx) > 0, "seq_n": seq_n, "grp": grp}
+
+
+def _accumulate(acc: dict, layer: int, h, c: dict) -> None:
+    """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators."""
+    import torch
+
+    d = h.shape[-1]
+    x = h.to(torch.float64) * c["mk"]  # (B, T, d), zeros where not analysed
+    norm = x.norm(dim=-1)  # (B, T)
+    u = x / norm.clamp_min(1e-30).unsqueeze(-1)
+    ax = x.abs()
+    S = u.sum(1)  # (B, d) per-sequence sums of u
+    acc["group_sum_u"][layer].index_add_(0, c["grp"], S)
+    acc["sum_seq_sq"][layer] += (S * S).sum()
+    acc["sum_u_sq"][layer] += (u * u).sum((0, 1))
+    acc["sum_norm"][layer] += norm.sum()
+    acc["sum_x"][layer] += x.sum((0, 1))
+    acc["sum_abs"][layer] += ax.sum((0, 1))
+    acc["sum_abs2"][layer] += (x * x).sum((0, 1))
+    acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
+    acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", c["logf"], ax)
+    # Intra-sentence similarity: cos(x_t, mean of its sequence), averaged per sequence.
+    m = x.sum(1)
+    m = m / m.norm(dim=-1, keepdim=True).clamp_min(1e-30)
+    per_seq = torch.einsum("btd,bd->b", u, m)
+    acc["intra_sum"][layer] += torch.where(c["seq_n"] > 0, per_seq / c["seq_n"].clamp_min(1), 0.0).sum()
+    uf = u.reshape(-1, d)
+    acc["bin_sum_u"][layer] += c["onehot_bins"] @ uf
+    if c["any_keep"]:
+        acc["id_sum_u"][layer].index_add_(0, c["keep_slots"], uf[c["keep_idx"]])
 
 def merge_stats(a: dict, b: dict) -> dict:
     """Merge two accumulators of the same model and layout exactly (shards, processes, machines).

@@ -116,3 +116,18 @@ def test_batch_size_does_not_change_the_numbers(request, kind):
             np.testing.assert_allclose(eight[k], one[k], atol=1e-6, rtol=1e-6, err_msg=k)
         else:
             np.testing.assert_array_equal(eight[k], one[k], err_msg=k)
+
+
+def test_row_chunks_of_the_statistics_do_not_change_the_numbers(tiny_bert_dir, monkeypatch):
+    """The float64 statistics run in chunks of rows (bounded memory); any chunking gives the same sums."""
+    import core.extract as E
+
+    lm = load_model(str(tiny_bert_dir))
+    docs = make_documents([3, 50, 12, 7, 33, 1, 21, 9, 44, 16, 5], seed=9)
+    w = tokenize_budget(docs, lm.tokenizer, 10_000, 20, seed=0)
+    pad = int(lm.tokenizer.pad_token_id)
+    whole, _ = extract_stats(lm.base, w, batch_size=8, sample_size=10_000, pad_id=pad)
+    monkeypatch.setattr(E, "STATS_CHUNK_TOKENS", 1)  # one row per chunk
+    rows, _ = extract_stats(lm.base, w, batch_size=8, sample_size=10_000, pad_id=pad)
+    for k in SUM_KEYS + ("max_abs", "sample"):
+        np.testing.assert_allclose(rows[k], whole[k], atol=1e-9, rtol=1e-9, err_msg=k)
