@@ -45,6 +45,20 @@ def loaded(sel) -> list[Loaded]:
     return out
 
 
+def _through_entrypoint() -> None:
+    """Make a deep link on a fresh server go through app.py (sidebar, selection, navigation).
+
+    Until st.navigation has run once in the process, Streamlit treats a folder named pages/ as an
+    old-style multipage app and runs a linked page file alone. Switch that mode off and rerun:
+    the rerun executes app.py, whose st.navigation opens the linked page.
+    """
+    from streamlit.runtime.pages_manager import PagesManager
+
+    if PagesManager.uses_pages_directory:
+        PagesManager.uses_pages_directory = False
+        st.rerun()
+
+
 def header(title: str):
     """Title, the Run button's work (progress bars, Cancel) and the status of every selected run.
 
@@ -53,6 +67,7 @@ def header(title: str):
     """
     from . import run
 
+    _through_entrypoint()
     st.title(title)
     sel = state.selection()
     run.report_interrupted()

@@ -7,8 +7,8 @@ import pytest
 from app_helpers import APP, SMALL, TIMEOUT
 
 
-@pytest.fixture(autouse=True)
-def _entrypoint_runs_every_time(monkeypatch):
+@pytest.fixture(autouse=True, scope="session")
+def _entrypoint_runs_every_time():
     """Make AppTest run app.py on every rerun, as `streamlit run` does.
 
     AppTest 1.67 treats a folder named pages/ next to the script as an old-style pages directory
@@ -23,7 +23,9 @@ def _entrypoint_runs_every_time(monkeypatch):
         orig(self, *a, **k)
         PagesManager.uses_pages_directory = False
 
-    monkeypatch.setattr(PagesManager, "__init__", init)
+    with pytest.MonkeyPatch.context() as mp:  # session-wide: module fixtures run apps too
+        mp.setattr(PagesManager, "__init__", init)
+        yield
 
 
 @pytest.fixture

@@ -142,6 +142,20 @@ def _goto_page(page, title: str) -> None:
     _settle(page)
 
 
+def test_deep_link_on_a_fresh_server_goes_through_the_app(server, browser):
+    """The server's very first visit is a shared link to a page (must run before the other tests):
+    it gets the app's sidebar and navigation, not the page file alone."""
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{url}/outliers?{QUERY}")
+        page.get_by_role("heading", name="Outlier dimensions").wait_for(timeout=90_000)
+        page.get_by_role("button", name="Run").wait_for(timeout=90_000)  # the sidebar of app.py
+        assert page.get_by_text("Models (up to 4)").count() == 1
+    finally:
+        page.close()
+
+
 def test_default_flow(server, browser, tmp_path):
     server, _ = server
     shots = _shots_dir(tmp_path)
