@@ -27,7 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench import __version__  # noqa: E402
 from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
-from bench.report import render, render_gpu, merge_gpu, replace_gpu  # noqa: E402
+from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
 SECTION_ORDER = ["overhead", "peers", "memory", "cache", "projection", "batching", "postproc"]
 

@@ -356,17 +356,10 @@ def subset_windows(windows, n_tokens: int):
 
 
 def padded_batch(windows, b, pad_id: int):
-    """(input_ids, attention_mask) int64 numpy arrays of one batch, right-padded like the tool."""
-    import numpy as np
+    """(input_ids, attention_mask) int64 numpy arrays of one batch, right-padded by the tool's own function."""
+    from core.batching import pad_batch
 
-    T = max(len(windows.ids[i]) for i in b)
-    ids = np.full((len(b), T), pad_id, dtype=np.int64)
-    att = np.zeros((len(b), T), dtype=np.int64)
-    for r, i in enumerate(b):
-        n = len(windows.ids[i])
-        ids[r, :n] = windows.ids[i]
-        att[r, :n] = 1
-    return ids, att
+    return pad_batch([windows.ids[i] for i in b], pad_id)
 
 
 def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None) -> float:

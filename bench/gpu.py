@@ -70,8 +70,9 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 reps: int = 3, configs: dict | None = None, peak: float | None = None) -> dict:
     import torch
 
+    from core.batching import plan_batches
     from core.corpora import load_documents, tokenize_budget
-    from core.extract import extract_stats, plan_batches
+    from core.extract import extract_stats
 
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     is_cuda = device.startswith("cuda")

@@ -91,7 +91,8 @@ def render_machine(meta: dict) -> str:
         ["umap-learn / numba", f"{v.get('umap-learn')} / {v.get('numba')}"],
         ["Date (UTC)", m.get("date_utc")],
         ["Load average at start / end", f"{m.get('loadavg_start')} / {meta.get('loadavg_end')}"],
-        ["CPU steal / idle share during the run", f"{share.get('steal', float('nan')):.1%} / {share.get('idle', float('nan')):.1%}"
+        ["CPU steal / idle share during the run",
+         f"{share.get('steal', float('nan')):.1%} / {share.get('idle', float('nan')):.1%}"
          if share else "n/a"],
         ["Duration of the run", fs(meta.get("duration_s"), 0)],
     ]
@@ -381,7 +382,8 @@ def render_projection(p: dict) -> str:
             rows.append([f"`core.projection.project(..., '{method}')`, first call in a fresh process",
                          fs(pr["first_s"]), f"computes and stores (cached={pr['first_cached']}); "
                          f"the {method} itself {fs(pr.get('fit_s'))}; {fi(pr['n_points'])} points"
-                         + ("; numba's disk cache filled by the cold run" if method == "umap" and cold.get("status") == "ok" else "")])
+                         + ("; numba's disk cache filled by the cold run"
+                            if method == "umap" and cold.get("status") == "ok" else "")])
             rows.append([f"`core.projection.project(..., '{method}')`, cache hit", fs(pr["hit_median_s"], 3),
                          "runs: " + " / ".join(fs(t, 3) for t in pr["hit_s"]) + f" (cached={pr['hit_cached']})"])
     if (p.get("project_status") or {}).get("status") not in (None, "ok"):

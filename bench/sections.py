@@ -18,13 +18,24 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import (ROOT, bare_forward, child_env, cprofile_table, log, mem_available, median,
-                          profile_diff_table, run_task, subset_windows, torch_profile_ops)
+from bench.common import (
+    ROOT,
+    bare_forward,
+    child_env,
+    cprofile_table,
+    log,
+    median,
+    mem_available,
+    profile_diff_table,
+    run_task,
+    subset_windows,
+    torch_profile_ops,
+)
+from core.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
+from core.spec import DEFAULT_CORPUS as CORPUS
+from core.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
+from core.spec import DEFAULT_SAMPLE as SAMPLE
 
-CORPUS = "wiki-en"
-MAX_SEQ_LEN = 512
-BATCH = 16
-SAMPLE = 5000
 SEED = 0
 
 
@@ -125,7 +136,7 @@ def _tool(lm, windows, batch_size=BATCH, sample=SAMPLE):
 # ----------------------------------------------------------------------------- 1. overhead
 def section_overhead(ctx: Ctx) -> dict:
     """The tool's extraction (all streaming metrics + sample) vs the bare forward, same windows/batches."""
-    from core.extract import padding_fraction, plan_batches
+    from core.batching import padding_fraction, plan_batches
 
     out = {"goal": 0.90, "order": "alternating A B B A: bare, tool, tool, bare, ...", "models": []}
     for ident, tokens in (("minilm-l6", ctx.sizes.minilm_tokens), ("smollm2-135m", ctx.sizes.smollm_tokens)):
@@ -315,7 +326,8 @@ def section_cache(ctx: Ctx) -> dict:
                "cache_hit": bool(res["manifest"].get("cache_hit")),
                "torch_imported": mods.get("torch_imported"), "transformers_imported": mods.get("transformers_imported"),
                "heavy_modules": mods.get("heavy_modules"), "in_process_s": mods.get("seconds"),
-               "stats_sample_bytes": int(tok["sample"]) * len(res["layers"]) * int(res["manifest"]["model"].get("hidden_size") or 0) * 4}
+               "stats_sample_bytes": (int(tok["sample"]) * len(res["layers"])
+                                      * int(res["manifest"]["model"].get("hidden_size") or 0) * 4)}
         row["met"] = row["repeat_median_s"] < 2.0 and row["torch_imported"] is False
         if not row["met"]:
             log(f"cache: {model} repeat {row['repeat_median_s']:.2f} s: profiling the cache-hit path")
@@ -421,7 +433,7 @@ def section_projection(ctx: Ctx) -> dict:
 
 # ----------------------------------------------------------------------------- 6. batching
 def section_batching(ctx: Ctx) -> dict:
-    from core.extract import padding_fraction, plan_batches
+    from core.batching import padding_fraction, plan_batches
 
     s = ctx.sizes
     lm = ctx.model("minilm-l6")

@@ -12,11 +12,8 @@ import numpy as np
 
 from . import metrics as M
 from . import outliers as O
+from .config import CONFIG, cache_identity
 from .postprocess import PostProcess
-
-ANALYSIS_VERSION = 2
-N_BOOT = 1000
-TOP_CC = 10
 
 
 def json_safe(obj):
@@ -64,7 +61,7 @@ def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
     out = M.spectral_metrics(X)
     U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-30)
     cc = M.cosine_contribution(U.sum(0), (U * U).sum(0), U.shape[0])
-    out["cosine_contribution"] = M.top_contributions(cc, TOP_CC)
+    out["cosine_contribution"] = M.top_contributions(cc, CONFIG.top_k_contributions)
     return out
 
 
@@ -79,9 +76,11 @@ def layer_rows(stats) -> list[dict]:
     rows = []
     for l in range(stats.n_layers):
         mc = M.mean_cosine(S[l], n)
-        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=N_BOOT, seed=l)
-        intra = float(a["intra_sum"][l] / a["n_seq"])
-        selfsim = M.self_similarity(a["id_sum_u"][l], a["id_counts"]) if len(a["id_counts"]) else math.nan
+        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=CONFIG.bootstrap_draws, seed=l,
+                                  level=CONFIG.ci_level)
+        intra = float(a["intra_sum"][l] / a["intra_n"][l]) if a["intra_n"][l] > 0 else math.nan
+        selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], min_count=CONFIG.min_contexts)
+                   if len(a["id_counts"]) else math.nan)
         sm = sample_metrics(stats.sample(l))
         rows.append({
             "layer": l,
@@ -94,7 +93,7 @@ def layer_rows(stats) -> list[dict]:
             "intra_sentence_adjusted": intra - mc,
             "self_similarity": selfsim,
             "self_similarity_adjusted": selfsim - mc,
-            "self_similarity_n_ids": int((a["id_counts"] >= 5).sum()),
+            "self_similarity_n_ids": int((a["id_counts"] >= CONFIG.min_contexts).sum()),
             "mean_norm": float(a["sum_norm"][l] / n),
             "n_sample": sm["n_sample"],
             "sample_mean_cosine": sm["mean_cosine"],
@@ -103,7 +102,7 @@ def layer_rows(stats) -> list[dict]:
             "isoscore": sm["isoscore"],
             "partition_isotropy": sm["partition_isotropy"],
             "outlier_dims": act[l],
-            "cosine_contribution": M.top_contributions(ccs[l], TOP_CC),
+            "cosine_contribution": M.top_contributions(ccs[l], CONFIG.top_k_contributions),
             "frequency_binned_cosine": fbins[l].tolist(),
         })
     return rows
@@ -115,7 +114,8 @@ def outlier_report(stats, rows: list[dict]) -> dict:
     act = [r["outlier_dims"] for r in rows]
     med = np.asarray([np.median(np.abs(stats.sample(l))) for l in range(stats.n_layers)])
     out = {
-        "activation": {"rule": "mean_t |x_td| > mean(m) + 3 std(m) per layer; persistent in >= 25% of layers",
+        "activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; persistent in "
+                               f">= {CONFIG.activation_persistence:.0%} of layers",
                        "per_layer": act, "persistent": O.persistent_activation_outliers(act)},
         "massive_activations": O.massive_activations(a["max_abs"], med),
     }
@@ -123,7 +123,8 @@ def outlier_report(stats, rows: list[dict]) -> dict:
         norm = O.norm_param_outliers(a["norm_weight"], a.get("norm_bias"))
         offset = int(stats.meta.get("norm_layer_offset", 1))
         out["norm_parameters"] = {
-            "rule": "norm weight (and bias) > 3 std from that vector's mean; persistent in > 3 blocks",
+            "rule": f"norm weight (and bias) > {CONFIG.outlier_sigma:g} std from that vector's mean; persistent in "
+                    f"> {CONFIG.norm_persistence_blocks} blocks",
             "modules": stats.meta.get("norm_modules", []), "kind": stats.meta.get("norm_kind"),
             "placement": stats.meta.get("norm_placement"), "layer_offset": offset, **norm}
         out["agreement"] = O.agreement(act, norm["union"], layer_offset=offset)
@@ -134,9 +135,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
 
 
 def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
-    dims = sorted(set(outliers["activation"]["persistent"])
-                  | set(outliers.get("norm_parameters", {}).get("persistent", []) or []))
-    rep = O.frequency_correlation(frequency_r(stats), dims, n_random=10, seed=seed)
+    rep = O.frequency_correlation(frequency_r(stats), O.run_outlier_dims(outliers), seed=seed)
     rep["variable"] = "Pearson r between log corpus frequency of the token and |x_d|, over all analysed tokens"
     rep["special_tokens"] = stats.manifest["tokens"]["special_tokens"]
     return rep
@@ -147,11 +146,13 @@ def build_results(stats) -> dict:
     rows = layer_rows(stats)
     outl = outlier_report(stats, rows)
     return json_safe({
-        "manifest": {**stats.manifest, "analysis_version": ANALYSIS_VERSION, "cache_key": stats.key},
+        "manifest": {**stats.manifest, "analysis": {"config": CONFIG.to_dict(), **cache_identity("results")},
+                     "cache_key": stats.key},
         "layers": rows,
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
-        "frequency_bins": {"rule": "token types sorted by corpus frequency, cut at each tenth of the tokens",
+        "frequency_bins": {"rule": f"token types sorted by corpus frequency, cut at each 1/{CONFIG.freq_bins} of the "
+                                   "tokens",
                            "log_freq_range": stats.arrays["bin_edges"].tolist(),
                            "n_tokens": stats.arrays["bin_n"].tolist()},
     })

@@ -16,9 +16,20 @@ import sys
 import time
 from pathlib import Path
 
+from .config import CONFIG
 from .errors import Cancelled, InputError
-from .spec import (DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MAX_TOKENS, DEFAULT_MODEL,
-                   DEFAULT_SAMPLE, DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec)
+from .spec import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CORPUS,
+    DEFAULT_MAX_SEQ_LEN,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_MODEL,
+    DEFAULT_SAMPLE,
+    DEVICES,
+    DTYPES,
+    SPECIAL_POLICIES,
+    RunSpec,
+)
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -167,8 +178,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(ou)
     ou.add_argument("--ablate", action="store_true", help="zero the outlier dims in every norm, measure LM loss")
     ou.add_argument("--dims", default=None, help="comma-separated dims to ablate (default: persistent outliers)")
-    ou.add_argument("--n-random", type=int, default=5, help="random-dimension draws for the baseline")
-    ou.add_argument("--held-out-tokens", type=int, default=4096, help="tokens of held-out text for the loss")
+    ou.add_argument("--n-random", type=int, default=CONFIG.ablation_random_draws,
+                    help="random-dimension draws for the baseline")
+    ou.add_argument("--held-out-tokens", type=int, default=CONFIG.ablation_held_out_tokens,
+                    help="tokens of held-out text for the loss")
     ou.set_defaults(fn=cmd_outliers)
     return p
 

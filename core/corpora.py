@@ -12,7 +12,6 @@ import importlib.metadata as md
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 

@@ -1,28 +1,42 @@
 """Model forward in batches with streaming per-layer statistics, accumulated on the device.
 
-Memory does not grow with the corpus: per batch we update float64 sums (L+1 layers x d dims) and
-copy the hidden states of the pre-drawn sample positions; hidden states are dropped right after.
-All sums are plain sums, so two accumulators merge exactly (`merge_stats`).
+Three steps, each testable alone:
 
-Layer 0 is the embedding output (`hidden_states[0]`), layers 1..L the block outputs.
+* `plan_extraction` (numpy only, no torch): what the run needs before any forward pass, i.e. the
+  corpus frequency of each token id, the frequency bins, the tracked self-similarity ids, the
+  bootstrap group of each window, the pre-drawn sample positions and the batches;
+* `_forward_loop`: the model over the batches; per batch and layer, the float64 sums (L+1 layers x
+  d dims) and the hidden states of the sample positions; hidden states are dropped right after;
+* `_finalise`: the counts that need no model, and the metadata of the sampled tokens.
+
+Memory does not grow with the corpus. All sums are plain sums, so two accumulators merge exactly
+(`merge_stats`). Layer 0 is the embedding output (`hidden_states[0]`), layers 1..L the block
+outputs. A padded or excluded position never reaches a sum (selected out with `torch.where`, so a
+NaN there cannot leak); a NaN or inf at an analysed position stops the run with
+`NonFiniteHiddenState`, naming the layer, dtype and token.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
+from . import metrics as M
+from .batching import pad_batch, padding_fraction, plan_batches
+from .config import CONFIG, AnalysisConfig
 from .corpora import TokenWindows
-from .errors import Cancelled
+from .errors import Cancelled, InputError
 from .models import torch_dtype
-from .spec import N_FREQ_BINS, N_GROUPS, N_SELF_SIM_IDS
+
+__all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
+           "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS",
+           "NonFiniteHiddenState"]
 
 # Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
-SUM_KEYS = ("n", "n_seq", "sum_n_sq", "group_sum_u", "group_n", "sum_u_sq", "sum_seq_sq", "sum_norm",
+SUM_KEYS = ("n", "n_seq", "intra_n", "sum_n_sq", "group_sum_u", "group_n", "sum_u_sq", "sum_seq_sq", "sum_norm",
             "sum_x", "sum_abs", "sum_abs2", "sum_f", "sum_f2", "sum_f_abs", "intra_sum", "id_sum_u",
             "id_counts", "bin_sum_u", "bin_n")
 MAX_KEYS = ("max_abs",)
@@ -45,17 +59,8 @@ def _noop(_p: Progress) -> None:
     pass
 
 
-def plan_batches(windows: TokenWindows, batch_size: int) -> list[np.ndarray]:
-    """Windows sorted by length (longest first) cut into batches: little padding, stable order."""
-    lengths = np.asarray([len(w) for w in windows.ids])
-    order = np.argsort(-lengths, kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
-
-
-def padding_fraction(windows: TokenWindows, batches: list[np.ndarray]) -> float:
-    lengths = np.asarray([len(w) for w in windows.ids])
-    padded = sum(len(b) * lengths[b].max() for b in batches)
-    return float(1 - lengths.sum() / padded) if padded else 0.0
+class NonFiniteHiddenState(InputError):
+    """A NaN or inf at an analysed position: reported with its layer, dtype and token."""
 
 
 def token_frequencies(windows: TokenWindows, analysed: list[np.ndarray]) -> dict[int, int]:
@@ -71,19 +76,25 @@ def analysed_masks(windows: TokenWindows, special_policy: str) -> list[np.ndarra
     return [~s for s in windows.special]
 
 
-def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: int = 0) -> dict:
+def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: int = 0,
+                 cfg: AnalysisConfig | None = None) -> dict:
     """What every shard of one corpus must share for `merge_stats` to be exact.
 
     The corpus frequency of each token id (hence the tracked self-similarity ids and the frequency
-    bins), the frequency bin of each token id and the bootstrap group of each window: `extract_stats` derives
-    exactly these from the windows it is given; a shard passes the whole corpus's layout instead,
-    with `group_of` restricted to the shard's windows.
+    bins), the frequency bin of each token id and the bootstrap group of each window: `plan_extraction`
+    derives exactly these from the windows it is given; a shard passes the whole corpus's layout
+    instead, with `group_of` restricted to the shard's windows.
     """
+    cfg = cfg or CONFIG
     analysed = analysed_masks(windows, special_policy)
     freq = token_frequencies(windows, analysed)
-    _, logf_lut = _freq_luts(freq, windows)
-    return {"freq": freq, "bin_of_id": _freq_bins(freq),
-            "group_of": np.random.default_rng(seed).integers(0, N_GROUPS, size=len(windows.ids))}
+    return {"freq": freq, "bin_of_id": _freq_bins(freq, cfg.freq_bins),
+            "group_of": _bootstrap_groups(windows, seed, cfg)}
+
+
+def _bootstrap_groups(windows: TokenWindows, seed: int, cfg: AnalysisConfig) -> np.ndarray:
+    """The bootstrap group of each window (seeded)."""
+    return np.random.default_rng(seed).integers(0, cfg.bootstrap_groups, size=len(windows.ids))
 
 
 def _freq_luts(freq: dict[int, int], windows: TokenWindows) -> tuple[np.ndarray, np.ndarray]:
@@ -95,166 +106,261 @@ def _freq_luts(freq: dict[int, int], windows: TokenWindows) -> tuple[np.ndarray,
     return freq_lut, np.log(np.maximum(freq_lut, 1.0))
 
 
-def _freq_bins(freq: dict[int, int]) -> dict[int, int]:
-    """Frequency deciles: token types sorted by corpus frequency (ties by id), cut where their
-    cumulative occurrences cross each tenth of the tokens. Each type lies in one bin and no bin is
-    empty because of ties (a very frequent type can still make its bin larger than a tenth)."""
+def _freq_bins(freq: dict[int, int], n_bins: int) -> dict[int, int]:
+    """Frequency bins: token types sorted by corpus frequency (ties by id), cut where their
+    cumulative occurrences cross each 1/n_bins of the tokens. Each type lies in one bin and no bin
+    is empty because of ties (a very frequent type can still make its bin larger than its share)."""
     items = sorted(freq.items(), key=lambda kv: (kv[1], kv[0]))
     counts = np.asarray([c for _, c in items], dtype=np.float64)
     before = np.concatenate([[0.0], np.cumsum(counts)[:-1]])
-    bins = np.minimum((before * N_FREQ_BINS / counts.sum()).astype(np.int64), N_FREQ_BINS - 1)
+    bins = np.minimum((before * n_bins / counts.sum()).astype(np.int64), n_bins - 1)
     return {int(k): int(b) for (k, _), b in zip(items, bins)}
 
 
-def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
-                  sample_size: int = 5000, seed: int = 0, device: str = "cpu", dtype: str = "float32",
-                  pad_id: int = 0, progress: Callable[[Progress], None] | None = None,
-                  cancel: Callable[[], bool] | None = None, layout: dict | None = None) -> tuple[dict, dict]:
-    """Run `model` (a transformers base model) over `windows`; return (arrays, sample_meta).
+@dataclass
+class ExtractionPlan:
+    """Everything decided before the first forward pass (numpy only)."""
 
-    arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
-    float32 and per-sample-token metadata arrays. Everything is numpy on return.
+    analysed: list[np.ndarray]  # per window, the mask of analysed positions
+    n_an: np.ndarray  # analysed tokens per window
+    freq_lut: np.ndarray  # token id -> corpus frequency
+    logf_lut: np.ndarray  # token id -> log corpus frequency
+    bin_lut: np.ndarray  # token id -> frequency bin
+    bin_edges: np.ndarray  # (bins, 2) log-frequency range of each bin
+    tracked: np.ndarray  # token ids tracked for self-similarity
+    id_slot: np.ndarray  # token id -> row of `tracked`, -1 if untracked
+    group_of: np.ndarray  # bootstrap group of each window
+    sample_global: np.ndarray  # sorted global analysed indices of the K sampled tokens
+    offsets: np.ndarray  # global analysed index of each window's first analysed token (+ total)
+    batches: list[np.ndarray]  # window indices of each batch, in processing order
+    cfg: AnalysisConfig = CONFIG
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.n_an.sum())
+
+    @property
+    def sample_size(self) -> int:
+        return len(self.sample_global)
+
+
+def plan_extraction(windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
+                    sample_size: int = 5000, seed: int = 0, layout: dict | None = None,
+                    cfg: AnalysisConfig | None = None) -> ExtractionPlan:
+    """Frequency tables, bins, tracked ids, bootstrap groups, sample positions and batches.
+
     `layout` (see `stats_layout`): corpus-wide frequencies, frequency bins and window groups to use
-    instead of those of `windows` alone, so that shards of one corpus merge exactly.
+    instead of those of `windows` alone, so that shards of one corpus merge exactly. `cfg`: the
+    analysis rules (default `core.config.CONFIG`).
     """
-    import torch
-
-    progress = progress or _noop
+    cfg = cfg or CONFIG
     analysed = analysed_masks(windows, special_policy)
     n_an = np.asarray([int(m.sum()) for m in analysed])
     N = int(n_an.sum())
     rng = np.random.default_rng(seed)
-
-    # Corpus frequency of each analysed token id, and derived per-token values.
     freq = token_frequencies(windows, analysed) if layout is None else dict(layout["freq"])
     freq_lut, logf_lut = _freq_luts(freq, windows)
     vocab_hi = len(freq_lut)
-    bin_of_id = _freq_bins(freq) if layout is None else layout["bin_of_id"]
+    bin_of_id = _freq_bins(freq, cfg.freq_bins) if layout is None else layout["bin_of_id"]
     bin_lut = np.zeros(vocab_hi, dtype=np.int64)
     for k, v in bin_of_id.items():
         bin_lut[k] = v
-    # The log-frequency range of each bin, for labels.
-    edges = np.full((N_FREQ_BINS, 2), np.nan)
+    edges = np.full((cfg.freq_bins, 2), np.nan)  # the log-frequency range of each bin, for labels
     for k, v in bin_of_id.items():
         lf = logf_lut[k]
         edges[v] = [np.fmin(edges[v, 0], lf), np.fmax(edges[v, 1], lf)]
-    # Self-similarity: the most frequent token ids (>= 5 occurrences), tracked exactly.
+    # Self-similarity: the most frequent token ids (>= min_contexts occurrences), tracked exactly.
     by_count = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
-    tracked = np.asarray([k for k, c in by_count if c >= 5][:N_SELF_SIM_IDS], dtype=np.int64)
+    tracked = np.asarray([k for k, c in by_count if c >= cfg.min_contexts][:cfg.self_sim_ids], dtype=np.int64)
     id_slot = np.full(vocab_hi, -1, dtype=np.int64)
     id_slot[tracked] = np.arange(len(tracked))
-    # Sequence groups for the bootstrap (seeded assignment), and the pre-drawn sample positions.
-    group_of = rng.integers(0, N_GROUPS, size=len(windows.ids))  # drawn even with a layout: same sample
+    group_of = rng.integers(0, cfg.bootstrap_groups, size=len(windows.ids))  # drawn even with a layout: same sample
     if layout is not None:
         group_of = np.asarray(layout["group_of"], dtype=np.int64)
         if len(group_of) != len(windows.ids):
             raise ValueError(f"layout['group_of'] has {len(group_of)} entries for {len(windows.ids)} windows")
     K = min(sample_size, N)
     sample_global = np.sort(rng.choice(N, size=K, replace=False))
-    offsets = np.concatenate([[0], np.cumsum(n_an)])  # global analysed index of each window's 1st token
+    offsets = np.concatenate([[0], np.cumsum(n_an)])
+    return ExtractionPlan(analysed, n_an, freq_lut, logf_lut, bin_lut, edges, tracked, id_slot, group_of,
+                          sample_global, offsets, plan_batches(windows, batch_size), cfg)
 
+
+def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
+                  sample_size: int = 5000, seed: int = 0, device: str = "cpu", dtype: str = "float32",
+                  pad_id: int = 0, progress: Callable[[Progress], None] | None = None,
+                  cancel: Callable[[], bool] | None = None, layout: dict | None = None,
+                  cfg: AnalysisConfig | None = None) -> tuple[dict, dict]:
+    """Run `model` (a transformers base model) over `windows`; return (arrays, timing).
+
+    arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
+    float32 and per-sample-token metadata arrays; all numpy. timing: forward seconds, tokens/s,
+    padding fraction, batches (and the batch splits forced by running out of GPU memory).
+    """
+    plan = plan_extraction(windows, special_policy=special_policy, batch_size=batch_size,
+                           sample_size=sample_size, seed=seed, layout=layout, cfg=cfg)
+    acc, sample, timing = _forward_loop(model, windows, plan, device=device, dtype=dtype, pad_id=pad_id,
+                                        progress=progress or _noop, cancel=cancel)
+    return _finalise(windows, plan, acc, sample), timing
+
+
+def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device: str, dtype: str, pad_id: int,
+                  progress: Callable[[Progress], None], cancel: Callable[[], bool] | None):
+    """The batch loop: forward, then every float64 accumulator and the sample rows, on the device."""
+    import torch
+
+    cfg = plan.cfg
     dev = torch.device(device)
     tdt = torch_dtype(dtype)
-    cfg = model.config
-    d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd"))
-    L1 = int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer")) + 1
+    mcfg = model.config
+    d = int(getattr(mcfg, "hidden_size", 0) or mcfg.n_embd)
+    L1 = int(getattr(mcfg, "num_hidden_layers", 0) or mcfg.n_layer) + 1
+    N, K = plan.n_tokens, plan.sample_size
     f64 = dict(dtype=torch.float64, device=dev)
     acc = {
-        "group_sum_u": torch.zeros(L1, N_GROUPS, d, **f64), "sum_u_sq": torch.zeros(L1, d, **f64),
+        "group_sum_u": torch.zeros(L1, cfg.bootstrap_groups, d, **f64), "sum_u_sq": torch.zeros(L1, d, **f64),
         "sum_seq_sq": torch.zeros(L1, **f64), "sum_norm": torch.zeros(L1, **f64),
         "sum_x": torch.zeros(L1, d, **f64), "sum_abs": torch.zeros(L1, d, **f64),
         "sum_abs2": torch.zeros(L1, d, **f64), "max_abs": torch.zeros(L1, d, **f64),
         "sum_f_abs": torch.zeros(L1, d, **f64), "intra_sum": torch.zeros(L1, **f64),
-        "id_sum_u": torch.zeros(L1, len(tracked), d, **f64),
-        "bin_sum_u": torch.zeros(L1, N_FREQ_BINS, d, **f64),
+        "intra_n": torch.zeros(L1, **f64),
+        "id_sum_u": torch.zeros(L1, len(plan.tracked), d, **f64),
+        "bin_sum_u": torch.zeros(L1, cfg.freq_bins, d, **f64),
     }
     sample = torch.zeros(L1, K, d, dtype=torch.float32, device=dev)
-    logf_dev = torch.as_tensor(logf_lut, **f64)  # id -> log corpus frequency
-    bin_dev = torch.as_tensor(bin_lut, device=dev)
-    slot_dev = torch.as_tensor(id_slot, device=dev)
-
-    batches = plan_batches(windows, batch_size)
+    luts = {"logf": torch.as_tensor(plan.logf_lut, **f64), "bin": torch.as_tensor(plan.bin_lut, device=dev),
+            "slot": torch.as_tensor(plan.id_slot, device=dev)}
     t0 = time.perf_counter()
-    done_tokens = 0
-    progress(Progress("forward", 0, N, message=f"{len(batches)} batches"))
+    done_tokens, n_splits = 0, 0
+    progress(Progress("forward", 0, N, message=f"{len(plan.batches)} batches"))
     use_autocast = dev.type == "cuda" and tdt != torch.float32
+    queue = list(reversed(plan.batches))  # a stack: a batch that runs out of memory comes back halved
     with torch.inference_mode():
-        for bi, b in enumerate(batches):
+        while queue:
+            b = queue.pop()
             if cancel is not None and cancel():
                 raise Cancelled("Cancelled by the user; nothing was stored.")
-            T = max(len(windows.ids[i]) for i in b)
-            ids = np.full((len(b), T), pad_id, dtype=np.int64)
-            att = np.zeros((len(b), T), dtype=np.int64)
+            ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
+            T = ids.shape[1]
             an = np.zeros((len(b), T), dtype=bool)
             for r, i in enumerate(b):
-                n = len(windows.ids[i])
-                ids[r, :n] = windows.ids[i]
-                att[r, :n] = 1
-                an[r, :n] = analysed[i]
-            # Sample positions inside this batch, as flat indices into the (B, T) grid.
-            sel_flat, sel_k = [], []
-            for r, i in enumerate(b):
-                lo, hi = offsets[i], offsets[i + 1]
-                a, z = np.searchsorted(sample_global, [lo, hi])
-                if z > a:
-                    sel_flat.append(r * T + np.flatnonzero(an[r])[sample_global[a:z] - lo])
-                    sel_k.append(np.arange(a, z))
-            sel_flat = np.concatenate(sel_flat) if sel_flat else np.zeros(0, dtype=np.int64)
-            sel_k = np.concatenate(sel_k) if sel_k else np.zeros(0, dtype=np.int64)
-
+                an[r, :len(windows.ids[i])] = plan.analysed[i]
             ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
-            att_t = torch.as_tensor(att).to(dev, non_blocking=True)
-            an_t = torch.as_tensor(an).to(dev, non_blocking=True)
-            with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
-                out = model(input_ids=ids_t, attention_mask=att_t, output_hidden_states=True)
+            try:
+                with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
+                    out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
+                                output_hidden_states=True)
+            except torch.OutOfMemoryError:
+                if len(b) == 1:
+                    raise
+                out = None
+            if out is None:  # out of memory: retry the two halves (the exception is gone: memory can be freed)
+                if dev.type == "cuda":
+                    torch.cuda.empty_cache()
+                n_splits += 1
+                half = len(b) // 2
+                queue += [b[half:], b[:half]]
+                progress(Progress("forward", done_tokens, N, message=f"out of memory: batch of {len(b)} split in two"))
+                continue
             hs = out.hidden_states
-            # Statistics on the padded grid with non-analysed positions zeroed: dense reductions,
-            # no per-token scatter but for the tracked ids; in chunks of rows so the float64
-            # temporaries stay bounded whatever the window length.
-            step = max(1, STATS_CHUNK_TOKENS // T)
-            seq_n = torch.as_tensor(an.sum(1), **f64)
-            grp = torch.as_tensor(group_of[b], device=dev)
-            chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step],
-                                    grp[r0:r0 + step], logf_dev, bin_dev, slot_dev, r0)
-                      for r0 in range(0, len(b), step)]
-            sel_flat_t = torch.as_tensor(sel_flat, device=dev)
-            sel_k_t = torch.as_tensor(sel_k, device=dev)
-            for layer, h in enumerate(hs):
-                for c in chunks:
-                    _accumulate(acc, layer, h[c["r0"]:c["r0"] + len(c["seq_n"])], c)
-                if len(sel_k):
-                    sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
+            an_t = torch.as_tensor(an).to(dev, non_blocking=True)
+            _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, windows)
             del out, hs
             done_tokens += int(an.sum())
             el = time.perf_counter() - t0
             rate = done_tokens / el if el > 0 else 0.0
             progress(Progress("forward", done_tokens, N, rate, (N - done_tokens) / rate if rate else float("nan"),
-                              f"batch {bi + 1}/{len(batches)}"))
-
-    arrays = {k: v.cpu().numpy() for k, v in acc.items()}
-    all_tok = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
-    all_seq = np.repeat(np.arange(len(windows.ids)), n_an)
-    gn = np.bincount(group_of[all_seq], minlength=N_GROUPS).astype(np.float64)
-    occ_logf_all = logf_lut[all_tok]
-    arrays.update(
-        n=np.float64(N), n_seq=np.float64((n_an > 0).sum()), sum_n_sq=np.float64((n_an.astype(np.float64) ** 2).sum()),
-        group_n=gn, sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
-        id_counts=_slot_counts(id_slot[all_tok], len(tracked)), id_list=tracked,
-        bin_n=np.bincount(bin_lut[all_tok], minlength=N_FREQ_BINS).astype(np.float64), bin_edges=edges,
-        sample=sample.cpu().numpy(),
-    )
-    # Metadata of the sampled tokens: id, window, position, document, corpus frequency.
-    win_of = np.searchsorted(offsets, sample_global, side="right") - 1
-    pos = np.asarray([np.flatnonzero(analysed[w])[g - offsets[w]] for w, g in zip(win_of, sample_global)],
-                     dtype=np.int64)
-    s_ids = all_tok[sample_global]
-    arrays.update(sample_token_id=s_ids, sample_window=win_of, sample_position=pos,
-                  sample_doc=windows.doc[win_of], sample_freq=freq_lut[s_ids])
+                              f"{done_tokens:,} of {N:,} tokens"))
     el = time.perf_counter() - t0
     progress(Progress("forward", N, N, N / el if el > 0 else 0.0, 0.0, "done"))
     timing = {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0,
-              "padding_fraction": padding_fraction(windows, batches), "n_batches": len(batches)}
-    return arrays, timing
+              "padding_fraction": padding_fraction(windows, plan.batches), "n_batches": len(plan.batches),
+              "oom_splits": n_splits}
+    return {k: v.cpu().numpy() for k, v in acc.items()}, sample.cpu().numpy(), timing
+
+
+def _sample_positions(b: np.ndarray, an: np.ndarray, plan: ExtractionPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Sample positions inside this batch: flat indices into the (B, T) grid, and their sample rows."""
+    T = an.shape[1]
+    sel_flat, sel_k = [], []
+    for r, i in enumerate(b):
+        lo, hi = plan.offsets[i], plan.offsets[i + 1]
+        a, z = np.searchsorted(plan.sample_global, [lo, hi])
+        if z > a:
+            sel_flat.append(r * T + np.flatnonzero(an[r])[plan.sample_global[a:z] - lo])
+            sel_k.append(np.arange(a, z))
+    if not sel_flat:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(sel_flat), np.concatenate(sel_k)
+
+
+def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan, luts, dtype, windows) -> None:
+    """Every layer of one batch into the accumulators and the sample; stops on a non-finite value.
+
+    Statistics on the padded grid with non-analysed positions selected out: dense reductions, no
+    per-token scatter but for the tracked ids; in chunks of rows so the float64 temporaries stay
+    bounded whatever the window length.
+    """
+    import torch
+
+    dev = an_t.device
+    B, T = an.shape
+    d = hs[0].shape[-1]
+    step = max(1, STATS_CHUNK_TOKENS // T)
+    seq_n = torch.as_tensor(an.sum(1), dtype=torch.float64, device=dev)
+    grp = torch.as_tensor(plan.group_of[b], device=dev)
+    chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step], grp[r0:r0 + step],
+                            luts, plan.cfg.freq_bins, r0) for r0 in range(0, B, step)]
+    sel_flat, sel_k = _sample_positions(b, an, plan)
+    sel_flat_t, sel_k_t = torch.as_tensor(sel_flat, device=dev), torch.as_tensor(sel_k, device=dev)
+    norm_sums = torch.zeros(len(hs), dtype=torch.float64, device=dev)
+    for layer, h in enumerate(hs):
+        for c in chunks:
+            norm_sums[layer] += _accumulate(acc, layer, h[c["r0"]:c["r0"] + len(c["seq_n"])], c)
+        if len(sel_k):
+            sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
+    if not bool(torch.isfinite(norm_sums).all()):  # one host sync per batch
+        _report_non_finite(hs, an_t, ids_t, norm_sums, dtype)
+
+
+def _report_non_finite(hs, an_t, ids_t, norm_sums, dtype: str) -> None:
+    """Raise NonFiniteHiddenState naming the first layer, token id and position holding a NaN/inf."""
+    import torch
+
+    layer = int(torch.nonzero(~torch.isfinite(norm_sums))[0])
+    bad = (~torch.isfinite(hs[layer].float()).all(-1)) & an_t
+    r, t = (int(v) for v in torch.nonzero(bad)[0])
+    kind = "NaN" if bool(torch.isnan(hs[layer][r, t]).any()) else "inf"
+    raise NonFiniteHiddenState(
+        f"The hidden state at layer {layer} is {kind} for token id {int(ids_t[r, t])} (position {t} of its window) "
+        f"in {dtype}: the activations overflow this precision. Run again with dtype float32 (--dtype float32).")
+
+
+def _finalise(windows: TokenWindows, plan: ExtractionPlan, arrays: dict, sample: np.ndarray) -> dict:
+    """The counts that need no model, and the metadata of the sampled tokens."""
+    cfg = plan.cfg
+    analysed, n_an, offsets = plan.analysed, plan.n_an, plan.offsets
+    all_tok = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
+    all_seq = np.repeat(np.arange(len(windows.ids)), n_an)
+    occ_logf_all = plan.logf_lut[all_tok]
+    arrays = dict(arrays)
+    arrays.update(
+        n=np.float64(plan.n_tokens), n_seq=np.float64((n_an > 0).sum()),
+        sum_n_sq=np.float64((n_an.astype(np.float64) ** 2).sum()),
+        group_n=np.bincount(plan.group_of[all_seq], minlength=cfg.bootstrap_groups).astype(np.float64),
+        sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
+        id_counts=_slot_counts(plan.id_slot[all_tok], len(plan.tracked)), id_list=plan.tracked,
+        bin_n=np.bincount(plan.bin_lut[all_tok], minlength=cfg.freq_bins).astype(np.float64),
+        bin_edges=plan.bin_edges, sample=sample,
+    )
+    # Metadata of the sampled tokens: id, window, position, document, corpus frequency.
+    win_of = np.searchsorted(offsets, plan.sample_global, side="right") - 1
+    pos = np.asarray([np.flatnonzero(analysed[w])[g - offsets[w]] for w, g in zip(win_of, plan.sample_global)],
+                     dtype=np.int64)
+    s_ids = all_tok[plan.sample_global]
+    arrays.update(sample_token_id=s_ids, sample_window=win_of, sample_position=pos,
+                  sample_doc=windows.doc[win_of], sample_freq=plan.freq_lut[s_ids])
+    return arrays
 
 
 def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
@@ -262,26 +368,28 @@ def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(slots[slots >= 0], minlength=n).astype(np.float64)
 
 
-
-def _chunk_inputs(an, ids, seq_n, grp, logf_lut, bin_lut, slot_lut, r0: int) -> dict:
+def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int) -> dict:
     """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots."""
     import torch
 
     safe = torch.where(an, ids, 0)  # padding ids may lie outside the lookup tables
-    slots = slot_lut[safe].reshape(-1)
+    slots = luts["slot"][safe].reshape(-1)
     keep_idx = torch.nonzero((slots >= 0) & an.reshape(-1)).squeeze(1)  # one host sync per chunk
-    onehot = torch.nn.functional.one_hot(bin_lut[safe], N_FREQ_BINS) * an.unsqueeze(-1)
-    return {"r0": r0, "mk": an.unsqueeze(-1).to(torch.float64), "logf": torch.where(an, logf_lut[safe], 0.0),
-            "onehot_bins": onehot.reshape(-1, N_FREQ_BINS).to(torch.float64).T, "keep_idx": keep_idx,
+    onehot = torch.nn.functional.one_hot(luts["bin"][safe], n_bins) * an.unsqueeze(-1)
+    return {"r0": r0, "mk": an.unsqueeze(-1), "logf": torch.where(an, luts["logf"][safe], 0.0),
+            "onehot_bins": onehot.reshape(-1, n_bins).to(torch.float64).T, "keep_idx": keep_idx,
             "keep_slots": slots[keep_idx], "any_keep": len(keep_idx) > 0, "seq_n": seq_n, "grp": grp}
 
 
-def _accumulate(acc: dict, layer: int, h, c: dict) -> None:
-    """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators."""
+def _accumulate(acc: dict, layer: int, h, c: dict):
+    """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators.
+
+    Returns the chunk's sum of norms (a NaN or inf at an analysed position makes it non-finite).
+    """
     import torch
 
     d = h.shape[-1]
-    x = h.to(torch.float64) * c["mk"]  # (B, T, d), zeros where not analysed
+    x = torch.where(c["mk"], h.to(torch.float64), 0.0)  # (B, T, d); never NaN * 0 from a padded position
     norm = x.norm(dim=-1)  # (B, T)
     u = x / norm.clamp_min(1e-30).unsqueeze(-1)
     ax = x.abs()
@@ -289,21 +397,23 @@ def _accumulate(acc: dict, layer: int, h, c: dict) -> None:
     acc["group_sum_u"][layer].index_add_(0, c["grp"], S)
     acc["sum_seq_sq"][layer] += (S * S).sum()
     acc["sum_u_sq"][layer] += (u * u).sum((0, 1))
-    acc["sum_norm"][layer] += norm.sum()
-    acc["sum_x"][layer] += x.sum((0, 1))
+    norm_sum = norm.sum()
+    acc["sum_norm"][layer] += norm_sum
+    Sx = x.sum(1)  # (B, d) per-sequence sums of x
+    acc["sum_x"][layer] += Sx.sum(0)
     acc["sum_abs"][layer] += ax.sum((0, 1))
     acc["sum_abs2"][layer] += (x * x).sum((0, 1))
     acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
     acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", c["logf"], ax)
-    # Intra-sentence similarity: cos(x_t, mean of its sequence), averaged per sequence.
-    m = x.sum(1)
-    m = m / m.norm(dim=-1, keepdim=True).clamp_min(1e-30)
-    per_seq = torch.einsum("btd,bd->b", u, m)
-    acc["intra_sum"][layer] += torch.where(c["seq_n"] > 0, per_seq / c["seq_n"].clamp_min(1), 0.0).sum()
+    intra, n_intra = M.intra_sentence_sums(S, Sx, c["seq_n"])  # Ethayarajh's intra-sentence similarity
+    acc["intra_sum"][layer] += intra
+    acc["intra_n"][layer] += n_intra
     uf = u.reshape(-1, d)
     acc["bin_sum_u"][layer] += c["onehot_bins"] @ uf
     if c["any_keep"]:
         acc["id_sum_u"][layer].index_add_(0, c["keep_slots"], uf[c["keep_idx"]])
+    return norm_sum
+
 
 def merge_stats(a: dict, b: dict) -> dict:
     """Merge two accumulators of the same model and layout exactly (shards, processes, machines).

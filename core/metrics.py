@@ -28,6 +28,7 @@ __all__ = [
     "self_similarity",
     "self_similarity_per_id",
     "intra_sentence_similarity",
+    "intra_sentence_sums",
     "mean_cosine_ci",
     "frequency_binned_cosine",
     "pearson_from_sums",
@@ -285,6 +286,21 @@ def self_similarity(
     return float(per_id[keep].mean())
 
 
+def intra_sentence_sums(seq_sum_u, seq_sum_x, seq_n):
+    """Kernel of :func:`intra_sentence_similarity`: (sum over sequences of the per-sequence value,
+    number of sequences counted), from per-sequence sums of a batch.
+
+    Written with operators only, so the same code runs on numpy arrays and on torch tensors (the
+    extraction calls it on the device, batch by batch, and adds the two outputs up): a sequence
+    counts when ``n_s ||S_s^x|| > 0``.
+    """
+    dot = (seq_sum_u * seq_sum_x).sum(-1)
+    den = seq_n * ((seq_sum_x * seq_sum_x).sum(-1)) ** 0.5
+    ok = den > 0
+    vals = dot / (den + ~ok)  # den + 1 where the sequence does not count (its value is dropped)
+    return (vals * ok).sum(), ok.sum()
+
+
 def intra_sentence_similarity(
     seq_sum_u: np.ndarray, seq_sum_x: np.ndarray, seq_n: np.ndarray
 ) -> float:
@@ -292,7 +308,8 @@ def intra_sentence_similarity(
 
     Mean over sequences of ``mean_t cos(x_t, xbar_s)``, ``xbar_s`` the mean hidden state of
     sequence ``s``. Since ``cos(x_t, xbar) = u_t . xbar / ||xbar||``, the inner mean equals
-    ``(S_s^u . S_s^x) / (n_s ||S_s^x||)``.
+    ``(S_s^u . S_s^x) / (n_s ||S_s^x||)``. The extraction streams the same computation
+    (:func:`intra_sentence_sums`) batch by batch.
 
     Parameters
     ----------
@@ -301,22 +318,24 @@ def intra_sentence_similarity(
     seq_sum_x : ndarray of shape (Nseq, d)
         Per-sequence sums of ``x_t``.
     seq_n : ndarray of shape (Nseq,)
-        Tokens per sequence; sequences with ``n_s == 0`` are skipped.
+        Tokens per sequence; sequences with ``n_s == 0`` (or a zero mean vector) are skipped.
 
     Returns
     -------
     float
         nan when no sequence has tokens.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 0.0], [0.0, 1.0]])  # one sequence of two orthogonal tokens
+    >>> round(intra_sentence_similarity(X.sum(0, keepdims=True), X.sum(0, keepdims=True), np.array([2.0])), 4)
+    0.7071
     """
     U = _matrix(seq_sum_u, "seq_sum_u")
     Xs = _matrix(seq_sum_x, "seq_sum_x", U.shape[0], U.shape[1])
     n = _vector(seq_n, "seq_n", U.shape[0])
-    norm = np.linalg.norm(Xs, axis=1)
-    ok = (n > 0) & (norm > 0)
-    if not ok.any():
-        return math.nan
-    vals = np.einsum("sd,sd->s", U[ok], Xs[ok]) / (n[ok] * norm[ok])
-    return float(vals.mean())
+    total, count = intra_sentence_sums(U, Xs, n)
+    return float(total / count) if count else math.nan
 
 
 def mean_cosine_ci(

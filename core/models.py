@@ -14,7 +14,6 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 from .errors import InputError
 

@@ -25,12 +25,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
+from .config import CONFIG
+
 if TYPE_CHECKING:  # pragma: no cover
     import torch
-
-SIGMA = 3.0  # Puccetti et al.: "more than 3 standard deviations from the mean"
-ACTIVATION_PERSISTENCE = 0.25  # design: persistent when flagged in >= 25% of layers
-NORM_PERSISTENCE_BLOCKS = 3  # Puccetti et al.: persistent when flagged in MORE than 3 layers
 
 # Per block, the norm whose parameters are analysed, by relative name, in order of preference,
 # with where it sits: "post" norms produce the block output (hidden layer b + 1), "pre" norms
@@ -58,16 +56,39 @@ def _as_2d(a: Any, name: str) -> np.ndarray:
     return arr
 
 
-def _sigma_flags(v: np.ndarray, sigma: float = SIGMA, two_sided: bool = False) -> list[int]:
+def sigma_rule(v: np.ndarray) -> tuple[float, float]:
+    """The 3-sigma rule's reference for one vector: (mean, population std) over its finite entries.
+
+    A value x is an outlier when ``x - mean > sigma * std`` (one-sided, activations) or
+    ``|x - mean| > sigma * std`` (two-sided, norm parameters), sigma = ``CONFIG.outlier_sigma``.
+    With n values, the largest possible deviation is
+    ``sqrt(n - 1)`` std, so the rule cannot fire for n <= 10 at sigma 3.
+
+    >>> sigma_rule(np.array([1.0, 1.0, 4.0, 2.0]))
+    (2.0, 1.224744871391589)
+    """
+    v = np.asarray(v, dtype=np.float64)
+    finite = v[np.isfinite(v)]
+    if finite.size < 2:
+        return float("nan"), float("nan")
+    return float(finite.mean()), float(finite.std())
+
+
+def sigma_threshold(v: np.ndarray, sigma: float | None = None) -> float:
+    """mean + sigma std of `v` (see `sigma_rule`): the line the activation rule draws."""
+    mu, sd = sigma_rule(v)
+    return mu + (CONFIG.outlier_sigma if sigma is None else sigma) * sd
+
+
+def _sigma_flags(v: np.ndarray, sigma: float | None = None, two_sided: bool = False) -> list[int]:
     """Indices of v more than `sigma` std above its mean (or away from it, if two_sided)."""
-    finite = np.isfinite(v)
-    if finite.sum() < 2:
-        return []
-    mu, sd = v[finite].mean(), v[finite].std()
+    sigma = CONFIG.outlier_sigma if sigma is None else sigma
+    v = np.asarray(v, dtype=np.float64)
+    mu, sd = sigma_rule(v)
     if not sd > 0:  # a constant vector (e.g. a freshly initialised LayerNorm) has no outliers
         return []
     dev = np.abs(v - mu) if two_sided else v - mu
-    return [int(i) for i in np.flatnonzero(finite & (dev > sigma * sd))]
+    return [int(i) for i in np.flatnonzero(np.isfinite(v) & (dev > sigma * sd))]
 
 
 def activation_outliers(mean_abs: np.ndarray) -> list[list[int]]:
@@ -82,7 +103,10 @@ def activation_outliers(mean_abs: np.ndarray) -> list[list[int]]:
     One sorted list of dims per layer: d with m_d > mean(m) + 3 std(m), mean and (population)
     std taken over the d dimensions of that layer.
 
-    >>> m = np.ones((2, 8)); m[:, 3] = 9.0
+    With 20 dims at 1.0 and one at 9.0 the rule fires (for d <= 10 it never can, since no value
+    lies more than sqrt(d - 1) std from the mean):
+
+    >>> m = np.ones((2, 20)); m[:, 3] = 9.0
     >>> activation_outliers(m)
     [[3], [3]]
     """
@@ -101,11 +125,24 @@ def persistent_dims(flags: list[list[int]], min_layers: int) -> list[int]:
 
 def persistent_activation_outliers(flags: list[list[int]]) -> list[int]:
     """Activation outliers flagged in >= 25% of the layers (ceil(0.25 L), at least 1)."""
-    return persistent_dims(flags, max(1, math.ceil(ACTIVATION_PERSISTENCE * len(flags))))
+    return persistent_dims(flags, max(1, math.ceil(CONFIG.activation_persistence * len(flags))))
+
+
+def run_outlier_dims(outliers: dict) -> list[int]:
+    """The outlier dims of a run: the persistent dims of either definition (activation rule and
+    norm-parameter rule), sorted. `outliers` is ``results["outliers"]`` (see `analysis`).
+
+    >>> run_outlier_dims({"activation": {"persistent": [7, 2]}, "norm_parameters": {"persistent": [2, 9]}})
+    [2, 7, 9]
+    >>> run_outlier_dims({"activation": {"persistent": [5]}, "norm_parameters": {"error": "none"}})
+    [5]
+    """
+    norm = outliers.get("norm_parameters") or {}
+    return sorted(set(outliers["activation"]["persistent"]) | set(norm.get("persistent") or []))
 
 
 def massive_activations(
-    max_abs: np.ndarray, median_abs: np.ndarray | None = None, top: int = 5
+    max_abs: np.ndarray, median_abs: np.ndarray | None = None, top: int | None = None
 ) -> list[dict]:
     """Per layer, the dims with the largest max |x_d| and how far above typical they are.
 
@@ -131,7 +168,7 @@ def massive_activations(
         med = np.asarray(median_abs, dtype=np.float64).reshape(-1)
         if med.shape != (n_layers,):
             raise ValueError(f"median_abs must have shape ({n_layers},); got {med.shape}")
-    k = max(0, min(int(top), d))
+    k = max(0, min(int(CONFIG.massive_top if top is None else top), d))
     out = []
     for layer, row in enumerate(mx):
         order = np.argsort(-row, kind="stable")[:k]
@@ -184,7 +221,7 @@ def norm_param_outliers(weights: np.ndarray, biases: np.ndarray | None = None) -
         "weight": w_flags,
         "bias": b_flags,
         "union": union,
-        "persistent": persistent_dims(union, NORM_PERSISTENCE_BLOCKS + 1),
+        "persistent": persistent_dims(union, CONFIG.norm_persistence_blocks + 1),
     }
 
 
@@ -221,7 +258,7 @@ def agreement(
 
 
 def frequency_correlation(
-    r: np.ndarray, outlier_dims: list[int], n_random: int = 10, seed: int = 0
+    r: np.ndarray, outlier_dims: list[int], n_random: int | None = None, seed: int = 0
 ) -> dict:
     """Correlation of |x_d| with log token frequency: outlier dims vs random other dims.
 
@@ -243,7 +280,7 @@ def frequency_correlation(
     dims = _check_dims(outlier_dims, d, allow_empty=True)
     pool = np.setdiff1d(np.arange(d), dims)
     rng = np.random.default_rng(seed)
-    k = min(int(n_random), pool.size)
+    k = min(int(CONFIG.frequency_random_dims if n_random is None else n_random), pool.size)
     rand = sorted(int(i) for i in rng.choice(pool, size=k, replace=False)) if k > 0 else []
     layers = []
     for layer, row in enumerate(rr):
@@ -502,7 +539,7 @@ def ablation(
     model: "torch.nn.Module",
     batches: Iterable[dict],
     dims: list[int],
-    n_random: int = 5,
+    n_random: int | None = None,
     seed: int = 0,
 ) -> dict:
     """LM loss change when `dims` are zeroed in every norm, against random dims (Puccetti et al.).
@@ -523,6 +560,7 @@ def ablation(
     import torch
 
     _causal_lm_check(model)
+    n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
     mods = ablation_modules(model)
     d = int(mods[0][1].weight.shape[0])
     dims = _check_dims(dims, d)

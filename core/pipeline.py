@@ -18,13 +18,21 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
+from .batching import pad_batch
 from .cache import CacheStore
+from .config import CONFIG, cache_identity
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, tokenize_budget
 from .errors import InputError
 from .extract import Progress, extract_stats
-from .models import (check_model_ident, default_cache_dir, describe_model, load_model, model_fingerprint,
-                     package_versions)
-from .spec import STATS_VERSION, RunSpec, stable_hash
+from .models import (
+    check_model_ident,
+    default_cache_dir,
+    describe_model,
+    load_model,
+    model_fingerprint,
+    package_versions,
+)
+from .spec import RunSpec, stable_hash
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
 
@@ -80,7 +88,7 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
         "spec": {**spec.to_dict(), "device": device, "dtype": dtype},
         "model_fingerprint": model_fingerprint(spec.model, Path(cache_dir) if cache_dir else default_cache_dir()),
         "corpus_sha256": corpus_fingerprint(spec.corpus, spec.text_column),
-        "stats_version": STATS_VERSION,
+        "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
     }
     return "stats:" + stable_hash(parts), parts
 
@@ -147,8 +155,9 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
             pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel)
     except torch.OutOfMemoryError:
-        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size} and max sequence "
-                         f"length {spec.max_seq_len}: lower them and run again.") from None
+        raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
+                         f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
+                         "or use a smaller model.") from None
     meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
             "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"])}
     try:
@@ -180,7 +189,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
         "device": device, "dtype": dtype, "seed": spec.seed,
         "versions": _versions(), "timing": timing,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "stats_version": STATS_VERSION,
+        "stats_code": parts["stats_code"],
     }
     return manifest, meta, arrays
 
@@ -202,14 +211,24 @@ def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[s
     return out
 
 
+def _results_code() -> str:
+    """The rules and the code that turn statistics into results, as one short hash."""
+    return stable_hash(cache_identity("results"))[:16]
+
+
+def results_key(spec: RunSpec, cache_dir=None) -> str:
+    """The cache key of results.json for `spec`: the statistics' key + the results code. No torch."""
+    return f"results:{_results_code()}:{run_key(spec, cache_dir)}"
+
+
 def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
             cancel: Callable[[], bool] | None = None, force: bool = False) -> dict:
     """results.json for `spec` (cached; computes the statistics first if needed)."""
-    from .analysis import ANALYSIS_VERSION, build_results
+    from .analysis import build_results
 
     store = get_store(cache_dir)
     n_events = len(store.events)
-    key = f"results:{ANALYSIS_VERSION}:{run_key(spec, cache_dir)}"
+    key = results_key(spec, cache_dir)
     # Results are small: a hit never reads the statistics (hundreds of MB for a deep model).
     got = None if force else store.get_json(key)
     cache_hit = got is not None
@@ -229,10 +248,10 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
 
 def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
     """Sample metrics of every layer after a post-processing what-if (cached)."""
-    from .analysis import ANALYSIS_VERSION, postprocessed_rows
+    from .analysis import postprocessed_rows
 
     store = get_store(cache_dir)
-    key = f"post:{ANALYSIS_VERSION}:{run_key(spec, cache_dir)}:{stable_hash(post.to_dict())}"
+    key = f"post:{_results_code()}:{run_key(spec, cache_dir)}:{stable_hash(post.to_dict())}"
     got = store.get_json(key)
     if got is None:
         got = {"rows": postprocessed_rows(get_stats(spec, cache_dir), post)}
@@ -240,29 +259,32 @@ def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
     return got["rows"]
 
 
-def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5, held_out_tokens: int = 4096,
-                 cache_dir=None, progress: Callable[[Progress], None] | None = None) -> dict:
+def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
+                 held_out_tokens: int | None = None, cache_dir=None,
+                 progress: Callable[[Progress], None] | None = None) -> dict:
     """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
 
     The loss is measured on held-out text: the documents that follow the analysed ones in the
     run's seeded order. Cached; the model is restored after each ablation (never mutated).
     """
     from .analysis import json_safe
+    from .outliers import run_outlier_dims
 
+    n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
+    held_out_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
     res = analyze(spec, cache_dir, progress)
     info = res["manifest"]["model"]
     if not info.get("causal_lm"):
         raise InputError(f"Ablation needs a causal language model with an LM head; {info['label']} "
                          f"({info.get('model_class')}) has none. Try smollm2-135m or untrained-gpt2.")
     if dims is None:
-        o = res["outliers"]
-        dims = sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
+        dims = run_outlier_dims(res["outliers"])
     if not dims:
         raise InputError("No outlier dimensions to ablate: pass dims explicitly.")
     dims = sorted({int(d) for d in dims})
     store = get_store(cache_dir)
     key = "ablation:" + stable_hash({"run": res["manifest"]["cache_key"], "dims": dims, "n_random": n_random,
-                                     "held_out": held_out_tokens})
+                                     "held_out": held_out_tokens, "code": cache_identity("results")})
     got = store.get_json(key)
     if got is not None:
         return got
@@ -270,8 +292,9 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5
         got = store.get_json(key)
         if got is not None:
             return got
-        from .outliers import ablation
         import torch
+
+        from .outliers import ablation
 
         device, dtype = res["manifest"]["device"], res["manifest"]["dtype"]
         if progress:
@@ -281,20 +304,14 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int = 5
         docs = load_documents(spec.corpus, spec.text_column)
         first_len = _effective_seq_len(spec, lm)
         first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, first_len, spec.seed, spec.corpus)
-        seq_len = min(first_len, 256)
+        seq_len = min(first_len, CONFIG.ablation_max_seq_len)
         held = tokenize_budget(docs, lm.tokenizer, held_out_tokens, seq_len, spec.seed, spec.corpus,
                                start=max(first.next_position, 1))
         pad = int(lm.tokenizer.pad_token_id or 0)
         batches = []
-        for i in range(0, len(held.ids), spec.batch_size):
-            chunk = held.ids[i:i + spec.batch_size]
-            T = max(len(c) for c in chunk)
-            ids = torch.full((len(chunk), T), pad, dtype=torch.long)
-            att = torch.zeros((len(chunk), T), dtype=torch.long)
-            for r, c in enumerate(chunk):
-                ids[r, :len(c)] = torch.as_tensor(c)
-                att[r, :len(c)] = 1
-            batches.append({"input_ids": ids, "attention_mask": att})
+        for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
+            ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], pad)
+            batches.append({"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(att)})
         if progress:
             progress(Progress("ablation", 0, 1, message=f"ablating {len(dims)} dims + {n_random} random draws"))
         try:

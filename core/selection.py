@@ -14,7 +14,7 @@ from typing import Mapping
 
 from .errors import InputError
 from .postprocess import PostProcess
-from .spec import DTYPES, DEVICES, SPECIAL_POLICIES, RunSpec
+from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 
 MAX_MODELS = 4
 UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU cores

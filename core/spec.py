@@ -14,9 +14,6 @@ from dataclasses import dataclass
 
 from .errors import InputError
 
-# Bump when the extraction or the stored statistics change meaning: old cache entries then miss.
-STATS_VERSION = 4
-
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SPECIAL_POLICIES = ("exclude", "include")
@@ -27,9 +24,7 @@ DEFAULT_MAX_TOKENS = 40_000
 DEFAULT_MAX_SEQ_LEN = 512
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_SAMPLE = 5000
-N_GROUPS = 64  # sequence groups kept for the bootstrap CI of mean_cosine
-N_FREQ_BINS = 10  # frequency deciles for the binned mean cosine
-N_SELF_SIM_IDS = 200  # most frequent token ids tracked for self-similarity
+# The analysis rules (bootstrap groups, frequency bins, tracked ids, sigmas...) are in core.config.
 
 
 @dataclass(frozen=True)

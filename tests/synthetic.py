@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from core.config import CONFIG
 from core.pipeline import RunStats
-from core.spec import N_FREQ_BINS
 
-N_GROUPS = 8
+N_FREQ_BINS = CONFIG.freq_bins
+N_GROUPS = CONFIG.bootstrap_groups
 
 
 def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: int = 20, K: int = 300,
@@ -61,7 +62,7 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         sample[l] = X[sample_idx]
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in acc.items()}
     arrays.update(
-        n=np.float64(N), n_seq=np.float64(n_seq), sum_n_sq=np.float64(n_seq * seq_len ** 2),
+        n=np.float64(N), n_seq=np.float64(n_seq), intra_n=np.full(L1, float(n_seq)), sum_n_sq=np.float64(n_seq * seq_len ** 2),
         group_n=np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64),
         sum_f=np.float64(logf.sum()), sum_f2=np.float64((logf ** 2).sum()),
         id_counts=freq_lut[tracked].astype(np.float64), id_list=tracked,
@@ -89,7 +90,7 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         "tokens": {"analysed": N, "fed_to_model": N, "content": N, "sample": K, "special_tokens": "exclude"},
         "layers": {"n": L1, "layer_0": "embedding output (hidden_states[0])"},
         "device": "cpu", "dtype": "float32", "seed": seed, "versions": {}, "timing": {},
-        "created_utc": "2026-01-01T00:00:00+00:00", "stats_version": 0,
+        "created_utc": "2026-01-01T00:00:00+00:00",
     }
     return RunStats(key=f"stats:synthetic-{label}-{seed}", manifest=manifest, meta=meta, arrays=arrays)
 

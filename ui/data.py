@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import pipeline, projection as P, views
+from core import pipeline, views
+from core import projection as P
 from core.postprocess import PostProcess
 from core.spec import RunSpec
 

@@ -10,11 +10,10 @@ import json
 
 import numpy as np
 import pytest
+from app_helpers import APP, SMALL, TIMEOUT, by_title, figures, no_exception, run_clicked, title
 
 from core.pipeline import analyze, is_cached
 from core.selection import Selection
-
-from app_helpers import APP, SMALL, TIMEOUT, by_title, figures, no_exception, run_clicked, title
 
 PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
 TWO = ("minilm-l6", "untrained-bert-base")

@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-
 from foundation_helpers import make_documents, write_txt
 
 

@@ -8,8 +8,14 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer
 
-from core.corpora import (BUILTIN_CORPORA, UNIFORM_DOC_LEN, corpus_fingerprint, load_documents, table_columns,
-                          tokenize_budget)
+from core.corpora import (
+    BUILTIN_CORPORA,
+    UNIFORM_DOC_LEN,
+    corpus_fingerprint,
+    load_documents,
+    table_columns,
+    tokenize_budget,
+)
 from core.errors import InputError
 from core.models import BUILTIN_MODELS, _gpt2_tokenizer, minilm_folder
 from core.pipeline import analyze

@@ -10,13 +10,12 @@ import time
 
 import numpy as np
 import pytest
+from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
 
 import core.pipeline as pipeline
-from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
-from core.analysis import ANALYSIS_VERSION
 from core.cache import MAGIC
 from core.errors import Cancelled
-from core.pipeline import analyze, get_stats, get_store, is_cached
+from core.pipeline import analyze, get_stats, get_store, is_cached, results_key
 from core.spec import RunSpec
 
 
@@ -113,7 +112,7 @@ def test_corrupted_stats_entry_is_reported_and_recomputed(tmp_path, tiny_bert_di
     assert stats2.cached and not stats2.events  # the recomputed entry is sound again
     # Both entries damaged: analyze reports it in the manifest and recomputes the same numbers.
     store.raw_set(stats0.key, bad)
-    store.raw_set(f"results:{ANALYSIS_VERSION}:{stats0.key}", bad)
+    store.raw_set(results_key(spec, cache), bad)
     after = analyze(spec, cache)
     events = after["manifest"]["cache_events"]
     assert len(events) == 2 and all("corrupted" in e for e in events)
@@ -126,7 +125,8 @@ def test_corrupted_results_entry_is_reported_and_recomputed(tmp_path, tiny_bert_
     spec = _spec(tiny_bert_dir, varied_txt)
     before = analyze(spec, cache)
     store = get_store(cache)
-    key = f"results:{ANALYSIS_VERSION}:{before['manifest']['cache_key']}"
+    key = results_key(spec, cache)
+    assert key.endswith(before["manifest"]["cache_key"])
     assert store.get_json(key) is not None
     store.raw_set(key, b"\x00garbage")
     after = analyze(spec, cache)

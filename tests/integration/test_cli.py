@@ -8,8 +8,8 @@ import subprocess
 
 import pandas as pd
 import pytest
-
 from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
+
 from core.corpora import BUILTIN_CORPORA
 from core.models import BUILTIN_MODELS
 

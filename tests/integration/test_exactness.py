@@ -5,6 +5,8 @@ corpus, so it must hold EVERY analysed token. The reference runs the model itsel
 time (no padding), with output_hidden_states, and computes each definition of DESIGN.md literally.
 """
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -12,11 +14,14 @@ import torch
 import core.extract as extract
 from core import metrics as M
 from core.analysis import build_results, cosine_contributions, frequency_r, mean_abs
+from core.config import CONFIG
 from core.corpora import load_documents, tokenize_budget
 from core.extract import MAX_KEYS, SUM_KEYS, analysed_masks
 from core.models import load_model
 from core.pipeline import get_stats
-from core.spec import N_FREQ_BINS, RunSpec
+from core.spec import RunSpec
+
+N_FREQ_BINS = CONFIG.freq_bins
 
 SEQ = 24
 SEED = 3
@@ -206,7 +211,7 @@ def test_sample_holds_every_token_at_its_place(case):
 
 def test_self_similarity_uses_the_most_frequent_ids(tmp_path, tiny_bert_dir, varied_txt, monkeypatch):
     """With room for only 2 tracked ids, self_similarity is the mean over the 2 most frequent ones."""
-    monkeypatch.setattr(extract, "N_SELF_SIM_IDS", 2)
+    monkeypatch.setattr(extract, "CONFIG", dataclasses.replace(CONFIG, self_sim_ids=2))
     stats = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude"), tmp_path / "cache")  # not the shared cache
     _, _, X, win, _, tok = _reference(tiny_bert_dir, varied_txt, "exclude")
     freq = _frequency(tok)

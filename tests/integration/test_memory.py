@@ -6,7 +6,6 @@ import sys
 import textwrap
 
 import pytest
-
 from foundation_helpers import ROOT, cli_env
 
 RUN = textwrap.dedent("""

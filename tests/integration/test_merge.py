@@ -2,8 +2,8 @@
 
 import numpy as np
 import pytest
-
 from foundation_helpers import make_documents
+
 from core import metrics as M
 from core.corpora import TokenWindows, tokenize_budget
 from core.extract import MAX_KEYS, SUM_KEYS, extract_stats, merge_stats, stats_layout

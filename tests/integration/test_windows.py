@@ -3,9 +3,9 @@ padding-aware batching that does not change the numbers."""
 
 import numpy as np
 import pytest
+from foundation_helpers import make_documents
 from transformers import AutoTokenizer
 
-from foundation_helpers import make_documents
 from core.corpora import special_affixes, tokenize_budget
 from core.extract import SUM_KEYS, extract_stats, padding_fraction, plan_batches
 from core.models import load_model

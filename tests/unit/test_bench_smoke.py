@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 from bench import report
-from bench.common import (median, padded_batch, profile_diff_table, run_task, subset_windows, bare_forward,
-                          machine_info)
+from bench.common import bare_forward, machine_info, median, padded_batch, profile_diff_table, run_task, subset_windows
 from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, run_peer, sampled_pairs_mean_cosine
 
 DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",

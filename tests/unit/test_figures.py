@@ -182,7 +182,7 @@ def test_ablation_view(run_a):
 
 
 def test_every_figure_uses_the_template_and_states_its_sample_size(run_a, run_b):
-    (sa, a), (sb, b) = run_a, run_b
+    (sa, a), (_, b) = run_a, run_b
     figs = [views.layer_curves([a, b], m) for m in ("mean_cosine", "effective_rank", "mean_norm")]
     figs += [views.pairwise_histogram([sa], [a], [1]), views.frequency_deciles([a], [1]),
              views.outlier_bars(sa, a, 1), views.outlier_heatmap(sa, a), views.cosine_contribution_bars(sa, a, 1),

@@ -7,7 +7,6 @@ import pytest
 
 from core import metrics as m
 
-
 # ------------------------------------------------------------------ naive references
 
 

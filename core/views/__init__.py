@@ -1,0 +1,43 @@
+"""The dashboard's views: results/stats in, a View (figure + its data + manifest) out.
+
+One module per page (`layers`, `outliers`, `projection`, `compare`), plus `common` (the View record
+and run labels). A page calls one function per view and shows `view.figure` / `view.data`; the
+export module turns the same View into PNG/SVG/PDF/HTML/CSV/JSON with the manifest embedded.
+Inputs are what the pipeline returns (results dicts, RunStats, projection dicts), read through
+`core.results.Results`; no I/O, cheap to test on synthetic runs. Layer 0 is the embedding output.
+Everything is re-exported here, so `from core import views; views.layer_curves(...)` works.
+"""
+
+from .common import (
+                     Results,
+                     View,
+                     as_results,
+                     corpus_display,
+                     corpus_label,
+                     depth_of,
+                     layer_at_depth,
+                     model_label,
+                     n_layers,
+                     post_for,
+                     run_name,
+)
+from .compare import compare_summary, outlier_counts
+from .layers import METRIC_COLUMNS, frequency_deciles, layer_curves, metric_table, pairwise_histogram
+from .outliers import (
+                     ablation_dims,
+                     ablation_view,
+                     cosine_contribution_bars,
+                     frequency_correlation,
+                     massive_activations,
+                     outlier_bars,
+                     outlier_definitions,
+                     outlier_heatmap,
+                     outlier_summary,
+)
+from .projection import projection
+
+__all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name", "n_layers",
+           "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram",
+           "frequency_deciles", "METRIC_COLUMNS", "outlier_bars", "outlier_heatmap", "cosine_contribution_bars",
+           "outlier_definitions", "outlier_summary", "massive_activations", "frequency_correlation",
+           "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary"]

@@ -1,0 +1,103 @@
+"""What every view shares: the View record, run labels and sizes, the manifest of a view.
+
+Runs are read through `core.results.Results` (one small typed accessor), never by string paths.
+Layer 0 is the embedding output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import pandas as pd
+
+from .. import __version__
+from ..postprocess import PostProcess
+from ..results import Results, as_results, corpus_display
+
+SYMBOLS = ("circle", "square", "diamond", "triangle-up", "star")
+
+__all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name",
+           "n_layers", "depth_of", "layer_at_depth", "post_for"]
+
+
+@dataclass
+class View:
+    """One figure (or table) with the data behind it and the manifest of the runs it shows."""
+
+    name: str  # file-name stem, e.g. "layers_mean_cosine"
+    title: str
+    figure: object | None  # go.Figure, or None for a table-only view
+    data: pd.DataFrame
+    manifest: dict
+    caption: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+# ----------------------------------------------------------------------------- labels (dict or Results)
+def corpus_label(results) -> str:
+    return as_results(results).corpus_label
+
+
+def model_label(results) -> str:
+    return as_results(results).model_label
+
+
+def run_name(results) -> str:
+    return as_results(results).run_name
+
+
+def n_layers(results) -> int:
+    return as_results(results).n_layers
+
+
+def depth_of(results, layer: int) -> float:
+    return layer / as_results(results).last_layer
+
+
+def layer_at_depth(results, depth: float) -> int:
+    return int(round(float(depth) * (as_results(results).n_layers - 1)))
+
+
+def _manifest(view: str, params: dict, runs: Sequence) -> dict:
+    rs = [as_results(r) for r in runs]
+    uniq = {r.cache_key or id(r): r.manifest for r in rs}  # raw/post panels share a run
+    return {"app": "anisotropy-workbench", "core_version": __version__, "view": view,
+            "params": params, "runs": list(uniq.values())}
+
+
+def _fmt_n(n: int) -> str:
+    return f"{int(n):,}"
+
+
+def _sizes(runs: Sequence, what: str = "tokens") -> str:
+    """"N = 20,039 tokens" or "N = 20,039 / 20,412 tokens (all-MiniLM / BERT)"."""
+    rs = [as_results(r) for r in runs]
+    ns = [r.n_tokens if what == "tokens" else r.n_sample for r in rs]
+    if len(set(ns)) == 1:
+        return f"{_fmt_n(ns[0])} {what}"
+    return " / ".join(_fmt_n(n) for n in ns) + f" {what} (" + " / ".join(r.model_label for r in rs) + ")"
+
+
+def _corpora(runs: Sequence) -> str:
+    return ", ".join(dict.fromkeys(as_results(r).corpus_label for r in runs))
+
+
+def _layer_dtick(n: int) -> int:
+    return 1 if n <= 16 else 2
+
+
+def _nan(v) -> float:
+    return float("nan") if v is None else float(v)
+
+
+def post_for(results, post: PostProcess, drop_outliers: bool = False) -> PostProcess:
+    """The post-processing for one model: `post`, with removed dims restricted to the model's d
+    and, when `drop_outliers`, the model's own persistent activation outliers added."""
+    r = as_results(results)
+    d = r.hidden_size or 0
+    remove = {i for i in post.remove if not d or i < d}
+    if drop_outliers:
+        remove |= set(r.persistent_activation_outliers)
+    return PostProcess(center=post.center, zscore=post.zscore, abtt=post.abtt, whiten=post.whiten,
+                       whiten_k=post.whiten_k, remove=tuple(sorted(remove)))

@@ -1,0 +1,185 @@
+"""Layers page: per-layer curves, the table of every per-layer number, the pairwise-cosine
+histogram of the sample and the mean cosine by frequency decile."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import figures as F
+from ..config import CONFIG
+from ..metrics import pairwise_cosine_histogram
+from ..reference import reference_curves
+from ..selection import METRICS, SAMPLE_METRICS
+from .common import View, _corpora, _fmt_n, _layer_dtick, _manifest, _nan, _sizes, as_results
+
+
+def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str = "layer", reference: bool = True,
+                 post_rows: Sequence[list[dict] | None] | None = None, post_labels: Sequence[str] | None = None) -> View:
+    """Per-layer curve of `metric` for every run, with the CI band (mean_cosine), the
+    post-processing what-if (dashed, sample metrics only) and the published curves (dotted)."""
+    runs = [as_results(r) for r in runs]
+    label, unit = METRICS[metric]
+    depth = x_axis == "depth"
+    series, rows, notes = [], [], []
+    for i, res in enumerate(runs):
+        L = res.last_layer
+        layers = [r["layer"] for r in res.layers]
+        xs = [l / L for l in layers] if depth else layers
+        ys = res.values(metric)
+        sample_metric = metric in SAMPLE_METRICS and metric != "mean_cosine"
+        n_txt = f"K = {_fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {_fmt_n(res.n_tokens)} tokens"
+        name = f"{res.run_name} (N = {_fmt_n(res.n_tokens)})"
+        hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(label)} = {y:.4g}"
+                 f"<br>{n_txt}" for l, y in zip(layers, ys)]
+        band = None
+        if metric == "mean_cosine":
+            band = res.ci("mean_cosine")
+            hover = [h + f"<br>95% CI [{lo:.4g}, {hi:.4g}]" for h, lo, hi in zip(hover, *band)]
+        series.append({"name": name, "x": xs, "y": ys, "color": i, "band": band, "hover": hover,
+                       "band_name": "95% bootstrap CI" if band is not None and i == 0 else None, "group": name})
+        for l, x, y in zip(layers, xs, ys):
+            row = {"series": "measured", "model": res.model_label, "corpus": res.corpus_label, "layer": l,
+                   "depth": l / L, metric: y, "n_tokens": res.n_tokens, "n_sample": res.n_sample}
+            if band is not None:
+                row["ci_low"], row["ci_high"] = band[0][l], band[1][l]
+            rows.append(row)
+        prow = post_rows[i] if post_rows is not None and i < len(post_rows) else None
+        if prow:
+            plabel = (post_labels[i] if post_labels else None) or prow[0].get("post", "post-processed")
+            if metric in SAMPLE_METRICS:
+                key = SAMPLE_METRICS[metric]
+                py = [_nan(r.get(key)) for r in prow]
+                pname = f"{res.run_name} after {plabel} (K = {_fmt_n(res.n_sample)})"
+                series.append({"name": pname, "x": xs, "y": py, "color": i, "dash": "dash", "symbol": "diamond",
+                               "hover": [f"<b>{F.esc(res.run_name)}</b><br>after {F.esc(plabel)}<br>layer {l}"
+                                         f"<br>{F.esc(label)} = {y:.4g} (sample of {_fmt_n(res.n_sample)})"
+                                         for l, y in zip(layers, py)]})
+                for l, x, y in zip(layers, xs, py):
+                    rows.append({"series": f"after {plabel}", "model": res.model_label, "corpus": res.corpus_label,
+                                 "layer": l, "depth": l / L, metric: y, "n_tokens": res.n_tokens,
+                                 "n_sample": res.n_sample})
+                if metric == "mean_cosine":
+                    notes.append("After post-processing, mean cosine is measured on the token sample "
+                                 f"(K = {_fmt_n(res.n_sample)}), not on all N tokens.")
+            else:
+                notes.append(f"{label} is a corpus-level statistic: the post-processing what-if changes only the "
+                             "sample metrics (mean cosine, PC1 ratio, effective rank, IsoScore, partition isotropy).")
+    refs = []
+    if reference:
+        for c in reference_curves(metric):
+            L = max(c["layers"]) or 1
+            xs = [l / L for l in c["layers"]] if depth else c["layers"]
+            refs.append({"name": c["label"], "x": xs, "y": c["values"], "estimator": c["estimator"]})
+            for l, x, y in zip(c["layers"], xs, c["values"]):
+                rows.append({"series": c["label"], "model": c["model"], "corpus": "published", "layer": l,
+                             "depth": l / L, metric: y, "estimator": c["estimator"]})
+        if refs:
+            notes.append("Published curves use their authors' estimator (hover for it): context, not our measurement.")
+    est = ("exact over all token pairs; band: 95% bootstrap CI over sequence groups" if metric == "mean_cosine"
+           else f"on a sample of {_sizes(runs, 'sampled tokens')} per layer" if metric in SAMPLE_METRICS
+           else "over all analysed tokens")
+    subtitle = f"{F.esc(_corpora(runs))} · N = {F.esc(_sizes(runs))} per layer · {F.esc(est)}"
+    fig = F.line_chart(series, refs, title=f"{label} by layer", subtitle=subtitle,
+                       x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)" if depth
+                       else "layer (0 = embeddings)", y_title=unit,
+                       x_range=(-0.03, 1.03) if depth else None,
+                       x_dtick=None if depth else _layer_dtick(max(r.n_layers for r in runs)))
+    return View(f"layers_{metric}", f"{label} by layer", fig, pd.DataFrame(rows),
+                _manifest("layer_curves", {"metric": metric, "x_axis": x_axis, "reference": reference,
+                                           "post": list(post_labels or [])}, runs),
+                caption=f"{label} per layer; {est}. {_corpora(runs)}; N = {_sizes(runs)}.", notes=notes)
+
+
+METRIC_COLUMNS = ["mean_cosine", "mean_cosine_ci", "cross_sequence_cosine", "intra_sentence_similarity",
+                  "intra_sentence_adjusted", "self_similarity", "self_similarity_adjusted", "mean_norm",
+                  "sample_mean_cosine", "pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy",
+                  "n_tokens", "n_sample", "outlier_dims"]
+
+
+def metric_table(runs: Sequence[dict]) -> View:
+    """Every per-layer number of every run, one row per (model, layer)."""
+    runs = [as_results(r) for r in runs]
+    rows = []
+    for res in runs:
+        L = res.last_layer
+        for r in res.layers:
+            row = {"model": res.model_label, "corpus": res.corpus_label, "layer": r["layer"],
+                   "depth": round(r["layer"] / L, 4)}
+            for k in METRIC_COLUMNS:
+                v = r.get(k)
+                if k == "mean_cosine_ci":
+                    lo, hi = (v or [None, None])
+                    row["ci_low"], row["ci_high"] = _nan(lo), _nan(hi)
+                elif k == "outlier_dims":
+                    row["outlier_dims"] = " ".join(str(d) for d in (v or []))
+                else:
+                    row[k] = _nan(v) if k not in ("n_tokens", "n_sample") else int(v)
+            rows.append(row)
+    return View("layers_table", "Per-layer metrics", None, pd.DataFrame(rows), _manifest("metric_table", {}, runs),
+                caption=f"All per-layer metrics. {_corpora(runs)}; N = {_sizes(runs)}; "
+                        f"sample K = {_sizes(runs, 'sampled tokens')}.")
+
+
+def pairwise_histogram(stats_list: Sequence, runs: Sequence[dict], layers: Sequence[int],
+                       max_pairs: int | None = None) -> View:
+    """Distribution of cos(x_i, x_j) over pairs of sampled tokens at one layer per run."""
+    runs = [as_results(r) for r in runs]
+    max_pairs = CONFIG.hist_max_pairs if max_pairs is None else int(max_pairs)
+    series, rows, parts = [], [], []
+    for i, (st, res, l) in enumerate(zip(stats_list, runs, layers)):
+        X = st.sample(l)
+        h = pairwise_cosine_histogram(X, bins=CONFIG.hist_bins, max_pairs=max_pairs, seed=0)
+        counts = np.asarray(h["counts"], dtype=float)
+        width = float(h["edges"][1] - h["edges"][0])
+        dens = counts / max(counts.sum(), 1) / width
+        m_rows = int(round((1 + math.sqrt(1 + 8 * h["n_pairs"])) / 2))
+        mean = res.value(l, "sample_mean_cosine")
+        name = f"{res.run_name}, layer {l}"
+        series.append({"name": name, "edges": h["edges"], "density": dens, "color": i, "mean": mean})
+        parts.append(f"{res.model_label}: {_fmt_n(h['n_pairs'])} pairs of {_fmt_n(m_rows)} tokens"
+                     + (f" (random subset of the K = {_fmt_n(len(X))} sample)" if m_rows < len(X) else " (the whole sample)"))
+        centers = (h["edges"][:-1] + h["edges"][1:]) / 2
+        for lo, c, n, dd in zip(h["edges"][:-1], centers, counts, dens):
+            rows.append({"model": res.model_label, "corpus": res.corpus_label, "layer": l, "bin_low": float(lo),
+                         "bin_high": float(lo + width), "bin_center": float(c), "count": int(n), "density": float(dd),
+                         "n_pairs": int(h["n_pairs"]), "n_tokens_used": m_rows})
+    subtitle = F.esc("; ".join(parts)) + " · dashed: exact mean over the sample"
+    fig = F.histogram_lines(series, title="Pairwise cosine similarity of sampled tokens", subtitle=subtitle,
+                            x_title="cos(x_i, x_j)")
+    return View("pairwise_cosine_histogram", "Pairwise cosine similarity", fig, pd.DataFrame(rows),
+                _manifest("pairwise_histogram", {"layers": list(map(int, layers)), "bins": CONFIG.hist_bins,
+                                                 "max_pairs": max_pairs}, runs),
+                caption="Histogram of pairwise cosines; " + "; ".join(parts) + ".")
+
+
+def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
+    """Mean cosine among tokens of each corpus-frequency decile (1 = rarest), at one layer per run."""
+    runs = [as_results(r) for r in runs]
+    series, rows = [], []
+    for i, (res, l) in enumerate(zip(runs, layers)):
+        vals = [_nan(v) for v in res.layers[l]["frequency_binned_cosine"]]
+        fb = res.frequency_bins
+        ns = fb.get("n_tokens") or [None] * len(vals)
+        rng = fb.get("log_freq_range") or [None] * len(vals)
+        xs = list(range(1, len(vals) + 1))
+        hover = [f"<b>{F.esc(res.run_name)}</b>, layer {l}<br>decile {x}: mean cos {v:.4g}<br>"
+                 f"{_fmt_n(n or 0)} tokens in this bin"
+                 + (f"<br>corpus frequency {math.exp(r[0]):,.0f} to {math.exp(r[1]):,.0f}"
+                    if isinstance(r, (list, tuple)) and len(r) == 2 and None not in r else "")
+                 for x, v, n, r in zip(xs, vals, ns, rng)]
+        series.append({"name": f"{res.run_name}, layer {l}", "x": xs, "y": vals, "color": i, "hover": hover})
+        for x, v, n in zip(xs, vals, ns):
+            rows.append({"model": res.model_label, "corpus": res.corpus_label, "layer": l, "decile": x,
+                         "mean_cosine": v, "n_tokens": int(n or 0)})
+    fig = F.line_chart(series, title="Mean cosine by token-frequency decile",
+                       subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} split into 10 bins of equal token "
+                                      "counts by the corpus frequency of the token type"),
+                       x_title="frequency decile (1 = rarest, 10 = most frequent tokens)",
+                       y_title="mean cos within the decile", x_range=(0.5, 10.5), x_dtick=1)
+    return View("frequency_deciles", "Mean cosine by frequency decile", fig, pd.DataFrame(rows),
+                _manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
+                caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.")

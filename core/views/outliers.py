@@ -1,0 +1,216 @@
+"""Outliers page: mean |x_d| per dimension, across layers, cosine contributions, the two outlier
+definitions, massive activations, the frequency link and the ablation."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .. import figures as F
+from ..analysis import cosine_contributions, mean_abs
+from ..config import CONFIG
+from ..outliers import sigma_rule, sigma_threshold
+from ..reference import reference_outlier_dims
+from .common import SYMBOLS, Results, View, _fmt_n, _layer_dtick, _manifest, _nan, as_results
+
+SIGMA = f"{CONFIG.outlier_sigma:g}"
+
+
+def _layer_outliers(res: Results, l: int) -> list[int]:
+    return res.activation_outliers[l]
+
+
+def outlier_bars(stats, results: dict, layer: int) -> View:
+    """mean |x_d| for every dimension at `layer`, activation outliers highlighted."""
+    results = as_results(results)
+    m = mean_abs(stats)[layer]
+    thr = sigma_threshold(m)  # the rule's own line (core.outliers), not a re-derivation
+    out = _layer_outliers(results, layer)
+    L = results.n_layers - 1
+    fig = F.dim_bars(m, out, threshold=thr, title=f"Mean |x_d| per dimension, layer {layer} of {L}",
+                     subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · "
+                                    f"{len(out)} outlier dims (mean |x_d| > mean + {SIGMA} std over the {len(m)} dims)"),
+                     y_title="mean |x_d| (hidden-state units)")
+    df = pd.DataFrame({"model": results.model_label, "corpus": results.corpus_label, "layer": layer,
+                       "dim": np.arange(len(m)), "mean_abs": m, "outlier": np.isin(np.arange(len(m)), out),
+                       "threshold": thr, "n_tokens": results.n_tokens})
+    return View(f"outlier_bars_layer{layer}", "Mean |x_d| per dimension", fig, df,
+                _manifest("outlier_bars", {"layer": layer}, [results]),
+                caption=f"Mean absolute activation per dimension at layer {layer}; outliers: {out}.")
+
+
+def outlier_heatmap(stats, results: dict) -> View:
+    """Layers x dimensions: how many std above its layer's mean each dim's mean |x_d| lies."""
+    results = as_results(results)
+    m = mean_abs(stats)
+    mu, sd = (np.asarray(v)[:, None] for v in zip(*(sigma_rule(row) for row in m)))
+    z = (m - mu) / np.where(sd > 0, sd, 1.0)
+    hover = np.vectorize(lambda a, b: f"mean |x_d| = {a:.3g}<br>{b:+.1f} std from the layer mean")(m, z)
+    fig = F.heatmap(np.clip(z, 0, None), title="Outlier dimensions across layers",
+                    subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · colour: "
+                                   f"(mean |x_d| - layer mean) / layer std, below 0 shown as 0; outlier rule: > {SIGMA}"),
+                    x_title="dimension d", y_title="layer (0 = embeddings)", colorbar_title="std above<br>layer mean",
+                    zmin=0, zmax=max(6.0, float(np.nanmax(z))), hover=hover)
+    L1, d = m.shape
+    df = pd.DataFrame({"model": results.model_label, "layer": np.repeat(np.arange(L1), d),
+                       "dim": np.tile(np.arange(d), L1), "mean_abs": m.ravel(), "z": z.ravel()})
+    return View("outlier_heatmap", "Outlier dimensions across layers", fig, df,
+                _manifest("outlier_heatmap", {}, [results]),
+                caption="Per layer, each dimension's mean |x_d| in standard deviations above the layer mean.")
+
+
+def cosine_contribution_bars(stats, results: dict, layer: int, top: int | None = None) -> View:
+    """The dims contributing most to the mean cosine at `layer` (Timkey & van Schijndel 2021)."""
+    results = as_results(results)
+    top = CONFIG.top_k_contributions if top is None else int(top)
+    cc = cosine_contributions(stats)[layer]
+    total = float(cc.sum())
+    order = np.argsort(-np.abs(cc), kind="stable")[:top]
+    out = set(_layer_outliers(results, layer))
+    share = cc / total if total != 0 else np.full_like(cc, np.nan)
+    k3 = float(np.sort(cc)[::-1][:3].sum() / total) if total != 0 else float("nan")
+    fig = F.ranked_bars([str(int(d)) for d in order], cc[order], [int(d) in out for d in order],
+                        hover=[f"{share[d]:.1%} of the mean cosine" for d in order],
+                        title=f"Cosine contribution of the top {len(order)} dimensions, layer {layer}",
+                        subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · mean cosine "
+                                       f"{total:.4f} = sum over all {len(cc)} dims; top 3 carry {k3:.0%}"),
+                        x_title="dimension d (ranked by |CC_d|)", y_title="CC_d (contribution to mean cosine)")
+    df = pd.DataFrame({"model": results.model_label, "layer": layer, "dim": np.arange(len(cc)), "cc": cc,
+                       "share": share, "outlier": np.isin(np.arange(len(cc)), sorted(out)),
+                       "n_tokens": results.n_tokens})
+    return View(f"cosine_contribution_layer{layer}", "Cosine contribution by dimension", fig, df,
+                _manifest("cosine_contribution", {"layer": layer, "top": top}, [results]),
+                caption=f"Per-dimension contributions CC_d to the mean cosine at layer {layer}; they sum to {total:.4f}.")
+
+
+def outlier_definitions(results: dict) -> View:
+    """Activation outliers vs LayerNorm-parameter outliers, layer by layer (Puccetti et al. 2022)."""
+    results = as_results(results)
+    o = results.outliers
+    act = o["activation"]["per_layer"]
+    norm = o.get("norm_parameters", {})
+    L1 = len(act)
+    d = int(results.model.get("hidden_size") or 0) or 1 + max((x for ds in act for x in ds), default=0)
+    groups = [{"name": f"activation rule (mean |x_d| > mean + {SIGMA} std)",
+               "layers": [l for l, ds in enumerate(act) for _ in ds],
+               "dims": [x for ds in act for x in ds], "symbol": "circle", "color": F.OKABE_ITO[0], "size": 11}]
+    rows = []
+    offset = int(norm.get("layer_offset", 1))
+    union = norm.get("union") or []
+    if union:
+        groups.append({"name": f"norm-parameter rule ({norm.get('kind') or 'norm'} weight/bias > {SIGMA} std)",
+                       "layers": [b + offset for b, ds in enumerate(union) for _ in ds if 0 <= b + offset < L1],
+                       "dims": [x for b, ds in enumerate(union) for x in ds if 0 <= b + offset < L1],
+                       "symbol": "x-thin", "color": F.HIGHLIGHT, "size": 11, "line": 2.5})
+    agree = {a["layer"]: a for a in o.get("agreement", [])}
+    for l in range(L1):
+        a = agree.get(l)
+        rows.append({"model": results.model_label, "layer": l,
+                     "activation": " ".join(map(str, act[l])),
+                     "norm_parameters": " ".join(map(str, a["norm"])) if a else "",
+                     "both": " ".join(map(str, a["intersection"])) if a else "",
+                     "jaccard": _nan(a["jaccard"]) if a else float("nan")})
+    notes = []
+    if "error" in norm:
+        notes.append(f"Norm-parameter rule unavailable: {norm['error']}")
+    elif norm.get("modules"):
+        mods = norm["modules"]
+        notes.append(f"Norm parameters read from {len(mods)} {norm.get('kind') or 'norm'} modules "
+                     f"({norm.get('placement') or '?'}-norm): {mods[0]}" + (f" … {mods[-1]}" if len(mods) > 1 else "")
+                     + f"; persistent (flagged in > {CONFIG.norm_persistence_blocks} blocks): "
+                     + f"{norm.get('persistent') or 'none'}.")
+    fig = F.dim_matrix(groups, title="Outlier dimensions: activation vs norm-parameter definitions",
+                       subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · norm block b "
+                                      f"is drawn at hidden layer b + {offset} ({norm.get('placement') or '?'}-norm)"),
+                       n_layers=L1, d=max(d, 1))
+    return View("outlier_definitions", "Activation vs norm-parameter outliers", fig, pd.DataFrame(rows),
+                _manifest("outlier_definitions", {}, [results]),
+                caption="Dims flagged per layer by the activation rule (circles) and the norm-parameter rule (crosses).",
+                notes=notes)
+
+
+def outlier_summary(results: dict) -> View:
+    """Persistent outlier sets of both definitions, with the published dims as context (table)."""
+    results = as_results(results)
+    o = results.outliers
+    norm = o.get("norm_parameters", {})
+    rows = [{"source": f"this run: activation rule ({results.model_label})",
+             "dims": " ".join(map(str, o["activation"]["persistent"])),
+             "rule": o["activation"]["rule"]},
+            {"source": f"this run: norm-parameter rule ({results.model_label})",
+             "dims": " ".join(map(str, norm.get("persistent") or [])) if "error" not in norm else "n/a",
+             "rule": norm.get("rule") or norm.get("error", "")}]
+    for ref in reference_outlier_dims():
+        rows.append({"source": f"published: {ref['model']} ({ref['paper']})", "dims": " ".join(map(str, ref["dims"])),
+                     "rule": ref["estimator"]})
+    return View("outlier_summary", "Persistent outlier dimensions", None, pd.DataFrame(rows),
+                _manifest("outlier_summary", {}, [results]),
+                caption="Published dims belong to other models (different d): context, not a check of this run.")
+
+
+def massive_activations(results: dict) -> View:
+    results = as_results(results)
+    rows = [{"layer": m["layer"], "top_dims": " ".join(map(str, m["dims"])),
+             "max_abs": " ".join(f"{v:.3g}" for v in m["values"]), "median_abs": _nan(m["median_abs"]),
+             "ratio": _nan(m["ratio"])} for m in results.outliers["massive_activations"]]
+    return View("massive_activations", "Massive activations", None, pd.DataFrame(rows),
+                _manifest("massive_activations", {}, [results]),
+                caption="Largest max |x_d| per layer and its ratio to the median |x| of the sample (Sun et al. 2024).")
+
+
+def frequency_correlation(results: dict) -> View:
+    """|Pearson r| of log token frequency vs |x_d| per layer: outlier dims vs random dims."""
+    results = as_results(results)
+    fr = results.frequency
+    dims = fr["outlier_dims"]
+    series, rows = [], []
+    L1 = len(fr["layers"])
+    for j, d in enumerate(dims):
+        ys = [abs(_nan(l["outlier_r"][j])) for l in fr["layers"]]
+        series.append({"name": f"outlier dim {d}", "x": list(range(L1)), "y": ys, "color": j % len(F.OKABE_ITO),
+                       "symbol": SYMBOLS[(j // len(F.OKABE_ITO)) % len(SYMBOLS)]})  # never two identical lines
+    base_y = [_nan(l["baseline"]) for l in fr["layers"]]
+    series.append({"name": f"{len(fr['random_dims'])} random other dims (mean |r|)", "x": list(range(L1)), "y": base_y,
+                   "color": F.REFERENCE, "dash": "dash", "symbol": "square"})
+    for l in fr["layers"]:
+        row = {"model": results.model_label, "layer": l["layer"], "baseline_mean_abs_r": _nan(l["baseline"])}
+        for d, r in zip(dims, l["outlier_r"]):
+            row[f"r_dim_{d}"] = _nan(r)
+        rows.append(row)
+    fig = F.line_chart(series, title="Outlier dimensions track token frequency",
+                       subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · Pearson r "
+                                      "between log corpus frequency and |x_d| (Puccetti et al. 2022)"),
+                       x_title="layer (0 = embeddings)", y_title="|Pearson r|", x_dtick=_layer_dtick(L1))
+    notes = [] if dims else ["No persistent outlier dimensions in this run: only the random baseline is drawn."]
+    return View("frequency_correlation", "Frequency correlation of outlier dims", fig, pd.DataFrame(rows),
+                _manifest("frequency_correlation", {}, [results]),
+                caption=f"|r| of log token frequency vs |x_d| for outlier dims {dims} and a random baseline.", notes=notes)
+
+
+def ablation_dims(results: dict) -> list[int]:
+    """The dims the ablation zeroes by default: persistent outliers of either definition."""
+    results = as_results(results)
+    return results.outlier_dims
+
+
+def ablation_view(ab: dict, results: dict) -> View:
+    """LM-loss change when the outlier dims are zeroed in every norm, vs random dims."""
+    results = as_results(results)
+    k = len(ab["dims"])
+    items = [{"name": f"outlier dims zeroed ({k})", "value": ab["delta"], "color": F.HIGHLIGHT},
+             {"name": f"random dims zeroed ({k} each, {len(ab['random_deltas'])} draws)",
+              "value": ab["random_delta_mean"], "std": ab["random_delta_std"], "points": ab["random_deltas"],
+              "color": F.OKABE_ITO[0]}]
+    fig = F.delta_bars(items, title="LM loss when dimensions are zeroed in every norm",
+                       subtitle=F.esc(f"{results.run_name} · held-out text: {_fmt_n(ab.get('held_out_tokens', 0))} "
+                                      f"tokens, {ab.get('held_out_documents', '?')} documents · baseline loss "
+                                      f"{ab['baseline_loss']:.3f} nats/token · error bar: 1 std of the draws"),
+                       y_title="Δ loss (nats/token)")
+    rows = [{"ablation": "outlier dims", "dims": " ".join(map(str, ab["dims"])), "loss": ab["ablated_loss"],
+             "delta": ab["delta"]}]
+    for rd, loss, dl in zip(ab["random_dims"], ab["random_losses"], ab["random_deltas"]):
+        rows.append({"ablation": "random dims", "dims": " ".join(map(str, rd)), "loss": loss, "delta": dl})
+    df = pd.DataFrame(rows).assign(baseline_loss=ab["baseline_loss"], n_tokens=ab.get("n_tokens"))
+    return View("ablation", "Ablation of outlier dimensions", fig, df,
+                _manifest("ablation", {"dims": ab["dims"]}, [results]),
+                caption=f"Zeroing dims {ab['dims']}: Δloss {ab['delta']:+.4f} vs random {ab['random_delta_mean']:+.4f}.")

@@ -1,0 +1,83 @@
+"""Projection page: 2-D projections (PCA, UMAP) of the sampled tokens, with their context."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import figures as F
+from .common import View, _corpora, _fmt_n, _manifest, as_results
+
+
+def _norm_token(t: str) -> str:
+    return str(t).replace("##", "").replace("Ġ", "").replace("▁", "").strip().lower()
+
+
+def _axis_titles(proj: dict) -> tuple[str, str]:
+    if proj["method"] == "pca":
+        ev = proj.get("explained_variance") or [float("nan")] * 2
+        return f"PC1 ({ev[0]:.1%} of variance)", f"PC2 ({ev[1]:.1%} of variance)"
+    return "UMAP 1 (arbitrary units)", "UMAP 2 (arbitrary units)"
+
+
+def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str = "log_frequency",
+               search: str = "") -> View:
+    """2-D projections of sampled tokens, one panel per (results, projection, sample table).
+
+    Panels may be raw vs post-processed of one run (side by side) or several runs at the same
+    relative depth. Hover shows the token in its context.
+    """
+    q = _norm_token(search)
+    mode = {"log_frequency": "continuous", "position": "continuous", "document": "discrete",
+            "search": "highlight"}[color_by]
+    out_panels, rows, notes, parts = [], [], [], []
+    for res, proj, table in panels:
+        res = as_results(res)
+        xy = np.asarray(proj["xy"], dtype=float)
+        n = len(xy)
+        t = table.iloc[:n]
+        hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>doc {doc} · position {pos} · corpus frequency {int(fq)}"
+                 for tok, ctx, doc, pos, fq in zip(t["token"], t["context"], t["document"], t["position"], t["frequency"])]
+        xt, yt = _axis_titles(proj)
+        L = res.n_layers - 1
+        title = f"{res.model_label}, layer {proj['layer']}/{L}, {proj['post']}"
+        p = {"title": title, "x": xy[:, 0], "y": xy[:, 1], "hover": hover, "x_title": xt, "y_title": yt}
+        match = np.zeros(n, dtype=bool)
+        if mode == "continuous":
+            p["color"] = t[color_by].to_numpy(dtype=float)
+        elif mode == "discrete":
+            docs = t["document"].to_numpy()
+            _, rank = np.unique(docs, return_inverse=True)
+            p["color"] = [F.color(int(r)) for r in rank]
+        else:
+            match = np.asarray([bool(q) and _norm_token(tok) == q for tok in t["token"]])
+            p["match"] = match
+            notes.append(f"{res.model_label} ({proj['post']}): {int(match.sum())} of {n} sampled tokens match "
+                         f"{search!r}." if q else "Type a token to highlight its occurrences.")
+        out_panels.append(p)
+        parts.append(f"{res.model_label}: K = {_fmt_n(n)} of N = {_fmt_n(res.n_tokens)} tokens")
+        rows.append(pd.DataFrame({"model": res.model_label, "corpus": res.corpus_label, "layer": proj["layer"],
+                                  "method": proj["method"], "post": proj["post"], "x": xy[:, 0], "y": xy[:, 1],
+                                  "token": t["token"].to_numpy(), "context": t["context"].to_numpy(),
+                                  "document": t["document"].to_numpy(), "position": t["position"].to_numpy(),
+                                  "frequency": t["frequency"].to_numpy(), "match": match}))
+    first = panels[0][1]
+    method = "PCA" if first["method"] == "pca" else "UMAP (" + ", ".join(f"{k}={v}" for k, v in first["params"].items()) + ")"
+    ctitle = {"log_frequency": "log corpus<br>frequency", "position": "position in<br>sequence"}.get(color_by, "")
+    runs = [as_results(p[0]) for p in panels]
+    fig = F.scatter_panels(out_panels, title=f"{method} of sampled token representations",
+                           subtitle=F.esc(" · ".join(dict.fromkeys(parts)) + f" · {_corpora(runs)} · colour: "
+                                          + (f"tokens matching {search!r}" if color_by == "search"
+                                             else color_by.replace("_", " "))),
+                           color_mode=mode, color_title=ctitle)
+    if mode == "discrete":
+        notes.append("Colours cycle over documents (8 colours): hover a point for its document.")
+    layers = "-".join(str(p[1]["layer"]) for p in panels)
+    return View(f"projection_{first['method']}_layer{layers}", "Projection of sampled tokens", fig,
+                pd.concat(rows, ignore_index=True),
+                _manifest("projection", {"method": first["method"], "params": first["params"], "color": color_by,
+                                         "search": search, "layers": [p[1]["layer"] for p in panels],
+                                         "post": [p[1]["post"] for p in panels]}, runs),
+                caption=f"{method} of the token sample; " + "; ".join(dict.fromkeys(parts)) + ".", notes=notes)
