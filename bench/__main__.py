@@ -60,6 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gpu-batch", type=int, default=16, help="batch size (default 16)")
     g.add_argument("--gpu-reps", type=int, default=3, help="alternating repetitions (default 3)")
     g.add_argument("--gpu-peak-tflops", type=float, default=None, help="the card's dense bf16 peak, if not known")
+    g.add_argument("--gpu-peer-tokens", type=int, default=20_000,
+                   help="tokens of the per-document peer vs the tool, BERT-base and GPT-2 (default 20000; 0: skip)")
+    g.add_argument("--gpu-dist-tokens", type=int, default=200_000,
+                   help="tokens of the 1-process vs torchrun comparison (untrained-gpt2, default 200000)")
     return p
 
 
@@ -202,7 +206,7 @@ def _gpu_reason(refusal: str | None) -> str:
 
 
 def run_gpu(a, argv: list[str]) -> int:
-    from bench.gpu import cuda_refusal, section_gpu
+    from bench.gpu import cuda_refusal, section_distributed, section_gpu
 
     why = cuda_refusal()
     if why:
@@ -214,7 +218,9 @@ def run_gpu(a, argv: list[str]) -> int:
 
     log(f"GPU section on {torch.cuda.get_device_name(0)}")
     g = section_gpu("cuda", "bfloat16", tokens=a.gpu_tokens, batch_size=a.gpu_batch, reps=a.gpu_reps,
-                    peak=a.gpu_peak_tflops)
+                    peak=a.gpu_peak_tflops, peer_tokens=a.gpu_peer_tokens)
+    # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
+    g["distributed"] = section_distributed("cuda", torch.cuda.device_count(), tokens=a.gpu_dist_tokens)
     g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
                  "transformers": transformers.__version__, "command": _command(argv)}
     out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"

@@ -28,19 +28,16 @@ def peak_tflops(device_name: str) -> float | None:
     return None
 
 
-def _configs():
-    import transformers as tf
+# The registered random-init models of real sizes (`python -m core models`), one definition of each shape.
+GPU_MODELS = {"BERT-base": ("bert", "untrained-bert-base"), "GPT-2 (124M)": ("gpt2", "untrained-gpt2"),
+              "LLaMA-style 1B": ("gpt2", "untrained-llama-1b"), "LLaMA-style 8B": ("gpt2", "untrained-llama-8b")}
+PEER_MODELS = ("BERT-base", "GPT-2 (124M)")  # the per-document peer keeps every hidden state on the host
 
-    llama = dict(num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
-                 rope_theta=500000.0, rms_norm_eps=1e-5, hidden_act="silu")
-    return {
-        "BERT-base": ("bert", tf.BertConfig()),
-        "GPT-2 (124M)": ("gpt2", tf.GPT2Config()),
-        "LLaMA-style 1B": ("gpt2", tf.LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16,
-                                                  tie_word_embeddings=True, **llama)),
-        "LLaMA-style 8B": ("gpt2", tf.LlamaConfig(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                                                  **llama)),
-    }
+
+def _configs():
+    from core.models import untrained_config
+
+    return {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
 
 
 def _tokenizer(kind: str):
@@ -67,7 +64,8 @@ def build_model(cfg, device: str, dtype):
 
 
 def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100_000, batch_size: int = 16,
-                reps: int = 3, configs: dict | None = None, peak: float | None = None) -> dict:
+                reps: int = 3, configs: dict | None = None, peak: float | None = None,
+                peer_tokens: int = 20_000) -> dict:
     import torch
 
     from core.batching import plan_batches
@@ -132,6 +130,8 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 row["mfu"] = row["tflops"] / peak
             if is_cuda:
                 row["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
+            if label in PEER_MODELS and peer_tokens:
+                row["peer"] = _peer_vs_tool(model, subset_windows(w, peer_tokens), tool, device)
         except torch.OutOfMemoryError as e:
             row.update(status="oom", error=str(e).splitlines()[0][:200])
         finally:
@@ -140,6 +140,76 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 torch.cuda.empty_cache()
         out["models"].append(row)
     return out
+
+
+def _peer_vs_tool(model, w, tool, device: str) -> dict:
+    """The per-document peer (one forward per document, hidden states to the host, sampled pairs)
+    against the tool on the same windows: the speed-up of batching and on-device statistics."""
+    from bench.peers import run_peer
+    from core.extract import analysed_masks
+
+    analysed = analysed_masks(w, "exclude")
+    tool_s = tool(w)
+    t0 = time.perf_counter()
+    run_peer(model, w, analysed, "sampled", device=device)
+    peer_s = time.perf_counter() - t0
+    n = int(sum(int(m.sum()) for m in analysed))
+    return {"tokens": n, "tool_s": tool_s, "peer_s": peer_s, "speedup": peer_s / tool_s}
+
+
+def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", tokens: int = 200_000,
+                        batch_size: int = 16, timeout_s: int = 3600) -> dict:
+    """One `analyze` run in one process vs the same spec under torchrun with `nproc` ranks (NCCL on
+    CUDA, gloo on CPU), each in fresh processes and caches: wall time and the agreement of results."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from bench.common import ROOT, child_env
+    from core.distributed import spec_args, torchrun_command
+    from core.spec import RunSpec
+
+    spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, device=device)
+    out = {"model": model, "device": device, "nproc": nproc, "tokens_requested": tokens}
+    with tempfile.TemporaryDirectory(prefix="aniso-dist-") as tmp:
+        runs = {"1 process": [sys.executable, "-m", "core", "analyze", *spec_args(spec), "--quiet",
+                              "--cache-dir", f"{tmp}/one", "--out", f"{tmp}/one.json"],
+                f"torchrun, {nproc} ranks": torchrun_command(spec, nproc, f"{tmp}/many.json", cache_dir=f"{tmp}/many")}
+        res = {}
+        for name, cmd in runs.items():
+            log(f"distributed: {name}")
+            t0 = time.perf_counter()
+            # The same BLAS threads in both runs: the sample metrics (numpy on the host) are then comparable bit for bit.
+            p = subprocess.run(cmd, cwd=ROOT, env=child_env(extra={"OMP_NUM_THREADS": "4"}), capture_output=True,
+                               text=True, timeout=timeout_s)
+            out[name] = {"wall_s": time.perf_counter() - t0, "returncode": p.returncode,
+                         "stderr_tail": p.stderr[-400:] if p.returncode else ""}
+            if p.returncode == 0:
+                res[name] = json.loads(Path(cmd[cmd.index("--out") + 1]).read_text())
+        if len(res) == 2:
+            a, b = res.values()
+            exact = ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity", "mean_norm")
+            rel = [abs(x[k] - y[k]) / max(abs(x[k]), 1e-300) for x, y in zip(a["layers"], b["layers"]) for k in exact
+                   if x[k] is not None and y[k] is not None]
+            samp = ("pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
+            out.update(tokens_analysed=a["manifest"]["tokens"]["analysed"], max_rel_diff_exact=max(rel),
+                       sample_metrics_identical=all(x[k] == y[k] for x, y in zip(a["layers"], b["layers"]) for k in samp),
+                       same_cache_key=a["manifest"]["cache_key"] == b["manifest"]["cache_key"],
+                       sample_identical=_same_sample(a["manifest"]["cache_key"], f"{tmp}/one", f"{tmp}/many"),
+                       forward_s={n: r["manifest"]["timing"]["forward_s"] for n, r in res.items()})
+    return out
+
+
+def _same_sample(key: str, one: str, many: str) -> bool:
+    """Whether two cache entries of one key hold the same sample, bit for bit."""
+    import numpy as np
+
+    from core.cache import CacheStore
+
+    a, b = CacheStore(one).get(key), CacheStore(many).get(key)
+    return a is not None and b is not None and bool(np.array_equal(a[1]["sample"], b[1]["sample"]))
 
 
 def cuda_refusal() -> str | None:

@@ -17,20 +17,20 @@ import numpy as np
 
 
 def gather_hidden_states(model, windows, analysed: list[np.ndarray],
-                         stage: Callable[[str], None] | None = None) -> list[np.ndarray]:
+                         stage: Callable[[str], None] | None = None, device: str = "cpu") -> list[np.ndarray]:
     """Per layer (N, d) float32 hidden states of all analysed tokens, one forward per document."""
     import torch
 
     per_layer: list[list[np.ndarray]] | None = None
     with torch.no_grad():
         for ids, mask in zip(windows.ids, analysed):
-            out = model(input_ids=torch.as_tensor(ids)[None, :], output_hidden_states=True)
+            out = model(input_ids=torch.as_tensor(ids)[None, :].to(device), output_hidden_states=True)
             hs = out.hidden_states
             if per_layer is None:
                 per_layer = [[] for _ in hs]
-            m = torch.as_tensor(mask)
+            m = torch.as_tensor(mask).to(device)
             for layer, h in enumerate(hs):
-                per_layer[layer].append(h[0][m].float().numpy().copy())
+                per_layer[layer].append(h[0][m].float().cpu().numpy().copy())
     if stage:
         stage("concatenate")
     return [np.concatenate(chunks) for chunks in (per_layer or [])]
@@ -66,13 +66,13 @@ def exact_mean_cosine(H: np.ndarray) -> float:
 
 
 def run_peer(model, windows, analysed, mode: str, n_pairs: int = 10_000, seed: int = 0,
-             stage: Callable[[str], None] | None = None) -> dict:
+             stage: Callable[[str], None] | None = None, device: str = "cpu") -> dict:
     """The whole peer after model load and tokenization. mode: "sampled" or "allpairs"."""
     if mode not in ("sampled", "allpairs"):
         raise ValueError(f"mode must be 'sampled' or 'allpairs', got {mode!r}")
     stage = stage or (lambda s: None)
     stage("forward+gather")
-    H = gather_hidden_states(model, windows, analysed, stage)
+    H = gather_hidden_states(model, windows, analysed, stage, device)
     stage("similarity")
     if mode == "sampled":
         vals = [sampled_pairs_mean_cosine(h, n_pairs, seed + layer) for layer, h in enumerate(H)]

@@ -432,7 +432,10 @@ def render_gpu(g: dict | None, reason: str) -> str:
                 "in place: random-init models of real sizes built from configs (BERT-base, GPT-2 124M, LLaMA-style 1B "
                 "and 8B) in bf16; tokens/s of the tool (`extract_stats` on the device) vs the bare forward on the same "
                 "windows and batches, and the forward's achieved TFLOP/s (2 x n_params x tokens / time) against the "
-                "card's dense bf16 peak.", GPU_END]
+                "card's dense bf16 peak; the tool vs the per-document peer on the GPU (BERT-base, GPT-2); and one "
+                "`analyze` in one process vs the same spec under torchrun with one NCCL rank per GPU (agreement "
+                "and wall time). The distributed path itself is tested on CPU in CI (two gloo ranks equal one "
+                "process).", GPU_END]
         return "\n".join(out)
     out.insert(1, GPU_MEASURED)
     m = g.get("meta", {})
@@ -453,6 +456,24 @@ def render_gpu(g: dict | None, reason: str) -> str:
                      fb(r.get("max_memory_allocated_bytes"))])
     out.append(table(["Model", "Params", "Tokens", "Bare tok/s", "Tool tok/s", "Tool / bare", "Forward TFLOP/s",
                       "of peak", "Max GPU memory"], rows))
+    peers = [(r["model"], r["peer"]) for r in g.get("models", []) if r.get("peer")]
+    if peers:
+        out += ["", "**The tool vs the per-document peer on the GPU** (one forward per document, every hidden state "
+                "copied to the host, 10,000 sampled pairs per layer; the tool batches and keeps its sums on the device):", ""]
+        out.append(table(["Model", "Tokens", "Tool", "Peer", "Tool speed / peer's"],
+                         [[m, fi(p["tokens"]), fs(p["tool_s"]), fs(p["peer_s"]), f"**{p['speedup']:.1f}x**"]
+                          for m, p in peers]))
+    d = g.get("distributed")
+    if d:
+        runs = [k for k in d if isinstance(d[k], dict) and "wall_s" in d[k]]
+        out += ["", f"**torchrun** ({d['model']}, {fi(d.get('tokens_analysed') or d['tokens_requested'])} tokens, "
+                f"{d['nproc']} NCCL rank(s), one per GPU; NCCL refuses two ranks on one GPU): max relative difference "
+                f"of the exact metrics vs one process {d.get('max_rel_diff_exact', 'n/a')}, same sample bit for bit: "
+                f"{d.get('sample_identical', 'n/a')}, sample metrics identical: "
+                f"{d.get('sample_metrics_identical', 'n/a')}, same cache key: {d.get('same_cache_key', 'n/a')}.", ""]
+        out.append(table(["Run", "Wall time (process start included)", "Forward", "Status"],
+                         [[k, fs(d[k]["wall_s"]), fs((d.get("forward_s") or {}).get(k)),
+                           "ok" if d[k]["returncode"] == 0 else f"failed: {d[k]['stderr_tail']}"] for k in runs]))
     out.append(GPU_END)
     return "\n".join(out)
 

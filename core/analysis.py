@@ -74,16 +74,17 @@ def layer_rows(stats) -> list[dict]:
     act = O.activation_outliers(mean_abs(stats))
     fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"]) for l in range(stats.n_layers)]
     rows = []
+    ids = stats.layer_ids
     for l in range(stats.n_layers):
         mc = M.mean_cosine(S[l], n)
-        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=CONFIG.bootstrap_draws, seed=l,
+        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=CONFIG.bootstrap_draws, seed=int(ids[l]),
                                   level=CONFIG.ci_level)
         intra = float(a["intra_sum"][l] / a["intra_n"][l]) if a["intra_n"][l] > 0 else math.nan
         selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], min_count=CONFIG.min_contexts)
                    if len(a["id_counts"]) else math.nan)
         sm = sample_metrics(stats.sample(l))
         rows.append({
-            "layer": l,
+            "layer": int(ids[l]),
             "n_tokens": n,
             "n_sequences": int(a["n_seq"]),
             "mean_cosine": mc,
@@ -108,6 +109,20 @@ def layer_rows(stats) -> list[dict]:
     return rows
 
 
+def _relabel(rows: list[dict], ids: np.ndarray) -> list[dict]:
+    """Row position -> model layer in dicts with a "layer" (a run that kept a subset of layers)."""
+    return [{**r, "layer": int(ids[r["layer"]])} for r in rows]
+
+
+def _agreement(act: list[list[int]], norm_union: list[list[int]], offset: int, ids: np.ndarray) -> list[dict]:
+    """Norm vs activation outliers, per block whose hidden layer the run kept."""
+    by_layer: list = [None] * (int(ids.max()) + 1)
+    for l, i in enumerate(ids):
+        by_layer[int(i)] = act[l]
+    got = O.agreement([a or [] for a in by_layer], norm_union, layer_offset=offset)
+    return [g for g in got if by_layer[g["layer"]] is not None]
+
+
 def outlier_report(stats, rows: list[dict]) -> dict:
     """Both outlier definitions side by side, their agreement, and massive activations."""
     a = stats.arrays
@@ -117,7 +132,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
         "activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; persistent in "
                                f">= {CONFIG.activation_persistence:.0%} of layers",
                        "per_layer": act, "persistent": O.persistent_activation_outliers(act)},
-        "massive_activations": O.massive_activations(a["max_abs"], med),
+        "massive_activations": _relabel(O.massive_activations(a["max_abs"], med), stats.layer_ids),
     }
     if "norm_weight" in a:
         norm = O.norm_param_outliers(a["norm_weight"], a.get("norm_bias"))
@@ -127,7 +142,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
                     f"> {CONFIG.norm_persistence_blocks} blocks",
             "modules": stats.meta.get("norm_modules", []), "kind": stats.meta.get("norm_kind"),
             "placement": stats.meta.get("norm_placement"), "layer_offset": offset, **norm}
-        out["agreement"] = O.agreement(act, norm["union"], layer_offset=offset)
+        out["agreement"] = _agreement(act, norm["union"], offset, stats.layer_ids)
     else:
         out["norm_parameters"] = {"error": stats.meta.get("norm_error", "no norm modules found")}
         out["agreement"] = []
@@ -136,6 +151,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
 
 def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
     rep = O.frequency_correlation(frequency_r(stats), O.run_outlier_dims(outliers), seed=seed)
+    rep["layers"] = _relabel(rep["layers"], stats.layer_ids)
     rep["variable"] = "Pearson r between log corpus frequency of the token and |x_d|, over all analysed tokens"
     rep["special_tokens"] = stats.manifest["tokens"]["special_tokens"]
     return rep
@@ -160,5 +176,5 @@ def build_results(stats) -> dict:
 
 def postprocessed_rows(stats, post: PostProcess) -> list[dict]:
     """Sample-based metrics of every layer after `post` (the before/after what-if)."""
-    return json_safe([{"layer": l, "post": post.label(), **sample_metrics(stats.sample(l), post)}
+    return json_safe([{"layer": int(stats.layer_ids[l]), "post": post.label(), **sample_metrics(stats.sample(l), post)}
                       for l in range(stats.n_layers)])

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
 
 from .config import CONFIG
+from .distributed import RankFailed, world_size_from_env
 from .errors import Cancelled, InputError
 from .spec import (
     DEFAULT_BATCH_SIZE,
@@ -32,6 +34,13 @@ from .spec import (
 )
 
 
+def _layer_list(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated layer indices such as 0,6,12, got {text!r}") from None
+
+
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="built-in id (see `models`), local folder or hub id[@rev]")
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help="built-in id (see `corpora`) or a file path")
@@ -44,6 +53,10 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--special-tokens", choices=SPECIAL_POLICIES, default="exclude")
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE, help="sampled token positions (all layers)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", type=_layer_list, default=None,
+                   help="comma-separated layers to keep statistics for (0 = embeddings), e.g. 0,6,12; default all")
+    p.add_argument("--device-map", choices=("auto",), default=None,
+                   help="auto: spread a model too large for one GPU over this node's GPUs (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow a model folder/hub repo to run its own Python code (off by default)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
@@ -56,7 +69,7 @@ def _spec(a) -> RunSpec:
     return RunSpec(model=a.model, corpus=a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
                    max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
                    special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
-                   trust_remote_code=a.trust_remote_code)
+                   trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers)
 
 
 class _Bar:
@@ -126,11 +139,34 @@ def cmd_corpora(a) -> int:
     return 0
 
 
-def cmd_analyze(a) -> int:
+def _group(spec):
+    """The torchrun job this process is a rank of (None for a plain run); see core/distributed.py."""
+    if world_size_from_env() <= 1:
+        return None
+    from .distributed import group_from_env
+
+    return group_from_env(spec)
+
+
+def _analyze(a, spec):
+    """analyze() alone or as one rank of a torchrun job (None on ranks other than 0)."""
     from .pipeline import analyze
 
+    group = _group(spec)
+    if group is None:
+        return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    try:
+        return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet or not group.is_main), force=a.force,
+                       group=group)
+    finally:
+        group.close()
+
+
+def cmd_analyze(a) -> int:
     t0 = time.perf_counter()
-    res = analyze(_spec(a), cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    res = _analyze(a, _spec(a))
+    if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
+        return 0
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -143,10 +179,12 @@ def cmd_analyze(a) -> int:
 
 
 def cmd_outliers(a) -> int:
-    from .pipeline import analyze, run_ablation
+    from .pipeline import run_ablation
 
     spec = _spec(a)
-    res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    res = _analyze(a, spec)
+    if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes (and runs the ablation)
+        return 0
     out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
     if a.ablate:
         dims = [int(x) for x in a.dims.split(",")] if a.dims else None
@@ -163,6 +201,36 @@ def cmd_outliers(a) -> int:
         print(f"ablation of {ab['dims']}: loss {ab['baseline_loss']:.4f} -> {ab['ablated_loss']:.4f} "
               f"(delta {ab['delta']:+.4f}; random dims: {ab['random_delta_mean']:+.4f} "
               f"± {ab['random_delta_std']:.4f})", file=sys.stderr)
+    return 0
+
+
+def dashboard_link(results: dict, port: int = 8501) -> str:
+    """The dashboard URL that opens the run of a results.json (computed anywhere: on a cluster too)."""
+    from urllib.parse import urlencode
+
+    from .selection import Selection, to_query_params
+    from .spec import RunSpec
+
+    try:
+        spec = RunSpec.from_dict(results["manifest"]["spec"])
+    except (KeyError, TypeError) as e:
+        raise InputError(f"not a results.json of `python -m core analyze` (no manifest spec: {e})") from None
+    if spec.layers is not None or spec.trust_remote_code:
+        raise InputError("runs with --layers or --trust-remote-code are not shown in the dashboard: read the "
+                         "results.json itself")
+    sel = Selection(models=(spec.model,), corpus=spec.corpus, text_column=spec.text_column,
+                    max_tokens=spec.max_tokens, max_seq_len=spec.max_seq_len, batch_size=spec.batch_size,
+                    device=spec.device, dtype=spec.dtype, special_tokens=spec.special_tokens, sample=spec.sample,
+                    seed=spec.seed)
+    return f"http://127.0.0.1:{port}/?" + urlencode(to_query_params(sel), doseq=True)
+
+
+def cmd_link(a) -> int:
+    try:
+        results = json.loads(Path(a.results).read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"cannot read {a.results!r}: {e}") from None
+    print(dashboard_link(results, a.port))
     return 0
 
 
@@ -183,6 +251,10 @@ def build_parser() -> argparse.ArgumentParser:
     ou.add_argument("--held-out-tokens", type=int, default=CONFIG.ablation_held_out_tokens,
                     help="tokens of held-out text for the loss")
     ou.set_defaults(fn=cmd_outliers)
+    li = sub.add_parser("link", help="the dashboard link of a results.json (e.g. of a cluster run; same cache needed)")
+    li.add_argument("results", help="a results.json written by `analyze`")
+    li.add_argument("--port", type=int, default=8501)
+    li.set_defaults(fn=cmd_link)
     return p
 
 
@@ -192,6 +264,8 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except (InputError, Cancelled) as e:
         _Bar.end_line()
+        if isinstance(e, RankFailed) and os.environ.get("RANK", "0") != "0":
+            return 2  # rank 0 prints the failing rank's message once
         print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever the message
         return 2
     except KeyboardInterrupt:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -190,22 +190,32 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
                   sample_size: int = 5000, seed: int = 0, device: str = "cpu", dtype: str = "float32",
                   pad_id: int = 0, progress: Callable[[Progress], None] | None = None,
                   cancel: Callable[[], bool] | None = None, layout: dict | None = None,
-                  cfg: AnalysisConfig | None = None) -> tuple[dict, dict]:
+                  cfg: AnalysisConfig | None = None, layers: Sequence[int] | None = None,
+                  shard: Callable[[list[np.ndarray], np.ndarray], list[np.ndarray]] | None = None,
+                  reduce: Callable[[dict], None] | None = None) -> tuple[dict, dict]:
     """Run `model` (a transformers base model) over `windows`; return (arrays, timing).
 
     arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
     float32 and per-sample-token metadata arrays; all numpy. timing: forward seconds, tokens/s,
     padding fraction, batches (and the batch splits forced by running out of GPU memory).
+    `layers`: the hidden-state layers to keep (default all): arrays are stacked over these, in
+    order, and `layer_index` names the model layer of each row.
+    `shard(batches, window_lengths)` -> the batches of the plan this process runs, and
+    `reduce(tensors)`, which combines the accumulators (and `sample`) of all processes in place
+    before they leave the device: the torchrun path (`core.distributed`). Accumulators are sums
+    unless listed in MAX_KEYS.
     """
     plan = plan_extraction(windows, special_policy=special_policy, batch_size=batch_size,
                            sample_size=sample_size, seed=seed, layout=layout, cfg=cfg)
     acc, sample, timing = _forward_loop(model, windows, plan, device=device, dtype=dtype, pad_id=pad_id,
-                                        progress=progress or _noop, cancel=cancel)
+                                        progress=progress or _noop, cancel=cancel, layers=layers, shard=shard,
+                                        reduce=reduce)
     return _finalise(windows, plan, acc, sample), timing
 
 
 def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device: str, dtype: str, pad_id: int,
-                  progress: Callable[[Progress], None], cancel: Callable[[], bool] | None):
+                  progress: Callable[[Progress], None], cancel: Callable[[], bool] | None,
+                  layers: Sequence[int] | None = None, shard=None, reduce=None):
     """The batch loop: forward, then every float64 accumulator and the sample rows, on the device."""
     import torch
 
@@ -214,8 +224,16 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     tdt = torch_dtype(dtype)
     mcfg = model.config
     d = int(getattr(mcfg, "hidden_size", 0) or mcfg.n_embd)
-    L1 = int(getattr(mcfg, "num_hidden_layers", 0) or mcfg.n_layer) + 1
-    N, K = plan.n_tokens, plan.sample_size
+    n_hidden = int(getattr(mcfg, "num_hidden_layers", 0) or mcfg.n_layer) + 1
+    kept = list(range(n_hidden)) if layers is None else sorted({int(x) for x in layers})
+    if not kept or kept[0] < 0 or kept[-1] >= n_hidden:
+        raise ValueError(f"layers must lie in 0..{n_hidden - 1}, got {layers!r}")
+    L1 = len(kept)  # the accumulators and the sample scale with the layers kept
+    batches = plan.batches
+    if shard is not None:  # this process's share of the plan: each batch's forward is a single process's
+        batches = shard(batches, np.asarray([len(w) for w in windows.ids]))
+    N = plan.n_tokens if shard is None else int(sum(int(plan.n_an[b].sum()) for b in batches))
+    K = plan.sample_size
     f64 = dict(dtype=torch.float64, device=dev)
     acc = {
         "group_sum_u": torch.zeros(L1, cfg.bootstrap_groups, d, **f64), "sum_u_sq": torch.zeros(L1, d, **f64),
@@ -232,9 +250,9 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             "slot": torch.as_tensor(plan.id_slot, device=dev)}
     t0 = time.perf_counter()
     done_tokens, n_splits = 0, 0
-    progress(Progress("forward", 0, N, message=f"{len(plan.batches)} batches"))
+    progress(Progress("forward", 0, N, message=f"{len(batches)} batches"))
     use_autocast = dev.type == "cuda" and tdt != torch.float32
-    queue = list(reversed(plan.batches))  # a stack: a batch that runs out of memory comes back halved
+    queue = list(reversed(batches))  # a stack: a batch that runs out of memory comes back halved
     with torch.inference_mode():
         while queue:
             b = queue.pop()
@@ -262,7 +280,8 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
                 queue += [b[half:], b[:half]]
                 progress(Progress("forward", done_tokens, N, message=f"out of memory: batch of {len(b)} split in two"))
                 continue
-            hs = out.hidden_states
+            # The kept layers, on the accumulators' device (with device_map="auto" they live on several GPUs).
+            hs = [out.hidden_states[i].to(dev) for i in kept]
             an_t = torch.as_tensor(an).to(dev, non_blocking=True)
             _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, windows)
             del out, hs
@@ -271,12 +290,18 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             rate = done_tokens / el if el > 0 else 0.0
             progress(Progress("forward", done_tokens, N, rate, (N - done_tokens) / rate if rate else float("nan"),
                               f"{done_tokens:,} of {N:,} tokens"))
+    if reduce is not None:  # every process's sums (and sample rows) into each: the torchrun path
+        acc["sample"] = sample
+        reduce(acc)
+        sample = acc.pop("sample")
     el = time.perf_counter() - t0
     progress(Progress("forward", N, N, N / el if el > 0 else 0.0, 0.0, "done"))
-    timing = {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0,
+    timing = {"forward_s": el, "tokens_per_s": plan.n_tokens / el if el > 0 else 0.0,
               "padding_fraction": padding_fraction(windows, plan.batches), "n_batches": len(plan.batches),
               "oom_splits": n_splits}
-    return {k: v.cpu().numpy() for k, v in acc.items()}, sample.cpu().numpy(), timing
+    arrays = {k: v.cpu().numpy() for k, v in acc.items()}
+    arrays["layer_index"] = np.asarray(kept, dtype=np.int64)
+    return arrays, sample.cpu().numpy(), timing
 
 
 def _sample_positions(b: np.ndarray, an: np.ndarray, plan: ExtractionPlan) -> tuple[np.ndarray, np.ndarray]:

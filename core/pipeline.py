@@ -9,6 +9,7 @@ A cache hit never loads a model nor imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
 from dataclasses import dataclass, field
@@ -68,6 +69,11 @@ class RunStats:
         return int(self.arrays["sum_abs"].shape[1])
 
     @property
+    def layer_ids(self) -> np.ndarray:
+        """The model layer of each stacked row (all layers 0..L unless the run kept a subset)."""
+        return self.arrays.get("layer_index", np.arange(self.n_layers))
+
+    @property
     def n_tokens(self) -> int:
         return int(self.arrays["n"])
 
@@ -84,8 +90,11 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
     check_model_ident(spec.model)
     device = spec.resolved_device()
     dtype = spec.resolved_dtype(device)
+    # Placement (device_map, like the number of torchrun ranks) does not change the numbers: not in the
+    # key. `layers` is, when set (all layers: the key of runs made before the option existed).
+    keyed = {k: v for k, v in spec.to_dict().items() if k != "device_map" and not (k == "layers" and v is None)}
     parts = {
-        "spec": {**spec.to_dict(), "device": device, "dtype": dtype},
+        "spec": {**keyed, "device": device, "dtype": dtype},
         "model_fingerprint": model_fingerprint(spec.model, Path(cache_dir) if cache_dir else default_cache_dir()),
         "corpus_sha256": corpus_fingerprint(spec.corpus, spec.text_column),
         "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
@@ -108,8 +117,14 @@ def is_cached(spec: RunSpec, cache_dir=None) -> bool:
 
 
 def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-              cancel: Callable[[], bool] | None = None, force: bool = False) -> RunStats:
-    """Statistics for `spec`, from the cache or computed (once, even across processes)."""
+              cancel: Callable[[], bool] | None = None, force: bool = False, group=None) -> RunStats | None:
+    """Statistics for `spec`, from the cache or computed (once, even across processes).
+
+    With a `core.distributed.Group` (torchrun), every rank computes its share and rank 0 alone
+    looks up and stores the entry; the other ranks return None.
+    """
+    if group is not None:
+        return _get_stats_group(spec, cache_dir, progress, cancel, force, group)
     store = get_store(cache_dir)
     key, parts = _spec_key(spec, cache_dir)
     n_events = len(store.events)
@@ -128,18 +143,40 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
 
-def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
+def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, group) -> RunStats | None:
+    key, parts = _spec_key(spec, cache_dir)  # on every rank: a bad spec fails everywhere alike
+    if group.share(lambda: not force and key in get_store(cache_dir)):
+        return get_stats(spec, cache_dir, progress, cancel) if group.is_main else None
+    with contextlib.ExitStack() as stack:
+        if group.is_main:
+            store = get_store(cache_dir)
+            n_events = len(store.events)
+            stack.enter_context(store.lock(key))
+        manifest, meta, arrays = group.run(lambda: _compute(spec, parts, cache_dir, progress, cancel, group))
+        if not group.is_main:
+            return None
+        store.put(key, {"manifest": manifest, "meta": meta}, arrays)
+    return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
+
+
+def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None):
     documents = load_documents(spec.corpus, spec.text_column)  # a bad corpus fails before importing torch
     import torch
 
     progress = progress or (lambda p: None)
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
-    if device == "cuda" and not torch.cuda.is_available():
+    if group is not None:
+        device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
+    if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
     progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code)
+                    trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
+    n_hidden = int(lm.info["n_layers"]) + 1
+    if spec.layers is not None and spec.layers[-1] >= n_hidden:
+        raise InputError(f"--layers {spec.layers[-1]} is beyond {spec.model}'s hidden-state layers "
+                         f"(0..{n_hidden - 1}; 0 = embeddings).")
     seq_len = _effective_seq_len(spec, lm)
     windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
     try:
@@ -153,7 +190,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
         arrays, timing = extract_stats(
             lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
-            pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel)
+            pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel, layers=spec.layers,
+            shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None)
     except torch.OutOfMemoryError:
         raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
                          f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
@@ -185,12 +223,15 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
                    "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
                    "max_seq_len": seq_len,
                    "special_tokens": spec.special_tokens},
-        "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])"},
-        "device": device, "dtype": dtype, "seed": spec.seed,
+        "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])",
+                   "kept": arrays["layer_index"].tolist(), "model_layers": n_hidden},
+        "device": parts["spec"]["device"], "dtype": dtype, "seed": spec.seed, "device_map": spec.device_map,
         "versions": _versions(), "timing": timing,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
     }
+    if group is not None:
+        manifest["distributed"] = {"world_size": group.world, "backend": group.backend}
     return manifest, meta, arrays
 
 
@@ -222,13 +263,29 @@ def results_key(spec: RunSpec, cache_dir=None) -> str:
 
 
 def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-            cancel: Callable[[], bool] | None = None, force: bool = False) -> dict:
-    """results.json for `spec` (cached; computes the statistics first if needed)."""
+            cancel: Callable[[], bool] | None = None, force: bool = False, group=None) -> dict | None:
+    """results.json for `spec` (cached; computes the statistics first if needed).
+
+    With a `core.distributed.Group`, the ranks compute the statistics together; rank 0 returns
+    the results and the other ranks None.
+    """
     from .analysis import build_results
 
+    key = results_key(spec, cache_dir)
+    if group is not None:
+        stale = group.share(lambda: force or key not in get_store(cache_dir))
+        if stale:
+            stats = get_stats(spec, cache_dir, progress, cancel, force, group=group)
+        if not group.is_main:
+            return None
+        if not stale:
+            return analyze(spec, cache_dir, progress, cancel)
+        got = build_results(stats)
+        get_store(cache_dir).put(key, got)
+        got["manifest"]["cache_hit"] = stats.cached
+        return got
     store = get_store(cache_dir)
     n_events = len(store.events)
-    key = results_key(spec, cache_dir)
     # Results are small: a hit never reads the statistics (hundreds of MB for a deep model).
     got = None if force else store.get_json(key)
     cache_hit = got is not None
@@ -300,7 +357,7 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
         if progress:
             progress(Progress("load", 0, 1, message=f"loading {spec.model} for the ablation"))
         lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                        trust_remote_code=spec.trust_remote_code)
+                        trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
         docs = load_documents(spec.corpus, spec.text_column)
         first_len = _effective_seq_len(spec, lm)
         first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, first_len, spec.seed, spec.corpus)

@@ -17,6 +17,7 @@ from .errors import InputError
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 SPECIAL_POLICIES = ("exclude", "include")
+DEVICE_MAPS = (None, "auto")  # "auto": one model spread over the GPUs of a node (accelerate)
 
 DEFAULT_MODEL = "minilm-l6"
 DEFAULT_CORPUS = "wiki-en"
@@ -43,6 +44,8 @@ class RunSpec:
     sample: int = DEFAULT_SAMPLE
     seed: int = 0
     trust_remote_code: bool = False  # run a model folder's own Python code: only when the user asks
+    device_map: str | None = None  # "auto": spread the model over this node's GPUs (models too large for one)
+    layers: tuple[int, ...] | None = None  # hidden-state layers to keep statistics for (0 = embeddings); None: all
 
     def __post_init__(self):
         if not self.model or not str(self.model).strip():
@@ -58,6 +61,16 @@ class RunSpec:
             raise InputError(f"device must be one of {DEVICES}, got {self.device!r}.")
         if self.dtype not in DTYPES:
             raise InputError(f"dtype must be one of {DTYPES}, got {self.dtype!r}.")
+        if self.layers is not None:
+            try:
+                layers = tuple(sorted({int(x) for x in self.layers}))
+            except (TypeError, ValueError):
+                raise InputError(f"layers must be layer indices (0 = embeddings), got {self.layers!r}.") from None
+            if not layers or layers[0] < 0:
+                raise InputError(f"layers must be non-negative layer indices (0 = embeddings), got {self.layers!r}.")
+            object.__setattr__(self, "layers", layers)
+        if self.device_map not in DEVICE_MAPS:
+            raise InputError(f"device_map must be 'auto' or not set, got {self.device_map!r}.")
         if self.special_tokens not in SPECIAL_POLICIES:
             raise InputError(f"special_tokens must be one of {SPECIAL_POLICIES}, got {self.special_tokens!r}.")
 

@@ -25,7 +25,7 @@ DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequ
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",
                "isoscore", "partition_isotropy", "outlier_dims", "cosine_contribution")
 EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13, "untrained-gpt2": 13,
-                   "untrained-smollm2": 31}
+                   "untrained-smollm2": 31, "untrained-llama-1b": 17, "untrained-llama-8b": 33}
 SLOW_MODELS = {"smollm2-135m", "untrained-smollm2"}  # the first load dequantizes SmolLM2's GGUF (~15 s)
 
 
@@ -60,7 +60,7 @@ def test_every_registry_model_is_covered():
 
 
 @pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if m in SLOW_MODELS else [])
-                                   for m in BUILTIN_MODELS])
+                                   for m, e in BUILTIN_MODELS.items() if not e.large])  # large: test_large_models.py
 def test_builtin_model_runs_offline(model, cache_dir):
     res = analyze(RunSpec(model=model, corpus="wiki-en", max_tokens=300, max_seq_len=64, sample=200,
                           device="cpu"), cache_dir)

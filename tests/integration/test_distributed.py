@@ -1,0 +1,156 @@
+"""torchrun with two gloo processes gives the single-process run: same sums, same sample, same results.
+
+Each case launches `core.distributed.torchrun_command` (what the job queue launches) on a tiny
+BERT and compares with `pipeline.analyze` in this process, on the same spec.
+"""
+
+import json
+import subprocess
+import textwrap
+
+import numpy as np
+import pytest
+from foundation_helpers import ROOT, cli_env, make_documents, write_txt
+
+from core.cache import CacheStore
+from core.distributed import job_torchrun, torchrun_command
+from core.errors import Cancelled
+from core.extract import MAX_KEYS, SUM_KEYS
+from core.pipeline import analyze, run_key
+from core.spec import RunSpec
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 240  # a torchrun job of the tiny model takes ~10-40 s on a busy 2-core machine
+SAMPLE_KEYS = ("n_sample", "sample_mean_cosine", "pc1_variance_ratio", "effective_rank", "isoscore",
+               "partition_isotropy")
+
+
+def _env():
+    import torch
+
+    # The same intra-op threads as this process: each batch's forward is then bitwise the same.
+    return cli_env(OMP_NUM_THREADS=str(torch.get_num_threads()))
+
+
+def _torchrun(spec, out, cache, script=None, nproc=2):
+    cmd = torchrun_command(spec, nproc, out, cache_dir=cache)
+    if script is not None:  # run a wrapper script instead of `-m core` (to inject a failure)
+        i = cmd.index("-m", cmd.index(f"--nproc-per-node={nproc}"))
+        cmd[i:i + 2] = [str(script)]
+    return subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    d = tmp_path_factory.mktemp("dist")
+    lengths = [int(n) for n in np.random.default_rng(3).integers(2, 80, size=25)]
+    return write_txt(d / "docs.txt", make_documents(lengths, seed=3))
+
+
+def _spec(model_dir, corpus, batch_size):
+    return RunSpec(model=str(model_dir), corpus=str(corpus), max_seq_len=24, batch_size=batch_size, sample=100,
+                   device="cpu", dtype="float32")
+
+
+def _close(a, b, path=""):
+    """Every float to 1e-9 relative, everything else equal (results.json trees)."""
+    if isinstance(a, dict):
+        assert set(a) == set(b), path
+        for k in a:
+            _close(a[k], b[k], f"{path}/{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            _close(x, y, f"{path}[{i}]")
+    elif isinstance(a, float) and isinstance(b, float):
+        assert b == pytest.approx(a, rel=1e-9, abs=1e-12), path
+    else:
+        assert a == b, path
+
+
+@pytest.mark.parametrize("batch_size, case", [(4, "uneven shards of 13 padded batches"),
+                                              (64, "one batch: rank 1 has no documents")])
+def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path, batch_size, case):
+    spec = _spec(tiny_bert_dir, corpus, batch_size)
+    one = analyze(spec, cache_dir=tmp_path / "one")
+    assert (one["manifest"]["timing"]["n_batches"] > 2) == (batch_size == 4), case
+    assert one["manifest"]["timing"]["padding_fraction"] > 0  # padded batches in both cases
+
+    out = tmp_path / "results.json"
+    p = _torchrun(spec, out, tmp_path / "two")
+    assert p.returncode == 0, p.stderr[-3000:]
+    two = json.loads(out.read_text())
+    assert two["manifest"]["distributed"] == {"world_size": 2, "backend": "gloo"}
+    assert two["manifest"]["cache_key"] == one["manifest"]["cache_key"]  # the same entry as a 1-process run
+    _close(one["layers"], two["layers"])
+    for a, b in zip(one["layers"], two["layers"]):
+        assert [a[k] for k in SAMPLE_KEYS] == [b[k] for k in SAMPLE_KEYS]  # identical sample metrics
+    for k in ("outliers", "frequency", "frequency_bins"):
+        _close(one[k], two[k], k)
+
+    # The stored statistics: sums to 1e-9, maxima and the sample bit for bit; rank 0 stored exactly
+    # one statistics entry and one results entry.
+    key = run_key(spec, tmp_path / "two")
+    got = CacheStore(tmp_path / "two").get(key)
+    ref = CacheStore(tmp_path / "one").get(key)
+    assert got is not None and ref is not None
+    assert sorted(k.split(":")[0] for k in CacheStore(tmp_path / "two").keys()) == ["results", "stats"]
+    A, B = ref[1], got[1]
+    assert set(A) == set(B)
+    for k in A:
+        if k in SUM_KEYS:
+            np.testing.assert_allclose(B[k], A[k], rtol=1e-9, atol=1e-12, err_msg=k)
+        else:  # maxima, the sample, its metadata, norm parameters
+            np.testing.assert_array_equal(B[k], A[k], err_msg=k)
+    assert set(MAX_KEYS) <= set(A)
+    assert got[0]["meta"]["sample_tokens"] == ref[0]["meta"]["sample_tokens"]
+    assert got[0]["meta"]["sample_context"] == ref[0]["meta"]["sample_context"]
+
+
+FAIL_WRAPPER = """
+    import os, sys
+    sys.path.insert(0, {root!r})
+    import transformers.models.bert.modeling_bert as mb
+
+    forward = mb.BertModel.forward
+
+    def failing(self, *a, **kw):
+        if os.environ["RANK"] == "1":
+            raise RuntimeError("injected failure on rank 1")
+        return forward(self, *a, **kw)
+
+    mb.BertModel.forward = failing
+    from core.cli import main
+
+    sys.exit(main())
+"""
+
+
+def test_a_failing_rank_fails_the_run_and_nothing_is_cached(tiny_bert_dir, corpus, tmp_path):
+    script = tmp_path / "fail_rank1.py"
+    script.write_text(textwrap.dedent(FAIL_WRAPPER.format(root=str(ROOT))))
+    out = tmp_path / "results.json"
+    p = _torchrun(_spec(tiny_bert_dir, corpus, 4), out, tmp_path / "cache", script=script)
+    assert p.returncode != 0
+    assert "error: rank 1 of 2 failed: RuntimeError: injected failure on rank 1" in p.stderr
+    assert p.stderr.count("error: rank 1 of 2 failed") == 1  # said once, by rank 0
+    assert not out.exists()
+    assert CacheStore(tmp_path / "cache").keys() == []
+
+
+def test_the_torchrun_job_kind_runs_and_cancels(tiny_bert_dir, corpus, tmp_path, monkeypatch):
+    """core.jobs' "analyze-torchrun" kind: the same entry as the 1-process run; a cancel stores nothing."""
+    for k, v in _env().items():
+        monkeypatch.setenv(k, v)
+    spec = _spec(tiny_bert_dir, corpus, 64)
+    seen = []
+    with pytest.raises(Cancelled):
+        job_torchrun({"spec": spec.to_dict(), "nproc": 2, "cache_dir": str(tmp_path / "c1")}, seen.append, lambda: True)
+    assert CacheStore(tmp_path / "c1").keys() == []
+    got = job_torchrun({"spec": spec.to_dict(), "nproc": 2, "cache_dir": str(tmp_path / "c2")}, seen.append,
+                       lambda: False)
+    assert got["world_size"] == 2 and got["cache_key"] == run_key(spec, tmp_path / "c2")
+    res = analyze(spec, cache_dir=tmp_path / "c2")  # read back from the job's cache entry
+    assert res["manifest"]["cache_hit"] and res["manifest"]["distributed"]["world_size"] == 2
+    assert seen[0].message == "torchrun: 2 processes"
