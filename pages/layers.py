@@ -13,16 +13,19 @@ if page.need_runs(runs):
     c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
     metric = c1.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
                           format_func=lambda k: METRICS[k][0], key="metric")
-    x_axis = c2.radio("x axis", ["layer", "depth"], index=["layer", "depth"].index(sel.x_axis), horizontal=True,
-                      format_func={"layer": "layer index", "depth": "relative depth (layer / L)"}.get, key="x_axis")
     ref = c3.toggle("Published curves (Ethayarajh 2019)", sel.reference, key="reference")
-    sel = state.update(metric=metric, x_axis=x_axis, reference=ref)
+    x_axis = page.x_axis_picker(sel.replace(reference=ref), runs, c2, "x_axis")
+    sel = state.update(metric=metric, reference=ref, **({"x_axis": x_axis} if x_axis else {}))
+    x_axis = sel.x_axis_for([r.n_layers for r in runs])
 
     posts = page.posts_for(sel, runs)
     post_rows = [data.post_rows(r.spec, p) if not p.is_identity else None for r, p in zip(runs, posts)]
-    curves = views.layer_curves([r.results for r in runs], sel.metric, sel.x_axis, sel.reference,
+    curves = views.layer_curves([r.results for r in runs], sel.metric, x_axis, sel.reference,
                                 post_rows=post_rows, post_labels=[p.label() for p in posts])
+    curves = views.add_seed_bands(curves, [r.results for r in runs], [r.controls for r in runs], sel.metric, x_axis)
     page.show(curves, "curves")
+    page.published_language_note(sel, runs)
+    page.definition(sel.metric)
     with st.expander("Post-processing what-if (dashed curves)", expanded=not sel.post.is_identity or sel.drop_outliers):
         page.post_form(sel, runs, "layers")
         if sel.metric not in SAMPLE_METRICS:
@@ -33,11 +36,9 @@ if page.need_runs(runs):
     page.show(views.metric_table([r.results for r in runs]), "table")
 
     st.subheader("At one layer")
-    page.layer_slider(sel, page.deepest(runs), "layers", help="Until you move it, each model shows its middle layer.")
-    sel = state.selection()
-    layers = tuple(sel.layer_for(r.n_layers) for r in runs)
+    layers = page.layer_picker(sel, runs, "layers")
     h1, h2 = st.columns(2)
     with h1:
-        page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist")
+        page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist", half=True)
     with h2:
-        page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles")
+        page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles", half=True)

@@ -9,26 +9,16 @@ from ui import data, page, state
 
 sel, runs = page.header("Outlier dimensions")
 if page.need_runs(runs):
-    if len(runs) > 1:
-        c1, c2 = st.columns([1, 2], vertical_alignment="bottom")
-        with c1:
-            run = page.focus_picker(sel, runs, "outliers")
-        with c2:
-            layer = page.layer_slider(state.selection(), run.n_layers, "outliers")
-    else:
-        run = runs[0]
-        layer = page.layer_slider(sel, run.n_layers, "outliers")
+    run = page.focus_picker(sel, runs, "outliers") if len(runs) > 1 else runs[0]
+    layer = page.layer_picker(state.selection(), [run], "outliers")[0]
     res = run.results
 
     page.show(data.outlier_bars(run.spec, layer), "bars")
-    a, b = st.columns(2)
-    with a:
-        page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
-    with b:
-        st.markdown("**Persistent outlier dimensions**")
-        page.show(views.outlier_summary(res), "summary")
-        st.caption("Published dims (Puccetti et al. 2022) belong to other models with another d: context, "
-                   "not a check of this run.")
+    page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
+    st.markdown("**Persistent outlier dimensions**")
+    page.show(views.outlier_summary(res), "summary", static=True)
+    st.caption("Published dims (Puccetti et al. 2022) belong to other models with another d: context, "
+               "not a check of this run.")
     page.show(data.outlier_heatmap(run.spec), "heatmap")
 
     st.subheader("Two definitions: activations vs LayerNorm parameters")
@@ -40,7 +30,22 @@ if page.need_runs(runs):
         page.show(views.massive_activations(res), "massive")
 
     st.subheader("Frequency")
-    page.show(views.frequency_correlation(res), "freq")
+    freq, freq_table = data.frequency_views(run.spec)
+    page.show(freq, "freq")
+    with st.expander("Pearson r per outlier dimension (table)"):
+        page.show(freq_table, "freq_table")
+
+    st.subheader("Drill into a dimension")
+    page.dimension_picker(state.selection(), run, "outliers")
+    dim = state.selection().dim_for(run.results)
+    tokens, scatter, rprof = data.dimension_views(run.spec, dim, layer)
+    s1, s2 = st.columns(2)
+    with s1:
+        page.show(rprof, "dim_r", half=True)
+    with s2:
+        page.show(scatter, "dim_scatter", half=True)
+    st.markdown(f"**Top-activating tokens of dim {dim} at layer {layer}** (largest |x_{dim}| in the sample)")
+    page.show(tokens, "dim_tokens")
 
     st.subheader("Ablation: zero the outlier dimensions in every norm")
     dims = views.ablation_dims(res)

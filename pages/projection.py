@@ -30,7 +30,7 @@ if page.need_runs(runs):
         go = st.form_submit_button("Project", type="primary")
     if go:
         new_search = search.strip() and search.strip() != sel.search  # a new search term switches the colouring
-        state.update(layer=int(layer), proj_method=method, proj_color="search" if new_search else color,
+        state.update(layer=int(layer), layer_by="index", proj_method=method, proj_color="search" if new_search else color,
                      n_neighbors=int(nn), min_dist=float(md), search=search.strip())
         st.rerun()
     sel = state.selection()

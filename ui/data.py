@@ -7,9 +7,10 @@ widget change ever starts an extraction: that happens in ui.run, behind the Run 
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
-from core import pipeline, views
+from core import analysis, pipeline, uploads, views
 from core import projection as P
 from core.postprocess import PostProcess
 from core.spec import RunSpec
@@ -19,6 +20,19 @@ from core.spec import RunSpec
 def warmup():
     """Compile umap's numba kernels once per process, in the background."""
     return P.start_warmup()
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def preview(corpus: str, text_column: str | None) -> uploads.Preview:
+    """What an uploaded corpus holds (documents, estimated tokens, first rows, warnings)."""
+    return uploads.preview(corpus, text_column)
+
+
+def forget_labels() -> None:
+    """After a rename: drop the cached views, whose legends and titles hold the corpus name."""
+    for f in (preview, pairwise_histogram, outlier_heatmap, outlier_bars, cosine_contribution_bars, frequency_views,
+              dimension_views):
+        f.clear()
 
 
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
@@ -77,3 +91,31 @@ def outlier_bars(spec: RunSpec, layer: int) -> views.View:
 @st.cache_data(max_entries=32, show_spinner=False)
 def cosine_contribution_bars(spec: RunSpec, layer: int) -> views.View:
     return views.cosine_contribution_bars(stats(spec), results(spec), layer)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def frequency_r(spec: RunSpec) -> np.ndarray:
+    """(L+1, d) Pearson r of log frequency vs |x_d| for every dim (from the stored sums)."""
+    return analysis.frequency_r(stats(spec))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def frequency_views(spec: RunSpec) -> tuple[views.View, views.View]:
+    res, R = results(spec), frequency_r(spec)
+    return views.frequency_correlation(res, R), views.frequency_r_table(res, R)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def dimension_views(spec: RunSpec, dim: int, layer: int) -> tuple[views.View, views.View, views.View]:
+    """The drill-down of one dim: top tokens and the frequency scatter at `layer`, r per layer."""
+    res, R = results(spec), frequency_r(spec)
+    x = stats(spec).sample(layer)[:, dim]
+    table = sample_table(spec)
+    return (views.dimension_tokens(res, x, table, dim, layer), views.dimension_scatter(res, x, table, dim, layer),
+            views.dimension_r(res, R, dim, views.ablation_dims(res)))
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def difference(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
+    """Mean cosine of run A minus run B per layer, with the bootstrap interval (seconds)."""
+    return views.mean_cosine_difference(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))

@@ -23,25 +23,36 @@ PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png",
 class Loaded:
     spec: RunSpec
     results: dict
+    corpus: str = ""  # the selection's entry for the corpus (a built-in id, an upload id[#column])
+    controls: tuple = ()  # results of an untrained control's other seeds (computed ones)
 
     @property
     def label(self) -> str:
-        return self.results["manifest"]["model"]["label"]
+        """Model and corpus ("all-MiniLM-L6-v2 · wiki-en"): one model may run on several corpora."""
+        return views.run_name(self.results)
 
     @property
     def n_layers(self) -> int:
         return len(self.results["layers"])
 
 
+def md(s: str) -> str:
+    """User text (file names, corpus names) inside markdown: shown as typed, no formatting or links."""
+    return "".join("\\" + ch if ch in "\\`*_[]<>|~$" else ch for ch in str(s))
+
+
 def loaded(sel) -> list[Loaded]:
     """The selected runs whose results are on disk (others wait for Run), in selection order."""
     out = []
-    for spec in sel.specs():
-        try:
-            if data.is_cached(spec):
-                out.append(Loaded(spec, data.results(spec)))
-        except InputError:
-            continue  # shown by status()
+    for m in sel.models:
+        for c in sel.corpora:
+            try:
+                spec = sel.spec(m, c)
+                if data.is_cached(spec):
+                    seeds = tuple(data.results(s) for s in sel.control_specs(m, c) if data.is_cached(s))
+                    out.append(Loaded(spec, data.results(spec), c, seeds))
+            except InputError:
+                continue  # shown by status()
     return out
 
 
@@ -82,10 +93,13 @@ def status(sel) -> None:
     lg = state.log()
     for p in lg.url_problems:
         st.warning(p)
+    if lg.corpus_problem:
+        st.error(f"{lg.corpus_problem} Shown below: the results for the previous corpus, "
+                 f"**{md(views.corpus_display(sel.corpus, sel.text_column))}**.", icon=":material/error:")
     for spec in sel.specs():
         rid = state.run_id(spec)
         info = describe_model(spec.model)
-        name = f"**{info['label']}** on {views.corpus_display(sel.corpus)}"
+        name = f"**{md(info['label'])}** on {md(views.corpus_display(spec.corpus, spec.text_column))}"
         note = f" — :material/warning: {info['note']}" if info.get("note") else ""
         if rid in lg.errors:
             st.error(f"{info['label']}: {lg.errors[rid]}", icon=":material/error:")
@@ -105,10 +119,19 @@ def status(sel) -> None:
                        f"in the sidebar{note}")
 
 
-def show(view: views.View, key: str) -> None:
-    """The figure (or table), its caption and notes, and its downloads."""
+def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
+    """The figure (or table), its caption and notes, and its downloads.
+
+    half: the view sits in one of two columns (legend under the plot, subtitle wrapped narrower);
+    static: a small table drawn whole, cells wrapped (nothing cut off).
+    """
+    from core.figures import legend_below
+
     if view.figure is not None:
-        st.plotly_chart(view.figure, theme=None, width="stretch", key=f"fig_{key}", config=PLOTLY_CONFIG)
+        fig = legend_below(view.figure) if half else view.figure
+        st.plotly_chart(fig, theme=None, width="stretch", key=f"fig_{key}", config=PLOTLY_CONFIG)
+    elif static:
+        st.table(view.data.set_index(view.data.columns[0]))
     else:
         st.dataframe(view.data, hide_index=True, width="stretch", key=f"df_{key}")
     for n in view.notes:
@@ -125,30 +148,155 @@ def downloads(view: views.View, key: str) -> None:
         for fmt in fmts:
             st.download_button(fmt.upper(), data=partial(export.export_bytes, view, fmt),
                                file_name=export.file_name(view, fmt), mime=export.MIME[fmt], key=f"dl_{key}_{fmt}",
-                               on_click="ignore", type="tertiary", help=f"{view.title} as {fmt.upper()}, manifest included")
+                               on_click="ignore", type="tertiary",
+                               help=f"{view.title} as {fmt.upper()}, manifest included" if fmt != "csv" else
+                               f"{view.title} as plain CSV (its manifest: the JSON download, or the sidecar under "
+                               "'For a paper')")
+        with st.popover("For a paper", icon=":material/article:", type="tertiary"):
+            publication_form(view, key)
+
+
+def publication_form(view: views.View, key: str) -> None:
+    """The publication export: width preset, font size, vector format; manifest in the file and a sidecar."""
+    if view.figure is not None:
+        st.caption("No title or footer inside the figure; colour-blind-safe colours and a distinct dash and "
+                   "marker per line (survives greyscale). The manifest is in the file's metadata and the sidecar.")
+        c1, c2, c3 = st.columns(3)
+        width = c1.radio("Width", list(export.COLUMN_WIDTHS_IN), key=f"pub_w_{key}")
+        font = c2.number_input("Font size (pt)", 5, 16, 8, key=f"pub_f_{key}")
+        fmt = c3.radio("Format", ["pdf", "svg", "png"], key=f"pub_fmt_{key}",
+                       format_func=lambda f: {"pdf": "PDF (vector)", "svg": "SVG (vector)", "png": "PNG (300 dpi)"}[f])
+        style = export.PubStyle(width_in=export.COLUMN_WIDTHS_IN[width], font_pt=float(font))
+        st.download_button(f"Figure ({fmt.upper()})", data=partial(export.publication_bytes, view, fmt, style),
+                           file_name=export.file_name(view, fmt, publication=True), mime=export.MIME[fmt],
+                           key=f"pub_dl_{key}", on_click="ignore", icon=":material/download:")
+        st.download_button("Its manifest (sidecar JSON)", data=partial(export.sidecar_bytes, view, fmt, True),
+                           file_name=export.sidecar_name(view, fmt, publication=True), mime="application/json",
+                           key=f"pub_side_{key}", on_click="ignore")
+    st.download_button("Data: plain CSV", data=partial(export.data_bytes, view, "csv"),
+                       file_name=export.file_name(view, "csv"), mime="text/csv", key=f"pub_csv_{key}",
+                       on_click="ignore")
+    st.download_button("Data's manifest (sidecar JSON)", data=partial(export.sidecar_bytes, view, "csv"),
+                       file_name=export.sidecar_name(view, "csv"), mime="application/json", key=f"pub_csvside_{key}",
+                       on_click="ignore")
 
 
 def focus_picker(sel, runs: list[Loaded], key: str) -> Loaded:
-    """The model of the single-model views (only shown when several are loaded)."""
+    """The (model, corpus) run of the single-run views (only shown when several are loaded)."""
     if len(runs) == 1:
         return runs[0]
-    ids = [r.spec.model for r in runs]
-    cur = sel.focus_model if sel.focus_model in ids else ids[0]
-    labels = {r.spec.model: r.label for r in runs}
-    choice = st.selectbox("Model", ids, index=ids.index(cur), format_func=labels.get, key=f"focus_{key}")
-    if choice != sel.focus_model:
-        state.update(focus=choice)
-    return runs[ids.index(choice)]
+    keys = [(r.spec.model, r.corpus) for r in runs]
+    cur = (sel.focus_model, sel.focus_corpus or sel.corpus)
+    i = keys.index(cur) if cur in keys else 0
+    choice = st.selectbox("Run (model · corpus)", range(len(runs)), index=i, format_func=lambda j: runs[j].label,
+                          key=f"focus_{key}")
+    if keys[choice] != cur:
+        state.update(focus=keys[choice][0], focus_corpus=None if keys[choice][1] == sel.corpus else keys[choice][1])
+    return runs[choice]
 
 
-def layer_slider(sel, n_layers: int, key: str, label: str = "Layer (0 = embeddings)", help: str | None = None) -> int:
-    cur = sel.layer_for(n_layers)
-    if n_layers <= 1:
-        return 0
-    v = st.slider(label, 0, n_layers - 1, cur, key=f"layer_{key}", help=help)
-    if v != cur:
-        state.update(layer=int(v))
-    return int(v)
+def x_axis_picker(sel, runs: list[Loaded], container, key: str) -> str | None:
+    """Layer index or relative depth for the layer curves; auto (depth when the models' depths differ
+    or published curves are overlaid) until the user picks one. Returns the explicit choice, if any."""
+    counts = [r.n_layers for r in runs]
+    cur = sel.x_axis_for(counts)
+    opts = ["layer", "depth"]
+    pick = container.radio("x axis", opts, index=opts.index(cur), horizontal=True, key=f"{key}_{cur}",
+                           format_func={"layer": "layer index", "depth": "relative depth (layer / L)"}.get,
+                           help="Relative depth puts models of different depths (and the published 12-layer curves) "
+                                "on one 0-1 axis.")
+    if sel.x_axis is None:
+        why = "published curves overlaid" if sel.reference else "models of different depths"
+        container.caption(f"auto: {'relative depth (' + why + ')' if cur == 'depth' else 'layer index'}")
+    return pick if pick != cur or sel.x_axis is not None else None
+
+
+def layer_picker(sel, runs: list[Loaded], key: str) -> tuple[int, ...]:
+    """The layer of the one-layer views, for every run: by relative depth or by layer index, said
+    explicitly, with each model's resulting layer and a note when an index is past a model's last layer."""
+    from core.selection import LAYER_BY
+
+    deep = deepest(runs)
+    c1, c2 = st.columns([1, 2], vertical_alignment="bottom")
+    by = c1.radio("Layer by", LAYER_BY, index=LAYER_BY.index(sel.layer_by), horizontal=True, key=f"layer_by_{key}",
+                  format_func={"depth": "relative depth", "index": "layer index"}.get,
+                  help="Relative depth: each model at the same fraction of its depth (0 = embeddings, 1 = last "
+                       "layer). Layer index: the same index in every model (clamped to a shallower model's last).")
+    if by != sel.layer_by:
+        # Switching keeps the layer the first model shows now, so the view does not jump.
+        first = sel.layer_for(runs[0].n_layers)
+        sel = state.update(layer_by=by, layer=first, depth=round(first / max(runs[0].n_layers - 1, 1), 2))
+    if sel.layer_by == "depth":
+        v = c2.slider("Relative depth (0 = embeddings, 1 = last layer)", 0.0, 1.0, float(sel.depth), step=0.05,
+                      key=f"depth_{key}")
+        if v != sel.depth:
+            sel = state.update(depth=float(v))
+    elif deep > 1:
+        cur = sel.layer if sel.layer is not None else sel.layer_for(deep)
+        v = c2.slider("Layer index (0 = embeddings)", 0, deep - 1, min(int(cur), deep - 1), key=f"layer_{key}")
+        if v != cur:
+            sel = state.update(layer=int(v))
+    layers = tuple(sel.layer_for(r.n_layers) for r in runs)
+    parts = []
+    for r, l in zip(runs, layers):
+        part = f"{md(r.label)}: layer {l} of {r.n_layers - 1}"
+        if sel.layer_clamped(r.n_layers):
+            part += f" (**clamped**: it has no layer {sel.layer})"
+        parts.append(part)
+    st.caption(":material/layers: " + " · ".join(parts))
+    return layers
+
+
+ENGLISH_CORPORA = ("wiki-en", "python-docs")
+
+
+def published_language_note(sel, runs: list[Loaded]) -> None:
+    """Ethayarajh's published curves were measured on English text: say so next to other corpora."""
+    if not sel.reference:
+        return
+    other = [views.corpus_label(r.results) for r in runs
+             if str(r.results["manifest"]["corpus"].get("id")) not in ENGLISH_CORPORA]
+    if other:
+        st.caption(f":material/translate: The published curves (Ethayarajh 2019) were measured on English text; "
+                   f"{md(', '.join(dict.fromkeys(other)))} is not (or may not be) English, so compare shapes, "
+                   "not values.")
+
+
+def definition(metric: str) -> None:
+    """Formula, how to read it, the paper, and the section of docs/metrics.md."""
+    from core.definitions import DEFINITIONS, DOCS_PATH, docs_section
+    from core.selection import METRICS
+
+    d = DEFINITIONS.get(metric)
+    if d is None:
+        return
+    with st.expander(f"What is {METRICS[metric][0].lower()}?", icon=":material/function:"):
+        st.latex(d.formula)
+        st.markdown(f"**High:** {d.high}.  \n**Low:** {d.low}.  \n**Paper:** {d.paper}.  \n"
+                    f"Exact definition: `{DOCS_PATH}` in the repository (below where it has a section).")
+        sec = docs_section(metric)
+        if sec:
+            st.markdown(sec)
+
+
+def dimension_picker(sel, run: Loaded, key: str) -> int:
+    """The dim drilled into: one of the run's outlier dims, or any dim typed in (kept in the URL)."""
+    res = run.results
+    d = int(res["manifest"]["model"].get("hidden_size") or 1)
+    outs = views.ablation_dims(res)
+    cur = sel.dim_for(res)
+    c1, c2 = st.columns([2, 1], vertical_alignment="bottom")
+    opts = outs + ([cur] if cur not in outs else [])
+    pick = c1.selectbox("Dimension", opts, index=opts.index(cur), key=f"dim_pick_{key}",
+                        format_func=lambda x: f"dim {x}" + (" (persistent outlier)" if x in outs else ""),
+                        help="The run's persistent outlier dims (either definition); type any other dim on the right.")
+    typed = c2.number_input(f"or any dim (0-{d - 1})", 0, d - 1, int(cur), key=f"dim_any_{key}")
+    new = int(typed) if int(typed) != cur else int(pick)
+    if new != cur:
+        state.update(dim=new)
+        state.forget_widgets([f"dim_pick_{key}", f"dim_any_{key}"])
+        st.rerun()
+    return cur
 
 
 def post_form(sel, runs: list[Loaded], key: str) -> None:

@@ -6,7 +6,6 @@ Changing a widget only changes the selection (and the URL); extraction starts on
 from __future__ import annotations
 
 from functools import partial
-from pathlib import Path
 
 import streamlit as st
 
@@ -14,11 +13,12 @@ from core import report
 from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
 from core.errors import InputError
 from core.models import BUILTIN_MODELS, describe_model
-from core.selection import MAX_MODELS
+from core.selection import MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
 from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
-from core.uploads import save_pasted_text, save_upload
+from core.uploads import detect_text_column, display_name, is_upload_id, rename, resolve, save_pasted_text, save_upload, upload_id
 
 from . import data, state
+from .page import md
 
 SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
 UPLOAD_TYPES = [s.lstrip(".") for s in TEXT_SUFFIXES + TABLE_SUFFIXES]
@@ -33,9 +33,11 @@ def _models(sel) -> tuple[str, ...]:
     options = list(BUILTIN_MODELS) + [m for m in sel.models if m not in BUILTIN_MODELS]
     chosen = st.multiselect(
         "Models (up to 4)", options, default=list(sel.models), format_func=_model_label, key="w_models",
-        max_selections=MAX_MODELS, accept_new_options=True,
+        max_selections=MAX_MODELS, accept_new_options=True, select_all=False,  # no silent cut to MAX_MODELS
         help="Built-in models, or type a local model folder (with config.json and weights) or a hub "
              "identifier and press Enter.")
+    if len(chosen) == MAX_MODELS:
+        st.caption(f":material/info: {MAX_MODELS} models is the most at once: remove one to add another.")
     for m in chosen:
         note = describe_model(m).get("note")
         if note:
@@ -43,7 +45,45 @@ def _models(sel) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+def _preview(uid: str, col: str | None) -> None:
+    """What the chosen file holds, before Run: size, estimated tokens, first rows, warnings."""
+    try:
+        pv = data.preview(uid, col)
+    except InputError as e:
+        st.error(str(e), icon=":material/error:")
+        state.log().corpus_problem = str(e)
+        return
+    what = "rows" if pv.kind == "table" else "documents"
+    colnote = ""
+    if pv.kind == "table":
+        colnote = f" · text column `{pv.text_column}`" + (" (detected)" if pv.text_column == pv.detected_column else "")
+    st.caption(f":material/description: **{md(pv.name)}** · {pv.n_documents:,} {what} · "
+               f"≈{pv.est_tokens:,} tokens (estimate: {pv.n_words:,} words × 1.3){colnote}")
+    for w in pv.warnings:
+        st.warning(w, icon=":material/warning:")
+    with st.expander(f"First {len(pv.first)} {what}"):
+        for i, d in enumerate(pv.first, 1):
+            st.text(f"{i}. {d}")
+
+
+def _rename(uid: str, col: str | None) -> None:
+    cur = display_name(uid, col)
+    new = st.text_input("Name in figures, tables and file names", cur, key=f"w_name_{uid}_{col or ''}",
+                        help="Defaults to the file's own name (and the text column). Leave empty to restore it.")
+    if new.strip() != cur:
+        try:
+            rename(uid, new, col)
+        except InputError as e:
+            st.error(str(e))
+            return
+        data.forget_labels()
+        st.rerun()
+
+
 def _corpus(sel) -> tuple[str, str | None]:
+    """Built-in corpus, uploaded file or pasted text. An upload is named by its id (upload:<hex>)."""
+    lg = state.log()
+    lg.corpus_problem = None
     src0 = 0 if sel.corpus in BUILTIN_CORPORA else 1
     src = st.radio("Corpus", SOURCES, index=src0, key="w_corpus_src", horizontal=False)
     if src == SOURCES[0]:
@@ -59,41 +99,74 @@ def _corpus(sel) -> tuple[str, str | None]:
                                    "one document per row, pick the text column.")
         if up is not None:
             try:
-                path = str(save_upload(up.getvalue(), up.name))
+                uid = upload_id(save_upload(up.getvalue(), up.name))
             except InputError as e:
                 st.error(str(e))
+                lg.corpus_problem = f"The upload of {md(up.name)} failed: {md(str(e))}"
                 return sel.corpus, sel.text_column
-        elif sel.corpus not in BUILTIN_CORPORA:
-            path = sel.corpus  # from the URL, an earlier upload or pasted text
+        elif is_upload_id(sel.corpus):
+            uid = sel.corpus  # from the URL, an earlier upload or pasted text
         else:
             st.caption("No file yet: the built-in corpus stays selected until you upload one.")
             return sel.corpus, sel.text_column
-        if not Path(path).exists():
-            st.error(f"The corpus file {Path(path).name} is not there (any more): upload it again.")
-            return sel.corpus, sel.text_column
-        st.caption(f"File: `{up.name if up is not None else Path(path).name}`")
-        col = None
-        if Path(path).suffix.lower() in TABLE_SUFFIXES:
+    else:
+        with st.form("paste_form", border=False):
+            text = st.text_area("Paste documents (separate documents with a blank line)", height=140, key="w_paste")
+            use = st.form_submit_button("Use this text")
+        if use:
             try:
-                cols = table_columns(path)
+                uid = upload_id(save_pasted_text(text))
             except InputError as e:
                 st.error(str(e))
+                lg.corpus_problem = str(e)
                 return sel.corpus, sel.text_column
-            guess = sel.text_column if sel.text_column in cols else next(
-                (c for c in cols if c.lower() in ("text", "content", "sentence", "document")), cols[0])
-            col = st.selectbox("Text column", cols, index=cols.index(guess), key="w_text_col")
-        return path, col
-    with st.form("paste_form", border=False):
-        text = st.text_area("Paste documents (separate documents with a blank line)", height=140, key="w_paste")
-        use = st.form_submit_button("Use this text")
-    if use:
+        elif is_upload_id(sel.corpus):
+            uid = sel.corpus
+        else:
+            st.caption("Nothing pasted yet: the built-in corpus stays selected until you press *Use this text*.")
+            return sel.corpus, sel.text_column
+    try:
+        path = resolve(uid)
+    except InputError as e:
+        st.error(str(e))
+        lg.corpus_problem = str(e)
+        return sel.corpus, sel.text_column
+    col = None
+    if path.suffix.lower() in TABLE_SUFFIXES:
         try:
-            return str(save_pasted_text(text)), None
+            cols = table_columns(path)
+            guess = sel.text_column if sel.text_column in cols else (detect_text_column(path) or cols[0])
         except InputError as e:
             st.error(str(e))
-    if sel.corpus not in BUILTIN_CORPORA:
-        st.caption(f"Using `{Path(sel.corpus).name[:12]}…` ({Path(sel.corpus).suffix})")
-    return sel.corpus, sel.text_column
+            lg.corpus_problem = str(e)
+            return sel.corpus, sel.text_column
+        col = st.selectbox("Text column", cols, index=cols.index(guess), key="w_text_col")
+    _preview(uid, col)
+    _rename(uid, col)
+    entry = f"{uid}#{col}" if col else uid
+    if entry not in lg.uploads:
+        lg.uploads.append(entry)
+    return uid, col
+
+
+def _more_corpora(sel, corpus: str, col: str | None) -> tuple[str, ...]:
+    """Other corpora every model also runs on: the corpus comparison (wiki-en vs wiki-fr vs uniform-random,
+    or two of your own files)."""
+    main = f"{corpus}#{col}" if col else corpus
+    options = [c for c in list(BUILTIN_CORPORA) + state.log().uploads + list(sel.more_corpora) if c != main]
+    options = list(dict.fromkeys(options))
+    cur = [c for c in sel.more_corpora if c in options]
+
+    def label(c: str) -> str:
+        base, _, column = c.partition("#")
+        return BUILTIN_CORPORA[base].label if base in BUILTIN_CORPORA else display_name(base, column or None)
+
+    chosen = st.multiselect("Compare with more corpora", options, default=cur, key="w_more_corpora",
+                            format_func=label, max_selections=MAX_CORPORA - 1, select_all=False,
+                            help="Each model also runs on these: Layers and Compare overlay the runs (e.g. English "
+                                 "vs French Wikipedia vs the uniform-random control). Your uploads of this session "
+                                 "are listed too.")
+    return tuple(chosen)
 
 
 def _advanced(sel) -> dict:
@@ -111,8 +184,13 @@ def _advanced(sel) -> dict:
                                    sel.sample, step=500, key="w_sample"),
             seed=st.number_input("Seed", 0, 2**31 - 1, sel.seed, key="w_seed"),
             batch_size=st.number_input("Batch size", 1, 512, sel.batch_size, key="w_batch"),
+            control_seeds=st.number_input("Seeds of each untrained control (band)", 1, MAX_CONTROL_SEEDS,
+                                          sel.control_seeds, key="w_seeds",
+                                          help="An untrained model is one random draw: it also runs with this many "
+                                               "seeds in all, drawn as a min-max band (1: no band)."),
         )
-    return {k: (int(v) if k in ("max_seq_len", "sample", "seed", "batch_size") else v) for k, v in kw.items()}
+    return {k: (int(v) if k in ("max_seq_len", "sample", "seed", "batch_size", "control_seeds") else v)
+            for k, v in kw.items()}
 
 
 def render(sel):
@@ -120,18 +198,20 @@ def render(sel):
     with st.sidebar:
         models = _models(sel)
         corpus, col = _corpus(sel)
+        more = _more_corpora(sel, corpus, col)
         tokens = st.number_input("Token budget (tokens analysed per model)", 500, 10_000_000, sel.max_tokens,
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
         adv = _advanced(sel)
         new = sel
         try:
-            new = sel.replace(models=models, corpus=corpus, text_column=col, max_tokens=int(tokens), **adv)
+            new = sel.replace(models=models, corpus=corpus, text_column=col, more_corpora=more, max_tokens=int(tokens),
+                              **adv)
         except (InputError, ValueError) as e:
             st.error(str(e))
         if new != sel:
-            new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "max_tokens",
-                                                                 *adv)})
+            new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "more_corpora",
+                                                                 "max_tokens", *adv)})
         specs = new.specs()
         n_cached = 0
         for s in specs:

@@ -26,6 +26,8 @@ class RunLog:
     interrupted: list[str] = field(default_factory=list)  # run ids of the last interrupted run
     url_problems: list[str] = field(default_factory=list)
     ablations: set[str] = field(default_factory=set)  # run ids whose ablation this session has shown
+    uploads: list[str] = field(default_factory=list)  # corpus entries uploaded/pasted in this session ("id#col")
+    corpus_problem: str | None = None  # the chosen corpus failed (upload, paste): the pages say what they show
 
 
 def run_id(spec) -> str:

@@ -22,12 +22,14 @@ from .common import (
                      run_name,
 )
 from .compare import compare_summary, outlier_counts
+from .controls import add_seed_bands
+from .difference import mean_cosine_difference
+from .dimension import dimension_r, dimension_scatter, dimension_tokens, frequency_correlation, frequency_r_table
 from .layers import METRIC_COLUMNS, frequency_deciles, layer_curves, metric_table, pairwise_histogram
 from .outliers import (
                      ablation_dims,
                      ablation_view,
                      cosine_contribution_bars,
-                     frequency_correlation,
                      massive_activations,
                      outlier_bars,
                      outlier_definitions,
@@ -40,4 +42,6 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram",
            "frequency_deciles", "METRIC_COLUMNS", "outlier_bars", "outlier_heatmap", "cosine_contribution_bars",
            "outlier_definitions", "outlier_summary", "massive_activations", "frequency_correlation",
-           "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary"]
+           "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary",
+           "frequency_r_table", "dimension_tokens", "dimension_scatter", "dimension_r", "mean_cosine_difference",
+           "add_seed_bands"]

@@ -61,7 +61,9 @@ def layer_at_depth(results, depth: float) -> int:
 
 def _manifest(view: str, params: dict, runs: Sequence) -> dict:
     rs = [as_results(r) for r in runs]
-    uniq = {r.cache_key or id(r): r.manifest for r in rs}  # raw/post panels share a run
+    # raw/post panels share a run; "name": the corpus as the user named it (uploads, renames)
+    uniq = {r.cache_key or id(r): {**r.manifest, "corpus": {**r.manifest["corpus"], "name": r.corpus_label}}
+            for r in rs}
     return {"app": "anisotropy-workbench", "core_version": __version__, "view": view,
             "params": params, "runs": list(uniq.values())}
 

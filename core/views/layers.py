@@ -73,7 +73,8 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
         for c in reference_curves(metric):
             L = max(c["layers"]) or 1
             xs = [l / L for l in c["layers"]] if depth else c["layers"]
-            refs.append({"name": c["label"], "x": xs, "y": c["values"], "estimator": c["estimator"]})
+            refs.append({"name": c["label"], "x": xs, "y": c["values"], "estimator": c["estimator"],
+                         "layers": list(c["layers"])})
             for l, x, y in zip(c["layers"], xs, c["values"]):
                 rows.append({"series": c["label"], "model": c["model"], "corpus": "published", "layer": l,
                              "depth": l / L, metric: y, "estimator": c["estimator"]})

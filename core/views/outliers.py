@@ -11,7 +11,7 @@ from ..analysis import cosine_contributions, mean_abs
 from ..config import CONFIG
 from ..outliers import sigma_rule, sigma_threshold
 from ..reference import reference_outlier_dims
-from .common import SYMBOLS, Results, View, _fmt_n, _layer_dtick, _manifest, _nan, as_results
+from .common import Results, View, _fmt_n, _manifest, _nan, as_results
 
 SIGMA = f"{CONFIG.outlier_sigma:g}"
 
@@ -156,35 +156,6 @@ def massive_activations(results: dict) -> View:
     return View("massive_activations", "Massive activations", None, pd.DataFrame(rows),
                 _manifest("massive_activations", {}, [results]),
                 caption="Largest max |x_d| per layer and its ratio to the median |x| of the sample (Sun et al. 2024).")
-
-
-def frequency_correlation(results: dict) -> View:
-    """|Pearson r| of log token frequency vs |x_d| per layer: outlier dims vs random dims."""
-    results = as_results(results)
-    fr = results.frequency
-    dims = fr["outlier_dims"]
-    series, rows = [], []
-    L1 = len(fr["layers"])
-    for j, d in enumerate(dims):
-        ys = [abs(_nan(l["outlier_r"][j])) for l in fr["layers"]]
-        series.append({"name": f"outlier dim {d}", "x": list(range(L1)), "y": ys, "color": j % len(F.OKABE_ITO),
-                       "symbol": SYMBOLS[(j // len(F.OKABE_ITO)) % len(SYMBOLS)]})  # never two identical lines
-    base_y = [_nan(l["baseline"]) for l in fr["layers"]]
-    series.append({"name": f"{len(fr['random_dims'])} random other dims (mean |r|)", "x": list(range(L1)), "y": base_y,
-                   "color": F.REFERENCE, "dash": "dash", "symbol": "square"})
-    for l in fr["layers"]:
-        row = {"model": results.model_label, "layer": l["layer"], "baseline_mean_abs_r": _nan(l["baseline"])}
-        for d, r in zip(dims, l["outlier_r"]):
-            row[f"r_dim_{d}"] = _nan(r)
-        rows.append(row)
-    fig = F.line_chart(series, title="Outlier dimensions track token frequency",
-                       subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · Pearson r "
-                                      "between log corpus frequency and |x_d| (Puccetti et al. 2022)"),
-                       x_title="layer (0 = embeddings)", y_title="|Pearson r|", x_dtick=_layer_dtick(L1))
-    notes = [] if dims else ["No persistent outlier dimensions in this run: only the random baseline is drawn."]
-    return View("frequency_correlation", "Frequency correlation of outlier dims", fig, pd.DataFrame(rows),
-                _manifest("frequency_correlation", {}, [results]),
-                caption=f"|r| of log token frequency vs |x_d| for outlier dims {dims} and a random baseline.", notes=notes)
 
 
 def ablation_dims(results: dict) -> list[int]:

@@ -10,7 +10,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
-SMALL = {"tokens": "2000", "sample": "500"}  # fast runs; the URL carries them like a shared link would
+# Fast runs (one seed per untrained control); the URL carries them like a shared link would.
+SMALL = {"tokens": "2000", "sample": "500", "seeds": "1"}
 TIMEOUT = 120
 
 

@@ -68,9 +68,12 @@ def test_layers_default(app, computed):
 def test_layers_metric_axis_and_reference_go_to_the_url(app, computed):
     at = app()
     at.selectbox(key="metric").set_value("effective_rank").run()
-    at.radio(key="x_axis").set_value("depth").run()
+    assert at.radio(key="x_axis_depth").value == "depth"  # auto: published curves are overlaid
     at.toggle(key="reference").set_value(False).run()
+    assert at.radio(key="x_axis_layer").value == "layer"  # auto: one model, no published curves
+    at.radio(key="x_axis_layer").set_value("depth").run()  # an explicit choice
     no_exception(at)
+    assert at.query_params["x"] in (["depth"], "depth")
     assert at.query_params["metric"] == ["effective_rank"] or at.query_params["metric"] == "effective_rank"
     fig = by_title(at, "Effective rank by layer")
     xs = fig["data"][0]["x"]
@@ -104,8 +107,16 @@ def test_outliers_default(app, computed):
     assert len(cc["data"][0]["x"]) == 20
     defs = by_title(at, "activation vs norm-parameter")
     assert len(defs["data"]) == 2  # both definitions drawn
-    freq = by_title(at, "track token frequency")
-    assert freq["data"][-1]["name"].startswith("10 random")
+    freq = by_title(at, "signed Pearson r")
+    assert freq["data"][0]["name"].startswith("baseline")  # the random dims' band, first in the legend
+    prof = by_title(at, "with token frequency per layer")  # the drill-down of the first outlier dim
+    dim = res["outliers"]["activation"]["persistent"][0] if res["outliers"]["activation"]["persistent"] else None
+    if dim is not None:
+        assert f"Dim {dim}:" in title(prof)
+    assert by_title(at, "vs token frequency, layer 3")
+    at.number_input(key="dim_any_outliers").set_value(7).run()
+    no_exception(at)
+    assert by_title(at, "Dim 7: Pearson r") and at.query_params["dim"] in (["7"], "7")
     # The ablation needs an LM head: MiniLM has none, the message says so and the page keeps working.
     at.button(key="ablate").click().run()
     no_exception(at)
@@ -173,24 +184,40 @@ def test_a_bad_url_value_is_reported(app, computed):
 
 
 def test_a_table_corpus_from_the_url(app, cache_dir, tmp_path):
+    """An upload is named in the URL by its id (no server path), and everywhere by its own name."""
     import pandas as pd
 
-    from core.uploads import save_upload
+    from core.uploads import save_upload, upload_id
 
     df = pd.DataFrame({"id": range(40), "text": [f"Document {i} talks about rivers, mountains and the sea. " * 3
                                                  for i in range(40)]})
-    path = save_upload(df.to_csv(index=False).encode(), "docs.csv", cache_dir)
+    path = save_upload(df.to_csv(index=False).encode(), "my-corpus.csv", cache_dir)
     assert path.parent == cache_dir / "uploads" and path.suffix == ".csv"
-    at = app(corpus=str(path), col="text", tokens="800", sample="200")
+    uid = upload_id(path)
+    at = app(corpus=uid, col="text", tokens="800", sample="200")
     no_exception(at)
     assert at.sidebar.selectbox(key="w_text_col").value == "text"
+    assert any("my-corpus.csv" in c.value and "40 rows" in c.value and "(detected)" in c.value
+               for c in at.sidebar.caption)  # the preview before Run
+    assert str(cache_dir) not in str(dict(at.query_params))
     run_clicked(at)
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
     fig = by_title(at, "Mean cosine similarity by layer")
     name = [t["name"] for t in fig["data"] if "MiniLM" in t["name"] and t.get("fill") != "toself"][0]
-    assert f"uploaded csv ({path.stem[:8]})" in name
-    assert any("computed in" in c.value and "uploaded csv" in c.value for c in at.caption)
+    assert "my-corpus.csv [text]" in name
+    assert "my-corpus.csv [text]" in fig["layout"]["title"]["subtitle"]["text"]
+    assert any("computed in" in c.value and "my-corpus.csv" in c.value for c in at.caption)
+    at.sidebar.text_input(key=f"w_name_{uid}_text").set_value("rivers").run()
+    no_exception(at)
+    fig = by_title(at, "Mean cosine similarity by layer")
+    assert any("rivers" in t["name"] for t in fig["data"])
+
+
+def test_a_failed_upload_says_what_is_shown(app, computed):
+    at = app(corpus="upload:" + "0" * 64 + ".csv")
+    no_exception(at)
+    assert any("corpus" in w.value for w in at.warning)  # the URL's unknown upload is reported
 
 
 def test_post_processing_form_applies_on_submit(app, computed):
@@ -244,12 +271,14 @@ def test_report_zip_of_the_selection(computed):
     for stem in ("layers_mean_cosine", "pairwise_cosine_histogram", "outlier_counts",
                  "minilm-l6_outlier_bars_layer3", "untrained-bert-base_outlier_heatmap",
                  "untrained-bert-base_projection_pca_layer6"):
+        stem += "__wiki-en"  # the corpus is part of every file name
         assert f"figures/{stem}.png" in names and f"data/{stem}.csv" in names, stem
-    assert {"report.html", "manifest.json", "results/minilm-l6.results.json",
-            "results/untrained-bert-base.results.json"} <= names
+        assert f"data/{stem}.csv.manifest.json" in names, stem  # the plain CSV's sidecar
+    assert {"report.html", "manifest.json", "results/minilm-l6__wiki-en.results.json",
+            "results/untrained-bert-base__wiki-en.results.json"} <= names
     man = json.loads(z.read("manifest.json"))
     assert man["selection"]["models"] == list(TWO) and len(man["runs"]) == 2
-    assert json.loads(z.read("results/minilm-l6.results.json"))["layers"] == _results("minilm-l6")["layers"]
+    assert json.loads(z.read("results/minilm-l6__wiki-en.results.json"))["layers"] == _results("minilm-l6")["layers"]
     html = z.read("report.html").decode()
     assert html.count("Plotly.newPlot") >= 20
 
@@ -263,3 +292,23 @@ def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir):
     assert not at.error, [e.value for e in at.error]
     names = [t["name"] for t in by_title(at, "Mean cosine similarity by layer")["data"] if t.get("fill") != "toself"]
     assert any(tiny_bert_dir.name in n for n in names) and any("MiniLM" in n for n in names)
+
+
+def test_one_model_on_several_corpora(app, computed):
+    """The selection is a set of (model, corpus) runs: MiniLM on wiki-en and on the uniform-random control."""
+    at = app(vs=["uniform-random"], ref="0")
+    no_exception(at)
+    assert any("uniform-random" in c.value and "not computed yet" in c.value for c in at.caption)
+    run_clicked(at)
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    names = [t["name"] for t in by_title(at, "Mean cosine similarity by layer")["data"] if t.get("fill") != "toself"]
+    assert any("wiki-en" in n for n in names) and any("uniform-random" in n for n in names), names
+    at.switch_page("pages/compare.py").run()
+    no_exception(at)
+    names = [t["name"] for t in by_title(at, "Mean cosine similarity by layer")["data"] if t.get("fill") != "toself"]
+    assert sum("MiniLM" in n for n in names) == 2 and any("uniform-random" in n for n in names), names
+    assert by_title(at, "Difference in mean cosine")  # the bootstrap interval of the difference
+    at.switch_page("pages/outliers.py").run()
+    no_exception(at)
+    assert at.selectbox(key="focus_outliers").value is not None  # a run picker: model · corpus

@@ -26,7 +26,8 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-b
 # Budget of the flow: small enough for a loaded 2-core machine, large enough for real curves.
 QUERY = os.environ.get("ANISO_FLOW_QUERY", "tokens=4000&sample=1500")
 SAMPLE = int(dict(kv.split("=") for kv in QUERY.split("&") if "=" in kv).get("sample", 5000))
-COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-bert-base") if q)
+# The untrained control with 2 seeds (the app's default is 3): its spread is drawn as a band.
+COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-bert-base&seeds=2") if q)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
@@ -183,8 +184,8 @@ def test_default_flow(server, browser, tmp_path):
     with page.expect_download(timeout=60_000) as dl:
         row.get_by_role("button", name="CSV").click()
     csv = Path(dl.value.path()).read_text()
-    assert csv.startswith("# anisotropy-workbench") and "# manifest:" in csv and "mean_cosine" in csv
-    assert dl.value.suggested_filename == "layers_mean_cosine.csv"
+    assert csv.splitlines()[0].startswith("series,") and "mean_cosine" in csv.splitlines()[0]  # plain CSV
+    assert dl.value.suggested_filename == "layers_mean_cosine__wiki-en.csv"
     _screenshot(page, shots / "layers.png")
 
     # Outliers: mean |x_d| bars with the outliers highlighted, heatmap, definitions...
@@ -210,6 +211,7 @@ def test_default_flow(server, browser, tmp_path):
     curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
     assert any("untrained BERT" in (n or "") for n in curves), curves
     assert any("MiniLM" in (n or "") for n in curves), curves
+    assert any("2 seeds (min-max)" in (n or "") for n in curves), curves  # the control's seed band
     _screenshot(page, shots / "compare.png")
     ctx.close()
     for name in ("layers", "outliers", "projection", "compare"):

@@ -66,9 +66,33 @@ def test_svg_is_xml_with_metadata_and_caption(view, manifest_json):
 
 
 @needs_chromium
-def test_pdf(view):
+def test_pdf_has_the_manifest_in_its_metadata(view, manifest_json):
     pdf = export.figure_bytes(view, "pdf")
     assert pdf.startswith(b"%PDF") and len(pdf) > 5_000
+    assert export.pdf_manifest(pdf) == manifest_json
+
+
+@needs_chromium
+def test_publication_pdf_is_sized_titleless_and_carries_the_manifest(manifest_json):
+    from pypdf import PdfReader
+
+    _, res = synthetic_run()
+    v = views.layer_curves([res, res], "mean_cosine", reference=True)
+    for width in (3.5, 7.0):
+        pdf = export.publication_bytes(v, "pdf", export.PubStyle(width_in=width, font_pt=8))
+        page = PdfReader(io.BytesIO(pdf)).pages[0]
+        assert abs(float(page.mediabox.width) - width * 72) < 2  # points: 3.5 in = 252 pt
+        text = page.extract_text()
+        assert "by layer" not in text and "anisotropy-workbench" not in text  # no title, no footer
+        assert export.pdf_manifest(pdf)["view"] == "layer_curves"
+    fig = export.publication_figure(v, export.PubStyle(width_in=3.5, font_pt=9))
+    lines = [t for t in fig.data if t.mode and "lines" in t.mode and t.fill != "toself"]
+    assert len({(t.line.dash, t.marker.symbol) for t in lines}) == len(lines)  # greyscale: each line its own style
+    assert fig.layout.title.text is None and fig.layout.font.size == pytest.approx(12)  # 9 pt at 96 px/in
+    svg = export.publication_bytes(v, "svg", export.PubStyle(width_in=7.0))
+    assert b"<metadata" in svg and b"by layer" not in svg
+    with pytest.raises(ValueError, match="font_pt"):
+        export.PubStyle(font_pt=40)
 
 
 def test_html_is_standalone_with_the_manifest(view, manifest_json):
@@ -79,12 +103,15 @@ def test_html_is_standalone_with_the_manifest(view, manifest_json):
     assert json.loads(block.replace("<\\/", "</")) == manifest_json
 
 
-def test_csv_has_a_commented_manifest_and_reads_back(view, manifest_json):
+def test_csv_is_plain_and_its_manifest_is_a_sidecar(view, manifest_json):
     csv = export.data_bytes(view, "csv").decode()
-    head = [l for l in csv.splitlines() if l.startswith("#")]
-    assert json.loads(head[-1].split("# manifest: ", 1)[1]) == manifest_json
-    df = pd.read_csv(io.StringIO(csv), comment="#")
+    assert not csv.startswith("#")
+    df = pd.read_csv(io.StringIO(csv))  # plain: no comment= needed
     pd.testing.assert_frame_equal(df, view.data.reset_index(drop=True), check_dtype=False)
+    side = json.loads(export.sidecar_bytes(view, "csv"))
+    assert side["manifest"] == manifest_json and side["file"] == export.file_name(view, "csv")
+    assert side["columns"] == list(df.columns)
+    assert export.sidecar_name(view) == export.file_name(view, "csv") + ".manifest.json"
 
 
 def test_json_holds_manifest_and_data(view, manifest_json):
@@ -99,7 +126,7 @@ def test_tables_have_no_figure_and_formats_are_checked(view):
         export.figure_bytes(views.compare_summary([res]), "png")
     with pytest.raises(ValueError, match="fmt"):
         export.export_bytes(view, "gif")
-    assert export.file_name(view, "csv") == "outlier_bars_layer2.csv"
+    assert export.file_name(view, "csv") == "outlier_bars_layer2__synthetic.csv"
 
 
 @needs_chromium
@@ -109,11 +136,12 @@ def test_report_zip(view):
     blob = export.report_zip(vs, [res], selection={"tokens": "600"}, image_formats=("png",))
     z = zipfile.ZipFile(io.BytesIO(blob))
     names = set(z.namelist())
-    assert {"figures/outlier_bars_layer2.png", "figures/layers_mean_cosine.png", "data/compare_summary.csv",
-            "data/layers_mean_cosine.json", "report.html", "manifest.json",
-            "results/synthetic-net.results.json"} <= names
-    assert "figures/compare_summary.png" not in names  # a table has no image
+    c = "__synthetic"
+    assert {f"figures/outlier_bars_layer2{c}.png", f"figures/layers_mean_cosine{c}.png", f"data/compare_summary{c}.csv",
+            f"data/compare_summary{c}.csv.manifest.json", f"data/layers_mean_cosine{c}.json", "report.html",
+            "manifest.json", "results/synthetic-net__synthetic.results.json"} <= names
+    assert f"figures/compare_summary{c}.png" not in names  # a table has no image
     man = json.loads(z.read("manifest.json"))
     assert man["selection"] == {"tokens": "600"} and len(man["views"]) == 3
-    assert json.loads(z.read("results/synthetic-net.results.json"))["manifest"]["model"]["label"] == "synthetic-net"
-    assert z.read("figures/layers_mean_cosine.png")[:4] == b"\x89PNG"
+    assert json.loads(z.read("results/synthetic-net__synthetic.results.json"))["manifest"]["model"]["label"] == "synthetic-net"
+    assert z.read(f"figures/layers_mean_cosine{c}.png")[:4] == b"\x89PNG"

@@ -23,7 +23,7 @@ def test_round_trip_of_every_field():
     sel = Selection(models=("minilm-l6", "untrained-bert-base"), corpus="/tmp/x/abc.csv", text_column="body",
                     max_tokens=2000, max_seq_len=128, batch_size=4, device="cpu", dtype="float32",
                     special_tokens="include", sample=500, seed=7, focus="untrained-bert-base",
-                    metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False,
+                    metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False, dim=5,
                     post=PostProcess(center=True, zscore=True, abtt=2, whiten=True, whiten_k=10, remove=(9, 3)),
                     drop_outliers=True, proj_method="umap", proj_color="search", n_neighbors=30, min_dist=0.3,
                     search="the")
@@ -74,12 +74,49 @@ def test_validation_messages():
 def test_specs_and_layers():
     sel = Selection(models=("minilm-l6", "untrained-gpt2"), max_tokens=1234, sample=99, seed=3)
     specs = sel.specs()
-    assert [s.model for s in specs] == ["minilm-l6", "untrained-gpt2"]
+    assert [s.model for s in specs] == ["minilm-l6", "untrained-gpt2", "untrained-gpt2@seed1", "untrained-gpt2@seed2"]
     assert specs[0] == RunSpec(model="minilm-l6", max_tokens=1234, sample=99, seed=3)
     assert sel.layer_for(7) == 3 and sel.layer_for(13) == 6  # middle layer by default
-    assert sel.replace(layer=10).layer_for(7) == 6  # clipped to the model's depth
+    assert sel.replace(layer=10, layer_by="index").layer_for(7) == 6  # clamped to the model's depth
     assert sel.focus_model == "minilm-l6"
 
 
 def test_every_metric_has_a_label_and_unit():
     assert all(len(v) == 2 and all(v) for v in METRICS.values())
+
+
+def test_layer_by_depth_or_index_and_clamping_is_said():
+    sel = Selection(layer_by="depth", depth=0.5)
+    assert sel.layer_for(7) == 3 and sel.layer_for(13) == 6 and sel.layer_for(31) == 15
+    idx = Selection(layer_by="index", layer=9)
+    assert idx.layer_for(13) == 9 and idx.layer_for(7) == 6
+    assert idx.layer_clamped(7) and not idx.layer_clamped(13)
+    old, problems = from_query_params({"layer": ["4"]})  # a link from before layer_by: an index
+    assert problems == [] and old.layer_by == "index" and old.layer_for(13) == 4
+    back, _ = from_query_params(_as_url(to_query_params(Selection(layer=2, layer_by="depth", depth=0.3))))
+    assert back.layer_by == "depth" and back.layer_for(11) == 3
+
+
+def test_x_axis_is_relative_depth_when_depths_differ_or_published_curves_are_shown():
+    assert Selection(reference=False).x_axis_for([7]) == "layer"
+    assert Selection(reference=False).x_axis_for([7, 13]) == "depth"
+    assert Selection(reference=True).x_axis_for([7]) == "depth"
+    assert Selection(reference=True, x_axis="layer").x_axis_for([7, 13]) == "layer"  # an explicit choice stays
+
+
+def test_untrained_controls_run_with_several_seeds():
+    from core.models import control_seed, control_variant, describe_model, model_fingerprint
+
+    sel = Selection(models=("minilm-l6", "untrained-gpt2"))
+    assert sel.control_seeds == 3 and sel.control_specs("minilm-l6") == []
+    extra = sel.control_specs("untrained-gpt2", "wiki-fr")
+    assert [s.model for s in extra] == ["untrained-gpt2@seed1", "untrained-gpt2@seed2"]
+    assert all(s.corpus == "wiki-fr" for s in extra)
+    assert len(sel.specs()) == 2 + 2 and len(Selection(models=("untrained-gpt2",), control_seeds=1).specs()) == 1
+    assert control_seed("untrained-gpt2@seed2") == ("untrained-gpt2", 2) and control_seed("minilm-l6@seed2")[1] == 0
+    assert control_variant("untrained-gpt2", 0) == "untrained-gpt2"
+    assert describe_model("untrained-gpt2@seed1")["label"].endswith("(seed +1)")
+    fps = {model_fingerprint(control_variant("untrained-gpt2", k)) for k in range(3)}
+    assert len(fps) == 3  # each seed its own cache entry
+    with pytest.raises(InputError, match="control_seeds"):
+        Selection(control_seeds=9)
