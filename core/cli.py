@@ -4,6 +4,8 @@
     python -m core corpora
     python -m core analyze --model M --corpus C [...] --out results.json
     python -m core outliers --model M --corpus C [--ablate] [...] --out outliers.json
+    python -m core train [--preset P] [--arch A] [--tokenizer T] [...] [--analyze] [--out run.json]
+    python -m core series --run R [--corpus C] [...] --out series.json
 
 Errors print one clear line and exit non-zero, without a traceback.
 """
@@ -234,6 +236,89 @@ def cmd_link(a) -> int:
     return 0
 
 
+def _train_spec(a):
+    from .train import TrainSpec
+
+    return TrainSpec(corpus=a.corpus, text_column=a.text_column, arch=a.arch, tokenizer=a.tokenizer,
+                     vocab_size=a.vocab_size, n_layers=a.layers, d_model=a.d_model, n_heads=a.heads,
+                     seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
+                     eval_tokens=a.eval_tokens, device=a.device, name=a.name)
+
+
+class _TrainBar(_Bar):
+    """Training progress: steps, tokens/s, ETA; other stages as one line."""
+
+    def __call__(self, p) -> None:
+        if self.quiet:
+            return
+        if p.stage != "train":
+            return super().__call__(p)
+        now = time.monotonic()
+        if 0 < p.done < p.total and now - self.last < 0.5:
+            return
+        self.last = now
+        bar = "#" * int(30 * p.done / max(p.total, 1))
+        eta = f"{p.eta_s:5.0f}s" if p.eta_s == p.eta_s else "  ?  "
+        sys.stderr.write(f"\r[{bar:<30}] step {p.done:>7,}/{p.total:,}  {p.tokens_per_s:8.0f} tok/s  ETA {eta}")
+        _Bar.open_line = True
+        sys.stderr.flush()
+
+
+def cmd_train(a) -> int:
+    from .train import preset_specs, train
+
+    base = _train_spec(a)
+    runs = preset_specs(a.preset, base) if a.preset else {base.run_name(): base}
+    out = {"preset": a.preset, "runs": {}}
+    for label, spec in runs.items():
+        t0 = time.perf_counter()
+        rec = train(spec, cache_dir=a.cache_dir, progress=_TrainBar(a.quiet), force=a.force)
+        _Bar.end_line()
+        last = rec["checkpoints"][-1]
+        print(f"{label}: trained/{rec['run']} ({len(rec['checkpoints'])} checkpoints, held-out loss "
+              f"{rec['checkpoints'][0]['held_out_loss']:.3f} -> {last['held_out_loss']:.3f}, "
+              f"{rec['timing']['tokens_per_s']:,.0f} tok/s, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
+        entry = {"record": rec}
+        if a.analyze:
+            from .dynamics import summary
+            from .series import analyze_series
+
+            ser = analyze_series(rec["run"], cache_dir=a.cache_dir, progress=_Bar(a.quiet),
+                                 corpus=a.analysis_corpus, max_tokens=a.analysis_tokens)
+            _Bar.end_line()
+            entry["summary"] = summary(ser)
+        out["runs"][label] = entry
+    if a.analyze:
+        from .dynamics import compare_findings
+
+        out["findings"] = compare_findings({k: v["summary"] for k, v in out["runs"].items()})
+        for line in out["findings"]:
+            print("- " + line, file=sys.stderr)
+    if a.out:
+        _write(a.out, out)
+    return 0
+
+
+def cmd_series(a) -> int:
+    from .dynamics import summary
+    from .series import analyze_series
+
+    t0 = time.perf_counter()
+    a.run = a.run.removeprefix("trained/").split("@")[0]
+    ser = analyze_series(a.run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), corpus=a.corpus,
+                         text_column=a.text_column, max_tokens=a.max_tokens, sample=a.sample, seed=a.seed,
+                         batch_size=a.batch_size, device=a.device, dtype=a.dtype)
+    _Bar.end_line()
+    summ = summary(ser)
+    _write(a.out, {"run": ser["run"], "steps": ser["steps"], "record": ser["record"], "summary": summ,
+                   "results": ser["results"]})
+    for line in summ["findings"]:
+        print("- " + line, file=sys.stderr)
+    print(f"{len(ser['steps'])} checkpoints of {a.run} analysed ({time.perf_counter() - t0:.1f} s) -> {a.out}",
+          file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -255,11 +340,64 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("results", help="a results.json written by `analyze`")
     li.add_argument("--port", type=int, default=8501)
     li.set_defaults(fn=cmd_link)
+
+
+    from .series import SERIES_MAX_TOKENS, SERIES_SAMPLE
+    from .train import ARCHS, PRESETS, TOKENIZERS, TrainSpec
+
+    d = TrainSpec()
+    tr = sub.add_parser("train", help="train a small Transformer from scratch, keeping log-spaced checkpoints")
+    tr.add_argument("--preset", choices=list(PRESETS), default=None,
+                    help="train the preset's runs (same budget and seed; only the compared setting differs)")
+    tr.add_argument("--corpus", default=d.corpus, help="built-in id or a file path")
+    tr.add_argument("--text-column", default=None)
+    tr.add_argument("--arch", choices=list(ARCHS), default=d.arch, help="gpt2/llama: causal LM; bert: masked LM")
+    tr.add_argument("--tokenizer", choices=list(TOKENIZERS), default=d.tokenizer,
+                    help="bpe: GPT-2's BPE (first merges); bytes: ByT5-style; uniform: random-token control")
+    tr.add_argument("--vocab-size", type=int, default=d.vocab_size, help="BPE vocabulary (bpe, uniform)")
+    tr.add_argument("--layers", type=int, default=d.n_layers)
+    tr.add_argument("--d-model", type=int, default=d.d_model)
+    tr.add_argument("--heads", type=int, default=d.n_heads)
+    tr.add_argument("--seq-len", type=int, default=d.seq_len)
+    tr.add_argument("--batch-size", type=int, default=d.batch_size)
+    tr.add_argument("--steps", type=int, default=d.steps)
+    tr.add_argument("--lr", type=float, default=d.lr)
+    tr.add_argument("--seed", type=int, default=d.seed)
+    tr.add_argument("--eval-tokens", type=int, default=d.eval_tokens, help="held-out tokens for the loss")
+    tr.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    tr.add_argument("--name", default=None, help="run name (default: built from the settings)")
+    tr.add_argument("--analyze", action="store_true", help="then analyse every checkpoint (the series)")
+    tr.add_argument("--analysis-corpus", default=None, help="corpus of the analysis (default: the training one)")
+    tr.add_argument("--analysis-tokens", type=int, default=SERIES_MAX_TOKENS)
+    tr.add_argument("--cache-dir", default=None)
+    tr.add_argument("--force", action="store_true", help="train again from scratch")
+    tr.add_argument("--quiet", action="store_true")
+    tr.add_argument("--out", default=None, help="write the run record(s) (and series summaries) as JSON")
+    tr.set_defaults(fn=cmd_train)
+
+    se = sub.add_parser("series", help="analyse every checkpoint of a trained run (cached per checkpoint)")
+    se.add_argument("--run", required=True, help="a trained run (see `models`: trained/<run>@step-N)")
+    se.add_argument("--corpus", default=None, help="analysis corpus (default: the run's training corpus)")
+    se.add_argument("--text-column", default=None)
+    se.add_argument("--max-tokens", type=int, default=SERIES_MAX_TOKENS)
+    se.add_argument("--sample", type=int, default=SERIES_SAMPLE)
+    se.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
+    se.add_argument("--seed", type=int, default=0)
+    se.add_argument("--device", choices=DEVICES, default="auto")
+    se.add_argument("--dtype", choices=DTYPES, default="auto")
+    se.add_argument("--cache-dir", default=None)
+    se.add_argument("--quiet", action="store_true")
+    se.add_argument("--out", required=True)
+    se.set_defaults(fn=cmd_series)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "cache_dir", None):  # trained checkpoints are found under the same cache directory
+        import os
+
+        os.environ["ANISO_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
         return args.fn(args)
     except (InputError, Cancelled) as e:

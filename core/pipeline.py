@@ -117,11 +117,14 @@ def is_cached(spec: RunSpec, cache_dir=None) -> bool:
 
 
 def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-              cancel: Callable[[], bool] | None = None, force: bool = False, group=None) -> RunStats | None:
+              cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
+              memo: dict | None = None) -> RunStats | None:
     """Statistics for `spec`, from the cache or computed (once, even across processes).
 
     With a `core.distributed.Group` (torchrun), every rank computes its share and rank 0 alone
     looks up and stores the entry; the other ranks return None.
+    `memo`: a dict shared by the runs of one series (checkpoints of one training): the corpus is
+    read and tokenized once for all of them (same tokenizer, same windows), only forwards repeat.
     """
     if group is not None:
         return _get_stats_group(spec, cache_dir, progress, cancel, force, group)
@@ -138,7 +141,7 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
         if hit is not None:
             return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
                             events=store.events[n_events:])
-        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel)
+        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel, memo=memo)
         store.put(key, {"manifest": manifest, "meta": meta}, arrays)
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
@@ -159,8 +162,13 @@ def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, gr
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
 
-def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None):
-    documents = load_documents(spec.corpus, spec.text_column)  # a bad corpus fails before importing torch
+def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None):
+    memo = {} if memo is None else memo
+    dkey = ("documents", spec.corpus, spec.text_column, parts["corpus_sha256"])
+    if dkey not in memo:
+        memo.clear()  # one corpus per memo: a series never holds two
+        memo[dkey] = load_documents(spec.corpus, spec.text_column)  # a bad corpus fails before importing torch
+    documents = memo[dkey]
     import torch
 
     progress = progress or (lambda p: None)
@@ -178,7 +186,10 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         raise InputError(f"--layers {spec.layers[-1]} is beyond {spec.model}'s hidden-state layers "
                          f"(0..{n_hidden - 1}; 0 = embeddings).")
     seq_len = _effective_seq_len(spec, lm)
-    windows = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
+    wkey = ("windows", _tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
+    if wkey not in memo:
+        memo[wkey] = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
+    windows = memo[wkey]
     try:
         n_emb = int(lm.base.get_input_embeddings().num_embeddings)
     except Exception:  # noqa: BLE001 - an architecture without a plain embedding table: no check
@@ -235,6 +246,13 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     return manifest, meta, arrays
 
 
+def _tokenizer_identity(tok) -> str:
+    """What decides a tokenizer's ids: its class, vocabulary and (fast) pipeline."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else sorted(tok.get_vocab().items())
+    return stable_hash([type(tok).__name__, body, tok.all_special_tokens])
+
+
 def _effective_seq_len(spec: RunSpec, lm) -> int:
     """max_seq_len, capped at what the model's position embeddings take (special tokens included)."""
     cap = lm.max_positions
@@ -263,11 +281,12 @@ def results_key(spec: RunSpec, cache_dir=None) -> str:
 
 
 def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-            cancel: Callable[[], bool] | None = None, force: bool = False, group=None) -> dict | None:
+            cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
+            memo: dict | None = None) -> dict | None:
     """results.json for `spec` (cached; computes the statistics first if needed).
 
     With a `core.distributed.Group`, the ranks compute the statistics together; rank 0 returns
-    the results and the other ranks None.
+    the results and the other ranks None. `memo`: see `get_stats` (a series shares its corpus).
     """
     from .analysis import build_results
 
@@ -290,7 +309,7 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     got = None if force else store.get_json(key)
     cache_hit = got is not None
     if got is None:
-        stats = get_stats(spec, cache_dir, progress, cancel, force)
+        stats = get_stats(spec, cache_dir, progress, cancel, force, memo=memo)
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
         got = build_results(stats)

@@ -1,0 +1,269 @@
+"""Training dynamics: a series (the checkpoints of one training, analysed) in, Views out.
+
+    metric_heatmap(series, metric)  layer x step heatmap of any per-layer metric
+    cosine_curves(series)           mean cosine over steps, one line per layer
+    outlier_counts(series)          how many persistent outlier dims each checkpoint has
+    outlier_identity(series)        which dims, from which step on
+    loss_curves(series)             training loss (logged) and held-out loss (at each checkpoint)
+    compare_runs(by_label, metric)  the last layer's metric over steps, runs overlaid (presets)
+    summary(series) / compare_findings(...)  what the measured curves show, in sentences
+
+Steps are log-spaced (0, 1, 2, 4, ...): the step axes are evenly spaced categories labelled with
+the step, which is a log axis that keeps step 0. Layer 0 is the embedding output.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import figures as F
+from .selection import METRICS
+from .views import View, _manifest
+
+RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
+
+
+def _steps(series: dict) -> list[int]:
+    return list(series["steps"])
+
+
+def _tick_axis(fig, steps: Sequence[int], title: str = "training step (log-spaced checkpoints)") -> None:
+    fig.update_xaxes(tickvals=list(range(len(steps))), ticktext=[f"{s:,}" for s in steps], title_text=title)
+
+
+def _sub(series: dict, extra: str = "") -> str:
+    r0 = series["results"][-1]["manifest"]
+    n = r0["tokens"]["analysed"]
+    rec = series["record"]
+    s = rec["spec"]
+    base = (f"{series['run']} · {s['arch']} {s['n_layers']}x{s['d_model']}, {s['tokenizer']} tokens · "
+            f"analysed on {r0['corpus']['id']}, N = {n:,} tokens per checkpoint")
+    return F.esc(base + (f" · {extra}" if extra else ""))
+
+
+def _metric(series: dict, metric: str) -> np.ndarray:
+    """(n_layers, n_steps) values of a per-layer metric (NaN where undefined)."""
+    cols = [[math.nan if row.get(metric) is None else float(row[metric]) for row in res["layers"]]
+            for res in series["results"]]
+    return np.asarray(cols, dtype=float).T
+
+
+def series_table(series: dict) -> pd.DataFrame:
+    """One row per (step, layer) with every scalar metric."""
+    rows = []
+    for step, res in zip(_steps(series), series["results"]):
+        for row in res["layers"]:
+            rows.append({"run": series["run"], "step": step, "layer": row["layer"],
+                         **{k: row.get(k) for k in METRICS}})
+    return pd.DataFrame(rows)
+
+
+def metric_heatmap(series: dict, metric: str = "mean_cosine") -> View:
+    if metric not in METRICS:
+        raise ValueError(f"Unknown metric {metric!r}; one of {', '.join(METRICS)}.")
+    z = _metric(series, metric)
+    steps = _steps(series)
+    label, what = METRICS[metric]
+    fig = F.heatmap(z, title=f"{label} by layer over training", subtitle=_sub(series, what),
+                    x_title="training step", y_title="layer (0 = embeddings)", colorbar_title=F.esc(label))
+    _tick_axis(fig, steps)
+    fig.update_traces(hovertemplate="layer %{y}, step index %{x}<br>%{z:.4g}<extra></extra>")
+    df = series_table(series)[["run", "step", "layer", metric]]
+    return View(f"dynamics_heatmap_{metric}", f"{label} by layer over training", fig, df,
+                _manifest("dynamics_heatmap", {"metric": metric, "steps": steps}, series["results"]),
+                caption=f"{label} of every layer (rows) at every checkpoint (columns).")
+
+
+def cosine_curves(series: dict, metric: str = "mean_cosine") -> View:
+    z = _metric(series, metric)
+    steps = _steps(series)
+    label, what = METRICS[metric]
+    lines = [{"name": f"layer {l}" + (" (embeddings)" if l == 0 else ""), "x": list(range(len(steps))),
+              "y": z[l].tolist(), "color": l,
+              "hover": [f"layer {l}, step {s:,}<br>{label} = {v:.4g}" for s, v in zip(steps, z[l])]}
+             for l in range(z.shape[0])]
+    fig = F.line_chart(lines, title=f"{label} over training, per layer", subtitle=_sub(series, what),
+                       x_title="training step", y_title=F.esc(label))
+    _tick_axis(fig, steps)
+    df = series_table(series)[["run", "step", "layer", metric]]
+    return View(f"dynamics_curves_{metric}", f"{label} over training", fig, df,
+                _manifest("dynamics_curves", {"metric": metric}, series["results"]),
+                caption=f"{label} at each checkpoint, one line per layer.")
+
+
+def _persistent(res: dict) -> list[int]:
+    return sorted(int(d) for d in res["outliers"]["activation"]["persistent"])
+
+
+def _norm_persistent(res: dict) -> list[int]:
+    return sorted(int(d) for d in (res["outliers"].get("norm_parameters", {}).get("persistent") or []))
+
+
+def outlier_counts(series: dict) -> View:
+    steps = _steps(series)
+    act = [len(_persistent(r)) for r in series["results"]]
+    norm = [len(_norm_persistent(r)) for r in series["results"]]
+    lines = [{"name": "activation outliers (mean |x_d| > 3 std, ≥ 25% of layers)", "x": list(range(len(steps))),
+              "y": act, "color": 5},
+             {"name": "norm-weight outliers (Puccetti: > 3 std, > 3 layers)", "x": list(range(len(steps))),
+              "y": norm, "color": 0, "dash": "dash"}]
+    fig = F.line_chart(lines, title="Persistent outlier dimensions over training", subtitle=_sub(series),
+                       x_title="training step", y_title="number of dimensions")
+    _tick_axis(fig, steps)
+    df = pd.DataFrame({"run": series["run"], "step": steps, "activation_outliers": act,
+                       "norm_outliers": norm,
+                       "activation_dims": [",".join(map(str, _persistent(r))) for r in series["results"]],
+                       "norm_dims": [",".join(map(str, _norm_persistent(r))) for r in series["results"]]})
+    return View("dynamics_outlier_counts", "Persistent outlier dimensions over training", fig, df,
+                _manifest("dynamics_outlier_counts", {}, series["results"]),
+                caption="How many dimensions each outlier rule flags at each checkpoint.")
+
+
+def outlier_identity(series: dict) -> View:
+    """Dims x steps: 1 where a dim is a persistent activation outlier at that checkpoint."""
+    steps = _steps(series)
+    per = [_persistent(r) for r in series["results"]]
+    dims = sorted(set().union(*per)) if per else []
+    z = np.asarray([[1.0 if d in p else 0.0 for p in per] for d in dims]) if dims else np.zeros((1, len(steps)))
+    fig = F.heatmap(z, title="Which dimensions are persistent outliers, from when", subtitle=_sub(series),
+                    x_title="training step", y_title="dimension", colorbar_title="outlier", zmin=0, zmax=1)
+    _tick_axis(fig, steps)
+    fig.update_yaxes(tickvals=list(range(len(dims))), ticktext=[str(d) for d in dims] or ["none"])
+    fig.update_traces(hovertemplate="row %{y}, step index %{x}<br>outlier: %{z}<extra></extra>")
+    first = {d: next(s for s, p in zip(steps, per) if d in p) for d in dims}
+    df = pd.DataFrame({"run": series["run"], "dim": dims, "first_step": [first[d] for d in dims],
+                       "n_checkpoints": [sum(d in p for p in per) for d in dims]})
+    notes = [] if dims else ["No dimension is a persistent activation outlier at any checkpoint."]
+    return View("dynamics_outlier_identity", "Persistent outlier dimensions by step", fig, df,
+                _manifest("dynamics_outlier_identity", {}, series["results"]),
+                caption="Rows: dimensions flagged at some checkpoint; columns: checkpoints.", notes=notes)
+
+
+def loss_curves(series: dict) -> View:
+    rec = series["record"]
+    log = rec.get("log", [])
+    ck = rec.get("checkpoints", [])
+    lines = []
+    if log:
+        lines.append({"name": "training loss (logged mean)", "x": [e["step"] for e in log],
+                      "y": [e["loss"] for e in log], "color": 0})
+    lines.append({"name": "held-out loss (checkpoints)", "x": [max(c["step"], 0.5) for c in ck],
+                  "y": [c["held_out_loss"] for c in ck], "color": 5,
+                  "hover": [f"step {c['step']:,}<br>held-out loss {c['held_out_loss']:.4f}" for c in ck]})
+    obj = "masked-token" if rec.get("objective") == "masked" else "next-token"
+    fig = F.line_chart(lines, title=f"{obj.capitalize()} loss over training", x_title="training step (log; 0 shown at 0.5)",
+                       y_title="cross-entropy (nats per token)",
+                       subtitle=F.esc(f"{series['run']} · {rec['data']['held_out_tokens']:,} held-out tokens"))
+    fig.update_xaxes(type="log")
+    df = pd.DataFrame([{"run": series["run"], "step": e["step"], "kind": "train", "loss": e["loss"]} for e in log]
+                      + [{"run": series["run"], "step": c["step"], "kind": "held_out", "loss": c["held_out_loss"]}
+                         for c in ck])
+    return View("dynamics_loss", "Loss over training", fig, df,
+                _manifest("dynamics_loss", {}, series["results"]),
+                caption="Training loss as logged by the Trainer and held-out loss at every checkpoint.")
+
+
+def compare_runs(by_label: dict[str, dict], metric: str = "mean_cosine", layer: str = "last") -> View:
+    """One metric over steps for several runs (a preset's runs), at the last (or middle) layer."""
+    label, what = METRICS[metric]
+    lines, rows = [], []
+    steps_all: list[int] = []
+    for i, (name, ser) in enumerate(by_label.items()):
+        z = _metric(ser, metric)
+        l = z.shape[0] - 1 if layer == "last" else z.shape[0] // 2
+        steps = _steps(ser)
+        steps_all = steps if len(steps) > len(steps_all) else steps_all
+        lines.append({"name": f"{name} (layer {l})", "x": [max(s, 0.5) for s in steps], "y": z[l].tolist(), "color": i})
+        rows += [{"run": ser["run"], "label": name, "step": s, "layer": l, metric: v} for s, v in zip(steps, z[l])]
+    fig = F.line_chart(lines, title=f"{label} over training: runs compared", x_title="training step (log; 0 shown at 0.5)",
+                       y_title=F.esc(label), subtitle=F.esc(f"{layer} layer of each run · {what}"))
+    fig.update_xaxes(type="log")
+    results = [r for ser in by_label.values() for r in ser["results"]]
+    return View(f"dynamics_compare_{metric}", f"{label} over training, compared", fig, pd.DataFrame(rows),
+                _manifest("dynamics_compare", {"metric": metric, "layer": layer}, results),
+                caption=f"{label} of the {layer} layer at every checkpoint, runs overlaid.")
+
+
+# ----------------------------------------------------------------------------- sentences
+def summary(series: dict) -> dict:
+    """The numbers the sentences are made of, read from the measured results."""
+    steps = _steps(series)
+    mc = _metric(series, "mean_cosine")
+    res = series["results"]
+    last = res[-1]
+    per = [_persistent(r) for r in res]
+    first_outlier = next((s for s, p in zip(steps, per) if p), None)
+    freq = last.get("frequency", {})
+    ck = series["record"].get("checkpoints", [])
+    out = {
+        "run": series["run"], "steps": steps,
+        "mean_cosine_first": mc[:, 0].tolist(), "mean_cosine_last": mc[:, -1].tolist(),
+        "max_layer_mean_cosine_last": float(np.nanmax(mc[:, -1])),
+        "persistent_outliers_last": per[-1], "first_outlier_step": first_outlier,
+        "held_out_loss_first": ck[0]["held_out_loss"] if ck else None,
+        "held_out_loss_last": ck[-1]["held_out_loss"] if ck else None,
+        "frequency": _freq_summary(freq),
+    }
+    out["findings"] = _findings(out)
+    return out
+
+
+def _freq_summary(freq: dict) -> dict | None:
+    """Largest |r| (log frequency vs |x_d|) of an outlier dim, against the mean |r| of random dims
+    at the same layer (the frequency section of results.json)."""
+    best = None
+    for row in freq.get("layers") or []:
+        vals = [abs(v) for v in row.get("outlier_r") or [] if v is not None and v == v]
+        if vals and (best is None or max(vals) > best["outlier_abs_r"]):
+            best = {"layer": row.get("layer"), "outlier_abs_r": max(vals), "baseline_abs_r": row.get("baseline")}
+    return best
+
+
+def _findings(s: dict) -> list[str]:
+    steps = s["steps"]
+    first, last = np.asarray(s["mean_cosine_first"]), np.asarray(s["mean_cosine_last"])
+    L = len(last) - 1
+    out = []
+    if s["held_out_loss_first"] is not None:
+        out.append(f"Held-out loss went from {s['held_out_loss_first']:.3f} at step 0 to "
+                   f"{s['held_out_loss_last']:.3f} at step {steps[-1]:,}.")
+    delta = last - first
+    top = int(np.nanargmax(last))
+    out.append(f"Mean cosine of the last layer ({L}) went from {first[-1]:.3f} to {last[-1]:.3f}; the most "
+               f"anisotropic layer at the end is layer {top} ({last[top]:.3f}).")
+    rising = [l for l in range(len(delta)) if delta[l] > RISE]
+    if rising:
+        out.append(f"Layers whose mean cosine rose by more than {RISE}: {', '.join(map(str, rising))}.")
+    else:
+        out.append(f"No layer's mean cosine rose by more than {RISE} during training.")
+    if s["first_outlier_step"] is None:
+        out.append("No persistent activation outlier dimension appeared at any checkpoint.")
+    else:
+        out.append(f"Persistent activation outlier dims first appear at step {s['first_outlier_step']:,}; at the "
+                   f"end: {s['persistent_outliers_last'] or 'none'}.")
+    f = s.get("frequency")
+    if f and f.get("baseline_abs_r") is not None:
+        out.append(f"Frequency link at the end: the strongest outlier dim has |r| = {f['outlier_abs_r']:.2f} "
+                   f"with log token frequency (layer {f['layer']}), random dims {f['baseline_abs_r']:.2f}.")
+    return out
+
+
+def compare_findings(summaries: dict[str, dict]) -> list[str]:
+    """Sentences comparing the runs of a preset, from their summaries."""
+    out = []
+    for name, s in summaries.items():
+        out += [f"{name}: {line}" for line in s["findings"]]
+    if len(summaries) == 2:
+        (a, sa), (b, sb) = summaries.items()
+        ma, mb = sa["max_layer_mean_cosine_last"], sb["max_layer_mean_cosine_last"]
+        both = min(ma, mb) > max(np.nanmax(sa["mean_cosine_first"]), np.nanmax(sb["mean_cosine_first"])) + RISE
+        out.append(f"Highest layer mean cosine at the end: {a} {ma:.3f}, {b} {mb:.3f}: "
+                   + ("both became more anisotropic than at initialisation." if both else
+                      "they differ in whether anisotropy rose above its initial level."))
+        na, nb = len(sa["persistent_outliers_last"]), len(sb["persistent_outliers_last"])
+        out.append(f"Persistent activation outlier dims at the end: {a} {na}, {b} {nb}.")
+    return out

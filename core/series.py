@@ -1,0 +1,59 @@
+"""A series: the checkpoints of one training, analysed alike and cached one by one.
+
+    analyze_series(run, corpus=...) -> {"run", "record", "steps", "results": [results.json, ...]}
+
+Every checkpoint is a model (`trained/<run>@step-<N>`), so each one's results are the ordinary
+cached results of `pipeline.analyze`; the corpus is read and tokenized once for the whole series
+(all checkpoints share the run's tokenizer), so only the forward passes repeat.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from . import pipeline, trained
+from .errors import InputError
+from .extract import Progress
+from .spec import DEFAULT_BATCH_SIZE, RunSpec
+
+SERIES_MAX_TOKENS = 20_000
+SERIES_SAMPLE = 2000
+
+
+def series_specs(run: str, corpus: str | None = None, text_column: str | None = None,
+                 max_tokens: int = SERIES_MAX_TOKENS, sample: int = SERIES_SAMPLE, seed: int = 0,
+                 batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", dtype: str = "auto",
+                 cache_dir=None) -> list[tuple[int, RunSpec]]:
+    """(step, RunSpec) of every checkpoint of `run`, analysed on `corpus` (default: the run's own)."""
+    rec = trained.read_run(run, cache_dir)
+    steps = [int(c["step"]) for c in rec.get("checkpoints", [])]
+    if not steps:
+        raise InputError(f"Trained run {run!r} has no checkpoint yet.")
+    tspec = rec["spec"]
+    corpus = corpus or tspec["corpus"]
+    if corpus == tspec["corpus"] and text_column is None:
+        text_column = tspec.get("text_column")
+    return [(s, RunSpec(model=trained.ident_of(run, s), corpus=corpus, text_column=text_column,
+                        max_tokens=max_tokens, max_seq_len=int(tspec["seq_len"]), batch_size=batch_size,
+                        device=device, dtype=dtype, sample=sample, seed=seed)) for s in sorted(steps)]
+
+
+def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+                   cancel: Callable[[], bool] | None = None, **kw) -> dict:
+    """Results of every checkpoint of `run` (each cached under its own spec), in step order."""
+    specs = series_specs(run, cache_dir=cache_dir, **kw)
+    memo: dict = {}  # the corpus and its token windows, shared by every checkpoint
+    out = []
+    for i, (step, spec) in enumerate(specs):
+        if progress:
+            progress(Progress("series", i, len(specs), message=f"checkpoint {i + 1}/{len(specs)} (step {step})"))
+        out.append(pipeline.analyze(spec, cache_dir, progress, cancel, memo=memo))
+    if progress:
+        progress(Progress("series", len(specs), len(specs), message="series analysed"))
+    return {"run": run, "record": trained.read_run(run, cache_dir), "steps": [s for s, _ in specs],
+            "specs": [sp.to_dict() for _, sp in specs], "results": out}
+
+
+def cached_steps(run: str, cache_dir=None, **kw) -> list[int]:
+    """Steps whose results are already cached (no model loaded, no torch)."""
+    return [s for s, spec in series_specs(run, cache_dir=cache_dir, **kw) if pipeline.is_cached(spec, cache_dir)]

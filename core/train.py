@@ -1,0 +1,540 @@
+"""Train a small Transformer from scratch and keep checkpoints along the way.
+
+    train(TrainSpec(...)) -> run record (core/trained.py stores it; every checkpoint is a model)
+
+The loop is transformers' `Trainer` (seeded, deterministic on CPU, bf16 autocast on a GPU); a
+callback saves safetensors checkpoints at log-spaced steps (0, 1, 2, 4, ... and the last) with
+the held-out loss of each. Tokenisation, one of:
+
+- `bpe`: GPT-2's byte-level BPE cut to its first `vocab_size - 2` tokens (ids 0-255 are the
+  bytes, id 256 + i is merge i, so the first merges form a complete smaller BPE), plus an
+  end-of-text and a mask token;
+- `bytes`: UTF-8 bytes, ByT5-style (`ByT5Tokenizer`: id = byte + 3, no vocabulary file);
+- `uniform`: the control: the `bpe` corpus with every token replaced by one drawn uniformly
+  from the same vocabulary (seeded); documents, end-of-text positions and sequence lengths stay.
+
+Documents are taken in a seeded order; the first ones (`eval_tokens`) are held out, the rest
+are packed (end-of-text between documents) into rows of `seq_len` tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import fcntl
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from . import trained
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents
+from .errors import Cancelled, InputError
+from .extract import Progress
+from .models import gpt2_tokenizer_file, package_versions
+from .spec import stable_hash
+
+ARCHS = {"gpt2": "GPT-2-style causal LM", "llama": "LLaMA-style causal LM (RMSNorm, RoPE, SwiGLU)",
+         "bert": "BERT-style masked LM"}
+TOKENIZERS = {"bpe": "GPT-2's byte-level BPE (first merges)", "bytes": "UTF-8 bytes, ByT5-style",
+              "uniform": "uniform random tokens (control, same lengths as the BPE corpus)"}
+DEVICES = ("auto", "cpu", "cuda")
+MASK_PROB = 0.15  # BERT's masking rate (80% [MASK], 10% random, 10% kept)
+BYTE_OFFSET = 3  # ByT5: ids 0-2 are pad, </s>, <unk>; byte b is id b + 3
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """One training run. Defaults finish in about 5 minutes on 2 CPU cores."""
+
+    corpus: str = "wiki-en"
+    text_column: str | None = None
+    arch: str = "gpt2"
+    tokenizer: str = "bpe"
+    vocab_size: int = 4096  # bpe / uniform only (bytes: ByT5's 384)
+    n_layers: int = 2
+    d_model: int = 128
+    n_heads: int = 4
+    seq_len: int = 64
+    batch_size: int = 16
+    steps: int = 2000
+    lr: float = 1e-3
+    warmup_steps: int = 0  # HF's warmup starts at lr 0: step 1 would repeat step 0's weights
+    weight_decay: float = 0.01
+    seed: int = 0
+    eval_tokens: int = 8192
+    device: str = "auto"
+    name: str | None = None  # run name; default: built from the spec
+
+    def __post_init__(self):
+        if self.arch not in ARCHS:
+            raise InputError(f"arch must be one of {', '.join(ARCHS)}, got {self.arch!r}.")
+        if self.tokenizer not in TOKENIZERS:
+            raise InputError(f"tokenizer must be one of {', '.join(TOKENIZERS)}, got {self.tokenizer!r}.")
+        if self.device not in DEVICES:
+            raise InputError(f"device must be one of {DEVICES}, got {self.device!r}.")
+        for k in ("n_layers", "d_model", "n_heads", "seq_len", "batch_size", "steps", "eval_tokens"):
+            if int(getattr(self, k)) < 1:
+                raise InputError(f"{k} must be a positive integer, got {getattr(self, k)!r}.")
+        if self.d_model % self.n_heads:
+            raise InputError(f"d_model ({self.d_model}) must be a multiple of n_heads ({self.n_heads}).")
+        if self.arch == "llama" and (self.d_model // self.n_heads) % 2:
+            raise InputError("LLaMA's rotary embeddings need an even head size (d_model / n_heads).")
+        if not 512 <= self.vocab_size <= 50_000 and self.tokenizer != "bytes":
+            raise InputError(f"vocab_size must be between 512 and 50000 (GPT-2 has 50,000 merges), "
+                             f"got {self.vocab_size}.")
+        if self.seq_len < 8:
+            raise InputError(f"seq_len must be at least 8, got {self.seq_len}.")
+        if not self.lr > 0:
+            raise InputError(f"lr must be positive, got {self.lr}.")
+        if self.name is not None and not trained.RUN_NAME.match(self.name):
+            raise InputError(f"Run name {self.name!r}: use letters, digits, '.', '_' and '-' (at most 100).")
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainSpec":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def replace(self, **kw) -> "TrainSpec":
+        return dataclasses.replace(self, **kw)
+
+    @property
+    def masked(self) -> bool:
+        return self.arch == "bert"
+
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def run_name(self) -> str:
+        """The run's identifier: readable parts and a hash of everything that changes the weights."""
+        if self.name:
+            return self.name
+        corpus = self.corpus if self.corpus in BUILTIN_CORPORA else "file"
+        key = stable_hash({**self.to_dict(), "name": None, "device": _device_class(self.device),
+                           "corpus_sha256": corpus_fingerprint(self.corpus, self.text_column)})
+        return f"{self.arch}-{self.tokenizer}-{corpus}-{self.n_layers}x{self.d_model}-s{self.seed}-{key[:8]}"
+
+
+def _device_class(device: str) -> str:
+    """cpu and cuda give different weights; auto is whatever the machine has."""
+    if device != "auto":
+        return device
+    return "cuda" if (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")) else "cpu"
+
+
+# ----------------------------------------------------------------------------- presets
+PRESETS: dict[str, dict] = {
+    "bpe-vs-bytes": {
+        "title": "BPE vs characters (bytes) on the same text",
+        "question": "Do both a subword model and a byte-level model become anisotropic?",
+        "runs": {"BPE": {"tokenizer": "bpe"}, "bytes": {"tokenizer": "bytes"}},
+    },
+    "natural-vs-uniform": {
+        "title": "Natural text vs uniform random tokens",
+        "question": "Do outlier dimensions and their link to token frequency appear without a long-tailed "
+                    "token distribution?",
+        "runs": {"natural text": {"tokenizer": "bpe"}, "uniform tokens": {"tokenizer": "uniform"}},
+    },
+    "causal-vs-masked": {
+        "title": "Causal vs masked LM on the same text",
+        "question": "Does the training objective change how anisotropy and outlier dimensions develop?",
+        "runs": {"causal (GPT-2)": {"arch": "gpt2"}, "masked (BERT)": {"arch": "bert"}},
+    },
+}
+
+
+def preset_specs(preset: str, base: TrainSpec | None = None) -> dict[str, TrainSpec]:
+    """The runs of a preset: the base spec (same budget and seed) with only the compared field changed."""
+    if preset not in PRESETS:
+        raise InputError(f"Unknown preset {preset!r}; one of {', '.join(PRESETS)}.")
+    base = (base or TrainSpec()).replace(name=None)
+    return {label: base.replace(**over) for label, over in PRESETS[preset]["runs"].items()}
+
+
+# ----------------------------------------------------------------------------- tokenizers
+def bpe_tokenizer(vocab_size: int, seq_len: int):
+    """GPT-2's BPE cut to its first `vocab_size - 2` tokens, + <|endoftext|> and <mask>."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    data = json.loads(Path(gpt2_tokenizer_file()).read_text())
+    k = vocab_size - 2
+    model = data["model"]
+    model["vocab"] = {t: i for t, i in model["vocab"].items() if i < k}
+    model["merges"] = model["merges"][:k - 256]
+    data["added_tokens"] = [
+        {"id": k, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True},
+        {"id": k + 1, "content": "<mask>", "single_word": False, "lstrip": False, "rstrip": False,
+         "normalized": False, "special": True}]
+    data["post_processor"] = None
+    tok = Tokenizer.from_str(json.dumps(data))
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
+                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>", mask_token="<mask>",
+                                   model_max_length=seq_len)
+
+
+def bytes_tokenizer(seq_len: int):
+    """ByT5's byte tokenizer (no vocabulary file); special-token strings in text stay plain bytes."""
+    from transformers import ByT5Tokenizer
+
+    return ByT5Tokenizer(model_max_length=seq_len, mask_token="<extra_id_0>", split_special_tokens=True)
+
+
+def byte_ids(text: str) -> np.ndarray:
+    """The ids ByT5's tokenizer gives a text (without </s>), computed directly: byte + 3."""
+    return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64) + BYTE_OFFSET
+
+
+def make_tokenizer(spec: TrainSpec):
+    if spec.tokenizer == "bytes":
+        return bytes_tokenizer(spec.seq_len)
+    return bpe_tokenizer(spec.vocab_size, spec.seq_len)
+
+
+# ----------------------------------------------------------------------------- data
+@dataclass
+class TrainData:
+    train: np.ndarray  # (n_rows, seq_len) int64, packed documents
+    held_out: np.ndarray  # (n_rows, seq_len) int64, documents never trained on
+    vocab_size: int  # rows of the embedding table
+    eos_id: int
+    mask_id: int
+    n_documents: int
+    content_ids: np.ndarray  # the ids a uniform draw (and the MLM's random replacement) uses
+
+
+def _encode(docs: list[str], tok, spec: TrainSpec) -> list[np.ndarray]:
+    if spec.tokenizer == "bytes":
+        return [byte_ids(d) for d in docs]
+    enc = tok(docs, add_special_tokens=False)["input_ids"]
+    return [np.asarray(e, dtype=np.int64) for e in enc]
+
+
+def _pack(docs: list[np.ndarray], eos: int, seq_len: int, want_rows: int | None) -> np.ndarray:
+    """Documents joined with end-of-text, cut into full rows (the last partial row is dropped)."""
+    parts, n = [], 0
+    for d in docs:
+        parts += [d, np.asarray([eos], dtype=np.int64)]
+        n += len(d) + 1
+        if want_rows is not None and n >= want_rows * seq_len:
+            break
+    stream = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    rows = len(stream) // seq_len
+    if want_rows is not None:
+        rows = min(rows, want_rows)
+    return stream[:rows * seq_len].reshape(rows, seq_len)
+
+
+def build_data(spec: TrainSpec, tok, progress: Callable[[Progress], None] | None = None) -> TrainData:
+    """Held-out and training rows of `spec`'s corpus under its tokenisation (seeded, no torch)."""
+    docs = load_documents(spec.corpus, spec.text_column)
+    if progress:
+        progress(Progress("tokenize", 0, 1, message=f"tokenizing {len(docs):,} documents"))
+    order = np.random.default_rng(spec.seed).permutation(len(docs))
+    want_train_rows = spec.steps * spec.batch_size  # one pass over fresh text when the corpus has enough
+    need_tokens = (want_train_rows + 1) * spec.seq_len + spec.eval_tokens
+    encoded, n = [], 0
+    for c0 in range(0, len(order), 256):  # tokenize only what the budget needs
+        chunk = _encode([docs[i] for i in order[c0:c0 + 256]], tok, spec)
+        encoded += [e for e in chunk if len(e)]
+        n += sum(len(e) + 1 for e in chunk)
+        if n >= need_tokens:
+            break
+    if spec.tokenizer == "bytes":
+        eos, mask, vocab = int(tok.eos_token_id), int(tok.mask_token_id), len(tok)
+        content = np.arange(BYTE_OFFSET, BYTE_OFFSET + 256)
+    else:
+        eos, mask, vocab = int(tok.eos_token_id), int(tok.mask_token_id), spec.vocab_size
+        content = np.arange(spec.vocab_size - 2)
+    n_held, held_docs = 0, 0
+    while held_docs < len(encoded) - 1 and n_held < spec.eval_tokens:
+        n_held += len(encoded[held_docs]) + 1
+        held_docs += 1
+    held = _pack(encoded[:held_docs], eos, spec.seq_len, None)
+    train = _pack(encoded[held_docs:], eos, spec.seq_len, want_train_rows)
+    if len(train) < spec.batch_size or len(held) < 1:
+        raise InputError(f"Corpus {spec.corpus!r} is too small for training: {len(train)} rows of "
+                         f"{spec.seq_len} tokens after holding out {n_held:,} tokens; need at least "
+                         f"{spec.batch_size} (lower --batch-size, --seq-len or --eval-tokens).")
+    if spec.tokenizer == "uniform":
+        rng = np.random.default_rng([spec.seed, 1])
+        for arr in (train, held):
+            keep = arr == eos
+            arr[...] = np.where(keep, eos, rng.choice(content, size=arr.shape))
+    return TrainData(train, held, vocab, eos, mask, len(encoded), content)
+
+
+# ----------------------------------------------------------------------------- model
+def build_model(spec: TrainSpec, vocab_size: int, eos_id: int, pad_id: int):
+    """A freshly initialised model of `spec`'s architecture (call after seeding). Dropout off:
+    tiny models, few steps, and the bare-loop benchmark runs the same computation."""
+    import transformers as tf
+
+    d, L, H, T = spec.d_model, spec.n_layers, spec.n_heads, spec.seq_len
+    if spec.arch == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=vocab_size, n_positions=T, n_embd=d, n_layer=L, n_head=H, n_inner=4 * d,
+                            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=eos_id,
+                            eos_token_id=eos_id, pad_token_id=pad_id)
+        return tf.GPT2LMHeadModel(cfg)
+    if spec.arch == "llama":
+        ff = int(math.ceil(8 * d / 3 / 32) * 32)
+        cfg = tf.LlamaConfig(vocab_size=vocab_size, hidden_size=d, intermediate_size=ff, num_hidden_layers=L,
+                             num_attention_heads=H, num_key_value_heads=H, max_position_embeddings=T,
+                             tie_word_embeddings=True, bos_token_id=eos_id, eos_token_id=eos_id,
+                             pad_token_id=pad_id, attention_dropout=0.0)
+        return tf.LlamaForCausalLM(cfg)
+    cfg = tf.BertConfig(vocab_size=vocab_size, hidden_size=d, num_hidden_layers=L, num_attention_heads=H,
+                        intermediate_size=4 * d, max_position_embeddings=T, type_vocab_size=1,
+                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, pad_token_id=pad_id)
+    return tf.BertForMaskedLM(cfg)
+
+
+class Collator:
+    """Rows -> a batch. Causal: labels = inputs (the model shifts). Masked: BERT's 15% (80/10/10),
+    drawn from torch's global generator (seeded by the Trainer, so runs repeat)."""
+
+    def __init__(self, masked: bool, mask_id: int, content_ids: np.ndarray, generator=None):
+        import torch
+
+        self.masked, self.mask_id, self.generator = masked, mask_id, generator
+        self.content = torch.as_tensor(content_ids)
+
+    def __call__(self, rows):
+        import torch
+
+        ids = torch.stack([torch.as_tensor(r["input_ids"]) if isinstance(r, dict) else torch.as_tensor(r)
+                           for r in rows])
+        if not self.masked:
+            return {"input_ids": ids, "labels": ids.clone()}
+        g = self.generator
+        pick = torch.rand(ids.shape, generator=g) < MASK_PROB
+        labels = torch.where(pick, ids, torch.full_like(ids, -100))
+        u = torch.rand(ids.shape, generator=g)
+        rand_tok = self.content[torch.randint(len(self.content), ids.shape, generator=g)]
+        ids = torch.where(pick & (u < 0.8), torch.full_like(ids, self.mask_id), ids)
+        ids = torch.where(pick & (u >= 0.8) & (u < 0.9), rand_tok, ids)
+        return {"input_ids": ids, "labels": labels}
+
+
+class _Rows:
+    """The training rows as a map-style dataset (the Trainer's seeded sampler shuffles them)."""
+
+    def __init__(self, rows: np.ndarray):
+        self.rows = rows
+
+    def __len__(self):
+        return len(self.rows)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.rows[i]}
+
+
+def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int = 64) -> list[dict]:
+    """Fixed evaluation batches (the masked positions drawn once, from a seeded generator)."""
+    import torch
+
+    g = torch.Generator().manual_seed(spec.seed + 7)
+    col = Collator(spec.masked, data.mask_id, data.content_ids, generator=g)
+    return [col(list(data.held_out[i:i + batch_size])) for i in range(0, len(data.held_out), batch_size)]
+
+
+def held_out_loss(model, batches: list[dict], device: str, masked: bool) -> float:
+    """Mean loss per predicted token over the held-out batches."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for b in batches:
+            labels = b["labels"]
+            k = int((labels != -100).sum()) if masked else int(labels[:, 1:].numel())  # causal: shifted
+            out = model(input_ids=b["input_ids"].to(device), labels=labels.to(device))
+            tot += float(out.loss) * k
+            n += k
+    model.train(was_training)
+    return tot / max(n, 1)
+
+
+def checkpoint_schedule(steps: int) -> list[int]:
+    """0, 1, 2, 4, ... (powers of two below `steps`) and `steps`."""
+    out, s = [0], 1
+    while s < steps:
+        out.append(s)
+        s *= 2
+    return out + [steps]
+
+
+# ----------------------------------------------------------------------------- the run
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def train(spec: TrainSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+          cancel: Callable[[], bool] | None = None, force: bool = False) -> dict:
+    """Train `spec` (or resume it), returning its run record. A finished run is returned as is.
+
+    Cancelling stops at the next step and keeps the Trainer's resumable checkpoint: calling
+    `train` again with the same spec continues from there.
+    """
+    progress = progress or (lambda p: None)
+    run = spec.run_name()
+    folder = trained.trained_dir(cache_dir) / run
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # one spec, one training: wait for the other process, then reuse its run
+            progress(Progress("wait", 0, 1, message=f"{run} is being trained by another process: waiting"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if force:
+            for p in folder.iterdir():
+                if p.name != ".lock":
+                    shutil.rmtree(p) if p.is_dir() else p.unlink()
+        if (folder / "run.json").exists():
+            rec = trained.read_run(run, cache_dir)
+            if rec.get("status") == "done":
+                return rec
+            if rec.get("spec") and TrainSpec.from_dict(rec["spec"]).replace(name=None) != spec.replace(name=None):
+                raise InputError(f"Run name {run!r} is taken by a different training; choose another name.")
+        return _train(spec, run, folder, cache_dir, progress, cancel)
+
+
+def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel) -> dict:
+    import torch
+    import transformers as tf
+    from transformers.trainer_utils import get_last_checkpoint
+
+    tf.utils.logging.set_verbosity_error()
+    tf.utils.logging.disable_progress_bar()
+    device = spec.resolved_device()
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
+    bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
+    tok = make_tokenizer(spec)
+    data = build_data(spec, tok, progress)
+    tf.set_seed(spec.seed)
+    model = build_model(spec, data.vocab_size, data.eos_id, int(tok.pad_token_id))
+    n_params = int(sum(p.numel() for p in model.parameters()))
+    schedule = checkpoint_schedule(spec.steps)
+    rec = trained.read_run(run, cache_dir) if (folder / "run.json").exists() else {}
+    done_ckpts = {int(c["step"]): c for c in rec.get("checkpoints", [])}
+    rec.update({
+        "run": run, "spec": spec.to_dict(), "status": "running", "max_steps": spec.steps,
+        "schedule": schedule, "device": device, "dtype": "bfloat16 autocast" if bf16 else "float32",
+        "vocab_size": data.vocab_size, "n_params": n_params,
+        "model_class": type(model).__name__, "objective": "masked" if spec.masked else "causal",
+        "data": {"train_rows": int(len(data.train)), "train_tokens": int(data.train.size),
+                 "held_out_tokens": int(data.held_out.size), "documents": data.n_documents,
+                 "epochs": round(spec.steps * spec.batch_size / len(data.train), 3),
+                 "corpus_sha256": corpus_fingerprint(spec.corpus, spec.text_column),
+                 "corpus": spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name},
+        "versions": package_versions(),
+        "created_utc": rec.get("created_utc") or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    })
+    trained.write_run(run, {**rec, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])}, cache_dir)
+    eval_batches = held_out_batches(data, spec)
+    tokens_per_step = spec.batch_size * spec.seq_len
+    timing = {"checkpoint_s": 0.0}
+    log: list[dict] = list(rec.get("log", []))
+
+    def save(step: int, model_) -> None:
+        t0 = time.perf_counter()
+        out = folder / f"step-{step}"
+        tmp = folder / f".step-{step}.tmp{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model_.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        shutil.rmtree(out, ignore_errors=True)
+        os.replace(tmp, out)
+        last_train = next((e["loss"] for e in reversed(log) if e["step"] <= step and "loss" in e), None)
+        done_ckpts[step] = {"step": step, "model": trained.ident_of(run, step),
+                            "held_out_loss": held_out_loss(model_, eval_batches, device, spec.masked),
+                            "train_loss": last_train, "tokens_seen": step * tokens_per_step,
+                            "sha256": _sha256(out / "model.safetensors")}
+        trained.write_run(run, {**rec, "log": log, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])},
+                          cache_dir)
+        timing["checkpoint_s"] += time.perf_counter() - t0
+
+    class Checkpoints(tf.TrainerCallback):
+        def __init__(self):
+            self.t0 = time.perf_counter()
+            self.step0 = 0
+
+        def on_train_begin(self, args, state, control, model=None, **kw):
+            self.step0 = state.global_step
+            self.t0 = time.perf_counter()
+            if 0 not in done_ckpts:
+                save(0, model)
+
+        def on_step_end(self, args, state, control, model=None, **kw):
+            s = state.global_step
+            if s in schedule and s not in done_ckpts:
+                save(s, model)
+            el = time.perf_counter() - self.t0 - timing["checkpoint_s"]
+            rate = (s - self.step0) * tokens_per_step / max(el, 1e-9)
+            progress(Progress("train", s, spec.steps, tokens_per_s=rate,
+                              eta_s=(spec.steps - s) * tokens_per_step / rate if rate else float("nan"),
+                              message=f"step {s:,}/{spec.steps:,}"))
+            if cancel is not None and cancel():
+                control.should_training_stop = True
+                control.should_save = True  # a resumable Trainer checkpoint at this step
+            return control
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "loss" in logs:
+                log.append({"step": state.global_step, "loss": float(logs["loss"]),
+                            "lr": float(logs.get("learning_rate", 0.0))})
+
+    args = tf.TrainingArguments(
+        output_dir=str(folder / "trainer"), max_steps=spec.steps, per_device_train_batch_size=spec.batch_size,
+        learning_rate=spec.lr, weight_decay=spec.weight_decay, warmup_steps=spec.warmup_steps,
+        lr_scheduler_type="cosine", max_grad_norm=1.0, logging_steps=max(1, spec.steps // 200),
+        save_strategy="steps", save_steps=max(50, spec.steps // 10), save_total_limit=1,
+        report_to="none", seed=spec.seed, data_seed=spec.seed, use_cpu=device == "cpu", bf16=bf16,
+        dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
+    trainer = tf.Trainer(model=model, args=args, train_dataset=_Rows(data.train),
+                         data_collator=Collator(spec.masked, data.mask_id, data.content_ids),
+                         callbacks=[Checkpoints()])
+    trainer.remove_callback(tf.trainer_callback.PrinterCallback)  # our progress callback reports instead
+    resume = get_last_checkpoint(str(folder / "trainer")) if (folder / "trainer").is_dir() else None
+    progress(Progress("train", 0, spec.steps, message="training" + (" (resumed)" if resume else "")))
+    t0 = time.perf_counter()
+    try:
+        out = trainer.train(resume_from_checkpoint=resume)
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size}: lower it.") from None
+    wall = time.perf_counter() - t0
+    steps_done = int(trainer.state.global_step)
+    rec.update(log=log, checkpoints=sorted(done_ckpts.values(), key=lambda c: c["step"]))
+    ran = steps_done - (int(resume.rsplit("-", 1)[1]) if resume else 0)
+    rec["timing"] = {"train_s": round(wall, 3), "checkpoint_s": round(timing["checkpoint_s"], 3),
+                     "steps": ran, "tokens_per_s": round(ran * tokens_per_step / max(wall, 1e-9), 1),
+                     "train_runtime_s": float(out.metrics.get("train_runtime", wall))}
+    if steps_done < spec.steps:
+        rec["status"] = "cancelled"
+        rec["resume_step"] = steps_done
+        trained.write_run(run, rec, cache_dir)
+        raise Cancelled(f"Training {run!r} cancelled at step {steps_done}; run it again to resume.")
+    rec["status"] = "done"
+    rec["finished_utc"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    trained.write_run(run, rec, cache_dir)
+    shutil.rmtree(folder / "trainer", ignore_errors=True)  # the resumable state is not needed any more
+    progress(Progress("done", spec.steps, spec.steps, message=f"trained {run}"))
+    return rec
