@@ -280,8 +280,8 @@ def cmd_train(a) -> int:
               f"{rec['timing']['tokens_per_s']:,.0f} tok/s, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         entry = {"record": rec}
         if a.analyze:
-            from .dynamics import summary
             from .series import analyze_series
+            from .views.dynamics import summary
 
             ser = analyze_series(rec["run"], cache_dir=a.cache_dir, progress=_Bar(a.quiet),
                                  corpus=a.analysis_corpus, max_tokens=a.analysis_tokens)
@@ -289,7 +289,7 @@ def cmd_train(a) -> int:
             entry["summary"] = summary(ser)
         out["runs"][label] = entry
     if a.analyze:
-        from .dynamics import compare_findings
+        from .views.dynamics import compare_findings
 
         out["findings"] = compare_findings({k: v["summary"] for k, v in out["runs"].items()})
         for line in out["findings"]:
@@ -300,8 +300,8 @@ def cmd_train(a) -> int:
 
 
 def cmd_series(a) -> int:
-    from .dynamics import summary
     from .series import analyze_series
+    from .views.dynamics import summary
 
     t0 = time.perf_counter()
     a.run = a.run.removeprefix("trained/").split("@")[0]

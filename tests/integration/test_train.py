@@ -39,6 +39,7 @@ TEXTS = ["", "plain ascii", "déjà vu — naïve café", "日本語のテキス
          "nul \x00 and \x7f", "</s> <pad> <unk> <extra_id_0> look like specials", "\U0010ffff\ue000 private use"]
 
 
+@pytest.mark.slow
 def test_bytes_tokenizer_round_trips_any_utf8():
     tok = bytes_tokenizer(64)
     rng = np.random.default_rng(1)
@@ -53,6 +54,7 @@ def test_bytes_tokenizer_round_trips_any_utf8():
         assert tok.decode(ids) == text
 
 
+@pytest.mark.slow
 def test_bpe_tokenizer_is_gpt2s_first_merges():
     from core.models import _gpt2_tokenizer
 
@@ -66,6 +68,7 @@ def test_bpe_tokenizer_is_gpt2s_first_merges():
     assert set(common) <= set(ids)
 
 
+@pytest.mark.slow
 def test_uniform_control_same_lengths_and_flat_histogram(corpus_file):
     from scipy.stats import chisquare
 
@@ -89,6 +92,7 @@ def test_checkpoint_schedule_is_log_spaced():
     assert checkpoint_schedule(1) == [0, 1]
 
 
+@pytest.mark.slow
 def test_bad_specs_say_why(corpus_file):
     with pytest.raises(InputError, match="multiple of n_heads"):
         tiny(corpus_file, d_model=18, n_heads=4)
@@ -193,7 +197,7 @@ def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, ca
     assert all(r["manifest"]["cache_hit"] for r in again["results"])
     assert calls["n"] == 1
 
-    from core import dynamics
+    from core.views import dynamics
 
     s = dynamics.summary(again)
     assert s["steps"] == [0, 1, 2] and s["findings"]

@@ -20,9 +20,9 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import figures as F
-from .selection import METRICS
-from .views import View, _manifest
+from .. import figures as F
+from ..selection import METRICS
+from .common import View, _manifest
 
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
 
