@@ -18,6 +18,8 @@ nav = st.navigation([
     st.Page("pages/outliers.py", title="Outliers", icon=":material/bar_chart:", url_path="outliers"),
     st.Page("pages/projection.py", title="Projection", icon=":material/scatter_plot:", url_path="projection"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+    st.Page("pages/train.py", title="Train", icon=":material/model_training:", url_path="train"),
+    st.Page("pages/dynamics.py", title="Dynamics", icon=":material/timeline:", url_path="dynamics"),
 ])
 sel = sidebar.render(state.selection())  # the Run button's click is handled by page.header()
 state.sync_url(sel)

@@ -13,7 +13,8 @@ the held-out loss of each. Tokenisation, one of:
 - `uniform`: the control: the `bpe` corpus with every token replaced by one drawn uniformly
   from the same vocabulary (seeded); documents, end-of-text positions and sequence lengths stay.
 
-Documents are taken in a seeded order; the first ones (`eval_tokens`) are held out, the rest
+Documents are taken in a seeded order; the first ones (`eval_tokens`, at most a tenth of the
+documents) are held out, the rest
 are packed (end-of-text between documents) into rows of `seq_len` tokens.
 """
 
@@ -261,7 +262,8 @@ def build_data(spec: TrainSpec, tok, progress: Callable[[Progress], None] | None
         eos, mask, vocab = int(tok.eos_token_id), int(tok.mask_token_id), spec.vocab_size
         content = np.arange(spec.vocab_size - 2)
     n_held, held_docs = 0, 0
-    while held_docs < len(encoded) - 1 and n_held < spec.eval_tokens:
+    max_held = max(1, len(encoded) // 10)  # a small corpus keeps 90% of its documents for training
+    while held_docs < max_held and n_held < spec.eval_tokens:
         n_held += len(encoded[held_docs]) + 1
         held_docs += 1
     held = _pack(encoded[:held_docs], eos, spec.seq_len, None)

@@ -1,0 +1,49 @@
+"""Dynamics: how anisotropy and outlier dimensions develop over training, read from the analysed
+checkpoints of runs trained on the Train page (each checkpoint cached like any run)."""
+
+import streamlit as st
+
+from core.selection import METRICS
+from core.views import dynamics as D
+from ui import page, training
+
+st.title("Training dynamics")
+runs = training.runs_on_disk()
+if not runs:
+    st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
+    st.stop()
+default = [r for r in st.session_state.get("dyn_runs", []) if r in runs] or runs[:1]
+chosen = st.multiselect("Runs (two to compare)", runs, default=default, max_selections=4, key="dyn_pick")
+c1, c2 = st.columns(2)
+max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 20_000, step=1000, key="dyn_tokens")
+metric = c2.selectbox("Metric of the heatmap", list(METRICS), format_func=lambda k: METRICS[k][0], key="dyn_metric")
+kw = {"max_tokens": int(max_tokens)}
+
+series = {}
+for run in chosen:
+    ser = training.cached_series(run, **kw)
+    if ser is None:
+        st.caption(f":material/hourglass_empty: {run}: checkpoints not all analysed for these settings.")
+        if st.button(f"Analyse every checkpoint of {run}", key=f"an_{run}", type="primary"):
+            if training.analyse(run, **kw):
+                st.rerun()
+        continue
+    series[run] = ser
+
+if series:
+    summaries = {run: D.summary(ser) for run, ser in series.items()}
+    st.subheader("What the data shows")
+    for line in D.compare_findings(summaries) if len(summaries) > 1 else next(iter(summaries.values()))["findings"]:
+        st.markdown(f"- {line}")
+    if len(series) > 1:
+        page.show(D.compare_runs(series, "mean_cosine"), "dyn_cmp")
+    for run, ser in series.items():
+        st.subheader(run)
+        page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
+        a, b = st.columns(2)
+        with a:
+            page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
+            page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
+        with b:
+            page.show(D.loss_curves(ser), f"dyn_loss_{run}")
+            page.show(D.outlier_identity(ser), f"dyn_ident_{run}")

@@ -1,0 +1,75 @@
+"""Train: small Transformers trained from scratch here, with checkpoints along training, and the
+presets that put the papers' questions to the data. Every checkpoint becomes a model
+(`trained/<run>@step-<N>`) that every page, the CLI and the exports take."""
+
+import streamlit as st
+
+from core.corpora import BUILTIN_CORPORA
+from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
+from core.trained import ident_of
+from ui import training
+
+st.title("Train a model from scratch")
+st.caption("A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
+           "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. Defaults take "
+           "about 5 minutes on 2 CPU cores.")
+
+d = TrainSpec()
+with st.form("train_form"):
+    c1, c2, c3 = st.columns(3)
+    corpus = c1.selectbox("Corpus", list(BUILTIN_CORPORA)[:4], format_func=lambda i: BUILTIN_CORPORA[i].label,
+                          key="t_corpus")
+    path = c1.text_input("…or a text file on this machine (.txt/.md/.csv/.jsonl/.parquet)", "", key="t_path")
+    arch = c1.selectbox("Architecture", list(ARCHS), format_func=ARCHS.get, key="t_arch")
+    tok = c2.selectbox("Tokenisation", list(TOKENIZERS), format_func=TOKENIZERS.get, key="t_tok")
+    vocab = c2.number_input("BPE vocabulary size", 512, 50_000, d.vocab_size, step=512, key="t_vocab")
+    seed = c2.number_input("Seed", 0, 2**31 - 1, d.seed, key="t_seed")
+    layers = c3.number_input("Layers", 1, 48, d.n_layers, key="t_layers")
+    width = c3.number_input("Width (d_model)", 16, 4096, d.d_model, step=16, key="t_width")
+    heads = c3.number_input("Heads", 1, 64, d.n_heads, key="t_heads")
+    e1, e2, e3, e4 = st.columns(4)
+    steps = e1.number_input("Steps", 1, 1_000_000, d.steps, key="t_steps")
+    batch = e2.number_input("Batch size", 1, 4096, d.batch_size, key="t_batch")
+    seq = e3.number_input("Sequence length", 8, 8192, d.seq_len, key="t_seq")
+    lr = e4.number_input("Learning rate", 1e-6, 1.0, d.lr, format="%.0e", key="t_lr")
+    b1, b2 = st.columns(2)
+    go = b1.form_submit_button("Train", type="primary", icon=":material/model_training:")
+    preset = b2.selectbox("Preset (same budget and seed, one setting changed)", list(PRESETS),
+                          format_func=lambda k: PRESETS[k]["title"], key="t_preset")
+    go_preset = b2.form_submit_button("Train and analyse the preset", icon=":material/science:")
+
+if go or go_preset:
+    try:
+        spec = TrainSpec(corpus=path.strip() or corpus, arch=arch, tokenizer=tok, vocab_size=int(vocab),
+                         n_layers=int(layers), d_model=int(width), n_heads=int(heads), seq_len=int(seq),
+                         batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
+        runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}
+    except Exception as e:  # noqa: BLE001 - InputError from the spec, a missing file: say why
+        st.error(str(e), icon=":material/error:")
+    else:
+        names = training.train_and_analyse(runs, analyse=bool(go_preset))
+        if go_preset and len(names) == len(runs):
+            st.session_state["dyn_runs"] = names
+            st.success("Preset trained and analysed: open **Dynamics** to see what the curves show.",
+                       icon=":material/check_circle:")
+
+st.subheader("Trained runs")
+runs_here = training.runs_on_disk()
+if not runs_here:
+    st.info("No trained run yet: train one above (or `python -m core train`).", icon=":material/info:")
+for run in runs_here:
+    rec = training.record(run)
+    ck = rec.get("checkpoints", [])
+    s = rec["spec"]
+    status = rec.get("status", "?")
+    with st.expander(f"{run} — {status}, {len(ck)} checkpoints", expanded=False):
+        st.caption(f"{ARCHS[s['arch']]}, {s['n_layers']} layers × d={s['d_model']}, {s['n_heads']} heads, "
+                   f"{TOKENIZERS[s['tokenizer']]}, {s['steps']:,} steps of {s['batch_size']}×{s['seq_len']} tokens on "
+                   f"{rec.get('data', {}).get('corpus', s['corpus'])}; "
+                   f"{rec.get('timing', {}).get('tokens_per_s', 0):,.0f} tokens/s on {rec.get('device')}")
+        st.dataframe([{"model": ident_of(run, c["step"]), "step": c["step"], "tokens seen": c["tokens_seen"],
+                       "held-out loss": round(c["held_out_loss"], 4),
+                       "training loss": None if c["train_loss"] is None else round(c["train_loss"], 4)}
+                      for c in ck], hide_index=True, key=f"ck_{run}")
+        st.caption("Any of these identifiers works as a model in the sidebar (type it), in "
+                   "`python -m core analyze --model …` and in Compare.")

@@ -1,0 +1,66 @@
+"""The Train and Dynamics pages (AppTest): train from the form, list checkpoints, show a series."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from app_helpers import figures, no_exception, title
+
+from core import trained
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory):
+    rng = np.random.default_rng(0)
+    words = "the cat dog sat ran on a mat tree red blue small big and then".split()
+    docs = [" ".join(rng.choice(words, size=int(rng.integers(8, 25)))) + "." for _ in range(200)]
+    p = tmp_path_factory.mktemp("train-corpus") / "small.txt"
+    p.write_text("\n\n".join(docs))
+    return str(p)
+
+
+def _set(at, key, value):
+    at.number_input(key=key).set_value(value) if key != "t_path" else at.text_input(key=key).set_value(value)
+
+
+@pytest.mark.slow
+def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file):
+    at = app(page="pages/train.py")
+    no_exception(at)
+    before = set(trained.list_runs())
+    for key, value in {"t_path": corpus_file, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
+                       "t_batch": 4, "t_seq": 16, "t_vocab": 512}.items():
+        _set(at, key, value)
+    at.button(key="FormSubmitter:train_form-Train").click().run(timeout=900)
+    no_exception(at)
+    assert not at.error and not at.warning, [e.value for e in list(at.error) + list(at.warning)]
+    new = set(trained.list_runs()) - before
+    assert len(new) == 1
+    run = new.pop()
+    rec = trained.read_run(run)
+    assert rec["status"] == "done" and [c["step"] for c in rec["checkpoints"]] == [0, 1, 2]
+    at.run()
+    assert any(run in e.label for e in at.expander)
+    assert any(f"trained/{run}@step-2" in str(df.value) for df in at.dataframe)
+
+    dyn = app(page="pages/dynamics.py")
+    no_exception(dyn)
+    dyn.multiselect(key="dyn_pick").set_value([run]).run()
+    dyn.number_input(key="dyn_tokens").set_value(1000).run()
+    assert not figures(dyn)  # nothing analysed yet: a button, no figures
+    dyn.button(key=f"an_{run}").click().run(timeout=900)
+    no_exception(dyn)
+    titles = [title(f) for f in figures(dyn)]
+    assert any("by layer over training" in t for t in titles)
+    assert any("loss over training" in t.lower() for t in titles)
+    assert any("Persistent outlier dimensions over training" in t for t in titles)
+    text = " ".join(m.value for m in dyn.markdown)
+    assert "Held-out loss went from" in text and "Mean cosine of the last layer" in text
+
+
+def test_pages_without_runs(app, tmp_path, monkeypatch):
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    for p in ("pages/train.py", "pages/dynamics.py"):
+        at = app(page=p)
+        no_exception(at)
+        assert any("No trained run yet" in i.value for i in at.info)
