@@ -395,8 +395,6 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if getattr(args, "cache_dir", None):  # trained checkpoints are found under the same cache directory
-        import os
-
         os.environ["ANISO_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
     try:
         return args.fn(args)
