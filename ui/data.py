@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core import analysis, pipeline, uploads, views
+from core import analysis, pipeline, trained, uploads, views
 from core import projection as P
 from core.postprocess import PostProcess
 from core.spec import RunSpec
@@ -22,17 +22,7 @@ def warmup():
     return P.start_warmup()
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def preview(corpus: str, text_column: str | None) -> uploads.Preview:
-    """What an uploaded corpus holds (documents, estimated tokens, first rows, warnings)."""
-    return uploads.preview(corpus, text_column)
-
-
-def forget_labels() -> None:
-    """After a rename: drop the cached views, whose legends and titles hold the corpus name."""
-    for f in (preview, pairwise_histogram, outlier_heatmap, outlier_bars, cosine_contribution_bars, frequency_views,
-              dimension_views):
-        f.clear()
+from core import analysis, pipeline, trained, uploads, views
 
 
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)

@@ -30,7 +30,8 @@ def _model_label(ident: str) -> str:
 
 
 def _models(sel) -> tuple[str, ...]:
-    options = list(BUILTIN_MODELS) + [m for m in sel.models if m not in BUILTIN_MODELS]
+    here = list(BUILTIN_MODELS) + data.trained_checkpoints()  # checkpoints of the Train page too
+    options = here + [m for m in sel.models if m not in here]
     chosen = st.multiselect(
         "Models (up to 4)", options, default=list(sel.models), format_func=_model_label, key="w_models",
         max_selections=MAX_MODELS, accept_new_options=True, select_all=False,  # no silent cut to MAX_MODELS

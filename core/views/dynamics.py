@@ -259,11 +259,15 @@ def compare_findings(summaries: dict[str, dict]) -> list[str]:
         out += [f"{name}: {line}" for line in s["findings"]]
     if len(summaries) == 2:
         (a, sa), (b, sb) = summaries.items()
-        ma, mb = sa["max_layer_mean_cosine_last"], sb["max_layer_mean_cosine_last"]
-        both = min(ma, mb) > max(np.nanmax(sa["mean_cosine_first"]), np.nanmax(sb["mean_cosine_first"])) + RISE
-        out.append(f"Highest layer mean cosine at the end: {a} {ma:.3f}, {b} {mb:.3f}: "
-                   + ("both became more anisotropic than at initialisation." if both else
-                      "they differ in whether anisotropy rose above its initial level."))
+        rise = {n: sm["max_layer_mean_cosine_last"] - float(np.nanmax(sm["mean_cosine_first"]))
+                for n, sm in summaries.items()}
+        rose = [n for n, r in rise.items() if r > RISE]
+        verdict = ("both became more anisotropic than at initialisation" if len(rose) == 2 else
+                   f"only {rose[0]} became more anisotropic than at initialisation" if rose else
+                   "neither became more anisotropic than at initialisation")
+        out.append(f"Highest layer mean cosine at the end: {a} {sa['max_layer_mean_cosine_last']:.3f} "
+                   f"({rise[a]:+.3f} from the most anisotropic layer at step 0), {b} "
+                   f"{sb['max_layer_mean_cosine_last']:.3f} ({rise[b]:+.3f}): {verdict} (threshold +{RISE}).")
         na, nb = len(sa["persistent_outliers_last"]), len(sb["persistent_outliers_last"])
         out.append(f"Persistent activation outlier dims at the end: {a} {na}, {b} {nb}.")
     return out

@@ -1,0 +1,154 @@
+"""`python -m bench.training`: the training benchmark (prints a BENCHMARKS.md section).
+
+1. Training throughput: `core.train.train` (transformers Trainer, checkpoints and held-out loss
+   included) against a bare PyTorch loop of the same model, batches, optimizer and schedule.
+2. A series of 12 checkpoints analysed with `core.series.analyze_series` (corpus read and
+   tokenized once) against 12 separate `pipeline.analyze` calls (each reads and tokenizes).
+
+    python -m bench.training            # default model size (2 layers, d=128, batch 16 x 64)
+    python -m bench.training --quick    # tiny sizes: checks the code only
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def bare_loop(spec, data, steps: int) -> float:
+    """Seconds of a plain PyTorch loop: same model, rows, AdamW, cosine schedule, clipping."""
+    import torch
+    import transformers as tf
+
+    from core.train import Collator, build_model
+
+    tf.set_seed(spec.seed)
+    model = build_model(spec, data.vocab_size, data.eos_id, data.eos_id)
+    model.train()
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
+    other = [p for n, p in model.named_parameters() if p.ndim < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": spec.weight_decay},
+                             {"params": other, "weight_decay": 0.0}], lr=spec.lr)
+    sched = tf.get_cosine_schedule_with_warmup(opt, spec.warmup_steps, steps)
+    col = Collator(spec.masked, data.mask_id, data.content_ids)
+    g = torch.Generator().manual_seed(spec.seed)
+    order = torch.randperm(len(data.train), generator=g)
+    t0 = time.perf_counter()
+    for s in range(steps):
+        idx = order[(s * spec.batch_size) % len(order):][:spec.batch_size]
+        batch = col([{"input_ids": data.train[int(i)]} for i in idx])
+        loss = model(**batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        opt.zero_grad(set_to_none=True)
+    return time.perf_counter() - t0
+
+
+def throughput(spec, reps: int) -> dict:
+    from core.train import build_data, make_tokenizer, train
+
+    data = build_data(spec, make_tokenizer(spec))
+    tokens = spec.steps * spec.batch_size * spec.seq_len
+    tool, tool_nockpt, bare = [], [], []
+    for r in range(reps):  # alternate: drift of a shared machine falls on both sides
+        for which in (("tool", "bare") if r % 2 == 0 else ("bare", "tool")):
+            if which == "bare":
+                bare.append(tokens / bare_loop(spec, data, spec.steps))
+            else:
+                d = tempfile.mkdtemp(prefix="aniso-bench-train-")
+                rec = train(spec.replace(name=f"bench-{r}"), cache_dir=d)
+                tool.append(tokens / rec["timing"]["train_s"])
+                tool_nockpt.append(tokens / (rec["timing"]["train_s"] - rec["timing"]["checkpoint_s"]))
+                shutil.rmtree(d, ignore_errors=True)
+    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    return {"tokens": tokens, "tool": med(tool), "tool_without_checkpoints": med(tool_nockpt), "bare": med(bare),
+            "ratio": med(tool) / med(bare), "ratio_without_checkpoints": med(tool_nockpt) / med(bare),
+            "reps": reps, "all_tool": tool, "all_bare": bare}
+
+
+def series_cost(spec, max_tokens: int) -> dict:
+    from core import pipeline
+    from core.series import analyze_series, series_specs
+    from core.train import train
+
+    root = Path(tempfile.mkdtemp(prefix="aniso-bench-series-"))
+    os.environ["ANISO_CACHE_DIR"] = str(root / "a")
+    rec = train(spec.replace(name="bench-series"), cache_dir=root / "a")
+    n = len(rec["checkpoints"])
+    shutil.copytree(root / "a" / "trained", root / "b" / "trained")
+    t0 = time.perf_counter()
+    analyze_series("bench-series", cache_dir=root / "a", max_tokens=max_tokens)
+    t_series = time.perf_counter() - t0
+    os.environ["ANISO_CACHE_DIR"] = str(root / "b")
+    specs = series_specs("bench-series", cache_dir=root / "b", max_tokens=max_tokens)
+    t0 = time.perf_counter()
+    for _, sp in specs:  # what 12 separate analyses do: each reads and tokenizes the corpus again
+        pipeline.analyze(sp, cache_dir=root / "b")
+    t_sep = time.perf_counter() - t0
+    shutil.rmtree(root, ignore_errors=True)
+    return {"checkpoints": n, "max_tokens": max_tokens, "series_s": t_series, "separate_s": t_sep,
+            "ratio": t_series / t_sep, "saved_per_checkpoint_s": (t_sep - t_series) / max(n - 1, 1)}
+
+
+def render(thr: dict, ser: dict, spec, cmd: str) -> str:
+    load = os.getloadavg()
+    return "\n".join([
+        "## Training (`" + cmd + "`)", "",
+        f"Machine: {platform.machine()}, {os.cpu_count()} cores, load average at the end "
+        f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: see the note), torch threads "
+        f"{os.environ.get('OMP_NUM_THREADS', 'default')}.", "",
+        f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} "
+        f"vocabulary {spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, "
+        f"median of {thr['reps']} alternating runs.", "",
+        "| | tokens/s | ratio to the bare loop |", "|---|---|---|",
+        f"| bare PyTorch loop (same model, batches, AdamW, cosine schedule, clipping) | {thr['bare']:,.0f} | 1 |",
+        f"| `core.train.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss) | {thr['tool']:,.0f} | "
+        f"**{thr['ratio']:.2f}** (goal >= 0.9) |",
+        f"| the same without the checkpoint saves and held-out evaluations | {thr['tool_without_checkpoints']:,.0f} | "
+        f"{thr['ratio_without_checkpoints']:.2f} |", "",
+        f"Series: {ser['checkpoints']} checkpoints analysed on {ser['max_tokens']:,} tokens of the training corpus each.",
+        "", "| | seconds |", "|---|---|",
+        f"| `analyze_series` (corpus read and tokenized once) | {ser['series_s']:.1f} |",
+        f"| {ser['checkpoints']} separate `pipeline.analyze` calls (each reads and tokenizes) | {ser['separate_s']:.1f} |",
+        f"| ratio | **{ser['ratio']:.2f}** ({ser['saved_per_checkpoint_s']:.2f} s saved per checkpoint after the first) |",
+    ])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.training", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--reps", type=int, default=2)
+    a = p.parse_args(argv)
+    from core.train import TrainSpec
+
+    if a.quick:
+        spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,
+                         eval_tokens=512, device="cpu")
+        series_spec = spec.replace(steps=16)
+        max_tokens = 1000
+    else:
+        spec = TrainSpec(steps=a.steps, device="cpu")
+        series_spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=1024,
+                                vocab_size=512, eval_tokens=512, device="cpu")
+        max_tokens = 20_000
+    thr = throughput(spec, 1 if a.quick else a.reps)
+    ser = series_cost(series_spec, max_tokens)
+    cmd = "python -m bench.training" + (" --quick" if a.quick else "") + \
+          (f" --steps {a.steps}" if a.steps != 64 else "") + (f" --reps {a.reps}" if a.reps != 2 else "")
+    print(render(thr, ser, spec, cmd))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
