@@ -394,8 +394,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    before = os.environ.get("ANISO_CACHE_DIR")
     if getattr(args, "cache_dir", None):  # trained checkpoints are found under the same cache directory
         os.environ["ANISO_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
+    try:
+        return _run(args)
+    finally:  # in-process callers (tests, scripts) keep their own setting
+        if before is None:
+            os.environ.pop("ANISO_CACHE_DIR", None)
+        else:
+            os.environ["ANISO_CACHE_DIR"] = before
+
+
+def _run(args) -> int:
     try:
         return args.fn(args)
     except (InputError, Cancelled) as e:
