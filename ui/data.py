@@ -22,7 +22,23 @@ def warmup():
     return P.start_warmup()
 
 
-from core import analysis, pipeline, trained, uploads, views
+@st.cache_data(max_entries=16, show_spinner=False)
+def preview(corpus: str, text_column: str | None) -> uploads.Preview:
+    """What an uploaded corpus holds (documents, estimated tokens, first rows, warnings)."""
+    return uploads.preview(corpus, text_column)
+
+
+def forget_labels() -> None:
+    """After a rename: drop the cached views, whose legends and titles hold the corpus name."""
+    for f in (preview, pairwise_histogram, outlier_heatmap, outlier_bars, cosine_contribution_bars, frequency_views,
+              dimension_views):
+        f.clear()
+
+
+@st.cache_data(ttl=10, max_entries=1, show_spinner=False)
+def trained_checkpoints() -> list[str]:
+    """Checkpoint identifiers of the runs trained here (trained/<run>@step-N)."""
+    return trained.list_checkpoints()
 
 
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
