@@ -7,6 +7,7 @@ from core.selection import METRICS
 from core.views import dynamics as D
 from ui import page, training
 
+page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
 st.title("Training dynamics")
 runs = training.runs_on_disk()
 if not runs:
@@ -40,10 +41,7 @@ if series:
     for run, ser in series.items():
         st.subheader(run)
         page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
-        a, b = st.columns(2)
-        with a:
-            page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
-            page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
-        with b:
-            page.show(D.loss_curves(ser), f"dyn_loss_{run}")
-            page.show(D.outlier_identity(ser), f"dyn_ident_{run}")
+        page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
+        page.show(D.loss_curves(ser), f"dyn_loss_{run}")
+        page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
+        page.show(D.outlier_identity(ser), f"dyn_ident_{run}")

@@ -7,8 +7,9 @@ import streamlit as st
 from core.corpora import BUILTIN_CORPORA
 from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
 from core.trained import ident_of
-from ui import training
+from ui import page, training
 
+page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
 st.title("Train a model from scratch")
 st.caption("A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
            "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. Defaults take "

@@ -203,6 +203,7 @@ def summary(series: dict) -> dict:
         "run": series["run"], "steps": steps,
         "mean_cosine_first": mc[:, 0].tolist(), "mean_cosine_last": mc[:, -1].tolist(),
         "max_layer_mean_cosine_last": float(np.nanmax(mc[:, -1])),
+        "peak": _peak(mc, steps),
         "persistent_outliers_last": per[-1], "first_outlier_step": first_outlier,
         "held_out_loss_first": ck[0]["held_out_loss"] if ck else None,
         "held_out_loss_last": ck[-1]["held_out_loss"] if ck else None,
@@ -210,6 +211,12 @@ def summary(series: dict) -> dict:
     }
     out["findings"] = _findings(out)
     return out
+
+
+def _peak(mc: np.ndarray, steps: list[int]) -> dict:
+    """Where mean cosine was highest over the whole run (layer, step, value)."""
+    l, j = np.unravel_index(int(np.nanargmax(mc)), mc.shape)
+    return {"layer": int(l), "step": int(steps[j]), "value": float(mc[l, j])}
 
 
 def _freq_summary(freq: dict) -> dict | None:
@@ -235,6 +242,10 @@ def _findings(s: dict) -> list[str]:
     top = int(np.nanargmax(last))
     out.append(f"Mean cosine of the last layer ({L}) went from {first[-1]:.3f} to {last[-1]:.3f}; the most "
                f"anisotropic layer at the end is layer {top} ({last[top]:.3f}).")
+    pk = s["peak"]
+    if pk["step"] != steps[-1] and pk["value"] - last[pk["layer"]] > RISE:
+        out.append(f"Anisotropy was transient: layer {pk['layer']} peaked at {pk['value']:.3f} at step "
+                   f"{pk['step']:,}, then fell to {last[pk['layer']]:.3f} by step {steps[-1]:,}.")
     rising = [l for l in range(len(delta)) if delta[l] > RISE]
     if rising:
         out.append(f"Layers whose mean cosine rose by more than {RISE}: {', '.join(map(str, rising))}.")
