@@ -65,22 +65,26 @@ def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
     return out
 
 
-def layer_rows(stats) -> list[dict]:
-    """The per-layer metrics over the whole analysed corpus (streaming) and the sample."""
+def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
+    """The per-layer metrics over the whole analysed corpus (streaming) and the sample.
+
+    `isotropic`: the sample metrics of an isotropic Gaussian of the same K and d
+    (`metrics.isotropic_baseline`), reported beside each as `<metric>_isotropic`.
+    """
     a = stats.arrays
     n = int(a["n"])
     S = a["group_sum_u"].sum(1)
     ccs = cosine_contributions(stats)
     act = O.activation_outliers(mean_abs(stats))
-    fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"]) for l in range(stats.n_layers)]
+    fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"], a["bin_u_sq"][l]) for l in range(stats.n_layers)]
     rows = []
     ids = stats.layer_ids
     for l in range(stats.n_layers):
-        mc = M.mean_cosine(S[l], n)
+        mc = M.mean_cosine(S[l], n, float(a["sum_u_sq"][l].sum()))
         lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=CONFIG.bootstrap_draws, seed=int(ids[l]),
-                                  level=CONFIG.ci_level)
+                                  level=CONFIG.ci_level, group_u_sq=a["group_u_sq"][l])
         intra = float(a["intra_sum"][l] / a["intra_n"][l]) if a["intra_n"][l] > 0 else math.nan
-        selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], min_count=CONFIG.min_contexts)
+        selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], a["id_seq_sq"][l], a["id_seq_n_sq"])
                    if len(a["id_counts"]) else math.nan)
         sm = sample_metrics(stats.sample(l))
         rows.append({
@@ -89,12 +93,13 @@ def layer_rows(stats) -> list[dict]:
             "n_sequences": int(a["n_seq"]),
             "mean_cosine": mc,
             "mean_cosine_ci": [lo, hi],
-            "cross_sequence_cosine": M.cross_sequence_cosine(S[l], n, float(a["sum_seq_sq"][l]), float(a["sum_n_sq"])),
+            "cross_sequence_cosine": M.cross_sequence_cosine(S[l], n, float(a["sum_doc_sq"][l]),
+                                                             float(a["sum_doc_n_sq"])),
             "intra_sentence_similarity": intra,
             "intra_sentence_adjusted": intra - mc,
             "self_similarity": selfsim,
             "self_similarity_adjusted": selfsim - mc,
-            "self_similarity_n_ids": int((a["id_counts"] >= CONFIG.min_contexts).sum()),
+            "self_similarity_n_ids": len(a["id_counts"]),
             "mean_norm": float(a["sum_norm"][l] / n),
             "n_sample": sm["n_sample"],
             "sample_mean_cosine": sm["mean_cosine"],
@@ -102,6 +107,7 @@ def layer_rows(stats) -> list[dict]:
             "effective_rank": sm["effective_rank"],
             "isoscore": sm["isoscore"],
             "partition_isotropy": sm["partition_isotropy"],
+            **{f"{k}_isotropic": (isotropic or {}).get(k) for k in M.BASELINE_METRICS},
             "outlier_dims": act[l],
             "cosine_contribution": M.top_contributions(ccs[l], CONFIG.top_k_contributions),
             "frequency_binned_cosine": fbins[l].tolist(),
@@ -157,9 +163,20 @@ def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
     return rep
 
 
-def build_results(stats) -> dict:
-    """results.json: manifest + one object per layer + outliers + frequency (strict JSON)."""
-    rows = layer_rows(stats)
+def isotropic_baseline(stats) -> dict:
+    """The isotropic Gaussian baseline of this run's sample size and width (seeded by the config)."""
+    K = int(stats.arrays["sample"].shape[1])
+    return M.isotropic_baseline(K, stats.d_model, CONFIG.isotropic_seed) if K >= 2 else {}
+
+
+def build_results(stats, isotropic: dict | None = None) -> dict:
+    """results.json: manifest + one object per layer + outliers + frequency (strict JSON).
+
+    `isotropic`: `isotropic_baseline(stats)` when the caller has it cached; computed otherwise.
+    """
+    if isotropic is None:
+        isotropic = isotropic_baseline(stats)
+    rows = layer_rows(stats, isotropic)
     outl = outlier_report(stats, rows)
     return json_safe({
         "manifest": {**stats.manifest, "analysis": {"config": CONFIG.to_dict(), **cache_identity("results")},

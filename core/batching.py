@@ -25,11 +25,37 @@ def pad_batch(seqs: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.n
     return ids, att
 
 
+OPEN_DOCS = 64  # documents whose windows may be in flight at once (bounds the per-document sums)
+
+
 def plan_batches(windows, batch_size: int) -> list[np.ndarray]:
-    """Windows sorted by length (longest first) cut into batches: little padding, stable order."""
+    """The batches of window indices, in processing order.
+
+    Documents cut into several windows come first, in blocks of `OPEN_DOCS` documents: the full
+    windows of the block's documents, then their last (shortest) windows sorted by length; so at
+    most `OPEN_DOCS` documents are open at once (their sums per document stay bounded, see
+    `core.extract`) and the short tails are batched together (little padding). Then the
+    one-window documents, longest first. Stable order.
+    """
     lengths = np.asarray([len(w) for w in windows.ids])
-    order = np.argsort(-lengths, kind="stable")
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    doc = np.asarray(windows.doc)
+    docs, inv, counts = np.unique(doc, return_inverse=True, return_counts=True)
+    order: list[np.ndarray] = []
+    multi = np.flatnonzero(counts > 1)
+    by_doc = np.split(np.argsort(inv, kind="stable"), np.cumsum(counts)[:-1])  # windows of each document
+    for lo in range(0, len(multi), OPEN_DOCS):
+        body, tails = [], []
+        for j in multi[lo:lo + OPEN_DOCS]:
+            w = by_doc[j]
+            w = w[np.argsort(-lengths[w], kind="stable")]
+            body.append(w[:-1])
+            tails.append(w[-1])
+        tails = np.asarray(tails, dtype=np.int64)
+        order += body + [tails[np.argsort(-lengths[tails], kind="stable")]]
+    single = np.flatnonzero(counts[inv] == 1)
+    order.append(single[np.argsort(-lengths[single], kind="stable")])
+    flat = np.concatenate(order).astype(np.int64) if order else np.zeros(0, dtype=np.int64)
+    return [flat[i:i + batch_size] for i in range(0, len(flat), batch_size)]
 
 
 def padding_fraction(windows, batches: list[np.ndarray]) -> float:

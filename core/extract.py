@@ -36,7 +36,8 @@ __all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "me
            "NonFiniteHiddenState"]
 
 # Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
-SUM_KEYS = ("n", "n_seq", "intra_n", "sum_n_sq", "group_sum_u", "group_n", "sum_u_sq", "sum_seq_sq", "sum_norm",
+SUM_KEYS = ("n", "n_seq", "intra_n", "sum_doc_n_sq", "group_sum_u", "group_n", "group_u_sq", "sum_u_sq",
+            "sum_doc_sq", "sum_norm", "id_seq_sq", "id_seq_n_sq", "bin_u_sq",
             "sum_x", "sum_abs", "sum_abs2", "sum_f", "sum_f2", "sum_f_abs", "intra_sum", "id_sum_u",
             "id_counts", "bin_sum_u", "bin_n")
 MAX_KEYS = ("max_abs",)
@@ -80,21 +81,37 @@ def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: i
                  cfg: AnalysisConfig | None = None) -> dict:
     """What every shard of one corpus must share for `merge_stats` to be exact.
 
-    The corpus frequency of each token id (hence the tracked self-similarity ids and the frequency
-    bins), the frequency bin of each token id and the bootstrap group of each window: `plan_extraction`
+    The corpus frequency of each token id (hence the frequency bins), the tracked self-similarity
+    ids, the frequency bin of each token id and the bootstrap group of each window: `plan_extraction`
     derives exactly these from the windows it is given; a shard passes the whole corpus's layout
-    instead, with `group_of` restricted to the shard's windows.
+    instead, with `group_of` restricted to the shard's windows. Shards must not split a document
+    (its windows' sums per document are squared once it is complete).
     """
     cfg = cfg or CONFIG
     analysed = analysed_masks(windows, special_policy)
     freq = token_frequencies(windows, analysed)
     return {"freq": freq, "bin_of_id": _freq_bins(freq, cfg.freq_bins),
+            "tracked": _tracked_ids(windows, analysed, freq, cfg),
             "group_of": _bootstrap_groups(windows, seed, cfg)}
 
 
 def _bootstrap_groups(windows: TokenWindows, seed: int, cfg: AnalysisConfig) -> np.ndarray:
-    """The bootstrap group of each window (seeded)."""
-    return np.random.default_rng(seed).integers(0, cfg.bootstrap_groups, size=len(windows.ids))
+    """The bootstrap group of each window: every document, with all its windows, is dealt into one
+    of `cfg.bootstrap_groups` groups (seeded), so that the resampling unit is whole documents."""
+    doc = np.asarray(windows.doc, dtype=np.int64)
+    per_doc = np.random.default_rng([seed, 1]).integers(0, cfg.bootstrap_groups, size=int(doc.max()) + 1)
+    return per_doc[doc]
+
+
+def _tracked_ids(windows: TokenWindows, analysed: list[np.ndarray], freq: dict[int, int],
+                 cfg: AnalysisConfig) -> np.ndarray:
+    """Self-similarity's token ids: the `cfg.self_sim_ids` most frequent (by analysed occurrences,
+    ties by the smaller id) among those occurring in at least `cfg.min_contexts` distinct sequences."""
+    per_seq = [np.unique(w[m]) for w, m in zip(windows.ids, analysed)]
+    ids, n_ctx = np.unique(np.concatenate(per_seq), return_counts=True) if per_seq else (np.zeros(0), np.zeros(0))
+    enough = {int(i) for i, c in zip(ids, n_ctx) if c >= cfg.min_contexts}
+    by_count = sorted(((k, c) for k, c in freq.items() if k in enough), key=lambda kv: (-kv[1], kv[0]))
+    return np.asarray([k for k, _ in by_count[:cfg.self_sim_ids]], dtype=np.int64)
 
 
 def _freq_luts(freq: dict[int, int], windows: TokenWindows) -> tuple[np.ndarray, np.ndarray]:
@@ -127,9 +144,9 @@ class ExtractionPlan:
     logf_lut: np.ndarray  # token id -> log corpus frequency
     bin_lut: np.ndarray  # token id -> frequency bin
     bin_edges: np.ndarray  # (bins, 2) log-frequency range of each bin
-    tracked: np.ndarray  # token ids tracked for self-similarity
+    tracked: np.ndarray  # token ids tracked for self-similarity (in >= min_contexts sequences)
     id_slot: np.ndarray  # token id -> row of `tracked`, -1 if untracked
-    group_of: np.ndarray  # bootstrap group of each window
+    group_of: np.ndarray  # bootstrap group of each window (that of its document)
     sample_global: np.ndarray  # sorted global analysed indices of the K sampled tokens
     offsets: np.ndarray  # global analysed index of each window's first analysed token (+ total)
     batches: list[np.ndarray]  # window indices of each batch, in processing order
@@ -169,12 +186,12 @@ def plan_extraction(windows: TokenWindows, *, special_policy: str = "exclude", b
     for k, v in bin_of_id.items():
         lf = logf_lut[k]
         edges[v] = [np.fmin(edges[v, 0], lf), np.fmax(edges[v, 1], lf)]
-    # Self-similarity: the most frequent token ids (>= min_contexts occurrences), tracked exactly.
-    by_count = sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))
-    tracked = np.asarray([k for k, c in by_count if c >= cfg.min_contexts][:cfg.self_sim_ids], dtype=np.int64)
-    id_slot = np.full(vocab_hi, -1, dtype=np.int64)
+    tracked = (_tracked_ids(windows, analysed, freq, cfg) if layout is None
+               else np.asarray(layout["tracked"], dtype=np.int64))
+    id_slot = np.full(max(vocab_hi, int(tracked.max()) + 1 if len(tracked) else 0), -1, dtype=np.int64)
     id_slot[tracked] = np.arange(len(tracked))
-    group_of = rng.integers(0, cfg.bootstrap_groups, size=len(windows.ids))  # drawn even with a layout: same sample
+    id_slot = id_slot[:vocab_hi]
+    group_of = _bootstrap_groups(windows, seed, cfg)
     if layout is not None:
         group_of = np.asarray(layout["group_of"], dtype=np.int64)
         if len(group_of) != len(windows.ids):
@@ -231,20 +248,27 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     L1 = len(kept)  # the accumulators and the sample scale with the layers kept
     batches = plan.batches
     if shard is not None:  # this process's share of the plan: each batch's forward is a single process's
-        batches = shard(batches, np.asarray([len(w) for w in windows.ids]))
+        # Batches that share a document go to one process together (its sum is squared once complete).
+        chains = _batch_chains(windows.doc, batches)
+        by_first = {int(c[0][0]): c for c in chains}
+        picked = shard([np.concatenate(c) for c in chains], np.asarray([len(w) for w in windows.ids]))
+        batches = [b for merged in picked for b in by_first[int(merged[0])]]
     N = plan.n_tokens if shard is None else int(sum(int(plan.n_an[b].sum()) for b in batches))
     K = plan.sample_size
     f64 = dict(dtype=torch.float64, device=dev)
     acc = {
         "group_sum_u": torch.zeros(L1, cfg.bootstrap_groups, d, **f64), "sum_u_sq": torch.zeros(L1, d, **f64),
-        "sum_seq_sq": torch.zeros(L1, **f64), "sum_norm": torch.zeros(L1, **f64),
+        "group_u_sq": torch.zeros(L1, cfg.bootstrap_groups, **f64),
+        "sum_doc_sq": torch.zeros(L1, **f64), "sum_norm": torch.zeros(L1, **f64),
         "sum_x": torch.zeros(L1, d, **f64), "sum_abs": torch.zeros(L1, d, **f64),
         "sum_abs2": torch.zeros(L1, d, **f64), "max_abs": torch.zeros(L1, d, **f64),
         "sum_f_abs": torch.zeros(L1, d, **f64), "intra_sum": torch.zeros(L1, **f64),
         "intra_n": torch.zeros(L1, **f64),
         "id_sum_u": torch.zeros(L1, len(plan.tracked), d, **f64),
-        "bin_sum_u": torch.zeros(L1, cfg.freq_bins, d, **f64),
+        "id_seq_sq": torch.zeros(L1, len(plan.tracked), **f64),
+        "bin_sum_u": torch.zeros(L1, cfg.freq_bins, d, **f64), "bin_u_sq": torch.zeros(L1, cfg.freq_bins, **f64),
     }
+    docs = _DocSums(windows.doc, batches)
     sample = torch.zeros(L1, K, d, dtype=torch.float32, device=dev)
     luts = {"logf": torch.as_tensor(plan.logf_lut, **f64), "bin": torch.as_tensor(plan.bin_lut, device=dev),
             "slot": torch.as_tensor(plan.id_slot, device=dev)}
@@ -283,7 +307,7 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             # The kept layers, on the accumulators' device (with device_map="auto" they live on several GPUs).
             hs = [out.hidden_states[i].to(dev) for i in kept]
             an_t = torch.as_tensor(an).to(dev, non_blocking=True)
-            _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, windows)
+            _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, docs)
             del out, hs
             done_tokens += int(an.sum())
             el = time.perf_counter() - t0
@@ -299,9 +323,75 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     timing = {"forward_s": el, "tokens_per_s": plan.n_tokens / el if el > 0 else 0.0,
               "padding_fraction": padding_fraction(windows, plan.batches), "n_batches": len(plan.batches),
               "oom_splits": n_splits}
+    if docs.carry:
+        raise RuntimeError(f"documents {sorted(docs.carry)} were not complete at the end of the run")
     arrays = {k: v.cpu().numpy() for k, v in acc.items()}
     arrays["layer_index"] = np.asarray(kept, dtype=np.int64)
     return arrays, sample.cpu().numpy(), timing
+
+
+def _batch_chains(doc: np.ndarray, batches: list[np.ndarray]) -> list[list[np.ndarray]]:
+    """`batches` cut into runs of consecutive batches that no document straddles.
+
+    >>> [len(c) for c in _batch_chains(np.array([0, 0, 1, 2, 2]), [np.array([0]), np.array([1, 2]),
+    ...                                                           np.array([3]), np.array([4])])]
+    [2, 2]
+    """
+    doc = np.asarray(doc)
+    first: dict = {}
+    last: dict = {}
+    for i, b in enumerate(batches):
+        for dd in doc[b].tolist():
+            first.setdefault(dd, i)
+            last[dd] = i
+    open_after = np.zeros(len(batches) + 1, dtype=np.int64)  # documents open across the gap after batch i
+    for dd, lo in first.items():
+        open_after[lo] += 1
+        open_after[last[dd]] -= 1
+    open_after = np.cumsum(open_after)
+    chains, cur = [], []
+    for i, b in enumerate(batches):
+        cur.append(b)
+        if open_after[i] == 0:
+            chains.append(cur)
+            cur = []
+    if cur:
+        chains.append(cur)
+    return chains
+
+
+class _DocSums:
+    """sum_D ||S_D||^2 over documents, whose windows may fall in several batches: a document's sum of
+    u stays open (on the device) until its last window is processed. With `plan_batches`' order
+    at most one document is open at a time."""
+
+    def __init__(self, doc: np.ndarray, batches: list[np.ndarray]):
+        self.doc = np.asarray(doc)
+        mine = np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+        uniq, counts = np.unique(self.doc[mine], return_counts=True)
+        self.left = dict(zip(uniq.tolist(), counts.tolist()))  # windows not yet processed, per document
+        self.carry: dict = {}  # open document -> (L+1, d) partial sum of u
+
+    def add(self, acc_doc_sq, b: np.ndarray, S_all) -> None:
+        """S_all (L+1, B, d): per-window sums of u of batch `b`; adds complete documents' ||S_D||^2."""
+        import torch
+
+        docs = self.doc[b]
+        uniq, loc = np.unique(docs, return_inverse=True)
+        D = torch.zeros(S_all.shape[0], len(uniq), S_all.shape[2], dtype=S_all.dtype, device=S_all.device)
+        D.index_add_(1, torch.as_tensor(loc, device=S_all.device), S_all)
+        done = []
+        for j, dd in enumerate(uniq.tolist()):
+            if dd in self.carry:
+                D[:, j] += self.carry.pop(dd)
+            self.left[dd] -= int((docs == dd).sum())
+            if self.left[dd] > 0:
+                self.carry[dd] = D[:, j].clone()
+            else:
+                done.append(j)
+        if done:
+            Dd = D[:, torch.as_tensor(done, device=S_all.device)]
+            acc_doc_sq += (Dd * Dd).sum((1, 2))
 
 
 def _sample_positions(b: np.ndarray, an: np.ndarray, plan: ExtractionPlan) -> tuple[np.ndarray, np.ndarray]:
@@ -319,7 +409,7 @@ def _sample_positions(b: np.ndarray, an: np.ndarray, plan: ExtractionPlan) -> tu
     return np.concatenate(sel_flat), np.concatenate(sel_k)
 
 
-def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan, luts, dtype, windows) -> None:
+def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan, luts, dtype, docs: _DocSums) -> None:
     """Every layer of one batch into the accumulators and the sample; stops on a non-finite value.
 
     Statistics on the padded grid with non-analysed positions selected out: dense reductions, no
@@ -335,17 +425,20 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     seq_n = torch.as_tensor(an.sum(1), dtype=torch.float64, device=dev)
     grp = torch.as_tensor(plan.group_of[b], device=dev)
     chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step], grp[r0:r0 + step],
-                            luts, plan.cfg.freq_bins, r0) for r0 in range(0, B, step)]
+                            luts, plan.cfg.freq_bins, r0, len(plan.tracked)) for r0 in range(0, B, step)]
     sel_flat, sel_k = _sample_positions(b, an, plan)
     sel_flat_t, sel_k_t = torch.as_tensor(sel_flat, device=dev), torch.as_tensor(sel_k, device=dev)
     norm_sums = torch.zeros(len(hs), dtype=torch.float64, device=dev)
+    S_all = torch.zeros(len(hs), B, d, dtype=torch.float64, device=dev)  # per-window sums of u
     for layer, h in enumerate(hs):
         for c in chunks:
-            norm_sums[layer] += _accumulate(acc, layer, h[c["r0"]:c["r0"] + len(c["seq_n"])], c)
+            r0, r1 = c["r0"], c["r0"] + len(c["seq_n"])
+            norm_sums[layer] += _accumulate(acc, layer, h[r0:r1], c, S_all[layer, r0:r1])
         if len(sel_k):
             sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
     if not bool(torch.isfinite(norm_sums).all()):  # one host sync per batch
         _report_non_finite(hs, an_t, ids_t, norm_sums, dtype)
+    docs.add(acc["sum_doc_sq"], b, S_all)
 
 
 def _report_non_finite(hs, an_t, ids_t, norm_sums, dtype: str) -> None:
@@ -369,9 +462,17 @@ def _finalise(windows: TokenWindows, plan: ExtractionPlan, arrays: dict, sample:
     all_seq = np.repeat(np.arange(len(windows.ids)), n_an)
     occ_logf_all = plan.logf_lut[all_tok]
     arrays = dict(arrays)
+    doc_n = np.bincount(np.unique(windows.doc, return_inverse=True)[1], weights=n_an.astype(np.float64))
+    # Self-similarity's pair counts: per tracked id, sum over sequences of (occurrences in it)^2.
+    slots = plan.id_slot[all_tok]
+    occ = slots >= 0
+    m = max(len(plan.tracked), 1)
+    pair_keys, per_seq = np.unique(all_seq[occ] * m + slots[occ], return_counts=True)
     arrays.update(
         n=np.float64(plan.n_tokens), n_seq=np.float64((n_an > 0).sum()),
-        sum_n_sq=np.float64((n_an.astype(np.float64) ** 2).sum()),
+        sum_doc_n_sq=np.float64((doc_n ** 2).sum()),
+        id_seq_n_sq=np.bincount(pair_keys % m, weights=per_seq.astype(np.float64) ** 2,
+                                minlength=len(plan.tracked))[:len(plan.tracked)],
         group_n=np.bincount(plan.group_of[all_seq], minlength=cfg.bootstrap_groups).astype(np.float64),
         sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
         id_counts=_slot_counts(plan.id_slot[all_tok], len(plan.tracked)), id_list=plan.tracked,
@@ -393,23 +494,29 @@ def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(slots[slots >= 0], minlength=n).astype(np.float64)
 
 
-def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int) -> dict:
-    """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots."""
+def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_tracked: int) -> dict:
+    """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots and
+    the (sequence, tracked id) pair of each tracked occurrence."""
     import torch
 
     safe = torch.where(an, ids, 0)  # padding ids may lie outside the lookup tables
     slots = luts["slot"][safe].reshape(-1)
     keep_idx = torch.nonzero((slots >= 0) & an.reshape(-1)).squeeze(1)  # one host sync per chunk
+    keep_slots = slots[keep_idx]
+    pairs, pair_of = torch.unique((keep_idx // an.shape[1]) * max(n_tracked, 1) + keep_slots, return_inverse=True)
     onehot = torch.nn.functional.one_hot(luts["bin"][safe], n_bins) * an.unsqueeze(-1)
     return {"r0": r0, "mk": an.unsqueeze(-1), "logf": torch.where(an, luts["logf"][safe], 0.0),
             "onehot_bins": onehot.reshape(-1, n_bins).to(torch.float64).T, "keep_idx": keep_idx,
-            "keep_slots": slots[keep_idx], "any_keep": len(keep_idx) > 0, "seq_n": seq_n, "grp": grp}
+            "keep_slots": keep_slots, "any_keep": len(keep_idx) > 0, "seq_n": seq_n, "grp": grp,
+            "pair_of": pair_of, "pair_slot": pairs % max(n_tracked, 1), "n_pairs": len(pairs)}
 
 
-def _accumulate(acc: dict, layer: int, h, c: dict):
-    """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators.
+def _accumulate(acc: dict, layer: int, h, c: dict, S_out):
+    """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators; write
+    the per-window sums of u into S_out (B, d) (the per-document sums are made from them).
 
     Returns the chunk's sum of norms (a NaN or inf at an analysed position makes it non-finite).
+    A hidden state that is exactly zero has u = 0: counted in n, with cosine 0 to every token.
     """
     import torch
 
@@ -419,9 +526,12 @@ def _accumulate(acc: dict, layer: int, h, c: dict):
     u = x / norm.clamp_min(1e-30).unsqueeze(-1)
     ax = x.abs()
     S = u.sum(1)  # (B, d) per-sequence sums of u
+    S_out.copy_(S)
     acc["group_sum_u"][layer].index_add_(0, c["grp"], S)
-    acc["sum_seq_sq"][layer] += (S * S).sum()
-    acc["sum_u_sq"][layer] += (u * u).sum((0, 1))
+    uu = u * u
+    usq = uu.sum(-1)  # (B, T): 1, or 0 for a zero hidden state (and for non-analysed positions)
+    acc["group_u_sq"][layer].index_add_(0, c["grp"], usq.sum(1))
+    acc["sum_u_sq"][layer] += uu.sum((0, 1))
     norm_sum = norm.sum()
     acc["sum_norm"][layer] += norm_sum
     Sx = x.sum(1)  # (B, d) per-sequence sums of x
@@ -435,8 +545,13 @@ def _accumulate(acc: dict, layer: int, h, c: dict):
     acc["intra_n"][layer] += n_intra
     uf = u.reshape(-1, d)
     acc["bin_sum_u"][layer] += c["onehot_bins"] @ uf
+    acc["bin_u_sq"][layer] += c["onehot_bins"] @ usq.reshape(-1)
     if c["any_keep"]:
-        acc["id_sum_u"][layer].index_add_(0, c["keep_slots"], uf[c["keep_idx"]])
+        kept = uf[c["keep_idx"]]
+        acc["id_sum_u"][layer].index_add_(0, c["keep_slots"], kept)
+        # Self-similarity over different sequences: sum over (sequence, id) of ||S_{id,seq}||^2.
+        P = torch.zeros(c["n_pairs"], d, dtype=kept.dtype, device=kept.device).index_add_(0, c["pair_of"], kept)
+        acc["id_seq_sq"][layer].index_add_(0, c["pair_slot"], (P * P).sum(1))
     return norm_sum
 
 

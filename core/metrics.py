@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "DEFINITIONS",
     "mean_cosine",
     "cross_sequence_cosine",
     "cosine_contribution",
@@ -41,7 +42,33 @@ __all__ = [
     "pairwise_cosine_histogram",
     "sample_mean_cosine",
     "spectral_metrics",
+    "isotropic_baseline",
+    "BASELINE_METRICS",
 ]
+
+
+# One-line exact definitions (hover texts, tables); docs/metrics.md has the long form.
+DEFINITIONS: dict[str, str] = {
+    "mean_cosine": "mean of cos(x_i, x_j) over all ordered pairs i != j of analysed tokens: "
+                   "(||sum u||^2 - N) / (N (N - 1)), exact (Ethayarajh 2019; Godey et al. 2023)",
+    "mean_cosine_ci": "95% percentile bootstrap over groups of whole documents; a token is never paired with its "
+                      "own copy",
+    "cross_sequence_cosine": "mean cos over pairs of tokens from different documents (two windows of one "
+                             "document are one context)",
+    "intra_sentence_similarity": "mean over sequences of mean_t cos(x_t, mean of the sequence) (Ethayarajh 2019)",
+    "intra_sentence_adjusted": "intra-sentence similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
+    "self_similarity": "per tracked token id, mean cos over pairs of its occurrences in different sequences; "
+                       "unweighted mean over the 200 most frequent ids seen in >= 5 sequences (Ethayarajh 2019)",
+    "self_similarity_adjusted": "self-similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
+    "mean_norm": "mean of ||x_t|| over analysed tokens",
+    "sample_mean_cosine": "mean cos over all ordered pairs of the token sample (exact on the sample)",
+    "pc1_variance_ratio": "top eigenvalue / trace of the covariance of the centred sample",
+    "effective_rank": "exp of the entropy of the normalised singular values of the centred sample "
+                      "(Roy & Vetterli 2007)",
+    "isoscore": "IsoScore of the sample (Rudman et al. 2022): 1 = isotropic, 0 = one direction",
+    "partition_isotropy": "min_c Z(c) / max_c Z(c), Z(c) = sum_t exp(c . w_t), c the eigenvectors of W^T W, "
+                          "W = sample rescaled to unit mean norm (Mu & Viswanath 2018)",
+}
 
 
 # --------------------------------------------------------------------------- validation
@@ -87,17 +114,22 @@ def _sample(X: Any, min_rows: int = 2) -> np.ndarray:
 # --------------------------------------------------------------------------- streaming
 
 
-def _pair_mean(sq_norm: np.ndarray | float, n: np.ndarray | float) -> np.ndarray:
-    """(||S||^2 - n) / (n (n - 1)) elementwise; nan where n < 2."""
+def _pair_mean(sq_norm: np.ndarray | float, n: np.ndarray | float, diag=None) -> np.ndarray:
+    """(||S||^2 - diag) / (n (n - 1)) elementwise; nan where n < 2.
+
+    ``diag = sum_t ||u_t||^2`` is n unless some hidden states are exactly zero: a zero vector has
+    no direction, its ``u`` is 0 and its cosine with any token counts as 0 (DESIGN.md).
+    """
     sq_norm = np.asarray(sq_norm, dtype=np.float64)
     n = np.asarray(n, dtype=np.float64)
+    diag = n if diag is None else np.asarray(diag, dtype=np.float64)
     denom = n * (n - 1.0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        out = (sq_norm - n) / denom
+        out = (sq_norm - diag) / denom
     return np.where(n >= 2, out, np.nan)
 
 
-def mean_cosine(sum_u: np.ndarray, n: int) -> float:
+def mean_cosine(sum_u: np.ndarray, n: int, sum_u_sq: float | None = None) -> float:
     """Mean cosine similarity over all ordered token pairs ``i != j`` (exact, streaming).
 
     The anisotropy measure of Ethayarajh (2019) and Godey et al. (2023, "Is Anisotropy
@@ -110,6 +142,9 @@ def mean_cosine(sum_u: np.ndarray, n: int) -> float:
         Sum of the unit-normalised hidden states of one layer.
     n : int
         Number of tokens summed.
+    sum_u_sq : float, optional
+        ``sum_t ||u_t||^2``: n, less the tokens whose hidden state is exactly zero (their cosine
+        with any token counts as 0). Default n.
 
     Returns
     -------
@@ -123,15 +158,17 @@ def mean_cosine(sum_u: np.ndarray, n: int) -> float:
     0.0
     """
     s = _vector(sum_u, "sum_u")
-    return float(_pair_mean(s @ s, _count(n)))
+    return float(_pair_mean(s @ s, _count(n), sum_u_sq))
 
 
 def cross_sequence_cosine(sum_u: np.ndarray, n: int, sum_seq_sq: float, sum_n_sq: float) -> float:
-    """Mean cosine over pairs of tokens from *different* sequences.
+    """Mean cosine over pairs of tokens from *different documents* (different contexts).
 
-    Removes the within-sequence (context) similarity from ``mean_cosine``:
-    ``(||S||^2 - sum_s ||S_s||^2) / (n^2 - sum_s n_s^2)``, ``S_s`` the sum of ``u`` over
-    sequence ``s`` (cf. Ethayarajh 2019's random-word baseline).
+    Removes the within-context similarity from ``mean_cosine``:
+    ``(||S||^2 - sum_D ||S_D||^2) / (n^2 - sum_D n_D^2)``, ``S_D`` the sum of ``u`` over
+    document ``D`` (all its windows: two windows of one document are not different contexts;
+    cf. Ethayarajh 2019's random-word baseline). The same formula gives the mean over pairs from
+    different sequences when the sums are taken per sequence.
 
     Parameters
     ----------
@@ -140,9 +177,9 @@ def cross_sequence_cosine(sum_u: np.ndarray, n: int, sum_seq_sq: float, sum_n_sq
     n : int
         Number of tokens.
     sum_seq_sq : float
-        ``sum_s ||S_s||^2``.
+        ``sum_D ||S_D||^2`` over documents.
     sum_n_sq : float
-        ``sum_s n_s^2``.
+        ``sum_D n_D^2``.
 
     Returns
     -------
@@ -187,8 +224,10 @@ def cosine_contribution(sum_u: np.ndarray, sum_u_sq: np.ndarray, n: int) -> np.n
 def top_contributions(cc: np.ndarray, k: int = 10) -> dict:
     """The ``k`` dimensions with the largest cosine contribution and their shares.
 
-    Dimensions are ordered by ``cc`` descending (signed: a dimension that *lowers* the mean
-    cosine is not "top"). ``share_d = cc_d / sum(cc)``. When the mean cosine is close to 0
+    Dimensions are ordered by ``|cc|`` descending (a dimension that *lowers* the mean cosine a
+    lot is reported too, with a negative share), the same order as the figure's bars.
+    ``share_d = cc_d / sum(cc)``; ``top1_share`` / ``top3_share`` are the summed shares of the first
+    one / three dimensions of that order. When the mean cosine is close to 0
     the shares are ill-conditioned (a small total divides them): they are still returned,
     finite, but can exceed 1 or be negative; read them together with the mean cosine. When
     ``sum(cc) == 0`` (or ``cc`` is not finite) the shares are nan.
@@ -212,10 +251,11 @@ def top_contributions(cc: np.ndarray, k: int = 10) -> dict:
     k = min(int(k), cc.shape[0])
     total = float(cc.sum())
     finite = bool(np.isfinite(cc).all())
-    order = np.argsort(-cc, kind="stable")[:k] if finite else np.arange(k)
+    full = np.argsort(-np.abs(cc), kind="stable") if finite else np.arange(cc.shape[0])
+    order = full[:k]
     denom = total if (finite and total != 0) else math.nan
     top = cc[order]
-    ranked = np.sort(cc)[::-1]  # top1/top3 shares do not depend on k
+    ranked = cc[full]  # top1/top3 shares do not depend on k
     return {
         "dims": [int(i) for i in order],
         "cc": [float(v) for v in top],
@@ -227,12 +267,13 @@ def top_contributions(cc: np.ndarray, k: int = 10) -> dict:
 
 
 def self_similarity_per_id(
-    id_sum_u: np.ndarray, id_counts: np.ndarray, min_count: int = 5
+    id_sum_u: np.ndarray, id_counts: np.ndarray, id_seq_sq: np.ndarray, id_seq_n_sq: np.ndarray
 ) -> np.ndarray:
-    """Self-similarity of each token id (Ethayarajh 2019).
+    """Self-similarity of each token id over its occurrences in *different* sequences (Ethayarajh 2019).
 
-    For a token id with ``n`` occurrences whose unit vectors sum to ``S``, the mean pairwise
-    cosine among its occurrences is ``(||S||^2 - n) / (n (n - 1))``.
+    For a token id with ``c`` occurrences whose unit vectors sum to ``S``, and ``S_s``, ``c_s``
+    the same per sequence, the mean cosine over pairs of occurrences from different sequences
+    (different contexts) is ``(||S||^2 - sum_s ||S_s||^2) / (c^2 - sum_s c_s^2)``.
 
     Parameters
     ----------
@@ -240,52 +281,49 @@ def self_similarity_per_id(
         Per-id sums of ``u_t``.
     id_counts : ndarray of shape (M,)
         Occurrences of each id.
-    min_count : int
-        Ids seen fewer times get nan (Ethayarajh uses 5).
+    id_seq_sq : ndarray of shape (M,)
+        Per id, ``sum_s ||S_s||^2`` over the sequences it occurs in.
+    id_seq_n_sq : ndarray of shape (M,)
+        Per id, ``sum_s c_s^2``.
 
     Returns
     -------
     ndarray of shape (M,)
+        nan for an id that occurs in fewer than two sequences.
+
+    Examples
+    --------
+    >>> S = np.array([[2.0, 0.0]])            # two occurrences of one id, both along e_1 ...
+    >>> self_similarity_per_id(S, [2], [2.0], [2.0])   # ... in two different sequences
+    array([1.])
     """
     S = _matrix(id_sum_u, "id_sum_u")
     c = _vector(id_counts, "id_counts", S.shape[0])
-    min_count = max(_count(min_count, "min_count"), 2)
-    out = _pair_mean(np.einsum("md,md->m", S, S), c)
-    return np.where(c >= min_count, out, np.nan)
+    q = _vector(id_seq_sq, "id_seq_sq", S.shape[0])
+    c2 = _vector(id_seq_n_sq, "id_seq_n_sq", S.shape[0])
+    denom = c * c - c2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        out = (np.einsum("md,md->m", S, S) - q) / denom
+    return np.where(denom > 0, out, np.nan)
 
 
 def self_similarity(
-    id_sum_u: np.ndarray,
-    id_counts: np.ndarray,
-    min_count: int = 5,
-    max_ids: int | None = None,
+    id_sum_u: np.ndarray, id_counts: np.ndarray, id_seq_sq: np.ndarray, id_seq_n_sq: np.ndarray
 ) -> float:
-    """Mean self-similarity over token ids seen at least ``min_count`` times (Ethayarajh 2019).
+    """Self-similarity (Ethayarajh 2019): the unweighted mean over the tracked token ids of
+    :func:`self_similarity_per_id` (pairs of occurrences in different sequences).
 
-    Parameters
-    ----------
-    id_sum_u : ndarray of shape (M, d)
-    id_counts : ndarray of shape (M,)
-    min_count : int
-    max_ids : int, optional
-        Average over only the ``max_ids`` most frequent qualifying ids (ties broken by row
-        order). None = all qualifying ids.
+    The extraction tracks the most frequent ids among those occurring in at least
+    ``CONFIG.min_contexts`` distinct sequences (``core.config``).
 
     Returns
     -------
     float
-        nan when no id qualifies.
+        nan when no id has a pair of occurrences in different sequences.
     """
-    per_id = self_similarity_per_id(id_sum_u, id_counts, min_count)
-    c = np.asarray(id_counts, dtype=np.float64)
-    keep = np.flatnonzero(np.isfinite(per_id))
-    if keep.size == 0:
-        return math.nan
-    if max_ids is not None:
-        if _count(max_ids, "max_ids") < 1:
-            raise ValueError(f"max_ids must be >= 1, got {max_ids!r}")
-        keep = keep[np.argsort(-c[keep], kind="stable")[: int(max_ids)]]
-    return float(per_id[keep].mean())
+    per_id = self_similarity_per_id(id_sum_u, id_counts, id_seq_sq, id_seq_n_sq)
+    keep = np.isfinite(per_id)
+    return float(per_id[keep].mean()) if keep.any() else math.nan
 
 
 def intra_sentence_sums(seq_sum_u, seq_sum_x, seq_n):
@@ -346,13 +384,22 @@ def mean_cosine_ci(
     n_boot: int = 1000,
     seed: int = 0,
     level: float = 0.95,
+    group_u_sq: np.ndarray | None = None,
 ) -> tuple[float, float]:
-    """Percentile bootstrap interval for ``mean_cosine``, resampling groups of sequences.
+    """Percentile bootstrap interval for ``mean_cosine``, resampling groups of whole documents.
 
-    Tokens within a sequence are dependent, so the resampling unit is a group of whole
-    sequences. Each replicate draws G groups with replacement (multinomial weights ``w``),
-    ``S = w @ group_sum_u``, ``N = w @ group_n`` and evaluates ``(||S||^2 - N) / (N (N - 1))``
-    (Efron & Tibshirani 1993). Vectorised over replicates, in bounded-memory chunks.
+    Tokens of one document are dependent (its windows too), so the resampling unit is a group of
+    documents (the extraction deals every document, with all its windows, into one of G groups).
+    Each replicate draws G groups with replacement (multinomial weights ``w``). A group drawn
+    twice must not pair a token with its own copy (cosine 1, which would push the interval up),
+    so the statistic keeps only pairs of distinct original tokens, each weighted by
+    ``w_g(i) w_g(j)``::
+
+        (||sum_g w_g S_g||^2 - sum_g w_g^2 Q_g) / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g)
+
+    with ``Q_g = sum_{t in g} ||u_t||^2`` (= n_g without zero hidden states). With all ``w_g = 1``
+    it is exactly ``mean_cosine`` (Efron & Tibshirani 1993; Davison & Hinkley 1997 for cluster
+    resampling). Vectorised over replicates, in bounded-memory chunks.
 
     Parameters
     ----------
@@ -366,22 +413,27 @@ def mean_cosine_ci(
         Seed of the ``numpy.random.Generator``.
     level : float
         Coverage in (0, 1).
+    group_u_sq : ndarray of shape (G,), optional
+        ``Q_g``; default ``group_n``.
 
     Returns
     -------
     (low, high) : tuple of float
-        (nan, nan) when G < 2.
+        (nan, nan) with fewer than two non-empty groups.
     """
     S = _matrix(group_sum_u, "group_sum_u")
     gn = _vector(group_n, "group_n", S.shape[0])
+    q = gn if group_u_sq is None else _vector(group_u_sq, "group_u_sq", S.shape[0])
     n_boot = _count(n_boot, "n_boot")
     if n_boot < 1:
         raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    G = S.shape[0]
-    if G < 2:
+    keep = gn > 0  # empty groups are not resampling units
+    if keep.sum() < 2:
         return (math.nan, math.nan)
+    S, gn, q = S[keep], gn[keep], q[keep]
+    G = S.shape[0]
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_boot, 4_000_000 // max(G, S.shape[1])))
     stats = np.empty(n_boot)
@@ -390,7 +442,11 @@ def mean_cosine_ci(
         stop = min(start + chunk, n_boot)
         W = rng.multinomial(G, p, size=stop - start).astype(np.float64)  # (b, G)
         Sb = W @ S  # (b, d)
-        stats[start:stop] = _pair_mean(np.einsum("bd,bd->b", Sb, Sb), W @ gn)
+        W2 = W * W
+        Nb = W @ gn
+        denom = Nb * Nb - W2 @ gn
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats[start:stop] = np.where(denom > 0, (np.einsum("bd,bd->b", Sb, Sb) - W2 @ q) / denom, np.nan)
     alpha = (1.0 - level) / 2.0
     if np.isnan(stats).all():
         return (math.nan, math.nan)
@@ -471,7 +527,7 @@ def mean_cosine_diff_ci(a_group_sum_u: np.ndarray, a_group_n: np.ndarray, b_grou
     return d, float(lo), float(hi)
 
 
-def frequency_binned_cosine(bin_sum_u: np.ndarray, bin_n: np.ndarray) -> np.ndarray:
+def frequency_binned_cosine(bin_sum_u: np.ndarray, bin_n: np.ndarray, bin_u_sq: np.ndarray | None = None) -> np.ndarray:
     """Mean cosine among the tokens of each frequency bin.
 
     Same formula as :func:`mean_cosine`, row by row; useful to see whether anisotropy is
@@ -481,6 +537,8 @@ def frequency_binned_cosine(bin_sum_u: np.ndarray, bin_n: np.ndarray) -> np.ndar
     ----------
     bin_sum_u : ndarray of shape (B, d)
     bin_n : ndarray of shape (B,)
+    bin_u_sq : ndarray of shape (B,), optional
+        ``sum_t ||u_t||^2`` per bin (default ``bin_n``; less where hidden states are zero).
 
     Returns
     -------
@@ -489,7 +547,8 @@ def frequency_binned_cosine(bin_sum_u: np.ndarray, bin_n: np.ndarray) -> np.ndar
     """
     S = _matrix(bin_sum_u, "bin_sum_u")
     n = _vector(bin_n, "bin_n", S.shape[0])
-    return _pair_mean(np.einsum("bd,bd->b", S, S), n)
+    q = None if bin_u_sq is None else _vector(bin_u_sq, "bin_u_sq", S.shape[0])
+    return _pair_mean(np.einsum("bd,bd->b", S, S), n, q)
 
 
 def pearson_from_sums(
@@ -558,10 +617,16 @@ def _pc1_ratio(lam: np.ndarray) -> float:
 
 
 def _effective_rank(lam: np.ndarray) -> float:
-    tr = lam.sum()
+    """Roy & Vetterli on the singular values of the centred sample: sigma_i = sqrt((K - 1) lam_i)
+    (the constant cancels in the normalisation). Eigenvalues at rounding level of the largest
+    (below d eps lam_max, the usual rank tolerance) are 0: their square roots would not be."""
+    if lam.size == 0:
+        return math.nan
+    sv = np.sqrt(np.where(lam > lam.max() * lam.size * np.finfo(np.float64).eps, lam, 0.0))
+    tr = sv.sum()
     if tr <= 0:
         return math.nan
-    p = lam / tr
+    p = sv / tr
     p = p[p > 0]
     return float(np.exp(-(p * np.log(p)).sum()))
 
@@ -579,10 +644,15 @@ def _isoscore(lam: np.ndarray) -> float:
 
 
 def _partition_isotropy(X: np.ndarray) -> float:
-    """min Z / max Z over +-eigenvectors c of X^T X, Z(c) = sum_t exp(c . x_t), in log space."""
-    _, V = np.linalg.eigh(X.T @ X)  # (d, d), columns = eigenvectors
-    P = X @ V  # (K, d): c . x_t for every eigenvector
-    logz = np.concatenate([_logsumexp0(P), _logsumexp0(-P)])
+    """min Z / max Z over the eigenvectors c of W^T W, Z(c) = sum_t exp(c . w_t), in log space;
+    W = X rescaled to unit mean norm; each eigenvector's sign fixed (largest |entry| positive)."""
+    mean_norm = np.linalg.norm(X, axis=1).mean()
+    if not mean_norm > 0:
+        return math.nan
+    W = X / mean_norm
+    _, V = np.linalg.eigh(W.T @ W)  # (d, d), columns = eigenvectors
+    V = V * np.sign(V[np.abs(V).argmax(axis=0), np.arange(V.shape[1])])  # deterministic sign
+    logz = _logsumexp0(W @ V)  # (d,): log Z(c) for every eigenvector
     return float(np.exp(logz.min() - logz.max()))
 
 
@@ -611,10 +681,19 @@ def pc1_variance_ratio(X: np.ndarray) -> float:
 
 
 def effective_rank(X: np.ndarray) -> float:
-    """Effective rank of the covariance (Roy & Vetterli 2007).
+    """Effective rank of the centred sample (Roy & Vetterli 2007, "The effective rank: a measure
+    of effective dimensionality").
 
-    ``exp(H(p))`` with ``p = lambda / sum(lambda)`` the normalised covariance eigenvalues:
+    ``exp(H(p))``, ``H`` the Shannon entropy (nats) of ``p = sigma / sum(sigma)``, ``sigma`` the
+    singular values of the centred sample ``X - mean(X)`` (as the paper defines it; not of the
+    covariance eigenvalues, which are the squared singular values and give a smaller number).
     d for isotropic data, 1 when all variance lies on one direction.
+
+    Examples
+    --------
+    >>> X = np.array([[1.0, 0.0], [-1.0, 0.0], [0.0, 2.0], [0.0, -2.0]])  # singular values 2 sqrt 2, sqrt 2
+    >>> round(effective_rank(X), 4)  # exp(H(2/3, 1/3))
+    1.8899
 
     Parameters
     ----------
@@ -655,10 +734,14 @@ def isoscore(X: np.ndarray) -> float:
 def partition_isotropy(X: np.ndarray) -> float:
     """Partition-function isotropy ``I(W)`` (Mu & Viswanath 2018, "All-but-the-Top").
 
-    ``I(W) = min_c Z(c) / max_c Z(c)`` with ``Z(c) = sum_t exp(c . x_t)``, approximated, as in
-    the paper, over the eigenvectors of the *uncentred* ``X^T X``. Eigenvector signs are
-    arbitrary (LAPACK-dependent), so both ``c`` and ``-c`` are used, which makes the value
-    reproducible; it can only be lower than a single-sign variant. Computed in log space.
+    ``I(W) = min_c Z(c) / max_c Z(c)`` with ``Z(c) = sum_t exp(c . w_t)``, approximated, as in
+    the paper, over the eigenvectors ``c`` of the *uncentred* ``W^T W``, one sign each (the paper's
+    Z(c); the sign LAPACK returns is arbitrary, so it is fixed: the largest-magnitude entry of
+    each eigenvector is positive). Two choices of ours, both documented in docs/metrics.md:
+    ``W`` is ``X`` rescaled to unit mean norm (``w_t = x_t / mean_s ||x_s||``), because for hidden
+    states with norms in the hundreds ``exp(c . x)`` makes any anisotropy collapse the value to
+    0 (the paper's word vectors have norms near 1); and the sign convention above. Computed in
+    log space.
 
     Parameters
     ----------
@@ -667,23 +750,24 @@ def partition_isotropy(X: np.ndarray) -> float:
     Returns
     -------
     float
-        In (0, 1]; close to 1 for isotropic data, 0 when there is a dominant common direction
-        (values underflow to 0.0 for large norms — that is the correct limit).
+        In (0, 1]; close to 1 for isotropic data, toward 0 when there is a dominant common
+        direction; nan when every row is zero.
     """
     return _partition_isotropy(_sample(X))
 
 
 def _unit_rows(X: np.ndarray) -> np.ndarray:
-    """Rows normalised to unit length; zero rows (no direction) are dropped."""
+    """Rows normalised to unit length; a zero row stays zero (no direction: its cosine with any row
+    counts as 0, as in the streaming statistics)."""
     norms = np.linalg.norm(X, axis=1)
-    keep = norms > 0
-    return X[keep] / norms[keep, None]
+    return X / np.where(norms > 0, norms, 1.0)[:, None]
 
 
 def sample_mean_cosine(X: np.ndarray) -> float:
     """Exact mean cosine over all ordered pairs ``i != j`` of the sample rows.
 
-    Same estimator as :func:`mean_cosine`, applied to the sample (zero rows are dropped).
+    Same estimator as :func:`mean_cosine`, applied to the sample (a zero row has cosine 0 with
+    every row, as in the streaming statistics).
 
     Parameters
     ----------
@@ -695,7 +779,7 @@ def sample_mean_cosine(X: np.ndarray) -> float:
     """
     U = _unit_rows(_sample(X))
     s = U.sum(axis=0)
-    return float(_pair_mean(s @ s, U.shape[0]))
+    return float(_pair_mean(s @ s, U.shape[0], (U * U).sum()))
 
 
 def pairwise_cosine_histogram(
@@ -774,6 +858,37 @@ def spectral_metrics(X: np.ndarray) -> dict:
         "effective_rank": _effective_rank(lam),
         "isoscore": _isoscore(lam),
         "partition_isotropy": _partition_isotropy(X),
-        "mean_cosine": float(_pair_mean(s @ s, U.shape[0])),
+        "mean_cosine": float(_pair_mean(s @ s, U.shape[0], (U * U).sum())),
         "n_sample": int(X.shape[0]),
     }
+
+
+# Sample metrics that are biased for a finite sample, so they get an isotropic baseline.
+BASELINE_METRICS = ("pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
+
+
+def isotropic_baseline(K: int, d: int, seed: int = 0) -> dict:
+    """The sample metrics of an isotropic Gaussian sample of the same size K and width d.
+
+    Finite samples are biased: an isotropic Gaussian of K = 5000 scores IsoScore 0.87 at
+    d = 768 and lower as d grows, so a model's value is read against this baseline (reported as
+    ``<metric>_isotropic``). Seeded, so the same (K, d, seed) gives the same numbers.
+
+    Returns
+    -------
+    dict
+        ``pc1_variance_ratio``, ``effective_rank``, ``isoscore``, ``partition_isotropy`` of
+        ``X ~ N(0, I_d)``, X of shape (K, d).
+
+    Examples
+    --------
+    >>> b = isotropic_baseline(2000, 8)
+    >>> 0.9 < b["isoscore"] <= 1.0 and 7.5 < b["effective_rank"] <= 8.0
+    True
+    """
+    K, d = _count(K, "K"), _count(d, "d")
+    if K < 2 or d < 1:
+        raise ValueError(f"need K >= 2 and d >= 1, got K={K}, d={d}")
+    X = np.random.default_rng(seed).standard_normal((K, d))
+    m = spectral_metrics(X)
+    return {k: m[k] for k in BASELINE_METRICS}

@@ -280,6 +280,20 @@ def results_key(spec: RunSpec, cache_dir=None) -> str:
     return f"results:{_results_code()}:{run_key(spec, cache_dir)}"
 
 
+def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
+    """The sample metrics of an isotropic Gaussian of this run's K and d (cached: one per width)."""
+    from .analysis import isotropic_baseline as compute
+
+    K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
+    store = get_store(cache_dir)
+    key = f"isotropic:{_results_code()}:{K}:{d}:{CONFIG.isotropic_seed}"
+    got = store.get_json(key)
+    if got is None:
+        got = compute(stats)
+        store.put(key, got)
+    return got
+
+
 def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
             cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
             memo: dict | None = None) -> dict | None:
@@ -312,7 +326,7 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
         stats = get_stats(spec, cache_dir, progress, cancel, force, memo=memo)
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
-        got = build_results(stats)
+        got = build_results(stats, isotropic=isotropic_baseline(stats, cache_dir))
         store.put(key, got)
         cache_hit = stats.cached
     got["manifest"]["cache_hit"] = cache_hit

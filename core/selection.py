@@ -27,15 +27,15 @@ UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU
 # Metric keys of results["layers"], in menu order, with a label and what the y axis shows.
 METRICS: dict[str, tuple[str, str]] = {
     "mean_cosine": ("Mean cosine similarity", "mean cos(x_i, x_j), all pairs i != j"),
-    "cross_sequence_cosine": ("Cross-sequence cosine", "mean cos, pairs from different sequences"),
+    "cross_sequence_cosine": ("Cross-sequence cosine", "mean cos, pairs from different documents"),
     "intra_sentence_similarity": ("Intra-sentence similarity", "mean cos(x_t, sequence mean)"),
     "intra_sentence_adjusted": ("Intra-sentence similarity, anisotropy-adjusted",
                                 "intra-sentence similarity - mean cosine"),
-    "self_similarity": ("Self-similarity", "mean cos between occurrences of a token id"),
+    "self_similarity": ("Self-similarity", "mean cos between occurrences of a token id in different sequences"),
     "self_similarity_adjusted": ("Self-similarity, anisotropy-adjusted", "self-similarity - mean cosine"),
     "mean_norm": ("Mean norm", "mean ||x_t|| (hidden-state units)"),
     "pc1_variance_ratio": ("PC1 variance ratio", "top eigenvalue / trace of the covariance"),
-    "effective_rank": ("Effective rank", "exp(entropy of normalised eigenvalues), dimensions"),
+    "effective_rank": ("Effective rank", "exp(entropy of normalised singular values), dimensions"),
     "isoscore": ("IsoScore", "IsoScore (0 = one direction, 1 = isotropic)"),
     "partition_isotropy": ("Partition isotropy", "min Z(c) / max Z(c) (1 = isotropic)"),
     "sample_mean_cosine": ("Mean cosine (sample)", "mean cos over pairs of the token sample"),

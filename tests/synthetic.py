@@ -34,8 +34,9 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
     sample_idx = np.sort(rng.choice(N, size=K, replace=False))
     common = rng.normal(size=d)
     L1 = n_layers
-    acc = {k: [] for k in ("group_sum_u", "sum_u_sq", "sum_seq_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",
-                           "max_abs", "sum_f_abs", "intra_sum", "id_sum_u", "bin_sum_u")}
+    acc = {k: [] for k in ("group_sum_u", "group_u_sq", "sum_u_sq", "sum_doc_sq", "sum_norm", "sum_x", "sum_abs",
+                           "sum_abs2", "max_abs", "sum_f_abs", "intra_sum", "id_sum_u", "id_seq_sq", "bin_sum_u",
+                           "bin_u_sq")}
     sample = np.zeros((L1, K, d), dtype=np.float32)
     for l in range(L1):
         X = rng.normal(size=(N, d)) + 0.6 * l * common
@@ -44,9 +45,10 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         u = X / norm
         ax = np.abs(X)
         acc["group_sum_u"].append(np.stack([u[group_of[seq] == g].sum(0) for g in range(N_GROUPS)]))
+        acc["group_u_sq"].append(np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64))
         acc["sum_u_sq"].append((u * u).sum(0))
-        S = np.stack([u[seq == s].sum(0) for s in range(n_seq)])
-        acc["sum_seq_sq"].append((S * S).sum())
+        S = np.stack([u[seq == s].sum(0) for s in range(n_seq)])  # one window per document here
+        acc["sum_doc_sq"].append((S * S).sum())
         acc["sum_norm"].append(norm.sum())
         acc["sum_x"].append(X.sum(0))
         acc["sum_abs"].append(ax.sum(0))
@@ -58,14 +60,20 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         cos_t = (u * M[seq]).sum(1)
         acc["intra_sum"].append(sum(cos_t[seq == s].mean() for s in range(n_seq)))
         acc["id_sum_u"].append(np.stack([u[ids == t].sum(0) for t in tracked]))
+        acc["id_seq_sq"].append(np.asarray([sum(float(np.sum(u[(ids == t) & (seq == s_)].sum(0) ** 2))
+                                                for s_ in range(n_seq)) for t in tracked]))
         acc["bin_sum_u"].append(np.stack([u[bins == b].sum(0) for b in range(N_FREQ_BINS)]))
+        acc["bin_u_sq"].append(np.bincount(bins, minlength=N_FREQ_BINS).astype(np.float64))
         sample[l] = X[sample_idx]
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in acc.items()}
     arrays.update(
-        n=np.float64(N), n_seq=np.float64(n_seq), intra_n=np.full(L1, float(n_seq)), sum_n_sq=np.float64(n_seq * seq_len ** 2),
+        n=np.float64(N), n_seq=np.float64(n_seq), intra_n=np.full(L1, float(n_seq)),
+        sum_doc_n_sq=np.float64(n_seq * seq_len ** 2),
         group_n=np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64),
         sum_f=np.float64(logf.sum()), sum_f2=np.float64((logf ** 2).sum()),
         id_counts=freq_lut[tracked].astype(np.float64), id_list=tracked,
+        id_seq_n_sq=np.asarray([float(sum(np.sum((ids == t) & (seq == s_)) ** 2 for s_ in range(n_seq)))
+                                for t in tracked]),
         bin_n=np.bincount(bins, minlength=N_FREQ_BINS).astype(np.float64), bin_edges=edges, sample=sample,
         sample_token_id=ids[sample_idx], sample_window=seq[sample_idx], sample_position=sample_idx % seq_len,
         sample_doc=seq[sample_idx], sample_freq=freq_lut[ids[sample_idx]],

@@ -11,7 +11,7 @@ import pandas as pd
 
 from .. import figures as F
 from ..config import CONFIG
-from ..metrics import pairwise_cosine_histogram
+from ..metrics import BASELINE_METRICS, DEFINITIONS, pairwise_cosine_histogram
 from ..reference import reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import View, _corpora, _fmt_n, _layer_dtick, _manifest, _nan, _sizes, as_results
@@ -33,8 +33,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
         sample_metric = metric in SAMPLE_METRICS and metric != "mean_cosine"
         n_txt = f"K = {_fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {_fmt_n(res.n_tokens)} tokens"
         name = f"{res.run_name} (N = {_fmt_n(res.n_tokens)})"
+        definition = F.esc(DEFINITIONS.get(metric, ""))
         hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(label)} = {y:.4g}"
-                 f"<br>{n_txt}" for l, y in zip(layers, ys)]
+                 f"<br>{n_txt}<br><i>{definition}</i>" for l, y in zip(layers, ys)]
         band = None
         if metric == "mean_cosine":
             band = res.ci("mean_cosine")
@@ -47,6 +48,20 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
             if band is not None:
                 row["ci_low"], row["ci_high"] = band[0][l], band[1][l]
             rows.append(row)
+        if metric in BASELINE_METRICS:  # the same metric on an isotropic Gaussian of the same K and d
+            iso = res.values(f"{metric}_isotropic")
+            if any(v == v for v in iso):
+                iname = f"{res.run_name}: isotropic Gaussian, same K and d"
+                series.append({"name": iname, "x": xs, "y": iso, "color": i, "dash": "dot", "symbol": "circle-open",
+                               "hover": [f"<b>{F.esc(res.run_name)}</b><br>{F.esc(label)} of an isotropic Gaussian "
+                                         f"sample of the same size (K = {_fmt_n(res.n_sample)}) and width "
+                                         f"(d = {res.hidden_size}) = {v:.4g}" for v in iso]})
+                for l, y in zip(layers, iso):
+                    rows.append({"series": "isotropic baseline", "model": res.model_label, "corpus": res.corpus_label,
+                                 "layer": l, "depth": l / L, metric: y, "n_sample": res.n_sample})
+                if i == 0:
+                    notes.append("Dotted: the same metric for an isotropic Gaussian sample of the same K and d "
+                                 "(finite samples are biased; compare each model with its own line).")
         prow = post_rows[i] if post_rows is not None and i < len(post_rows) else None
         if prow:
             plabel = (post_labels[i] if post_labels else None) or prow[0].get("post", "post-processed")
@@ -80,7 +95,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                              "depth": l / L, metric: y, "estimator": c["estimator"]})
         if refs:
             notes.append("Published curves use their authors' estimator (hover for it): context, not our measurement.")
-    est = ("exact over all token pairs; band: 95% bootstrap CI over sequence groups" if metric == "mean_cosine"
+    est = ("exact over all token pairs; band: 95% bootstrap CI over groups of documents" if metric == "mean_cosine"
            else f"on a sample of {_sizes(runs, 'sampled tokens')} per layer" if metric in SAMPLE_METRICS
            else "over all analysed tokens")
     subtitle = f"{F.esc(_corpora(runs))} · N = {F.esc(_sizes(runs))} per layer · {F.esc(est)}"
@@ -98,7 +113,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
 METRIC_COLUMNS = ["mean_cosine", "mean_cosine_ci", "cross_sequence_cosine", "intra_sentence_similarity",
                   "intra_sentence_adjusted", "self_similarity", "self_similarity_adjusted", "mean_norm",
                   "sample_mean_cosine", "pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy",
-                  "n_tokens", "n_sample", "outlier_dims"]
+                  *[f"{m}_isotropic" for m in BASELINE_METRICS], "n_tokens", "n_sample", "outlier_dims"]
 
 
 def metric_table(runs: Sequence[dict]) -> View:

@@ -9,6 +9,7 @@ import pandas as pd
 from .. import figures as F
 from ..analysis import cosine_contributions, mean_abs
 from ..config import CONFIG
+from ..metrics import top_contributions
 from ..outliers import sigma_rule, sigma_threshold
 from ..reference import reference_outlier_dims
 from .common import Results, View, _fmt_n, _manifest, _nan, as_results
@@ -64,16 +65,17 @@ def cosine_contribution_bars(stats, results: dict, layer: int, top: int | None =
     results = as_results(results)
     top = CONFIG.top_k_contributions if top is None else int(top)
     cc = cosine_contributions(stats)[layer]
-    total = float(cc.sum())
-    order = np.argsort(-np.abs(cc), kind="stable")[:top]
+    ranked = top_contributions(cc, top)  # the ranking and shares of results.json (by |CC_d|)
+    total = ranked["total"]
+    order = np.asarray(ranked["dims"], dtype=np.int64)
     out = set(_layer_outliers(results, layer))
     share = cc / total if total != 0 else np.full_like(cc, np.nan)
-    k3 = float(np.sort(cc)[::-1][:3].sum() / total) if total != 0 else float("nan")
+    k3 = ranked["top3_share"]
     fig = F.ranked_bars([str(int(d)) for d in order], cc[order], [int(d) in out for d in order],
                         hover=[f"{share[d]:.1%} of the mean cosine" for d in order],
                         title=f"Cosine contribution of the top {len(order)} dimensions, layer {layer}",
                         subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · mean cosine "
-                                       f"{total:.4f} = sum over all {len(cc)} dims; top 3 carry {k3:.0%}"),
+                                       f"{total:.4f} = sum over all {len(cc)} dims; top 3 by |CC_d| carry {k3:.0%}"),
                         x_title="dimension d (ranked by |CC_d|)", y_title="CC_d (contribution to mean cosine)")
     df = pd.DataFrame({"model": results.model_label, "layer": layer, "dim": np.arange(len(cc)), "cc": cc,
                        "share": share, "outlier": np.isin(np.arange(len(cc)), sorted(out)),

@@ -63,13 +63,13 @@ def naive_mean_cosine(X, pair_mask=None):
     return C[keep].mean()
 
 
-def naive_layer(X, win, tok, tracked):
+def naive_layer(X, win, tok, tracked, doc):
     N, d = X.shape
     U = _unit(X)
     C = U @ U.T
     off = ~np.eye(N, dtype=bool)
     out = {"mean_cosine": C[off].mean(),
-           "cross_sequence_cosine": C[win[:, None] != win[None, :]].mean(),
+           "cross_sequence_cosine": C[doc[:, None] != doc[None, :]].mean(),  # different documents
            "mean_norm": np.linalg.norm(X, axis=1).mean(),
            "mean_abs": np.abs(X).mean(0), "mean_x": X.mean(0), "max_abs": np.abs(X).max(0)}
     intra = []
@@ -81,11 +81,10 @@ def naive_layer(X, win, tok, tracked):
     # cosine contribution of dimension k: mean over ordered pairs i != j of u_ik u_jk
     out["cc"] = np.array([(np.outer(U[:, k], U[:, k])[off]).mean() for k in range(d)])
     sims = []
-    for t in tracked:
-        Ut = U[tok == t]
-        n = len(Ut)
-        assert n >= 5
-        sims.append((Ut @ Ut.T)[~np.eye(n, dtype=bool)].mean())
+    for t in tracked:  # pairs of occurrences that lie in different sequences (windows)
+        Ut, wt = U[tok == t], win[tok == t]
+        assert len(np.unique(wt)) >= 5
+        sims.append((Ut @ Ut.T)[wt[:, None] != wt[None, :]].mean())
     out["self_similarity"] = np.mean(sims) if sims else np.nan
     return out
 
@@ -93,6 +92,13 @@ def naive_layer(X, win, tok, tracked):
 def _frequency(tok):
     ids, counts = np.unique(tok, return_counts=True)
     return dict(zip(ids.tolist(), counts.tolist()))
+
+
+def _tracked(tok, win, k=200):
+    """The 200 most frequent ids (ties by smaller id) among those in >= 5 distinct windows."""
+    freq = _frequency(tok)
+    ok = [t for t in freq if len(np.unique(win[tok == t])) >= 5]
+    return sorted(ok, key=lambda t: (-freq[t], t))[:k]
 
 
 @pytest.fixture(scope="module", params=[("bert", "exclude"), ("bert", "include"), ("gpt2", "exclude"),
@@ -120,15 +126,18 @@ def test_windows_split_and_policy(case):
 
 def test_streaming_metrics_match_naive(case):
     stats, res, X, win, tok = case["stats"], case["results"], case["X"], case["win"], case["tok"]
+    doc = case["windows"].doc[win]
+    assert len(np.unique(win)) > len(np.unique(doc)), "documents must span several windows"
     freq = _frequency(tok)
-    tracked = [t for t, c in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0])) if c >= 5]
+    tracked = _tracked(tok, win)
     assert len(tracked) >= 3, "the corpus must repeat tokens for self-similarity"
+    assert len(tracked) < len([t for t, c in freq.items() if c >= 5]), "some ids must qualify by count only"
     assert stats.arrays["id_list"].tolist() == tracked
     assert len(res["layers"]) == len(X) == stats.n_layers
     ccs, mabs, fr = cosine_contributions(stats), mean_abs(stats), frequency_r(stats)
     logf = np.log(np.asarray([freq[t] for t in tok], dtype=np.float64))
     for l, Xl in enumerate(X):
-        ref = naive_layer(Xl, win, tok, tracked)
+        ref = naive_layer(Xl, win, tok, tracked, doc)
         row = res["layers"][l]
         assert row["layer"] == l and row["n_tokens"] == len(Xl)
         for key in ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity",
@@ -140,7 +149,7 @@ def test_streaming_metrics_match_naive(case):
         top = row["cosine_contribution"]
         assert top["total"] == pytest.approx(ref["mean_cosine"], abs=TOL)
         np.testing.assert_allclose(top["cc"], ref["cc"][top["dims"]], atol=TOL)
-        assert top["cc"][0] == pytest.approx(ref["cc"].max(), abs=TOL)
+        assert abs(top["cc"][0]) == pytest.approx(np.abs(ref["cc"]).max(), abs=TOL)  # ranked by |CC_d|
         # outlier inputs: mean |x_d|, mean x_d, max |x_d|
         np.testing.assert_allclose(mabs[l], ref["mean_abs"], atol=TOL, rtol=TOL)
         np.testing.assert_allclose(stats.arrays["sum_x"][l] / stats.n_tokens, ref["mean_x"], atol=TOL)
@@ -150,8 +159,13 @@ def test_streaming_metrics_match_naive(case):
         np.testing.assert_allclose(fr[l], naive_r, atol=TOL)
         # bootstrap CI bracket the estimate's neighbourhood and are built from the right totals
         lo, hi = row["mean_cosine_ci"]
-        assert lo <= hi and np.isfinite([lo, hi]).all()
+        assert lo <= row["mean_cosine"] <= hi and np.isfinite([lo, hi]).all()
         np.testing.assert_allclose(stats.arrays["group_sum_u"][l].sum(0), _unit(Xl).sum(0), atol=TOL)
+        # the groups resampled are whole documents: every window of a document in its document's group
+        grp = extract._bootstrap_groups(case["windows"], SEED, CONFIG)[win]
+        assert all(len(np.unique(grp[doc == k])) == 1 for k in np.unique(doc))
+        naive_groups = np.stack([_unit(Xl)[grp == g].sum(0) for g in range(CONFIG.bootstrap_groups)])
+        np.testing.assert_allclose(stats.arrays["group_sum_u"][l], naive_groups, atol=TOL)
     assert stats.arrays["group_n"].sum() == len(tok)
 
 
@@ -207,19 +221,31 @@ def test_sample_holds_every_token_at_its_place(case):
         assert row["sample_mean_cosine"] == pytest.approx(row["mean_cosine"], abs=TOL)
         for key in ("pc1_variance_ratio", "effective_rank", "isoscore"):
             assert row[key] == pytest.approx(ref[key], rel=1e-5, abs=TOL), (l, key)
+        # effective rank (Roy & Vetterli) and partition isotropy (Mu & Viswanath), written out here
+        sv = np.linalg.svd(Xl - Xl.mean(0), compute_uv=False)
+        sv = sv[sv > sv[0] * 1e-7]
+        p = sv / sv.sum()
+        assert row["effective_rank"] == pytest.approx(np.exp(-(p * np.log(p)).sum()), rel=1e-5), l
+        W = Xl / np.linalg.norm(Xl, axis=1).mean()
+        _, V = np.linalg.eigh(W.T @ W)
+        V = V * np.sign(V[np.abs(V).argmax(0), np.arange(V.shape[1])])
+        logz = np.log(np.exp(W @ V).sum(0))
+        assert row["partition_isotropy"] == pytest.approx(np.exp(logz.min() - logz.max()), rel=1e-6), l
+        # the isotropic baseline of the same K and d, seeded
+        iso = M.isotropic_baseline(N, Xl.shape[1], CONFIG.isotropic_seed)
+        assert row["isoscore_isotropic"] == pytest.approx(iso["isoscore"], rel=1e-12)
 
 
 def test_self_similarity_uses_the_most_frequent_ids(tmp_path, tiny_bert_dir, varied_txt, monkeypatch):
     """With room for only 2 tracked ids, self_similarity is the mean over the 2 most frequent ones."""
     monkeypatch.setattr(extract, "CONFIG", dataclasses.replace(CONFIG, self_sim_ids=2))
     stats = get_stats(_spec(tiny_bert_dir, varied_txt, "exclude"), tmp_path / "cache")  # not the shared cache
-    _, _, X, win, _, tok = _reference(tiny_bert_dir, varied_txt, "exclude")
-    freq = _frequency(tok)
-    top2 = [t for t, _ in sorted(freq.items(), key=lambda kv: (-kv[1], kv[0]))[:2]]
+    windows, _, X, win, _, tok = _reference(tiny_bert_dir, varied_txt, "exclude")
+    top2 = _tracked(tok, win, 2)
     assert stats.arrays["id_list"].tolist() == top2
     rows = build_results(stats)["layers"]
     for l, Xl in enumerate(X):
-        ref = naive_layer(Xl, win, tok, top2)["self_similarity"]
+        ref = naive_layer(Xl, win, tok, top2, windows.doc[win])["self_similarity"]
         assert rows[l]["self_similarity"] == pytest.approx(ref, abs=TOL)
 
 

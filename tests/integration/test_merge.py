@@ -10,8 +10,8 @@ from core.extract import MAX_KEYS, SUM_KEYS, extract_stats, merge_stats, stats_l
 from core.models import load_model
 
 # Keys that do not depend on corpus-wide frequencies or on the window -> group assignment
-LAYOUT_FREE = ("n", "n_seq", "sum_n_sq", "sum_u_sq", "sum_seq_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",
-               "intra_sum")
+LAYOUT_FREE = ("n", "n_seq", "sum_doc_n_sq", "sum_u_sq", "sum_doc_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",
+               "intra_sum", "intra_n")
 
 
 def _subset(w: TokenWindows, idx) -> TokenWindows:
@@ -26,7 +26,8 @@ def shards(tiny_bert_dir):
     lm = load_model(str(tiny_bert_dir))
     docs = make_documents([int(n) for n in np.random.default_rng(11).integers(2, 70, size=30)], seed=11)
     w = tokenize_budget(docs, lm.tokenizer, 100_000, 24, seed=0)
-    h = len(w.ids) // 2
+    # shards split at a document boundary (a document's windows are summed together, then squared)
+    h = next(i for i in range(len(w.ids) // 2, len(w.ids)) if w.doc[i] != w.doc[i - 1])
     kw = dict(batch_size=1, sample_size=50, seed=0)  # batch 1: each window's hidden states are bitwise the same
     whole, _ = extract_stats(lm.base, w, **kw)
     layout = stats_layout(w, "exclude", seed=0)
@@ -56,8 +57,10 @@ def test_two_halves_merge_into_the_whole(shards):
         S_m, S_w = merged["group_sum_u"][l].sum(0), whole["group_sum_u"][l].sum(0)
         n = int(whole["n"])
         assert M.mean_cosine(S_m, n) == pytest.approx(M.mean_cosine(S_w, n), abs=1e-12)
-        assert M.self_similarity(merged["id_sum_u"][l], merged["id_counts"]) == pytest.approx(
-            M.self_similarity(whole["id_sum_u"][l], whole["id_counts"]), abs=1e-12)
+        assert M.self_similarity(merged["id_sum_u"][l], merged["id_counts"], merged["id_seq_sq"][l],
+                                 merged["id_seq_n_sq"]) == pytest.approx(
+            M.self_similarity(whole["id_sum_u"][l], whole["id_counts"], whole["id_seq_sq"][l], whole["id_seq_n_sq"]),
+            abs=1e-12)
 
 
 def test_layout_free_sums_merge_even_without_a_shared_layout(shards):

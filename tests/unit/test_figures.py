@@ -29,7 +29,21 @@ def _y(trace):
 
 
 def _measured(fig):
-    return [t for t in fig.data if not t.name.startswith("published") and t.fill != "toself"]
+    return [t for t in fig.data if not t.name.startswith("published") and t.fill != "toself"
+            and "isotropic Gaussian" not in t.name]
+
+
+def test_sample_metrics_show_their_isotropic_baseline_as_a_dotted_line(run_a, run_b):
+    (_, a), (_, b) = run_a, run_b
+    v = views.layer_curves([a, b], "isoscore", "layer", reference=False)
+    iso = [t for t in v.figure.data if "isotropic Gaussian" in t.name]
+    assert len(iso) == 2 and all(t.line.dash == "dot" for t in iso)
+    for t, res in zip(iso, (a, b)):
+        assert list(t.y) == pytest.approx([r["isoscore_isotropic"] for r in res["layers"]])
+        assert 0.5 < t.y[0] <= 1.0
+    assert "isoscore_isotropic" in views.metric_table([a]).data.columns
+    # streaming metrics have no such baseline
+    assert not [t for t in views.layer_curves([a], "mean_cosine").figure.data if "isotropic" in t.name]
 
 
 def test_layer_curves_plot_the_results(run_a, run_b):

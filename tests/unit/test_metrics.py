@@ -109,25 +109,46 @@ def test_cosine_contribution_matches_naive_and_sums_to_mean(data):
     assert cc.sum() == pytest.approx(m.mean_cosine(s["sum_u"], s["n"]), abs=1e-12)
 
 
-def test_self_similarity_matches_naive(data):
-    X, seq = data  # use the sequence label as a stand-in "token id"
-    ids = seq.copy()
-    ids[:3] = 99  # an id with 3 occurrences: under min_count=5
-    s = sums(X, ids)
-    per = m.self_similarity_per_id(s["S"], s["ns"], min_count=5)
+def _self_sim_sums(X, ids, seq):
+    """Per id: sum of u, occurrences, sum over sequences of ||S_seq||^2 and of c_seq^2."""
+    U = X / np.linalg.norm(X, axis=1, keepdims=True)
     uniq = np.unique(ids)
+    S = np.stack([U[ids == t].sum(0) for t in uniq])
+    c = np.array([(ids == t).sum() for t in uniq], dtype=float)
+    q = np.array([sum(float(np.sum(U[(ids == t) & (seq == s)].sum(0) ** 2)) for s in np.unique(seq)) for t in uniq])
+    c2 = np.array([sum(float(((ids == t) & (seq == s)).sum()) ** 2 for s in np.unique(seq)) for t in uniq])
+    return uniq, S, c, q, c2
+
+
+def naive_self_similarity(X, seq):
+    """Mean cosine over pairs of occurrences that lie in different sequences (Ethayarajh 2019)."""
+    C = _cos_matrix(X)
+    return C[seq[:, None] != seq[None, :]].mean() if len(np.unique(seq)) > 1 else math.nan
+
+
+def test_self_similarity_counts_only_pairs_from_different_sequences(data):
+    X, seq = data
+    rng = np.random.default_rng(2)
+    ids = rng.integers(0, 5, size=len(X))  # 5 token ids spread over the 6 sequences
+    ids[seq == 0] = 7  # an id seen in ONE sequence only: no pair from different contexts
+    X[seq == 0] += 3.0 * rng.standard_normal(X.shape[1])  # ... and very similar to itself there
+    uniq, S, c, q, c2 = _self_sim_sums(X, ids, seq)
+    per = m.self_similarity_per_id(S, c, q, c2)
     for r, t in enumerate(uniq):
-        if (ids == t).sum() < 5:
-            assert math.isnan(per[r])
+        ref = naive_self_similarity(X[ids == t], seq[ids == t])
+        if math.isnan(ref):
+            assert math.isnan(per[r]) and t == 7
         else:
-            assert per[r] == pytest.approx(naive_mean_cosine(X[ids == t]), abs=1e-9)
-    assert m.self_similarity(s["S"], s["ns"]) == pytest.approx(np.nanmean(per), abs=1e-12)
-    top = np.argmax(s["ns"])
-    assert m.self_similarity(s["S"], s["ns"], max_ids=1) == pytest.approx(per[top], abs=1e-12)
+            assert per[r] == pytest.approx(ref, abs=1e-12)
+    assert m.self_similarity(S, c, q, c2) == pytest.approx(np.nanmean(per), abs=1e-12)
+    # Counting the pairs inside one sequence too (the old estimator) gives another, higher number.
+    within = np.array([naive_mean_cosine(X[ids == t]) for t in uniq if t != 7])
+    assert np.mean(within) != pytest.approx(np.nanmean(per), abs=1e-6)
 
 
-def test_self_similarity_nan_when_no_id_qualifies():
-    assert math.isnan(m.self_similarity(np.ones((2, 3)), np.array([1, 4]), min_count=5))
+def test_self_similarity_nan_when_no_id_has_pairs_in_two_sequences():
+    assert math.isnan(m.self_similarity(np.ones((2, 3)), np.array([1, 4]), np.array([1.0, 16.0]),
+                                        np.array([1.0, 16.0])))
 
 
 def test_intra_sentence_matches_naive(data):
@@ -185,12 +206,13 @@ def test_huge_constant_dimension_dominates_cc():
 
 
 def test_top_contributions_order_and_shares():
-    cc = np.array([0.1, -0.05, 0.3, 0.15])
+    cc = np.array([0.1, -0.2, 0.3, 0.15])  # ranked by |CC_d|, as in the figure: 2, 1, 3, 0
     top = m.top_contributions(cc, k=10)
-    assert top["dims"] == [2, 3, 0, 1]
-    np.testing.assert_allclose(top["share"], cc[[2, 3, 0, 1]] / cc.sum())
-    assert top["top1_share"] == pytest.approx(0.3 / 0.5)
-    assert top["top3_share"] == pytest.approx(0.55 / 0.5)
+    assert top["dims"] == [2, 1, 3, 0]
+    np.testing.assert_allclose(top["share"], cc[[2, 1, 3, 0]] / cc.sum())
+    assert top["top1_share"] == pytest.approx(0.3 / 0.35)
+    assert top["top3_share"] == pytest.approx((0.3 - 0.2 + 0.15) / 0.35)
+    assert m.top_contributions(cc, k=2)["dims"] == [2, 1]
     zero = m.top_contributions(np.array([0.1, -0.1]), k=1)
     assert math.isnan(zero["top1_share"]) and math.isnan(zero["share"][0])
 
@@ -224,6 +246,78 @@ def test_bootstrap_ci_contains_estimate_and_narrows():
 def test_bootstrap_single_group_is_nan():
     lo, hi = m.mean_cosine_ci(np.ones((1, 3)), np.array([5.0]))
     assert math.isnan(lo) and math.isnan(hi)
+    # 64 groups of which only one holds tokens (a corpus of one document): no interval either
+    S, N = np.zeros((64, 3)), np.zeros(64)
+    S[7], N[7] = [3.0, 1.0, 0.0], 5.0
+    assert all(math.isnan(v) for v in m.mean_cosine_ci(S, N))
+
+
+def test_bootstrap_replicate_never_pairs_a_token_with_its_copy():
+    """One replicate against the resampled corpus built literally: every group copied w_g times,
+    the mean cosine over pairs of tokens that are not copies of one original token."""
+    rng = np.random.default_rng(21)
+    groups = [rng.standard_normal((n, 5)) + 0.4 for n in (3, 5, 2, 4)]
+    U = [X / np.linalg.norm(X, axis=1, keepdims=True) for X in groups]
+    S = np.stack([u.sum(0) for u in U])
+    N = np.array([len(u) for u in U], dtype=float)
+    W = np.array([2.0, 0.0, 1.0, 1.0])  # group 0 drawn twice, group 1 not at all
+    corpus = np.concatenate([u for u, w in zip(U, W) for _ in range(int(w))])
+    origin = np.concatenate([np.arange(len(u)) + 100 * g for g, (u, w) in enumerate(zip(U, W)) for _ in range(int(w))])
+    C = corpus @ corpus.T
+    naive = C[origin[:, None] != origin[None, :]].mean()
+    Sb, Nb = W @ S, W @ N
+    ours = (Sb @ Sb - (W * W) @ N) / (Nb * Nb - (W * W) @ N)  # the formula of mean_cosine_ci
+    assert ours == pytest.approx(naive, abs=1e-12)
+    # With every weight 1 it is the point estimate.
+    ones = np.ones(4)
+    assert (S.sum(0) @ S.sum(0) - N.sum()) / (N.sum() ** 2 - N.sum()) == pytest.approx(
+        m.mean_cosine(S.sum(0), int(N.sum())), abs=1e-15)
+    assert ones @ N == N.sum()
+
+
+@pytest.mark.slow
+def test_bootstrap_coverage_with_document_effects():
+    """Replicate corpora with a known true mean: documents share a random offset (their tokens are
+    dependent), each document is cut in several windows. Groups are whole documents (dealt as the
+    extraction deals them, `core.extract._bootstrap_groups`); over 240 replicates the 95% interval
+    covers the truth 90-99% of the time (resampling windows as if independent gave 56%)."""
+    from core.config import CONFIG
+    from core.corpora import TokenWindows
+    from core.extract import _bootstrap_groups
+
+    D, Wn, n, d = 200, 3, 20, 16
+    mu = np.zeros(d)
+    mu[0] = 1.0
+
+    def corpus(rng):
+        X = mu + 0.7 * rng.standard_normal((D, 1, 1, d)) + rng.standard_normal((D, Wn, n, d))
+        U = X / np.linalg.norm(X, axis=-1, keepdims=True)
+        return U.sum(2)  # (D, W, d): per-window sums of u
+
+    def point(Sw):
+        s = Sw.sum((0, 1))
+        N = D * Wn * n
+        return (s @ s - N) / (N * (N - 1))
+
+    # The truth: the expected value of the corpus statistic, from 2000 replicates not used below.
+    rng = np.random.default_rng(0)
+    truth = np.mean([point(corpus(rng)) for _ in range(2000)])
+    doc = np.repeat(np.arange(D), Wn)  # window -> document
+    win = TokenWindows(ids=[np.zeros(n, dtype=np.int64)] * (D * Wn), special=[np.zeros(n, bool)] * (D * Wn),
+                       doc=doc, n_documents=D, n_tokens_total=D * Wn * n, n_content_tokens=D * Wn * n)
+    G = CONFIG.bootstrap_groups
+    hits, reps = 0, 240
+    for r in range(reps):
+        Sw = corpus(rng).reshape(D * Wn, d)
+        grp = _bootstrap_groups(win, r, CONFIG)
+        assert all(len(set(grp[doc == k])) == 1 for k in range(0, D, 37))  # a document stays in one group
+        S = np.zeros((G, d))
+        np.add.at(S, grp, Sw)
+        N = np.bincount(grp, minlength=G).astype(float) * n
+        lo, hi = m.mean_cosine_ci(S, N, n_boot=1000, seed=r)
+        assert lo <= point(Sw.reshape(D, Wn, d)) <= hi
+        hits += lo <= truth <= hi
+    assert 0.90 <= hits / reps <= 0.99, hits / reps
 
 
 # ------------------------------------------------------------------ synthetic geometries
@@ -248,7 +342,10 @@ def test_shared_offset_gives_high_cosine_and_low_partition_isotropy():
     rng = np.random.default_rng(7)
     X = rng.standard_normal((1000, 32)) + 10.0 * np.ones(32) / np.sqrt(32) * 3
     assert m.sample_mean_cosine(X) > 0.9
-    assert m.partition_isotropy(X) < 0.01
+    # On unit-mean-norm vectors a common direction c gives Z(c) ~ K e while the others stay ~ K:
+    # I(W) ~ 1/e, far below an isotropic sample of the same shape (~1).
+    iso = m.partition_isotropy(rng.standard_normal((1000, 32)))
+    assert m.partition_isotropy(X) < 0.45 < 0.9 < iso
 
 
 def test_dimension_with_huge_variance_drives_pc1():
@@ -257,7 +354,18 @@ def test_dimension_with_huge_variance_drives_pc1():
     X[:, 3] *= 100.0
     assert m.pc1_variance_ratio(X) > 0.95
     assert m.isoscore(X) < 0.05
-    assert m.effective_rank(X) < 1.5
+    assert m.effective_rank(X) < 5  # singular values 100 vs 31 x 1: exp(H) ~ 3.9, far below 32
+
+
+def test_effective_rank_is_roy_vetterli_on_singular_values():
+    rng = np.random.default_rng(10)
+    X = rng.standard_normal((300, 6)) * np.array([5.0, 3.0, 1.0, 1.0, 0.5, 0.1]) + 2.0
+    sv = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    p = sv / sv.sum()
+    assert m.effective_rank(X) == pytest.approx(math.exp(-(p * np.log(p)).sum()), rel=1e-9)
+    lam = sv ** 2 / sv.sum() ** 2  # the variant on eigenvalues (squared singular values) is smaller
+    q = lam / lam.sum()
+    assert math.exp(-(q * np.log(q)).sum()) < m.effective_rank(X)
 
 
 def test_effective_rank_of_rank_one_data():
@@ -309,12 +417,36 @@ def test_partition_isotropy_no_overflow_for_large_norms():
     assert np.isfinite(v) and 0.0 <= v <= 1.0
 
 
-def test_partition_isotropy_matches_direct_formula_small_scale():
+def test_partition_isotropy_matches_mu_viswanath_on_unit_mean_norm():
     rng = np.random.default_rng(14)
-    X = 0.3 * rng.standard_normal((100, 6))
-    _, V = np.linalg.eigh(X.T @ X)
-    Z = np.concatenate([np.exp(X @ V).sum(0), np.exp(-X @ V).sum(0)])
+    X = 40.0 * (rng.standard_normal((100, 6)) + 0.2)  # hidden-state-like norms
+    W = X / np.linalg.norm(X, axis=1).mean()
+    _, V = np.linalg.eigh(W.T @ W)
+    for j in range(V.shape[1]):  # the documented sign: largest-magnitude entry positive
+        V[:, j] *= np.sign(V[np.abs(V[:, j]).argmax(), j])
+    Z = np.exp(W @ V).sum(0)  # Z(c) = sum_t exp(c . w_t), one sign per eigenvector
     assert m.partition_isotropy(X) == pytest.approx(Z.min() / Z.max(), rel=1e-10)
+    assert m.partition_isotropy(X) == pytest.approx(m.partition_isotropy(X / 40.0), rel=1e-10)  # scale-free
+    assert m.partition_isotropy(X) > 0.05  # no collapse to 0 at large norms
+
+
+def test_isotropic_baseline_is_seeded_and_biased_below_one():
+    a, b = m.isotropic_baseline(500, 64, seed=3), m.isotropic_baseline(500, 64, seed=3)
+    assert a == b and set(a) == set(m.BASELINE_METRICS)
+    assert 0.5 < a["isoscore"] < 0.99  # a finite isotropic sample is not perfectly isotropic
+    assert a["effective_rank"] < 64 and a["pc1_variance_ratio"] > 1 / 64
+
+
+def test_a_zero_hidden_state_has_cosine_zero_in_streaming_and_sample_metrics():
+    rng = np.random.default_rng(15)
+    X = rng.standard_normal((30, 4)) + 1.0
+    X[[3, 17]] = 0.0
+    U = X / np.where(np.linalg.norm(X, axis=1) > 0, np.linalg.norm(X, axis=1), 1.0)[:, None]
+    C = U @ U.T  # cos(0, x) = 0
+    naive = C[~np.eye(30, dtype=bool)].mean()
+    assert m.sample_mean_cosine(X) == pytest.approx(naive, abs=1e-12)
+    assert m.mean_cosine(U.sum(0), 30, (U * U).sum()) == pytest.approx(naive, abs=1e-12)
+    assert m.cosine_contribution(U.sum(0), (U * U).sum(0), 30).sum() == pytest.approx(naive, abs=1e-12)
 
 
 # ------------------------------------------------------------------ sample mean cosine, histogram
@@ -367,7 +499,7 @@ def test_histogram_blocks_and_max_pairs():
         lambda: m.mean_cosine(np.ones((2, 3)), 4),
         lambda: m.mean_cosine(np.ones(3), -1),
         lambda: m.cosine_contribution(np.ones(3), np.ones(4), 5),
-        lambda: m.self_similarity_per_id(np.ones((3, 2)), np.ones(4)),
+        lambda: m.self_similarity_per_id(np.ones((3, 2)), np.ones(4), np.ones(3), np.ones(3)),
         lambda: m.mean_cosine_ci(np.ones((3, 2)), np.ones(3), level=1.5),
         lambda: m.pc1_variance_ratio(np.ones(5)),
         lambda: m.isoscore(np.ones((1, 5))),
