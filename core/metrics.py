@@ -378,6 +378,52 @@ def intra_sentence_similarity(
     return float(total / count) if count else math.nan
 
 
+def mean_cosine_replicates(
+    group_sum_u: np.ndarray,
+    group_n: np.ndarray,
+    n_boot: int = 1000,
+    seed: int = 0,
+    group_u_sq: np.ndarray | None = None,
+) -> np.ndarray:
+    """The bootstrap replicates of ``mean_cosine`` behind :func:`mean_cosine_ci` (its kernel).
+
+    Empty groups are dropped; each replicate draws the G non-empty groups with replacement
+    (multinomial weights ``w``, seeded) and keeps only pairs of distinct original tokens::
+
+        (||sum_g w_g S_g||^2 - sum_g w_g^2 Q_g) / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g)
+
+    Returns
+    -------
+    ndarray of shape (n_boot,)
+        Empty (shape (0,)) with fewer than two non-empty groups; nan for a replicate without pairs.
+    """
+    S = _matrix(group_sum_u, "group_sum_u")
+    gn = _vector(group_n, "group_n", S.shape[0])
+    q = gn if group_u_sq is None else _vector(group_u_sq, "group_u_sq", S.shape[0])
+    n_boot = _count(n_boot, "n_boot")
+    if n_boot < 1:
+        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
+    keep = gn > 0  # empty groups are not resampling units
+    if keep.sum() < 2:
+        return np.zeros(0)
+    S, gn, q = S[keep], gn[keep], q[keep]
+    G = S.shape[0]
+    rng = np.random.default_rng(seed)
+    chunk = max(1, min(n_boot, 4_000_000 // max(G, S.shape[1])))
+    stats = np.empty(n_boot)
+    p = np.full(G, 1.0 / G)
+    for start in range(0, n_boot, chunk):
+        stop = min(start + chunk, n_boot)
+        W = rng.multinomial(G, p, size=stop - start).astype(np.float64)  # (b, G)
+        Sb = W @ S  # (b, d)
+        W2 = W * W
+        Nb = W @ gn
+        denom = Nb * Nb - W2 @ gn
+        with np.errstate(divide="ignore", invalid="ignore"):
+            stats[start:stop] = np.where(denom > 0, (np.einsum("bd,bd->b", Sb, Sb) - W2 @ q) / denom, np.nan)
+    return stats
+
+
 def mean_cosine_ci(
     group_sum_u: np.ndarray,
     group_n: np.ndarray,
@@ -390,16 +436,12 @@ def mean_cosine_ci(
 
     Tokens of one document are dependent (its windows too), so the resampling unit is a group of
     documents (the extraction deals every document, with all its windows, into one of G groups).
-    Each replicate draws G groups with replacement (multinomial weights ``w``). A group drawn
-    twice must not pair a token with its own copy (cosine 1, which would push the interval up),
-    so the statistic keeps only pairs of distinct original tokens, each weighted by
-    ``w_g(i) w_g(j)``::
-
-        (||sum_g w_g S_g||^2 - sum_g w_g^2 Q_g) / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g)
-
-    with ``Q_g = sum_{t in g} ||u_t||^2`` (= n_g without zero hidden states). With all ``w_g = 1``
-    it is exactly ``mean_cosine`` (Efron & Tibshirani 1993; Davison & Hinkley 1997 for cluster
-    resampling). Vectorised over replicates, in bounded-memory chunks.
+    Each replicate draws the non-empty groups with replacement (:func:`mean_cosine_replicates`).
+    A group drawn twice must not pair a token with its own copy (cosine 1, which would push the
+    interval up), so the statistic keeps only pairs of distinct original tokens, each weighted by
+    ``w_g(i) w_g(j)``; ``Q_g = sum_{t in g} ||u_t||^2`` (= n_g without zero hidden states). With all
+    ``w_g = 1`` it is exactly ``mean_cosine`` (Efron & Tibshirani 1993; Davison & Hinkley 1997 for
+    cluster resampling).
 
     Parameters
     ----------
@@ -421,69 +463,14 @@ def mean_cosine_ci(
     (low, high) : tuple of float
         (nan, nan) with fewer than two non-empty groups.
     """
-    S = _matrix(group_sum_u, "group_sum_u")
-    gn = _vector(group_n, "group_n", S.shape[0])
-    q = gn if group_u_sq is None else _vector(group_u_sq, "group_u_sq", S.shape[0])
-    n_boot = _count(n_boot, "n_boot")
-    if n_boot < 1:
-        raise ValueError(f"n_boot must be >= 1, got {n_boot}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
-    keep = gn > 0  # empty groups are not resampling units
-    if keep.sum() < 2:
+    stats = mean_cosine_replicates(group_sum_u, group_n, n_boot, seed, group_u_sq)
+    if stats.size == 0 or np.isnan(stats).all():
         return (math.nan, math.nan)
-    S, gn, q = S[keep], gn[keep], q[keep]
-    G = S.shape[0]
-    rng = np.random.default_rng(seed)
-    chunk = max(1, min(n_boot, 4_000_000 // max(G, S.shape[1])))
-    stats = np.empty(n_boot)
-    p = np.full(G, 1.0 / G)
-    for start in range(0, n_boot, chunk):
-        stop = min(start + chunk, n_boot)
-        W = rng.multinomial(G, p, size=stop - start).astype(np.float64)  # (b, G)
-        Sb = W @ S  # (b, d)
-        W2 = W * W
-        Nb = W @ gn
-        denom = Nb * Nb - W2 @ gn
-        with np.errstate(divide="ignore", invalid="ignore"):
-            stats[start:stop] = np.where(denom > 0, (np.einsum("bd,bd->b", Sb, Sb) - W2 @ q) / denom, np.nan)
     alpha = (1.0 - level) / 2.0
-    if np.isnan(stats).all():
-        return (math.nan, math.nan)
     lo, hi = np.nanquantile(stats, [alpha, 1.0 - alpha])
     return (float(lo), float(hi))
-
-
-def mean_cosine_replicates(group_sum_u: np.ndarray, group_n: np.ndarray, n_boot: int = 1000,
-                           seed: int = 0) -> np.ndarray:
-    """The bootstrap replicates of ``mean_cosine`` behind :func:`mean_cosine_ci` (same resampling of
-    whole groups, same seed gives the same draws); an empty array when G < 2.
-
-    Parameters
-    ----------
-    group_sum_u : ndarray of shape (G, d)
-    group_n : ndarray of shape (G,)
-
-    Returns
-    -------
-    ndarray of shape (n_boot,)
-    """
-    S = _matrix(group_sum_u, "group_sum_u")
-    gn = _vector(group_n, "group_n", S.shape[0])
-    n_boot = _count(n_boot, "n_boot")
-    G = S.shape[0]
-    if G < 2 or n_boot < 1:
-        return np.empty(0)
-    rng = np.random.default_rng(seed)
-    chunk = max(1, min(n_boot, 4_000_000 // max(G, S.shape[1])))
-    out = np.empty(n_boot)
-    p = np.full(G, 1.0 / G)
-    for start in range(0, n_boot, chunk):
-        stop = min(start + chunk, n_boot)
-        W = rng.multinomial(G, p, size=stop - start).astype(np.float64)  # (b, G)
-        Sb = W @ S  # (b, d)
-        out[start:stop] = _pair_mean(np.einsum("bd,bd->b", Sb, Sb), W @ gn)
-    return out
 
 
 def mean_cosine_diff_ci(a_group_sum_u: np.ndarray, a_group_n: np.ndarray, b_group_sum_u: np.ndarray,

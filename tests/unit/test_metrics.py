@@ -279,13 +279,13 @@ def test_bootstrap_replicate_never_pairs_a_token_with_its_copy():
 def test_bootstrap_coverage_with_document_effects():
     """Replicate corpora with a known true mean: documents share a random offset (their tokens are
     dependent), each document is cut in several windows. Groups are whole documents (dealt as the
-    extraction deals them, `core.extract._bootstrap_groups`); over 240 replicates the 95% interval
+    extraction deals them, `core.extract._bootstrap_groups`); over 300 replicates the 95% interval
     covers the truth 90-99% of the time (resampling windows as if independent gave 56%)."""
     from core.config import CONFIG
     from core.corpora import TokenWindows
     from core.extract import _bootstrap_groups
 
-    D, Wn, n, d = 200, 3, 20, 16
+    D, Wn, n, d = 400, 3, 10, 8
     mu = np.zeros(d)
     mu[0] = 1.0
 
@@ -299,14 +299,14 @@ def test_bootstrap_coverage_with_document_effects():
         N = D * Wn * n
         return (s @ s - N) / (N * (N - 1))
 
-    # The truth: the expected value of the corpus statistic, from 2000 replicates not used below.
+    # The truth: the expected value of the corpus statistic, from 600 replicates not used below.
     rng = np.random.default_rng(0)
-    truth = np.mean([point(corpus(rng)) for _ in range(2000)])
+    truth = np.mean([point(corpus(rng)) for _ in range(600)])
     doc = np.repeat(np.arange(D), Wn)  # window -> document
     win = TokenWindows(ids=[np.zeros(n, dtype=np.int64)] * (D * Wn), special=[np.zeros(n, bool)] * (D * Wn),
                        doc=doc, n_documents=D, n_tokens_total=D * Wn * n, n_content_tokens=D * Wn * n)
     G = CONFIG.bootstrap_groups
-    hits, reps = 0, 240
+    hits, reps = 0, 300
     for r in range(reps):
         Sw = corpus(rng).reshape(D * Wn, d)
         grp = _bootstrap_groups(win, r, CONFIG)
