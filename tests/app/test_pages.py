@@ -91,7 +91,10 @@ def test_layers_post_processing_overlay(app, computed):
     dashed = [t for t in fig["data"] if t.get("line", {}).get("dash") == "dash"]
     assert len(dashed) == 1 and "ABTT-2" in dashed[0]["name"]
     raw = [t for t in fig["data"] if t.get("line", {}).get("dash") == "solid" and "MiniLM" in t["name"]][0]
-    assert np.all(np.asarray(dashed[0]["y"]) < np.asarray(raw["y"]) + 1e-12)  # ABTT lowers the PC1 share
+    # ABTT removes the top components: the PC1 share drops in most layers (not necessarily in every one:
+    # a flat spectrum's third component can hold a larger share of what is left).
+    d, r = np.asarray(dashed[0]["y"]), np.asarray(raw["y"])
+    assert (d < r).mean() > 0.5 and d.mean() < r.mean()
 
 
 def test_outliers_default(app, computed):

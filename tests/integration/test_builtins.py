@@ -49,7 +49,8 @@ def assert_layer_rows_complete(layers):
             assert all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                        for v in vals), (row["layer"], key, row[key])
         assert len(row["mean_cosine_ci"]) == 2 and row["mean_cosine_ci"][0] <= row["mean_cosine_ci"][1]
-        assert row["mean_cosine_ci"][0] <= row["mean_cosine"] <= row["mean_cosine_ci"][1]  # the point estimate inside
+        lo, hi = row["mean_cosine_ci"]
+        assert lo - 1e-12 <= row["mean_cosine"] <= hi + 1e-12  # the point estimate inside (to rounding)
         assert all(isinstance(d, int) for d in row["outlier_dims"])
         cc = row["cosine_contribution"]
         assert len(cc["dims"]) == len(cc["share"]) > 0 and cc["total"] == pytest.approx(row["mean_cosine"], abs=1e-9)
