@@ -6,6 +6,8 @@
     python -m core outliers --model M --corpus C [--ablate] [...] --out outliers.json
     python -m core train [--preset P] [--arch A] [--tokenizer T] [...] [--analyze] [--out run.json]
     python -m core series --run R [--corpus C] [...] --out series.json
+    python -m core worker                     # run the job worker (the app starts one itself)
+    python -m core jobs list|cancel ID|retry ID
 
 Errors print one clear line and exit non-zero, without a traceback.
 """
@@ -141,6 +143,52 @@ def cmd_corpora(a) -> int:
     return 0
 
 
+def _wait_for_job(kind: str, params: dict, a) -> None:
+    """When the worker is computing (or about to compute) this very thing, wait for its job
+    instead of starting a second computation; the result is then read from the cache."""
+    from . import jobs
+
+    if a.force:
+        return
+    try:
+        jid = jobs.job_id(kind, params)
+        job = jobs.status(jid, a.cache_dir)
+        worker = jobs.worker_pid(a.cache_dir)
+    except InputError:
+        raise
+    except Exception:  # noqa: BLE001 - an unreadable queue must not stop a headless run
+        return
+    if job is None or not job.active or (job.status == jobs.QUEUED and worker is None):
+        return
+    bar = _Bar(a.quiet)
+    print(f"waiting for job {jid} ({job.status} in the worker, pid {worker}): the same computation",
+          file=sys.stderr)
+
+    seen = [None]
+
+    def show(j):
+        now = (j.stage, j.done, j.message)
+        if j.status == jobs.RUNNING and j.stage and now != seen[0]:
+            seen[0] = now
+            bar(_JobProgress(j))
+
+    job = jobs.wait(jid, a.cache_dir, on_update=show)
+    _Bar.end_line()
+    if job.status != jobs.DONE:
+        print(f"job {jid} ended {job.status}{': ' + job.error if job.error else ''}; computing here",
+              file=sys.stderr)
+
+
+class _JobProgress:
+    """A job record seen as a core.extract.Progress (for the progress bar)."""
+
+    def __init__(self, j):
+        self.stage, self.done, self.total = j.stage, j.done, j.total
+        self.tokens_per_s = j.tokens_per_s
+        self.eta_s = float("nan") if j.eta_s is None else j.eta_s
+        self.message = j.message
+
+
 def _group(spec):
     """The torchrun job this process is a rank of (None for a plain run); see core/distributed.py."""
     if world_size_from_env() <= 1:
@@ -166,9 +214,17 @@ def _analyze(a, spec):
 
 def cmd_analyze(a) -> int:
     t0 = time.perf_counter()
-    res = _analyze(a, _spec(a))
+    spec = _spec(a)
+    if world_size_from_env() <= 1:
+        _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
+    res = _analyze(a, spec)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
         return 0
+    from .pipeline import cached_ablation
+
+    ab = cached_ablation(spec, cache_dir=a.cache_dir)
+    if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
+        res["ablation"] = ab
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -184,14 +240,18 @@ def cmd_outliers(a) -> int:
     from .pipeline import run_ablation
 
     spec = _spec(a)
+    if world_size_from_env() <= 1:
+        _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
     res = _analyze(a, spec)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes (and runs the ablation)
         return 0
     out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
     if a.ablate:
         dims = [int(x) for x in a.dims.split(",")] if a.dims else None
+        _wait_for_job("ablation", {"spec": spec.to_dict(), "dims": dims, "n_random": a.n_random,
+                                   "held_out_tokens": a.held_out_tokens}, a)
         out["ablation"] = run_ablation(spec, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
-                                       held_out_tokens=a.held_out_tokens)
+                                       held_out_tokens=a.held_out_tokens, progress=_Bar(a.quiet))
     _write(a.out, out)
     _Bar.end_line()
     o = res["outliers"]
@@ -316,6 +376,45 @@ def cmd_series(a) -> int:
         print("- " + line, file=sys.stderr)
     print(f"{len(ser['steps'])} checkpoints of {a.run} analysed ({time.perf_counter() - t0:.1f} s) -> {a.out}",
           file=sys.stderr)
+def cmd_worker(a) -> int:
+    from . import jobs
+
+    return jobs.run_worker(a.cache_dir, workers=a.workers, idle_exit=a.idle_exit)
+
+
+def cmd_jobs(a) -> int:
+    from . import jobs
+
+    if a.action == "list":
+        rows = jobs.list_jobs(a.cache_dir)
+        if not a.all:
+            rows = rows[:a.limit]
+        if a.json:
+            print(json.dumps([json.loads(j.to_json()) for j in rows], indent=1))
+            return 0
+        pid = jobs.worker_pid(a.cache_dir)
+        print(f"worker: {'pid ' + str(pid) if pid else 'not running (the app starts one; or python -m core worker)'}")
+        if not rows:
+            print("no jobs")
+        for j in rows:
+            flag = " (cancelling)" if j.cancel_requested and j.active else ""
+            print(f"{j.id:<22} {j.status:<9} {jobs.utc(j.created)}  {j.describe()}{flag}")
+        return 0
+    if not a.id:
+        raise InputError(f"`jobs {a.action}` needs a job id (see `python -m core jobs list`).")
+    if a.action == "cancel":
+        j = jobs.cancel(a.id, a.cache_dir)
+        print(f"{j.id}: {'cancelled' if j.status == jobs.CANCELLED else 'cancel requested (stops between batches)'}")
+    elif a.action == "retry":
+        j = jobs.retry(a.id, a.cache_dir)
+        print(f"{j.id}: {j.status} (attempt {j.attempt})")
+        if jobs.worker_pid(a.cache_dir) is None:
+            print("note: no worker is running: start one with `python -m core worker`", file=sys.stderr)
+    else:  # show
+        j = jobs.status(a.id, a.cache_dir)
+        if j is None:
+            raise InputError(f"No job {a.id!r} (see `python -m core jobs list`).")
+        print(json.dumps(json.loads(j.to_json()), indent=1))
     return 0
 
 
@@ -389,6 +488,19 @@ def build_parser() -> argparse.ArgumentParser:
     se.add_argument("--quiet", action="store_true")
     se.add_argument("--out", required=True)
     se.set_defaults(fn=cmd_series)
+    wk = sub.add_parser("worker", help="run the job worker of a cache directory (the app starts one itself)")
+    wk.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
+    wk.add_argument("--workers", type=int, default=None, help="jobs at once (threads; default ANISO_WORKERS or 1)")
+    wk.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without jobs")
+    wk.set_defaults(fn=cmd_worker)
+    jb = sub.add_parser("jobs", help="the job queue: list, cancel ID, retry ID, show ID")
+    jb.add_argument("action", choices=("list", "cancel", "retry", "show"))
+    jb.add_argument("id", nargs="?", default=None)
+    jb.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
+    jb.add_argument("--all", action="store_true", help="every job, not only the latest")
+    jb.add_argument("--limit", type=int, default=30)
+    jb.add_argument("--json", action="store_true", help="records as JSON")
+    jb.set_defaults(fn=cmd_jobs)
     return p
 
 

@@ -541,6 +541,7 @@ def ablation(
     dims: list[int],
     n_random: int | None = None,
     seed: int = 0,
+    on_pass=None,
 ) -> dict:
     """LM loss change when `dims` are zeroed in every norm, against random dims (Puccetti et al.).
 
@@ -551,7 +552,9 @@ def ablation(
     measured before and after, then for `n_random` seeded draws of len(dims) other dims.
     The model is left bit-identical (only touched slices are saved and restored, also on
     error) and in its original train/eval mode; forward passes run in eval mode under
-    torch.inference_mode().
+    torch.inference_mode(). `on_pass(i, n, what)`, when given, is called before each of the
+    n = 2 + n_random forward passes over `batches` (progress; it may raise to stop, the model is
+    restored all the same).
 
     Returns ``{"baseline_loss", "ablated_loss", "delta", "random_losses", "random_deltas",
     "random_delta_mean", "random_delta_std" (sample std, 0 for a single draw), "dims",
@@ -576,13 +579,18 @@ def ablation(
     modules = [m for _, m in mods]
     was_training = model.training
     model.eval()
+    n_pass = 2 + len(random_dims)
+    step = on_pass or (lambda i, n, what: None)
     try:
+        step(0, n_pass, "baseline")
         with torch.inference_mode():
             base, n_tokens = lm_loss(model, batches)
+        step(1, n_pass, f"{len(dims)} outlier dims zeroed")
         with zeroed_dims(modules, dims), torch.inference_mode():
             ablated, _ = lm_loss(model, batches)
         random_losses = []
-        for rd in random_dims:
+        for i, rd in enumerate(random_dims):
+            step(2 + i, n_pass, f"random dims, draw {i + 1} of {len(random_dims)}")
             with zeroed_dims(modules, rd), torch.inference_mode():
                 random_losses.append(lm_loss(model, batches)[0])
     finally:

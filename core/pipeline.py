@@ -23,7 +23,7 @@ from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, tokenize_budget
-from .errors import InputError
+from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .models import (
     check_model_ident,
@@ -177,7 +177,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
-    progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
+    progress(Progress("load", 0, 1, message=_loading_message(spec.model)))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                     trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
@@ -349,20 +349,10 @@ def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
     return got["rows"]
 
 
-def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
-                 held_out_tokens: int | None = None, cache_dir=None,
-                 progress: Callable[[Progress], None] | None = None) -> dict:
-    """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
-
-    The loss is measured on held-out text: the documents that follow the analysed ones in the
-    run's seeded order. Cached; the model is restored after each ablation (never mutated).
-    """
-    from .analysis import json_safe
+def _ablation_request(res: dict, dims, n_random: int, held_out_tokens: int) -> tuple[list[int], str]:
+    """The dims to ablate (default: the persistent outliers of either definition) and the cache key."""
     from .outliers import run_outlier_dims
 
-    n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
-    held_out_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
-    res = analyze(spec, cache_dir, progress)
     info = res["manifest"]["model"]
     if not info.get("causal_lm"):
         raise InputError(f"Ablation needs a causal language model with an LM head; {info['label']} "
@@ -372,9 +362,47 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
     if not dims:
         raise InputError("No outlier dimensions to ablate: pass dims explicitly.")
     dims = sorted({int(d) for d in dims})
-    store = get_store(cache_dir)
     key = "ablation:" + stable_hash({"run": res["manifest"]["cache_key"], "dims": dims, "n_random": n_random,
                                      "held_out": held_out_tokens, "code": cache_identity("results")})
+    return dims, key
+
+
+def _ablation_defaults(n_random, held_out_tokens) -> tuple[int, int]:
+    n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
+    held_out_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
+    return n_random, held_out_tokens
+
+
+def cached_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
+                    held_out_tokens: int | None = None, cache_dir=None) -> dict | None:
+    """The stored ablation of a computed run, or None (never computes, never loads a model)."""
+    if not is_cached(spec, cache_dir):
+        return None
+    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    res = analyze(spec, cache_dir)
+    try:
+        _, key = _ablation_request(res, dims, n_random, held_out_tokens)
+    except InputError:
+        return None
+    return get_store(cache_dir).get_json(key)
+
+
+def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
+                 held_out_tokens: int | None = None, cache_dir=None,
+                 progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None) -> dict:
+    """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
+
+    The loss is measured on held-out text: the documents that follow the analysed ones in the
+    run's seeded order. Cached; the model is loaded for this call only and restored after each
+    ablation (a job never shares a model it mutates). `cancel` is polled between forward passes.
+    """
+    from .analysis import json_safe
+
+    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    res = analyze(spec, cache_dir, progress, cancel)
+    info = res["manifest"]["model"]
+    dims, key = _ablation_request(res, dims, n_random, held_out_tokens)
+    store = get_store(cache_dir)
     got = store.get_json(key)
     if got is not None:
         return got
@@ -388,7 +416,7 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
 
         device, dtype = res["manifest"]["device"], res["manifest"]["dtype"]
         if progress:
-            progress(Progress("load", 0, 1, message=f"loading {spec.model} for the ablation"))
+            progress(Progress("load", 0, 1, message=_loading_message(spec.model, "for the ablation")))
         lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                         trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
         docs = load_documents(spec.corpus, spec.text_column)
@@ -402,13 +430,56 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
         for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
             ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], pad)
             batches.append({"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(att)})
-        if progress:
-            progress(Progress("ablation", 0, 1, message=f"ablating {len(dims)} dims + {n_random} random draws"))
+
+        def on_pass(i: int, n: int, what: str) -> None:
+            if cancel is not None and cancel():
+                raise Cancelled("The ablation was cancelled; nothing partial was stored.")
+            if progress:
+                progress(Progress("ablation", i, n, message=f"forward pass {i + 1} of {n}: {what}"))
+
         try:
-            got = ablation(lm.model, batches, dims, n_random=n_random, seed=spec.seed)
+            got = ablation(lm.model, batches, dims, n_random=n_random, seed=spec.seed, on_pass=on_pass)
         except ValueError as e:
             raise InputError(str(e)) from None
         got = json_safe({**got, "held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents,
                          "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
         store.put(key, got)
     return got
+
+
+def _loading_message(ident: str, why: str = "") -> str:
+    """What the progress panel says while a model loads (untrained ones are built from a config)."""
+    what = "building the model (random weights)" if ident.startswith("untrained-") else f"loading {ident}"
+    return f"{what} {why}".strip()
+
+
+# ---------------------------------------------------------------------- job kinds (core.jobs.KINDS)
+def job_analyze_key(params: dict) -> str:
+    """One analysis job per cache key: same statistics, same job (whoever asks)."""
+    return run_key(RunSpec.from_dict(params["spec"]))
+
+
+def job_analyze(params: dict, progress, cancel) -> dict:
+    """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
+    res = analyze(RunSpec.from_dict(params["spec"]), progress=progress, cancel=cancel)
+    m = res["manifest"]
+    return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
+            "cache_hit": bool(m.get("cache_hit"))}
+
+
+def _ablation_params(params: dict) -> tuple[RunSpec, list[int] | None, int, int]:
+    dims = params.get("dims")
+    n_random, held = _ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
+    return RunSpec.from_dict(params["spec"]), None if dims is None else [int(d) for d in dims], n_random, held
+
+
+def job_ablation_key(params: dict) -> str:
+    spec, dims, n_random, held = _ablation_params(params)
+    return stable_hash({"run": run_key(spec), "dims": dims, "n_random": n_random, "held_out": held})
+
+
+def job_ablation(params: dict, progress, cancel) -> dict:
+    """The "ablation" job: the LM-loss ablation of a run (computes the run first if needed)."""
+    spec, dims, n_random, held = _ablation_params(params)
+    got = run_ablation(spec, dims, n_random, held, progress=progress, cancel=cancel)
+    return {"delta": got["delta"], "dims": got["dims"]}

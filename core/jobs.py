@@ -1,0 +1,646 @@
+"""Runs as durable jobs: a huey task queue, one worker process, job records any process can poll.
+
+    submit(kind, params)  -> job id   one job per (kind, key of params): whoever asks shares it
+    status(job_id)        -> Job | None (a job whose worker died reads as failed, with the reason)
+    list_jobs()           -> [Job], newest first
+    cancel(job_id) / retry(job_id) / wait(job_id)
+    ensure_worker()       start the worker process when none runs (the app calls it)
+    run_worker()          the worker itself (`python -m core worker`)
+
+The queue is huey (a maintained task queue): SQLite in `<cache>/jobs/queue.db` by default (no
+server), Redis when `ANISO_QUEUE_URL=redis://...` (several app servers, one queue). Everything
+the queue stores is JSON: the task message carries only the job id (huey's pickle serializer is
+replaced by `JsonSerializer`, which refuses anything else), and a job's parameters, progress and
+outcome are a JSON record in the queue's key-value store. Nothing read from the queue is ever
+unpickled.
+
+A job kind is a function `fn(params: dict, progress, cancel) -> dict | None` named in `KINDS`
+("module:function", imported by the worker only). `progress(...)` takes a `core.extract.Progress`
+or keywords (stage, done, total, tokens_per_s, eta_s, message); `cancel()` is True once the
+Cancel button or `python -m core jobs cancel ID` asked: stop between steps by raising
+`core.errors.Cancelled`, store nothing partial. A kind may also name a `key` function: the job id
+is derived from it (analyze uses the cache key of the run, so one spec is one job).
+
+Liveness: the worker writes a heartbeat into the running job's record every few seconds. A
+running job whose worker process is gone (same host) or whose heartbeat is older than
+`STALE_S` (any host) is reported failed ("the worker stopped ...") and can be retried.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import fcntl
+import hashlib
+import importlib
+import json
+import logging
+import math
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .errors import Cancelled, InputError
+
+log = logging.getLogger(__name__)
+
+QUEUE_URL_ENV = "ANISO_QUEUE_URL"  # redis://host:6379/0 for a shared queue; unset: SQLite in the cache dir
+AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"  # "0": the app never starts a worker (dedicated worker machines)
+WORKERS_ENV = "ANISO_WORKERS"  # jobs run at once by one worker process (threads), default 1
+MODULES_ENV = "ANISO_JOB_MODULES"  # comma-separated modules that register() more kinds (worker and app)
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+ACTIVE = (QUEUED, RUNNING)
+HEARTBEAT_S = 3.0  # a running job's record is rewritten at least this often
+STALE_S = 45.0  # a running job silent for longer has lost its worker (other hosts; same host: pid check)
+PROGRESS_WRITE_S = 0.5  # progress records are written at most this often (stage changes always)
+AUTOSTART_IDLE_EXIT_S = 900  # an auto-started worker exits after this long without jobs
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class JobKind:
+    """What the worker runs for a kind: "module:function", and optionally the key function."""
+
+    run: str
+    key: str | None = None  # "module:function" params -> str; default: hash of the params
+    title: str = ""
+
+
+# Job kinds. Add yours here (the worker imports the target only when it runs such a job).
+KINDS: dict[str, JobKind] = {
+    "analyze": JobKind("core.pipeline:job_analyze", "core.pipeline:job_analyze_key", "extraction"),
+    "ablation": JobKind("core.pipeline:job_ablation", "core.pipeline:job_ablation_key", "ablation"),
+}
+
+
+def register(kind: str, run: str, key: str | None = None, title: str = "") -> None:
+    """Add a job kind at run time (tests; a plugin). The worker must import the same registration."""
+    KINDS[kind] = JobKind(run, key, title or kind)
+
+
+@dataclass
+class Job:
+    """One job's record (JSON in the queue's store). Times are UNIX seconds."""
+
+    id: str
+    kind: str
+    params: dict
+    label: str = ""
+    status: str = QUEUED
+    attempt: int = 1
+    stage: str = ""
+    done: int = 0
+    total: int = 0
+    tokens_per_s: float = 0.0
+    eta_s: float | None = None
+    message: str = ""
+    error: str = ""
+    result: dict | None = None
+    created: float = 0.0
+    started: float | None = None
+    finished: float | None = None
+    heartbeat: float | None = None
+    worker: dict = field(default_factory=dict)  # {"host", "pid"} of the process running it
+    cancel_requested: bool = False  # read from its own key, not stored in the record
+
+    @property
+    def active(self) -> bool:
+        return self.status in ACTIVE
+
+    @property
+    def fraction(self) -> float:
+        return min(1.0, self.done / self.total) if self.total else 0.0
+
+    def to_json(self) -> bytes:
+        d = dataclasses.asdict(self)
+        d.pop("cancel_requested")
+        return json.dumps(d, allow_nan=False, default=_nan_none).encode()
+
+    @classmethod
+    def from_json(cls, blob: bytes) -> "Job":
+        d = json.loads(blob)
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def describe(self) -> str:
+        """One line for a terminal or a caption."""
+        what = f"{self.kind} {self.label}".strip()
+        if self.status == RUNNING:
+            if self.stage == "forward" and self.total:
+                eta = f", ETA {fmt_seconds(self.eta_s)}" if self.eta_s is not None else ""
+                return (f"{what}: {self.done:,}/{self.total:,} tokens, {self.tokens_per_s:,.0f} tokens/s{eta}")
+            return f"{what}: {self.message or self.stage or 'starting'}"
+        if self.status == FAILED:
+            return f"{what}: failed: {self.error}"
+        return f"{what}: {self.status}"
+
+
+def _nan_none(o):
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None or not math.isfinite(s):
+        return "…"
+    return f"{s:.0f} s" if s < 90 else (f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h")
+
+
+def _finite(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+# ---------------------------------------------------------------------- the queue (huey)
+class JsonSerializer:
+    """huey serializer that writes task messages as JSON and refuses to read anything else.
+
+    huey's default serializer pickles; a queue file or Redis that someone else can write would then
+    run code in the worker. Our messages carry only the job id (a string), so JSON is enough.
+    """
+
+    def serialize(self, data) -> bytes:
+        from huey.registry import Message
+
+        if isinstance(data, Message):
+            if data.eta or data.expires or data.on_complete or data.on_error or data.chord_config:
+                raise ValueError("job messages are plain: no schedule, expiry or pipeline")
+            return json.dumps({"message": {"id": data.id, "name": data.name, "args": list(data.args or ()),
+                                           "kwargs": data.kwargs or {}, "priority": data.priority,
+                                           "retries": data.retries, "retry_delay": data.retry_delay}}).encode()
+        return json.dumps({"value": data}).encode()
+
+    def deserialize(self, data: bytes):
+        from huey.registry import Message
+
+        obj = json.loads(data)  # raises on anything that is not JSON (a pickle is refused here)
+        if "message" in obj:
+            m = obj["message"]
+            return Message(id=str(m["id"]), name=str(m["name"]), eta=None, retries=m.get("retries") or 0,
+                           retry_delay=m.get("retry_delay") or 0, priority=m.get("priority"),
+                           args=tuple(m.get("args") or ()), kwargs=dict(m.get("kwargs") or {}))
+        return obj["value"]
+
+
+_queues: dict[tuple[str, str], "object"] = {}
+_tasks: dict[int, "object"] = {}  # id(huey) -> its run_job task wrapper
+_queues_lock = threading.Lock()
+
+
+def cache_root(cache_dir=None) -> Path:
+    from .models import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()).resolve()
+
+
+def jobs_dir(cache_dir=None) -> Path:
+    d = cache_root(cache_dir) / "jobs"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def queue(cache_dir=None):
+    """The huey instance of this cache directory (or of ANISO_QUEUE_URL), with the job task."""
+    url = os.environ.get(QUEUE_URL_ENV, "").strip()
+    where = url or str(jobs_dir(cache_dir) / "queue.db")
+    k = (where, str(cache_root(cache_dir)))
+    with _queues_lock:
+        if k not in _queues:
+            if url:
+                if not url.startswith(("redis://", "rediss://", "unix://")):
+                    raise InputError(f"{QUEUE_URL_ENV} must be a redis:// URL, got {url!r}.")
+                try:
+                    from huey import RedisHuey
+                    import redis  # noqa: F401 - only needed for a Redis queue
+                except ImportError:
+                    raise InputError(f"{QUEUE_URL_ENV} points at Redis: install the client "
+                                     "(.venv/bin/python -m pip install redis).") from None
+                h = RedisHuey("aniso-jobs", url=url, results=False, serializer=JsonSerializer())
+            else:
+                from huey import SqliteHuey
+
+                h = SqliteHuey("aniso-jobs", filename=where, results=False, serializer=JsonSerializer(),
+                               timeout=30)
+            _tasks[id(h)] = h.task(name="run_job")(_run_job)
+            h.signal("interrupted")(_on_interrupted)
+            _queues[k] = h
+        return _queues[k]
+
+
+def _store(cache_dir=None):
+    return queue(cache_dir).storage
+
+
+def _read(jid: str, cache_dir=None) -> Job | None:
+    from huey.constants import EmptyData
+
+    blob = _store(cache_dir).peek_data(f"job:{jid}")
+    if blob is EmptyData or blob is None:
+        return None
+    try:
+        return Job.from_json(blob)
+    except (ValueError, TypeError) as e:
+        log.warning("job record %s is unreadable (%s): ignored", jid, e)
+        return None
+
+
+def _write(job: Job, cache_dir=None) -> None:
+    _store(cache_dir).put_data(f"job:{job.id}", job.to_json())
+
+
+def _cancel_key(jid: str, attempt: int) -> str:
+    return f"cancel:{jid}:{attempt}"
+
+
+# ---------------------------------------------------------------------- public API
+def _resolve(target: str) -> Callable:
+    mod, _, name = target.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def _load_modules() -> None:
+    for mod in filter(None, (m.strip() for m in os.environ.get(MODULES_ENV, "").split(","))):
+        importlib.import_module(mod)
+
+
+def _kind(kind: str) -> JobKind:
+    if kind not in KINDS:
+        _load_modules()
+    if kind not in KINDS:
+        raise InputError(f"Unknown job kind {kind!r}; known: {', '.join(sorted(KINDS))}.")
+    return KINDS[kind]
+
+
+def job_id(kind: str, params: dict) -> str:
+    """The id of the one job that computes `params` (same params, same id, in every process)."""
+    k = _kind(kind)
+    key = _resolve(k.key)(params) if k.key else json.dumps(params, sort_keys=True, default=str)
+    return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
+
+
+def submit(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
+    """Queue a job, or join the same job when it is already queued or running. Returns its id.
+
+    Finished, failed or cancelled jobs are queued again (a new attempt); a finished analysis then
+    reads from the cache. Concurrent submitters are serialised by an atomic claim per attempt.
+    """
+    json.dumps(params, allow_nan=False)  # params are plain JSON (they travel through the queue)
+    jid = job_id(kind, params)
+    st = _store(cache_dir)
+    for _ in range(100):
+        job = status(jid, cache_dir)
+        if job is not None and job.active:
+            return jid
+        attempt = job.attempt + 1 if job is not None else 1
+        if st.put_if_empty(f"claim:{jid}:{attempt}", b"1"):
+            new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
+                      message="waiting for a worker")
+            _write(new, cache_dir)
+            _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
+            return jid
+        time.sleep(0.05)  # another process claimed this attempt: its record is being written
+    return jid
+
+
+def status(jid: str, cache_dir=None) -> Job | None:
+    """The job's record; a running job whose worker is gone is marked failed (and saved so)."""
+    job = _read(jid, cache_dir)
+    if job is None:
+        return None
+    if job.status == RUNNING:
+        dead = _worker_gone(job)
+        if dead:
+            job.status, job.error, job.finished = FAILED, dead, time.time()
+            job.message = "failed"
+            _write(job, cache_dir)
+    if job.active:
+        job.cancel_requested = _store(cache_dir).has_data_for_key(_cancel_key(jid, job.attempt))
+    return job
+
+
+def _worker_gone(job: Job) -> str:
+    """Why the running job's worker is gone ('' while it lives)."""
+    host, pid = job.worker.get("host"), job.worker.get("pid")
+    if host == socket.gethostname() and pid and not pid_alive(int(pid)):
+        return (f"the worker (pid {pid}) stopped while running this job: killed, out of memory or shut "
+                "down. Nothing partial was stored; retry it.")
+    if job.heartbeat and time.time() - job.heartbeat > STALE_S:
+        return (f"the worker on {host} (pid {pid}) has not reported for {time.time() - job.heartbeat:.0f} s: "
+                "it stopped (killed, out of memory or lost). Nothing partial was stored; retry it.")
+    return ""
+
+
+def pid_alive(pid: int) -> bool:
+    """True when the process exists and is not a zombie (a killed child not reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def list_jobs(cache_dir=None, kinds: tuple[str, ...] | None = None) -> list[Job]:
+    """Every job record, newest first (running jobs with a dead worker read as failed)."""
+    out = []
+    for k in _store(cache_dir).result_items():
+        k = k.decode() if isinstance(k, bytes) else k
+        if k.startswith("job:"):
+            job = status(k[4:], cache_dir)
+            if job is not None and (kinds is None or job.kind in kinds):
+                out.append(job)
+    return sorted(out, key=lambda j: j.created, reverse=True)
+
+
+def cancel(jid: str, cache_dir=None) -> Job:
+    """Cancel a queued job, or ask a running one to stop between batches (nothing partial is stored)."""
+    job = status(jid, cache_dir)
+    if job is None:
+        raise InputError(f"No job {jid!r} (see `python -m core jobs list`).")
+    if not job.active:
+        raise InputError(f"Job {jid} is {job.status}: nothing to cancel.")
+    _store(cache_dir).put_data(_cancel_key(jid, job.attempt), b"1")
+    if job.status == QUEUED:  # the worker skips it when it reaches it
+        job.status, job.finished, job.message = CANCELLED, time.time(), "cancelled before it started"
+        _write(job, cache_dir)
+    job.cancel_requested = True
+    return job
+
+
+def retry(jid: str, cache_dir=None) -> Job:
+    """Queue a failed or cancelled job again (a new attempt with the same parameters)."""
+    job = status(jid, cache_dir)
+    if job is None:
+        raise InputError(f"No job {jid!r} (see `python -m core jobs list`).")
+    if job.active:
+        raise InputError(f"Job {jid} is {job.status}: it is not finished.")
+    submit(job.kind, job.params, job.label, cache_dir)
+    return status(jid, cache_dir)
+
+
+def wait(jid: str, cache_dir=None, timeout: float | None = None, on_update: Callable[[Job], None] | None = None,
+         poll_s: float = 0.5) -> Job:
+    """Block until the job is finished (or `timeout` seconds passed); returns its last record."""
+    t0 = time.monotonic()
+    while True:
+        job = status(jid, cache_dir)
+        if job is None:
+            raise InputError(f"No job {jid!r}.")
+        if on_update:
+            on_update(job)
+        if not job.active or (timeout is not None and time.monotonic() - t0 > timeout):
+            return job
+        time.sleep(poll_s)
+
+
+# ---------------------------------------------------------------------- running a job (worker side)
+class _Running:
+    """The worker's handle on one running job: progress and heartbeat writes, the cancel probe."""
+
+    def __init__(self, job: Job, cache_dir):
+        self.job, self.cache_dir = job, cache_dir
+        self.lock = threading.Lock()
+        self.last_write = 0.0
+        self.last_cancel_check = 0.0
+        self.cancelled = False
+        self.stop = threading.Event()
+        self.beat = threading.Thread(target=self._heartbeat, name=f"heartbeat-{job.id}", daemon=True)
+
+    def write(self) -> None:
+        with self.lock:
+            self.job.heartbeat = self.last_write = time.time()
+            _write(self.job, self.cache_dir)
+
+    def _heartbeat(self) -> None:
+        while not self.stop.wait(HEARTBEAT_S):
+            try:
+                self.write()
+            except Exception as e:  # noqa: BLE001 - a busy database: the next beat retries
+                log.warning("heartbeat of %s failed: %s", self.job.id, e)
+
+    def progress(self, p=None, **kw) -> None:
+        """Record progress: a core.extract.Progress, or stage=, done=, total=, tokens_per_s=, eta_s=, message=."""
+        if p is not None and not isinstance(p, str):
+            kw = {k: getattr(p, k, None) for k in ("stage", "done", "total", "tokens_per_s", "eta_s", "message")}
+        elif isinstance(p, str):
+            kw["stage"] = p
+        j = self.job
+        stage = kw.get("stage") or j.stage
+        same_stage = stage == j.stage
+        j.stage = stage
+        j.done, j.total = int(kw.get("done") or 0), int(kw.get("total") or 0)
+        j.tokens_per_s = _finite(kw.get("tokens_per_s")) or 0.0
+        j.eta_s = _finite(kw.get("eta_s"))
+        j.message = str(kw.get("message") or "")
+        if not same_stage or time.time() - self.last_write >= PROGRESS_WRITE_S or (j.total and j.done >= j.total):
+            self.write()
+
+    def cancel_requested(self) -> bool:
+        now = time.time()
+        if not self.cancelled and now - self.last_cancel_check >= 0.25:
+            self.last_cancel_check = now
+            self.cancelled = _store(self.cache_dir).has_data_for_key(_cancel_key(self.job.id, self.job.attempt))
+        return self.cancelled
+
+
+_in_flight: dict[str, _Running] = {}
+_in_flight_lock = threading.Lock()
+
+
+def _run_job(jid: str, attempt: int) -> None:
+    """The huey task: run one job attempt and record its outcome. Never raises."""
+    cache_dir = os.environ.get("ANISO_CACHE_DIR") or None
+    job = _read(jid, cache_dir)
+    if job is None or job.attempt != attempt or job.status != QUEUED:
+        return  # cancelled before it started, or superseded by a newer attempt
+    job.status, job.started, job.message = RUNNING, time.time(), "starting"
+    job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "thread": threading.current_thread().name}
+    run = _Running(job, cache_dir)
+    run.write()
+    with _in_flight_lock:
+        _in_flight[jid] = run
+    run.beat.start()
+    try:
+        if run.cancel_requested():
+            raise Cancelled("cancelled before it started")
+        fn = _resolve(_kind(job.kind).run)
+        result = fn(dict(job.params), run.progress, run.cancel_requested)
+        json.dumps(result, allow_nan=False)
+        job.status, job.result, job.message = DONE, result, "done"
+    except Cancelled:
+        job.status, job.message = CANCELLED, "cancelled; nothing partial was stored"
+    except InputError as e:
+        job.status, job.error = FAILED, str(e)
+    except MemoryError:
+        job.status, job.error = FAILED, ("out of memory: lower the token budget, the sample size, the batch size or "
+                                         "the maximum sequence length, and retry")
+    except Exception as e:  # noqa: BLE001 - a job's failure is recorded, the worker keeps going
+        log.exception("job %s failed", jid)
+        job.status, job.error = FAILED, f"unexpected error: {type(e).__name__}: {e}"
+    finally:
+        run.stop.set()
+        run.beat.join(timeout=10)
+        job.finished = time.time()
+        if job.status == RUNNING:  # BaseException (SystemExit) on the way out
+            job.status, job.error = FAILED, "the worker stopped while running this job; retry it"
+        run.write()
+        with _in_flight_lock:
+            _in_flight.pop(jid, None)
+
+
+def _on_interrupted(signal_name, task, *a) -> None:
+    """huey: the consumer was stopped with this task in flight (SIGTERM): say so in its record."""
+    jid = (task.args or (None,))[0]
+    with _in_flight_lock:
+        run = _in_flight.get(jid)
+    if run is not None:
+        run.job.status, run.job.finished = FAILED, time.time()
+        run.job.error = "the worker was stopped while running this job; nothing partial was stored; retry it"
+        run.write()
+
+
+# ---------------------------------------------------------------------- the worker process
+def _worker_lock_path(cache_dir=None) -> Path:
+    return jobs_dir(cache_dir) / "worker.lock"
+
+
+def worker_pid(cache_dir=None) -> int | None:
+    """The pid of the worker serving this cache directory, or None when none runs."""
+    path = _worker_lock_path(cache_dir)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            try:
+                return int(f.read().strip() or 0) or -1
+            except ValueError:
+                return -1
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return None
+
+
+def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> int | None:
+    """Start a worker process for this cache directory unless one runs; returns its pid.
+
+    Two app processes calling this at once start one worker: the spawn is serialised by a file
+    lock and the worker holds `worker.lock` for its lifetime. `ANISO_WORKER_AUTOSTART=0` turns it off.
+    """
+    pid = worker_pid(cache_dir)
+    if pid is not None or os.environ.get(AUTOSTART_ENV, "1") == "0":
+        return pid
+    d = jobs_dir(cache_dir)
+    with open(d / "spawn.lock", "a+") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            pid = worker_pid(cache_dir)
+            if pid is not None:
+                return pid
+            env = {**os.environ, "ANISO_CACHE_DIR": str(cache_root(cache_dir))}
+            with open(d / "worker.log", "ab") as out:
+                proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--idle-exit", str(idle_exit)],
+                                        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                                        start_new_session=True)
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 30 and proc.poll() is None:
+                if worker_pid(cache_dir) is not None:
+                    break
+                time.sleep(0.1)
+            return worker_pid(cache_dir)
+        finally:
+            fcntl.flock(lk, fcntl.LOCK_UN)
+
+
+def stop_worker(cache_dir=None, timeout: float = 20) -> bool:
+    """Stop the worker of this cache directory (SIGTERM; SIGKILL after `timeout` s).
+
+    A job it was running is recorded as failed (retry it). Returns True when no worker runs afterwards.
+    """
+    import signal
+
+    pid = worker_pid(cache_dir)
+    if not pid or pid < 0:
+        return pid is None
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        if worker_pid(cache_dir) is None:
+            return True
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    time.sleep(0.2)
+    return worker_pid(cache_dir) is None
+
+
+def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | None = None) -> int:
+    """Serve the queue until SIGINT/SIGTERM (or `idle_exit` seconds without work). Returns an exit code."""
+    root = cache_root(cache_dir)
+    os.environ["ANISO_CACHE_DIR"] = str(root)  # job kinds and the pipeline use this cache
+    path = _worker_lock_path(root)
+    f = open(path, "a+")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.seek(0)
+        print(f"a worker already serves {root} (pid {f.read().strip() or '?'})", file=sys.stderr)
+        f.close()
+        return 0
+    f.seek(0)
+    f.truncate()
+    f.write(str(os.getpid()))
+    f.flush()
+    workers = int(workers or os.environ.get(WORKERS_ENV) or 1)
+    _load_modules()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
+    h = queue(root)
+    consumer = h.create_consumer(workers=workers, worker_type="thread", periodic=False, initial_delay=0.1,
+                                 backoff=1.15, max_delay=1.0, check_worker_health=True)
+    if idle_exit:
+        threading.Thread(target=_idle_watch, args=(consumer, h, float(idle_exit)), daemon=True).start()
+    print(f"worker {os.getpid()} serving {os.environ.get(QUEUE_URL_ENV) or root / 'jobs' / 'queue.db'} "
+          f"with {workers} thread(s)", file=sys.stderr, flush=True)
+    try:
+        consumer.run()
+    finally:
+        fcntl.flock(f, fcntl.LOCK_UN)
+        f.close()
+    return 0
+
+
+def _idle_watch(consumer, h, idle_exit: float) -> None:
+    last_busy = time.monotonic()
+    while True:
+        time.sleep(min(5.0, idle_exit / 4))
+        with _in_flight_lock:
+            busy = bool(_in_flight)
+        try:
+            busy = busy or h.storage.queue_size() > 0
+        except Exception:  # noqa: BLE001 - a locked database counts as busy
+            busy = True
+        if busy:
+            last_busy = time.monotonic()
+        elif time.monotonic() - last_busy > idle_exit:
+            log.info("no jobs for %.0f s: the worker exits", idle_exit)
+            consumer.stop(graceful=True)
+            return
+
+
+def utc(ts: float | None) -> str:
+    return "" if ts is None else _dt.datetime.fromtimestamp(ts, _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

@@ -1,0 +1,218 @@
+"""The job queue (core.jobs): one job per spec, progress, cancel, a worker killed halfway, restart,
+the CLI waiting for a running job, and parallel jobs that do not disturb each other.
+
+Workers are real `python -m core worker` processes on a temporary cache directory; the test
+kinds of jobkinds.py sleep in steps, the others run the real pipeline on tiny local models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import jobkinds  # noqa: F401 - registers test-steps / test-fail in this process too
+from core import jobs
+from core.pipeline import analyze, get_store, is_cached, run_key
+from core.spec import RunSpec
+
+from job_helpers import ROOT, wait_for, worker, worker_env
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    return tmp_path
+
+
+def _steps(n=5, delay=0.1, **kw):
+    return {"n": n, "delay": delay, **kw}
+
+
+def test_messages_are_json_and_a_pickle_is_refused(cache):
+    jid = jobs.submit("test-steps", _steps())
+    h = jobs.queue(cache)
+    [raw] = h.storage.enqueued_items()
+    msg = json.loads(raw)["message"]
+    assert msg["args"] == [jid, 1]
+    with pytest.raises(ValueError):
+        jobs.JsonSerializer().deserialize(pickle.dumps({"a": 1}))
+    # A pickled message planted in the queue is never unpickled: the worker's read fails on it.
+    h.storage.flush_queue()
+    h.storage.enqueue(pickle.dumps(("anything",)), None)
+    with pytest.raises(ValueError):
+        h.dequeue()
+
+
+def test_one_job_per_params_whoever_asks(cache):
+    ids = []
+    threads = [threading.Thread(target=lambda: ids.append(jobs.submit("test-steps", _steps()))) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(ids)) == 1
+    assert jobs.queue(cache).storage.queue_size() == 1  # one message: one computation
+    assert jobs.submit("test-steps", _steps(n=6)) != ids[0]  # other params, other job
+    assert jobs.status(ids[0]).status == jobs.QUEUED
+    assert [j.id for j in jobs.list_jobs(kinds=("test-steps",))][::-1] == [ids[0], jobs.job_id("test-steps", _steps(n=6))]
+
+
+def test_worker_runs_jobs_with_progress_and_results(cache):
+    marker = cache / "ran.txt"
+    jid = jobs.submit("test-steps", _steps(n=8, delay=0.2, marker=str(marker)), label="eight steps")
+    bad = jobs.submit("test-fail", {"message": "that file is empty"})
+    with worker(cache):
+        seen = []
+        done = jobs.wait(jid, timeout=120, on_update=lambda j: seen.append((j.status, j.done)))
+        failed = jobs.wait(bad, timeout=60)
+    assert done.status == jobs.DONE and done.result == {"n": 8} and done.label == "eight steps"
+    assert any(s == jobs.RUNNING and d > 0 for s, d in seen)  # progress was visible while it ran
+    assert failed.status == jobs.FAILED and failed.error == "that file is empty"
+    assert marker.read_text().count("done") == 1
+
+
+def test_cancel_queued_and_running_jobs(cache):
+    queued = jobs.submit("test-steps", _steps(n=3, marker=str(cache / "q.txt")))
+    jobs.cancel(queued)
+    assert jobs.status(queued).status == jobs.CANCELLED
+    long = jobs.submit("test-steps", _steps(n=400, delay=0.05, marker=str(cache / "long.txt")))
+    with worker(cache):
+        wait_for(lambda: (jobs.status(long).done or 0) > 2, what="the long job to progress")
+        assert jobs.status(long).status == jobs.RUNNING
+        assert jobs.cancel(long).cancel_requested
+        end = jobs.wait(long, timeout=60)
+        assert end.status == jobs.CANCELLED and end.done < 400
+        time.sleep(0.5)
+    assert not (cache / "q.txt").exists() and not (cache / "long.txt").exists()  # neither finished
+    with pytest.raises(ValueError, match="nothing to cancel"):
+        jobs.cancel(long)
+
+
+def test_a_restarted_worker_picks_up_queued_jobs(cache):
+    a = jobs.submit("test-steps", _steps(n=2))
+    b = jobs.submit("test-steps", _steps(n=3))
+    assert jobs.worker_pid(cache) is None and jobs.status(a).status == jobs.QUEUED  # no worker: they wait
+    with worker(cache):
+        assert jobs.wait(a, timeout=60).status == jobs.DONE
+        assert jobs.wait(b, timeout=60).status == jobs.DONE
+
+
+@pytest.mark.slow
+def test_worker_killed_halfway_fails_the_job_stores_nothing_and_retry_works(cache, tiny_bert_dir):
+    """SIGKILL (what the OOM killer sends) in the middle of an extraction."""
+    spec = RunSpec(model=str(tiny_bert_dir), corpus="wiki-en", max_tokens=25_000, max_seq_len=64, batch_size=2,
+                   sample=300)
+    jid = jobs.submit("analyze", {"spec": spec.to_dict()})
+    assert jid == jobs.job_id("analyze", {"spec": spec.to_dict()})
+    with worker(cache) as proc:
+        wait_for(lambda: jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0, timeout=240,
+                 what="the forward pass to start")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    job = jobs.status(jid)
+    assert job.status == jobs.FAILED and "stopped while running" in job.error and "retry" in job.error
+    assert not is_cached(spec)  # nothing read as complete
+    assert run_key(spec) not in get_store(cache).keys()
+    job = jobs.retry(jid)
+    assert job.status == jobs.QUEUED and job.attempt == 2
+    with worker(cache):
+        job = jobs.wait(jid, timeout=600)
+    assert job.status == jobs.DONE, job.error
+    assert is_cached(spec) and job.result["tokens"] == analyze(spec)["manifest"]["tokens"]["analysed"]
+
+
+@pytest.mark.slow
+def test_cli_analyze_waits_for_the_running_job(cache, tiny_bert_dir):
+    spec = RunSpec(model=str(tiny_bert_dir), corpus="wiki-en", max_tokens=20_000, max_seq_len=64, batch_size=2,
+                   sample=300)
+    jid = jobs.submit("analyze", {"spec": spec.to_dict()})
+    with worker(cache):
+        wait_for(lambda: jobs.status(jid).status == jobs.RUNNING, timeout=120, what="the job to run")
+        out = cache / "r.json"
+        cli = subprocess.run([sys.executable, "-m", "core", "analyze", "--model", str(tiny_bert_dir), "--corpus",
+                              "wiki-en", "--max-tokens", "20000", "--max-seq-len", "64", "--batch-size", "2",
+                              "--sample", "300", "--out", str(out)], cwd=ROOT, env=worker_env(cache),
+                             capture_output=True, text=True, timeout=600)
+        assert cli.returncode == 0, cli.stderr
+        assert f"waiting for job {jid}" in cli.stderr
+        assert jobs.status(jid).status == jobs.DONE
+    res = json.loads(out.read_text())
+    assert res["manifest"]["cache_hit"] is True  # read what the worker computed: one computation
+    assert res["manifest"]["cache_key"] == run_key(spec)
+
+
+@pytest.mark.slow
+def test_parallel_jobs_do_not_disturb_each_other(cache, tiny_gpt2_dir):
+    """Two workers threads: an ablation (zeroes norm weights of its own model copy) next to an
+    extraction of the same model; both equal what they give when run alone."""
+    base = RunSpec(model=str(tiny_gpt2_dir), corpus="wiki-en", max_tokens=1500, max_seq_len=64, batch_size=4,
+                   sample=200)
+    other = base.replace(seed=1, max_tokens=4000)
+    analyze(base)  # the ablated run is computed; the other one is not
+    store = get_store(cache)
+    jobs_ab = jobs.submit("ablation", {"spec": base.to_dict(), "dims": [1, 2, 3], "n_random": 2,
+                                       "held_out_tokens": 1500})
+    jobs_an = jobs.submit("analyze", {"spec": other.to_dict()})
+    with worker(cache, workers=2):
+        ab = jobs.wait(jobs_ab, timeout=600)
+        an = jobs.wait(jobs_an, timeout=600)
+    assert ab.status == jobs.DONE and an.status == jobs.DONE, (ab.error, an.error)
+    assert ab.started < an.finished and an.started < ab.finished  # they did overlap
+    parallel = analyze(other)
+    for k in list(store.keys()):  # recompute both alone, in this process, from scratch
+        store.delete(k)
+    from core.pipeline import run_ablation
+
+    alone = analyze(other)
+    assert json.dumps(alone["layers"], sort_keys=True) == json.dumps(parallel["layers"], sort_keys=True)
+    ab_alone = run_ablation(base, dims=[1, 2, 3], n_random=2, held_out_tokens=1500)
+    assert ab_alone["delta"] == pytest.approx(ab.result["delta"], rel=1e-6)
+
+
+def test_jobs_cli_list_cancel_retry(cache):
+    jid = jobs.submit("test-steps", _steps(n=2), label="two steps")
+    env = worker_env(cache)
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "core", "jobs", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+
+    out = cli("list")
+    assert out.returncode == 0 and jid in out.stdout and "queued" in out.stdout and "not running" in out.stdout
+    out = cli("cancel", jid)
+    assert out.returncode == 0 and "cancelled" in out.stdout
+    out = cli("retry", jid)
+    assert out.returncode == 0 and "queued (attempt 2)" in out.stdout
+    out = cli("cancel", "nope")
+    assert out.returncode == 2 and out.stderr.startswith("error: No job 'nope'")
+    rows = json.loads(cli("list", "--json").stdout)
+    assert [r["id"] for r in rows] == [jid] and rows[0]["status"] == "queued"
+
+
+def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
+    for k, v in worker_env(cache).items():
+        if k in ("ANISO_JOB_MODULES", "PYTHONPATH"):
+            monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "1")
+    pids = []
+    threads = [threading.Thread(target=lambda: pids.append(jobs.ensure_worker(cache, idle_exit=60))) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert pids[0] and pids[0] == pids[1] == jobs.worker_pid(cache)
+        jid = jobs.submit("test-steps", _steps(n=2))
+        assert jobs.wait(jid, timeout=60).status == jobs.DONE  # the auto-started worker serves the queue
+    finally:
+        assert jobs.stop_worker(cache)
+    assert jobs.worker_pid(cache) is None
