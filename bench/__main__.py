@@ -27,6 +27,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from bench import __version__  # noqa: E402
 from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
+from bench.load import keep_load_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
 SECTION_ORDER = ["overhead", "peers", "memory", "cache", "projection", "batching", "postproc"]
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         existing = out.read_text() if out.exists() else None
-        out.write_text(merge_gpu(existing, md))
+        out.write_text(keep_load_section(existing, merge_gpu(existing, md)))
         log(f"wrote {out}")
     else:
         sys.stdout.write(md + "\n")

@@ -219,8 +219,8 @@ def queue(cache_dir=None):
                 if not url.startswith(("redis://", "rediss://", "unix://")):
                     raise InputError(f"{QUEUE_URL_ENV} must be a redis:// URL, got {url!r}.")
                 try:
-                    from huey import RedisHuey
                     import redis  # noqa: F401 - only needed for a Redis queue
+                    from huey import RedisHuey
                 except ImportError:
                     raise InputError(f"{QUEUE_URL_ENV} points at Redis: install the client "
                                      "(.venv/bin/python -m pip install redis).") from None
@@ -550,17 +550,23 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
             pid = worker_pid(cache_dir)
             if pid is not None:
                 return pid
+            lk.seek(0)
+            try:  # a worker spawned moments ago may still be importing: don't start a second one
+                spawned, when = (float(x) for x in lk.read().split())
+                if pid_alive(int(spawned)) and time.time() - when < 60:
+                    return int(spawned)
+            except ValueError:
+                pass
             env = {**os.environ, "ANISO_CACHE_DIR": str(cache_root(cache_dir))}
             with open(d / "worker.log", "ab") as out:
                 proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--idle-exit", str(idle_exit)],
                                         cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                         start_new_session=True)
-            t0 = time.monotonic()
-            while time.monotonic() - t0 < 30 and proc.poll() is None:
-                if worker_pid(cache_dir) is not None:
-                    break
-                time.sleep(0.1)
-            return worker_pid(cache_dir)
+            lk.seek(0)
+            lk.truncate()
+            lk.write(f"{proc.pid} {time.time()}")
+            lk.flush()
+            return proc.pid
         finally:
             fcntl.flock(lk, fcntl.LOCK_UN)
 

@@ -180,6 +180,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     progress(Progress("load", 0, 1, message=_loading_message(spec.model)))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                     trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
+    _check_cancel(cancel)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
     n_hidden = int(lm.info["n_layers"]) + 1
     if spec.layers is not None and spec.layers[-1] >= n_hidden:
@@ -190,6 +191,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     if wkey not in memo:
         memo[wkey] = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
     windows = memo[wkey]
+    _check_cancel(cancel)
     try:
         n_emb = int(lm.base.get_input_embeddings().num_embeddings)
     except Exception:  # noqa: BLE001 - an architecture without a plain embedding table: no check
@@ -251,6 +253,11 @@ def _tokenizer_identity(tok) -> str:
     backend = getattr(tok, "backend_tokenizer", None)
     body = backend.to_str() if backend is not None else sorted(tok.get_vocab().items())
     return stable_hash([type(tok).__name__, body, tok.all_special_tokens])
+
+
+def _check_cancel(cancel) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("The run was cancelled; nothing partial was stored.")
 
 
 def _effective_seq_len(spec: RunSpec, lm) -> int:

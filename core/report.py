@@ -9,7 +9,7 @@ from __future__ import annotations
 from . import views
 from .analysis import frequency_r
 from .export import report_zip
-from .pipeline import analyze, get_stats, is_cached, postprocessed
+from .pipeline import analyze, cached_ablation, get_stats, is_cached, postprocessed
 from .projection import project, sample_table
 from .selection import SAMPLE_METRICS, Selection, to_query_params
 
@@ -46,6 +46,8 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
                views.frequency_correlation(r, frequency_r(st)), views.frequency_r_table(r, frequency_r(st))]
         proj = project(spec, l, "pca")
         per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
+        if r.get("ablation"):  # computed by an ablation job: it belongs to the run's report
+            per.append(views.ablation_view(r["ablation"], r))
         for v in per:
             v.name = f"{_slug(spec.model)}_{v.name}"  # the corpus is added by export.file_name
         out += per
@@ -61,7 +63,11 @@ def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
                 continue
         except ValueError:  # InputError: a model that cannot load has no results to report
             continue
-        runs.append((spec, analyze(spec), get_stats(spec)))
+        res = analyze(spec)
+        ab = cached_ablation(spec)
+        if ab is not None:  # results.json of the zip carries the run's ablation too
+            res = {**res, "ablation": ab}
+        runs.append((spec, res, get_stats(spec)))
     if not runs:
         raise ValueError("Nothing computed yet for this selection: press Run first.")
     vs = report_views(sel, runs)

@@ -87,6 +87,7 @@ class Selection:
     min_dist: float = 0.1
     search: str = ""
     dim: int | None = None  # the dimension drilled into on the Outliers page (None: the first outlier)
+    ablation: bool = False  # show the focused run's LM-loss ablation (Outliers page)
 
     def __post_init__(self):
         models = tuple(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
@@ -213,7 +214,7 @@ _KEYS = {
     "metric": "metric", "x": "x_axis", "layer_by": "layer_by", "layer": "layer", "depth": "depth",
     "ref": "reference",
     "proj": "proj_method", "color": "proj_color", "nn": "n_neighbors", "md": "min_dist", "q": "search",
-    "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds",
+    "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds", "ablate": "ablation",
 }
 _PP_KEYS = {"pp_center": "center", "pp_zscore": "zscore", "pp_abtt": "abtt", "pp_whiten": "whiten",
             "pp_k": "whiten_k", "pp_drop": "remove"}
@@ -275,7 +276,7 @@ def _parse(name: str, raw: str | list[str]):
         return int(s)
     if name in ("depth", "min_dist"):
         return float(s)
-    if name in ("reference", "drop_outliers"):
+    if name in ("reference", "drop_outliers", "ablation"):
         return _parse_bool(s)
     if name in ("text_column", "focus", "focus_corpus"):
         return s or None

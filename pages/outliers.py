@@ -3,9 +3,10 @@ outlier definitions side by side, the frequency link, and the ablation (behind a
 
 import streamlit as st
 
-from core import views
+from core import jobs, views
 from core.errors import InputError
 from ui import data, page, state
+from ui import run as ui_run
 
 sel, runs = page.header("Outlier dimensions")
 if page.need_runs(runs):
@@ -50,14 +51,31 @@ if page.need_runs(runs):
     st.subheader("Ablation: zero the outlier dimensions in every norm")
     dims = views.ablation_dims(res)
     st.caption(f"Dimensions: {dims or 'none'} (persistent outliers of either definition). The LM loss on held-out "
-               "text is compared with zeroing as many random dimensions (5 draws). Loads the model: ~10-60 s.")
-    lg = state.log()
-    rid = state.run_id(run.spec)
-    if st.button("Run ablation", key="ablate", icon=":material/science:") or rid in lg.ablations:
-        try:
-            with st.spinner("Ablating (loads the model)…"):
-                ab = data.ablation(run.spec)
-            lg.ablations.add(rid)
-            page.show(views.ablation_view(ab, res), "ablation")
-        except InputError as e:
-            st.error(str(e))
+               "text is compared with zeroing as many random dimensions (5 draws). Runs as a job (progress above; "
+               "it loads the model, then 7 forward passes): keep browsing meanwhile.")
+    ab = data.cached_ablation(run.spec)
+    if ab is not None:
+        if not sel.ablation:
+            state.update(ablation=True)  # the URL now restores this view
+        page.show(views.ablation_view(ab, res), "ablation")
+    elif not res["manifest"]["model"].get("causal_lm"):
+        if st.button("Run ablation", key="ablate", icon=":material/science:"):
+            st.error(f"Ablation needs a causal language model with an LM head; {run.label} has none. "
+                     "Try smollm2-135m or untrained-gpt2.")
+    elif not dims:
+        st.info("No persistent outlier dimensions in this run: nothing to ablate.")
+    else:
+        job = jobs.status(ui_run.job_id("ablation", run.spec))
+        if job is not None and job.active:
+            st.caption(":material/hourglass_top: The ablation job is running: its progress is shown at the top of "
+                       "the page; the result appears here when it ends.")
+        elif st.button("Run ablation", key="ablate", icon=":material/science:",
+                       help="Queue the ablation as a job (Cancel in its progress panel)."):
+            try:
+                ui_run.submit_ablation(run.spec)
+                state.update(ablation=True)
+                st.rerun()
+            except InputError as e:
+                st.error(str(e))
+        elif sel.ablation:
+            st.caption("This link shows the ablation, which is not computed for this run yet: press **Run ablation**.")

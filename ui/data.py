@@ -2,7 +2,7 @@
 
 The disk cache (core.cache) already keeps every computed result; these in-memory caches only
 spare reruns the disk reads. `results` is called only for runs that are cached on disk, so no
-widget change ever starts an extraction: that happens in ui.run, behind the Run button.
+widget change ever starts an extraction: that happens in a job (ui.run queues it on Run).
 """
 
 from __future__ import annotations
@@ -73,9 +73,9 @@ def projection(spec: RunSpec, layer: int, method: str, post: PostProcess, n_neig
     return P.project(spec, layer, method, post=post, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
-def ablation(spec: RunSpec) -> dict:
-    return pipeline.run_ablation(spec)
+def cached_ablation(spec: RunSpec) -> dict | None:
+    """The run's stored ablation (computed by an ablation job), or None. Never computes."""
+    return pipeline.cached_ablation(spec)
 
 
 # Views that compute on the sample (seconds): cached on (specs, parameters).

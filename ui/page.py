@@ -10,7 +10,6 @@ import streamlit as st
 
 from core import export, views
 from core.errors import InputError
-from core.models import describe_model
 from core.postprocess import PostProcess
 from core.spec import RunSpec
 
@@ -71,7 +70,8 @@ def _through_entrypoint() -> None:
 
 
 def header(title: str):
-    """Title, the Run button's work (progress bars, Cancel) and the status of every selected run.
+    """Title, the Run button's work (queue jobs) and the jobs panel: every selected run's status,
+    with live progress, Cancel and Retry while its job is queued or running.
 
     Returns the selection and the loaded runs. The Run button lives in the sidebar (app.py); its
     value is read here so the progress shows under the page title.
@@ -81,7 +81,6 @@ def header(title: str):
     _through_entrypoint()
     st.title(title)
     sel = state.selection()
-    run.report_interrupted()
     if state.run_pressed():
         run.run(sel)
     status(sel)
@@ -89,34 +88,16 @@ def header(title: str):
 
 
 def status(sel) -> None:
-    """One line per selected model: loaded from cache / computed now / not computed / error."""
-    lg = state.log()
-    for p in lg.url_problems:
+    """URL problems, then one line per selected run: loaded / computing (progress) / failed / not computed."""
+    from . import run
+
+    for p in state.log().url_problems:
         st.warning(p)
+    lg = state.log()
     if lg.corpus_problem:
         st.error(f"{lg.corpus_problem} Shown below: the results for the previous corpus, "
                  f"**{md(views.corpus_display(sel.corpus, sel.text_column))}**.", icon=":material/error:")
-    for spec in sel.specs():
-        rid = state.run_id(spec)
-        info = describe_model(spec.model)
-        name = f"**{md(info['label'])}** on {md(views.corpus_display(spec.corpus, spec.text_column))}"
-        note = f" — :material/warning: {info['note']}" if info.get("note") else ""
-        if rid in lg.errors:
-            st.error(f"{info['label']}: {lg.errors[rid]}", icon=":material/error:")
-            continue
-        try:
-            cached = data.is_cached(spec)
-        except InputError as e:
-            st.error(str(e), icon=":material/error:")
-            continue
-        if cached:
-            res = data.results(spec)
-            n = res["manifest"]["tokens"]["analysed"]
-            how = (f"computed in {lg.computed[rid]:.1f} s" if rid in lg.computed else "loaded from cache")
-            st.caption(f":material/check_circle: {name}: {how} · {n:,} tokens · {len(res['layers'])} layers{note}")
-        else:
-            st.caption(f":material/hourglass_empty: {name}: not computed yet for these settings — press **Run** "
-                       f"in the sidebar{note}")
+    run.panel(sel)
 
 
 def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
@@ -347,7 +328,12 @@ def deepest(runs: list[Loaded]) -> int:
 
 def need_runs(runs: list[Loaded]) -> bool:
     if not runs:
-        st.info("Nothing to show yet: choose models and a corpus in the sidebar, then press **Run**. "
-                "Results already computed for a selection appear at once.", icon=":material/arrow_back:")
+        if state.log().jobs_active:
+            st.info("Computing: the figures appear here when the job ends (progress above). Browse the other "
+                    "pages meanwhile; leaving or closing this tab does not stop the job.",
+                    icon=":material/hourglass_top:")
+        else:
+            st.info("Nothing to show yet: choose models and a corpus in the sidebar, then press **Run**. "
+                    "Results already computed for a selection appear at once.", icon=":material/arrow_back:")
         return False
     return True

@@ -1,128 +1,232 @@
-"""The Run button's work: extract every selected run that is not cached yet, with a progress bar
-per model (tokens/s, ETA) and a Cancel button.
+"""Run and the jobs panel: Run queues one job per selected run that is not computed; every page
+shows the selection's jobs with live progress (tokens/s, ETA), Cancel and Retry.
 
-Cancelling: clicking Cancel (or any widget) makes Streamlit stop this script at its next
-Streamlit call (each progress update is one), and `cancel` below also tells the extraction loop
-to stop between batches; the pipeline writes a cache entry whole or not at all, so nothing
-partial is stored. The run log remembers an unfinished run so the next rerun can say so.
+Jobs run in the worker process (core.jobs), never in a script run: navigating, any widget, a
+reload or a closed tab leave them running. The panel is a fragment that polls the job records
+every second while one of them is queued or running; when one ends, it reruns the whole app so
+the pages draw the new results (no manual reload, no second Run).
 """
 
 from __future__ import annotations
 
-import math
 import time
 
 import streamlit as st
 
-from core import pipeline, views
-from core.errors import Cancelled, InputError
-from core.extract import Progress
+from core import jobs, views
+from core.errors import InputError
 from core.models import describe_model
 
 from . import data, state
+from .page import md
+
+POLL_S = 1.0  # how often an active panel reads the job records
+ENSURE_WORKER_S = 5.0  # how often an active panel checks that a worker serves the queue
 
 
-def _stop_requested() -> bool:
-    """True once the browser asked for a rerun or a stop (Cancel or another widget was used)."""
-    try:
-        from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        req = getattr(ctx, "script_requests", None)
-        return req is not None and getattr(req, "_state", None) is not None and req._state.name != "CONTINUE"
-    except Exception:  # noqa: BLE001 - internal API: never let the probe break a run
-        return False
+def analyze_params(spec) -> dict:
+    return {"spec": spec.to_dict()}
 
 
-def _fmt_eta(s: float) -> str:
-    if not math.isfinite(s):
-        return "…"
-    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+def ablation_params(spec) -> dict:
+    return {"spec": spec.to_dict(), "dims": None}  # the persistent outliers, default draws and held-out text
 
 
-class _Bar:
-    """Progress callback drawing one st.progress bar, throttled to ~5 updates per second."""
-
-    def __init__(self, label: str):
-        self.label = label
-        self.bar = st.progress(0.0, text=f"{label}: waiting")
-        self.t = 0.0
-
-    def __call__(self, p: Progress) -> None:
-        now = time.perf_counter()
-        if p.stage == "forward" and 0 < p.done < p.total and now - self.t < 0.2:
-            return
-        self.t = now
-        if p.stage == "forward" and p.total:
-            frac = min(1.0, p.done / p.total)
-            text = (f"{self.label}: {p.done:,} / {p.total:,} tokens · {p.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {_fmt_eta(p.eta_s)}")
-        elif p.stage == "metrics":
-            frac, text = 1.0, f"{self.label}: per-layer metrics…"
-        else:
-            frac, text = 0.0, f"{self.label}: {p.message or p.stage}…"
-        self.bar.progress(frac, text=text)
+@st.cache_data(ttl=60, max_entries=256, show_spinner=False)
+def job_id(kind: str, spec) -> str:
+    """The id of the one job computing this (fingerprints the model and corpus: cached briefly)."""
+    return jobs.job_id(kind, analyze_params(spec) if kind == "analyze" else ablation_params(spec))
 
 
-def report_interrupted() -> None:
-    """Say so when the previous run did not finish (Cancel or another widget stopped it)."""
-    lg = state.log()
-    if lg.in_progress:
-        lg.interrupted, lg.in_progress = list(lg.in_progress), []
-    if lg.interrupted:  # shown once, on the rerun that followed the interruption
-        st.warning("The last run was cancelled before it finished; nothing partial was stored. "
-                   "Press Run to start it again.", icon=":material/stop_circle:")
-        lg.interrupted = []
+def _label(spec) -> str:
+    return (f"{describe_model(spec.model)['label']} on {views.corpus_display(spec.corpus, spec.text_column)}, "
+            f"{spec.max_tokens:,} tokens, seed {spec.seed}")
 
 
 def run(sel) -> None:
-    """Compute the selected runs that are not cached (called when Run was pressed)."""
+    """Queue the selected runs that are not computed (the Run button). Returns at once."""
     lg = state.log()
-    lg.interrupted = []
-    todo, seen = [], set()
+    queued = 0
     for spec in sel.specs():
-        try:
-            cached = pipeline.is_cached(spec)
-        except InputError as e:
-            lg.errors[state.run_id(spec)] = str(e)
-            continue
-        if not cached and state.run_id(spec) not in seen:
-            todo.append(spec)
-            seen.add(state.run_id(spec))
-    if not todo:
-        st.toast("Everything selected is already computed: loaded from cache.")
-        return
-    box = st.container(border=True)
-    with box:
-        head, btn = st.columns([5, 1])
-        head.markdown(f"**Running {len(todo)} extraction{'s' if len(todo) > 1 else ''}** "
-                      f"({views.corpus_display(sel.corpus)}, {sel.max_tokens:,} tokens each)")
-        btn.button("Cancel", key="cancel_run", icon=":material/stop_circle:",
-                   help="Stop the run; nothing partial is stored.")
-        bars = [(spec, _Bar(describe_model(spec.model)["label"])) for spec in todo]
-    lg.in_progress = [state.run_id(s) for s in todo]
-    for spec, bar in bars:
         rid = state.run_id(spec)
-        t0 = time.perf_counter()
         try:
-            pipeline.analyze(spec, progress=bar, cancel=_stop_requested)
-        except Cancelled:  # rid stays in lg.in_progress: the next rerun reports the cancellation
-            bar.bar.progress(0.0, text=f"{bar.label}: cancelled, nothing stored")
-            return
+            if data.is_cached(spec):
+                continue
+            lg.errors.pop(rid, None)
+            jobs.submit("analyze", analyze_params(spec), label=_label(spec))
+            queued += 1
         except InputError as e:
             lg.errors[rid] = str(e)
-        except MemoryError:
-            lg.errors[rid] = ("Out of memory: lower the token budget, the sample size, the batch size or the "
-                              "maximum sequence length, and run again.")
-        except Exception as e:  # noqa: BLE001 - keep the app alive; the message is shown on the page
-            lg.errors[rid] = f"Unexpected error: {type(e).__name__}: {e}"
-        lg.in_progress.remove(rid)
-        if rid in lg.errors:
-            bar.bar.progress(0.0, text=f"{bar.label}: failed (see the message below)")
-            continue
-        lg.errors.pop(rid, None)
-        lg.computed[rid] = time.perf_counter() - t0
-        bar.bar.progress(1.0, text=f"{bar.label}: done in {lg.computed[rid]:.1f} s")
-    lg.in_progress = []
-    data.is_cached.clear()
-    st.rerun()  # redraw everything (sidebar counts, pages) from the cache
+    if not queued:
+        st.toast("Everything selected is already computed: loaded from cache.")
+        return
+    _start_worker()
+
+
+def submit_ablation(spec) -> str:
+    """Queue the ablation of a computed run (the Outliers page's button)."""
+    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec))
+    _start_worker()
+    return jid
+
+
+def _start_worker() -> None:
+    try:
+        jobs.ensure_worker()
+    except OSError as e:  # a read-only cache directory, no fork allowed...
+        st.error(f"Could not start the job worker ({e}). Start one with `python -m core worker`.")
+    st.session_state["_jobs_worker_check"] = time.monotonic()
+
+
+def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
+    """(spec, kind, job record or None) of the selection: its extractions, and its ablations."""
+    out = []
+    for spec in sel.specs():
+        try:
+            out.append((spec, "analyze", jobs.status(job_id("analyze", spec))))
+            ab = jobs.status(job_id("ablation", spec))
+            if ab is not None:
+                out.append((spec, "ablation", ab))
+        except InputError:
+            out.append((spec, "analyze", None))
+    return out
+
+
+def any_active(sel) -> bool:
+    return any(j is not None and j.active for _, _, j in _jobs_of(sel))
+
+
+def panel(sel) -> None:
+    """The status of every selected run (and its jobs). Polls while a job is queued or running."""
+    active = any_active(sel)
+    state.log().jobs_active = active
+    if active:
+        _live_panel(sel)
+    else:
+        _panel_body(sel, polling=False)
+
+
+@st.fragment(run_every=POLL_S)
+def _live_panel(sel) -> None:
+    _panel_body(sel, polling=True)
+
+
+def _panel_body(sel, polling: bool) -> None:
+    lg = state.log()
+    rows = _jobs_of(sel)
+    still_active = False
+    seen = st.session_state.setdefault("_jobs_seen_active", set())
+    ended = False
+    for spec, kind, job in rows:
+        if job is not None and job.active:
+            still_active = True
+            seen.add(job.id)
+        elif job is not None and job.id in seen:
+            seen.discard(job.id)
+            st.session_state.setdefault("_jobs_watched", set()).add(job.id)
+            ended = True
+        if kind == "analyze":
+            _run_status(spec, job, lg, f" (control, seed {spec.seed})" if spec.seed != sel.seed else "")
+        else:
+            _ablation_status(spec, job)
+    if polling and still_active:
+        t = st.session_state.get("_jobs_worker_check", 0.0)
+        if time.monotonic() - t > ENSURE_WORKER_S and any(j is not None and j.status == jobs.QUEUED
+                                                         for _, _, j in rows):
+            _start_worker()
+    if ended or (polling and not still_active):
+        data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
+        st.rerun(scope="app")
+
+
+def _run_status(spec, job, lg, extra: str = "") -> None:
+    rid = state.run_id(spec)
+    info = describe_model(spec.model)
+    name = f"**{md(info['label'])}** on {md(views.corpus_display(spec.corpus, spec.text_column))}{extra}"
+    note = f" — :material/warning: {info['note']}" if info.get("note") else ""
+    if rid in lg.errors:
+        st.error(f"{md(info['label'])}: {md(lg.errors[rid])}", icon=":material/error:")
+        return
+    if job is not None and job.active:
+        _progress(job, name)
+        return
+    try:
+        cached = data.is_cached(spec)
+    except InputError as e:
+        st.error(str(e), icon=":material/error:")
+        return
+    if cached:
+        res = data.results(spec)
+        n = res["manifest"]["tokens"]["analysed"]
+        how = "loaded from cache"
+        if job is not None and job.status == jobs.DONE and job.started and job.finished \
+                and job.id in st.session_state.get("_jobs_watched", ()):  # this session saw it run
+            how = f"computed in {job.finished - job.started:.1f} s"
+        st.caption(f":material/check_circle: {name}: {how} · {n:,} tokens · {len(res['layers'])} layers{note}")
+    elif job is not None and job.status == jobs.FAILED:
+        _failed(job, f"{md(info['label'])}: the extraction failed: {md(job.error)}")
+    elif job is not None and job.status == jobs.CANCELLED:
+        st.caption(f":material/stop_circle: {name}: the last run was cancelled; nothing partial was stored. "
+                   f"Press **Run** to start it again{note}")
+    else:
+        st.caption(f":material/hourglass_empty: {name}: not computed yet for these settings — press **Run** "
+                   f"in the sidebar{note}")
+
+
+def _ablation_status(spec, job) -> None:
+    label = md(f"{describe_model(spec.model)['label']} · {views.corpus_display(spec.corpus, spec.text_column)}")
+    if job.active:
+        _progress(job, f"**Ablation** of {label}")
+    elif job.status == jobs.FAILED and data.cached_ablation(spec) is None:
+        _failed(job, f"{label}: the ablation failed: {md(job.error)}")
+
+
+def _progress(job, name: str) -> None:
+    """One job's progress bar: stage, tokens done / total, tokens/s, ETA; Cancel."""
+    with st.container(border=True, key=f"job_{job.id}"):
+        head, btn = st.columns([6, 1], vertical_alignment="center")
+        if job.cancel_requested:
+            text = "cancelling: stops after the current batch…"
+        elif job.status == jobs.QUEUED:
+            text = "queued: waiting for the worker…"
+        elif job.stage == "forward" and job.total and job.done == 0:
+            text = f"starting the forward pass ({job.total:,} tokens)…"
+        elif job.stage == "forward" and job.total:
+            text = (f"{job.done:,} / {job.total:,} tokens · {job.tokens_per_s:,.0f} tokens/s · "
+                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
+        elif job.stage == "ablation" and job.total:
+            text = f"{job.message} · ETA {jobs.fmt_seconds(_eta(job))}"
+        elif job.stage == "metrics":
+            text = "per-layer metrics…"
+        else:
+            text = f"{job.message or job.stage or 'starting'}…"
+        head.markdown(f"{name} · job `{job.id}`")
+        head.progress(job.fraction if job.stage in ("forward", "ablation") else (1.0 if job.stage == "metrics" else 0.0),
+                      text=text)
+        if btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
+                      help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
+                           "closing the tab does not stop it."):
+            try:
+                jobs.cancel(job.id)
+            except InputError:
+                pass  # it ended meanwhile
+
+
+def _eta(job) -> float | None:
+    """ETA of a job that counts steps (ablation passes): time per finished step times steps left."""
+    if not job.started or not job.done:
+        return None
+    return (time.time() - job.started) / job.done * (job.total - job.done)
+
+
+def _failed(job, message: str) -> None:
+    c1, c2 = st.columns([6, 1], vertical_alignment="center")
+    c1.error(message, icon=":material/error:")
+    if c2.button("Retry", key=f"retry_{job.id}", icon=":material/refresh:",
+                 help="Queue this job again with the same settings."):
+        try:
+            jobs.retry(job.id)
+        except InputError:
+            pass
+        _start_worker()
+        st.rerun(scope="app")

@@ -2,7 +2,7 @@
 
 `selection()` reads it (from the URL on a session's first run); `update(**fields)` replaces it
 and writes the non-default fields back to the URL, so any view can be shared and reloaded.
-The run log (what this session computed, errors, an interrupted run) lives under a second key.
+The run log (errors of this session, whether a job of the selection is active) lives under a second key.
 """
 
 from __future__ import annotations
@@ -20,14 +20,11 @@ LOG_KEY = "run_log"
 
 @dataclass
 class RunLog:
-    computed: dict[str, float] = field(default_factory=dict)  # run id -> seconds, computed in this session
     errors: dict[str, str] = field(default_factory=dict)  # run id -> message of the last failure
-    in_progress: list[str] = field(default_factory=list)  # run ids of a run that has not finished
-    interrupted: list[str] = field(default_factory=list)  # run ids of the last interrupted run
     url_problems: list[str] = field(default_factory=list)
-    ablations: set[str] = field(default_factory=set)  # run ids whose ablation this session has shown
     uploads: list[str] = field(default_factory=list)  # corpus entries uploaded/pasted in this session ("id#col")
     corpus_problem: str | None = None  # the chosen corpus failed (upload, paste): the pages say what they show
+    jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
 
 
 def run_id(spec) -> str:

@@ -15,8 +15,18 @@ SMALL = {"tokens": "2000", "sample": "500", "seeds": "1"}
 TIMEOUT = 120
 
 
-def run_clicked(at):
+def run_clicked(at, timeout: float = 900):
+    """Press Run (it queues jobs), wait for the worker to finish every job, then rerun the page."""
+    import time
+
+    from core import jobs
+
     at.sidebar.button(key="run").click().run()
+    t0 = time.monotonic()
+    while any(j.active for j in jobs.list_jobs()):
+        assert time.monotonic() - t0 < timeout, [j.describe() for j in jobs.list_jobs()]
+        time.sleep(0.5)
+    at.run()
     return at
 
 

@@ -27,6 +27,15 @@ def _entrypoint_runs_every_time():
         yield
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _job_worker(cache_dir):
+    """The app starts a worker process for the session's cache on its first Run: stop it at the end."""
+    yield
+    from core import jobs
+
+    jobs.stop_worker(cache_dir)
+
+
 @pytest.fixture
 def app(cache_dir):
     """A factory: app(models=[...], **query) -> AppTest after its first run."""

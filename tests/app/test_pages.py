@@ -315,3 +315,129 @@ def test_one_model_on_several_corpora(app, computed):
     at.switch_page("pages/outliers.py").run()
     no_exception(at)
     assert at.selectbox(key="focus_outliers").value is not None  # a run picker: model · corpus
+
+
+def _active_jobs():
+    from core import jobs
+
+    return [j for j in jobs.list_jobs() if j.active]
+
+
+def test_run_is_a_job_that_navigation_and_widgets_do_not_cancel(app, computed):
+    """Run queues a job; switching pages and moving widgets while it runs leaves it running; once it
+    ends, the page shows the figures without pressing Run again."""
+    import time
+
+    from core import jobs
+
+    at = app(tokens="2600")
+    at.sidebar.button(key="run").click().run()
+    no_exception(at)
+    [job] = _active_jobs()
+    assert job.kind == "analyze" and "MiniLM" in job.label
+    assert at.button(key=f"cancel_{job.id}")  # its progress panel, with Cancel
+    assert any("Computing" in i.value for i in at.info)  # not "Nothing to show yet ... press Run"
+    at.switch_page("pages/outliers.py").run()
+    at.switch_page("pages/compare.py").run()
+    at.switch_page("pages/layers.py").run()
+    no_exception(at)
+    assert jobs.status(job.id).status in (jobs.QUEUED, jobs.RUNNING, jobs.DONE)
+    t0 = time.monotonic()
+    while jobs.status(job.id).active:
+        assert time.monotonic() - t0 < 900
+        time.sleep(0.5)
+    assert jobs.status(job.id).status == jobs.DONE
+    at.run()
+    no_exception(at)
+    assert by_title(at, "Mean cosine similarity by layer")
+    assert any("computed in" in c.value for c in at.caption)
+
+
+def test_cancel_button_stops_the_job_and_stores_nothing(app, computed):
+    import time
+
+    from core import jobs
+
+    at = app(tokens="150000")
+    spec = Selection(max_tokens=150000, sample=500).spec("minilm-l6")
+    at.sidebar.button(key="run").click().run()
+    [job] = _active_jobs()
+    t0 = time.monotonic()
+    while jobs.status(job.id).status == jobs.QUEUED:  # the worker may still be busy with another job
+        assert time.monotonic() - t0 < 600
+        time.sleep(0.3)
+    at.run()
+    at.button(key=f"cancel_{job.id}").click().run()
+    no_exception(at)
+    end = jobs.wait(job.id, timeout=600)
+    assert end.status == jobs.CANCELLED
+    assert not is_cached(spec)
+    at.run()
+    assert any("cancelled" in c.value and "nothing partial" in c.value for c in at.caption)
+
+
+@pytest.fixture(scope="module")
+def planted_gpt2(tmp_path_factory):
+    """A tiny GPT-2 whose LayerNorm gain of dim 5 is 8 in every block: a persistent norm outlier."""
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from core.models import _gpt2_tokenizer
+
+    d = tmp_path_factory.mktemp("planted-gpt2")
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=5, n_head=2, n_positions=128))
+    with torch.no_grad():
+        for block in model.transformer.h:
+            block.ln_1.weight[5] = 8.0
+            block.ln_2.weight[5] = 8.0
+    model.save_pretrained(d)
+    _gpt2_tokenizer().save_pretrained(d)
+    return d
+
+
+@pytest.mark.slow
+def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, computed, planted_gpt2, tmp_path):
+    """Run ablation queues a job; its result is shown, goes into results.json (CLI), the report
+    zip and the URL (`ablate=1`), and a fresh session opened on that URL shows it again."""
+    import io
+    import subprocess
+    import sys
+    import time
+    import zipfile
+
+    from core import jobs
+    from core.report import build_report
+
+    q = {"tokens": "800", "sample": "200", "seqlen": "64"}
+    at = app(models=(str(planted_gpt2),), page="pages/outliers.py", **q)
+    run_clicked(at)
+    no_exception(at)
+    at.button(key="ablate").click().run()
+    no_exception(at)
+    [job] = _active_jobs()
+    assert job.kind == "ablation"
+    assert any("ablation job is running" in c.value for c in at.caption)
+    t0 = time.monotonic()
+    while jobs.status(job.id).active:
+        assert time.monotonic() - t0 < 900
+        time.sleep(0.5)
+    assert jobs.status(job.id).status == jobs.DONE, jobs.status(job.id).error
+    at.run()
+    no_exception(at)
+    assert by_title(at, "zeroed in every norm")
+    qp = {k: (v if isinstance(v, str) else v[-1]) for k, v in at.query_params.items()}
+    assert qp.get("ablate") == "1"
+    # A fresh session on the shared URL: the ablation is there, nothing recomputed.
+    again = app(models=(str(planted_gpt2),), page="pages/outliers.py", ablate="1", **q)
+    no_exception(again)
+    assert by_title(again, "zeroed in every norm")
+    sel = Selection(models=(str(planted_gpt2),), max_tokens=800, sample=200, max_seq_len=64)
+    names = zipfile.ZipFile(io.BytesIO(build_report(sel, image_formats=()))).namelist()
+    assert any("ablation" in n for n in names if n.startswith("data/"))
+    out = tmp_path / "r.json"
+    cli = subprocess.run([sys.executable, "-m", "core", "analyze", "--model", str(planted_gpt2), "--max-tokens", "800",
+                          "--sample", "200", "--max-seq-len", "64", "--out", str(out)], capture_output=True, text=True,
+                         timeout=300, env={**__import__("os").environ})
+    assert cli.returncode == 0, cli.stderr
+    assert 5 in json.loads(out.read_text())["ablation"]["dims"]

@@ -10,19 +10,12 @@ from __future__ import annotations
 
 import io
 import os
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
+from browser_helpers import CHROMIUM
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 # Budget of the flow: small enough for a loaded 2-core machine, large enough for real curves.
 QUERY = os.environ.get("ANISO_FLOW_QUERY", "tokens=4000&sample=1500")
 SAMPLE = int(dict(kv.split("=") for kv in QUERY.split("&") if "=" in kv).get("sample", 5000))
@@ -32,58 +25,6 @@ COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-b
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
                                  f"{CHROMIUM} (apt-get install chromium)")]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    port = _free_port()
-    cache = tmp_path_factory.mktemp("browser-cache")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
-    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1", "--server.port",
-         str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while time.time() - t0 < 90:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
-                break
-            except OSError:
-                if proc.poll() is not None:
-                    break
-                time.sleep(0.5)
-        else:
-            pytest.fail("streamlit did not answer within 90 s")
-        if proc.poll() is not None:
-            log.seek(0)
-            pytest.fail(f"streamlit exited: {log.read()[-3000:]}")
-        yield url, cache
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def _shots_dir(tmp_path) -> Path:
@@ -205,7 +146,9 @@ def test_default_flow(server, browser, tmp_path):
     # Compare: two models (MiniLM + an untrained BERT) on the same corpus.
     page.goto(f"{server}/compare?{COMPARE_QUERY}")
     page.get_by_role("button", name="Run").click()
-    page.get_by_text("computed in").first.wait_for()  # the untrained BERT (MiniLM is loaded from cache)
+    # The untrained BERT's job ends (MiniLM is loaded from cache); the page redraws by itself.
+    page.locator("[data-testid=stCaption]", has_text="untrained BERT").filter(has_text="computed in") \
+        .first.wait_for(timeout=400_000)
     _settle(page)
     traces = _wait_plots(page, 3)
     curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
@@ -219,7 +162,7 @@ def test_default_flow(server, browser, tmp_path):
 
 
 def test_cancel_stores_nothing(server, browser):
-    """A long run, cancelled from its progress panel: the app says so and the cache has no entry."""
+    """A long job, cancelled from its progress panel: the app says so and the cache has no entry."""
     from core.pipeline import is_cached
     from core.selection import Selection
 
@@ -230,6 +173,6 @@ def test_cancel_stores_nothing(server, browser):
     page.get_by_role("button", name="Run").click()
     page.get_by_text("tokens/s").first.wait_for()  # the progress bar of the running model
     page.get_by_role("button", name="Cancel").click()
-    page.get_by_text("cancelled before it finished").wait_for(timeout=60_000)
+    page.get_by_text("the last run was cancelled; nothing partial was stored").wait_for(timeout=120_000)
     assert not is_cached(Selection(max_tokens=300000).spec("minilm-l6"), cache_dir=cache)
     page.close()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from core import jobs
 from core.errors import Cancelled, InputError

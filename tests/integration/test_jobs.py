@@ -16,14 +16,13 @@ import sys
 import threading
 import time
 
-import pytest
-
 import jobkinds  # noqa: F401 - registers test-steps / test-fail in this process too
+import pytest
+from job_helpers import ROOT, wait_for, worker, worker_env
+
 from core import jobs
 from core.pipeline import analyze, get_store, is_cached, run_key
 from core.spec import RunSpec
-
-from job_helpers import ROOT, wait_for, worker, worker_env
 
 
 @pytest.fixture
@@ -210,7 +209,8 @@ def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
             t.start()
         for t in threads:
             t.join()
-        assert pids[0] and pids[0] == pids[1] == jobs.worker_pid(cache)
+        assert pids[0] and pids[0] == pids[1]
+        wait_for(lambda: jobs.worker_pid(cache) == pids[0], timeout=60, what="the worker to take its lock")
         jid = jobs.submit("test-steps", _steps(n=2))
         assert jobs.wait(jid, timeout=60).status == jobs.DONE  # the auto-started worker serves the queue
     finally:

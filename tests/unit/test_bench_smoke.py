@@ -193,3 +193,22 @@ def test_quick_sizes_are_small_and_machine_info():
     assert max(q.peer_tokens) < min(f.peer_tokens) and f.smollm_tokens == 1000
     info = machine_info()
     assert info["logical_cores"] >= 1 and "torch" in info["versions"]
+
+
+def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path):
+    from bench.load import LOAD_END, LOAD_START, keep_load_section, render, write
+
+    s = {"n": 40, "p50": 0.8, "p95": 1.5, "max": 2.5, "errors": [], "peak_server": 300 * 2**20, "load": (1.0, 1, 1),
+         "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}}
+    r = {"users": 8, "seconds": 60, "load_before": (1.0, 1, 1), "idle": s,
+         "job": {**s, "p95": 2.4, "peak_worker": 900 * 2**20, "job_tokens_per_s": 5000.0, "job_done": 120000}}
+    md = render(r, "python -m bench.load")
+    assert "| job running | 40 | 0.80 | 2.40 |" in md and "**not met** (2.40 s)" in md and "900 MiB" in md
+    doc = tmp_path / "B.md"
+    doc.write_text("# Benchmarks\n\nbody\n")
+    write(md, doc)
+    write(md.replace("2.40", "1.90"), doc)
+    text = doc.read_text()
+    assert text.count(LOAD_START) == 1 and "1.90" in text and text.startswith("# Benchmarks")
+    rewritten = keep_load_section(text, "# Benchmarks\n\nnew body\n")
+    assert "new body" in rewritten and rewritten.count(LOAD_END) == 1 and "1.90" in rewritten

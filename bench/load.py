@@ -1,0 +1,284 @@
+"""Load test: simultaneous browser users on the dashboard, with and without a running job.
+
+    python -m bench.load                      # 8 users, 60 s per phase -> the load section of BENCHMARKS.md
+    python -m bench.load --users 4 --seconds 30 --out /tmp/load.md
+
+One `streamlit run app.py` on 127.0.0.1 (a free port, a fresh cache directory), one run computed
+beforehand (MiniLM on wiki-en). Each user is its own browser context (its own session and
+websocket) in one Debian chromium, looping over the four pages through the navigation and
+timing each page from the click until its figures are drawn and Streamlit is idle. Phase 1: no
+job. Phase 2: the same while the worker computes another extraction (a long MiniLM run),
+cancelled at the end. Bounded: users <= 16, seconds per phase <= 600, each page wait <= 60 s
+(counted as an error). Peak memory: RSS of the server process (and of the worker) sampled every
+0.25 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+PAGES = {"Layers": 3, "Outliers": 4, "Projection": 1, "Compare": 3}  # page -> figures it draws
+QUERY = "tokens=4000&sample=1000"
+JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 cores
+LOAD_START = "<!-- bench:load:start -->"
+LOAD_END = "<!-- bench:load:end -->"
+PAGE_TIMEOUT_S = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rss(pid: int | None) -> int:
+    if not pid:
+        return 0
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+class MemoryProbe:
+    """Peak RSS of the server and of the worker, sampled on a thread."""
+
+    def __init__(self, server_pid: int, cache: Path):
+        self.server_pid, self.cache = server_pid, cache
+        self.peak_server = self.peak_worker = 0
+        self.stop = threading.Event()
+        self.t = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        from core import jobs
+
+        while not self.stop.wait(0.25):
+            self.peak_server = max(self.peak_server, _rss(self.server_pid))
+            w = jobs.worker_pid(self.cache)
+            self.peak_worker = max(self.peak_worker, _rss(w if w and w > 0 else None))
+
+    def reset(self):
+        self.peak_server = self.peak_worker = 0
+
+
+async def _page_ready(page, n_figs: int) -> None:
+    await page.wait_for_function(
+        """(n) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(e => (e.data||[]).length).length >= n
+                  && !document.querySelector('[data-testid=stStatusWidget]')""", arg=n_figs,
+        timeout=PAGE_TIMEOUT_S * 1000)
+
+
+async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int) -> None:
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await ctx.new_page()
+    names = list(PAGES)
+    try:
+        t0 = time.perf_counter()
+        await page.goto(f"{url}/{names[offset % 4].lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
+        await _page_ready(page, PAGES[names[offset % 4]])
+        times.append(("open", time.perf_counter() - t0))
+        end = time.monotonic() + seconds
+        i = offset + 1
+        while time.monotonic() < end:
+            name = names[i % 4]
+            i += 1
+            t0 = time.perf_counter()
+            try:
+                await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
+                await page.wait_for_timeout(50)  # let the rerun start before waiting for idle
+                await _page_ready(page, PAGES[name])
+                times.append((name, time.perf_counter() - t0))
+                if await page.locator("[data-testid=stException]").count():
+                    errors.append(f"{name}: exception shown")
+            except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
+                errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    finally:
+        await ctx.close()
+
+
+async def _phase(url: str, users: int, seconds: float) -> tuple[list, list]:
+    from playwright.async_api import async_playwright
+
+    times: list = []
+    errors: list = []
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k) for k in range(users)])
+        finally:
+            await browser.close()
+    return times, errors
+
+
+def _pct(xs: list[float], q: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    k = (len(xs) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def _summary(times: list, errors: list) -> dict:
+    nav = [t for name, t in times if name != "open"]
+    return {"n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
+            "open_p50": _pct([t for n, t in times if n == "open"], 0.5), "errors": errors,
+            "per_page": {p: _pct([t for n, t in times if n == p], 0.95) for p in PAGES}}
+
+
+def run(users: int, seconds: float) -> dict:
+    from core import jobs
+    from core.pipeline import analyze
+    from core.selection import from_query_params
+    from core.spec import RunSpec
+
+    users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
+    cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
+    os.environ["ANISO_CACHE_DIR"] = str(cache)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
+    sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
+    print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
+    analyze(sel.spec(sel.models[0]))
+    port = _free_port()
+    log = open(cache / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
+                             "--server.port", str(port), "--server.headless", "true",
+                             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=log,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    probe = MemoryProbe(proc.pid, cache)
+    out = {"users": users, "seconds": seconds, "load_before": os.getloadavg()}
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 120:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        probe.t.start()
+        print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
+        out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+        out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
+        probe.reset()
+        spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
+        jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
+        jobs.ensure_worker()
+        t1 = time.time()
+        while time.time() - t1 < 300 and not (jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0):
+            time.sleep(0.5)
+        print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
+        out["job"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+        j = jobs.status(jid)
+        out["job"].update(peak_server=probe.peak_server, peak_worker=probe.peak_worker, load=os.getloadavg(),
+                          job_status=j.status, job_tokens_per_s=j.tokens_per_s, job_done=j.done)
+        if j.active:
+            jobs.cancel(jid)
+            jobs.wait(jid, timeout=120)
+    finally:
+        probe.stop.set()
+        jobs.stop_worker(cache)
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    return out
+
+
+def render(r: dict, command: str) -> str:
+    def row(name, s, job=False):
+        return (f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p95']:.2f} | {s['max']:.2f} | {len(s['errors'])} | "
+                f"{s['peak_server'] / 2**20:,.0f} MiB | {(s.get('peak_worker', 0) / 2**20):,.0f} MiB |"
+                if job else
+                f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p95']:.2f} | {s['max']:.2f} | {len(s['errors'])} | "
+                f"{s['peak_server'] / 2**20:,.0f} MiB | (no job) |")
+
+    cores = os.cpu_count()
+    busy = max(r["load_before"][0], r["idle"]["load"][0], r["job"]["load"][0])
+    lines = [LOAD_START, "## Load: browser users while a job runs", "",
+             f"{r['users']} simultaneous browser users (Playwright, one Debian chromium, one context each, loopback), "
+             f"{r['seconds']:.0f} s per phase, each looping Layers → Outliers → Projection → Compare on a computed "
+             f"run (MiniLM, wiki-en, {QUERY}). Render time: click in the navigation until the page's figures are "
+             "drawn and Streamlit is idle. Phase 2 runs while the worker computes another MiniLM extraction "
+             f"({JOB_TOKENS:,} tokens). Measured {dt.date.today().isoformat()} on this project's "
+             f"machine: {cores} cores, Python {platform.python_version()}.", "",
+             "| phase | page views | p50 (s) | p95 (s) | max (s) | errors | server peak RSS | worker peak RSS |",
+             "|---|---|---|---|---|---|---|---|",
+             row("no job", r["idle"]), row("job running", r["job"], job=True), "",
+             "p95 per page while the job runs: " + ", ".join(f"{p} {v:.2f} s" for p, v in r["job"]["per_page"].items())
+             + f". The job advanced at {r['job']['job_tokens_per_s']:,.0f} tokens/s meanwhile "
+               f"({r['job']['job_done']:,} tokens done, then cancelled).",
+             f"Goal: p95 < 2 s while a job runs: **{'met' if r['job']['p95'] < 2 else 'not met'}** "
+             f"({r['job']['p95']:.2f} s).", ""]
+    if busy > (cores or 2) * 1.5:
+        lines.append(f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores, from other "
+                     "processes sharing it): these times are pessimistic; rerun on a quiet machine.")
+        lines.append("")
+    errs = r["idle"]["errors"] + r["job"]["errors"]
+    if errs:
+        lines.append("Errors: " + "; ".join(sorted(set(errs))[:8]))
+        lines.append("")
+    lines += [f"Command: `{command}`", LOAD_END]
+    return "\n".join(lines)
+
+
+def write(md: str, path: Path) -> None:
+    old = path.read_text() if path.exists() else ""
+    if LOAD_START in old and LOAD_END in old:
+        new = re.sub(re.escape(LOAD_START) + ".*?" + re.escape(LOAD_END), lambda _: md, old, flags=re.S)
+    else:
+        new = old.rstrip() + "\n\n" + md + "\n"
+    path.write_text(new)
+
+
+def keep_load_section(existing: str | None, new_doc: str) -> str:
+    """`python -m bench` rewrites BENCHMARKS.md: keep the measured load section at its end."""
+    if not existing or LOAD_START not in existing or LOAD_END not in existing or LOAD_START in new_doc:
+        return new_doc
+    block = existing[existing.index(LOAD_START):existing.index(LOAD_END) + len(LOAD_END)]
+    return new_doc.rstrip() + "\n\n" + block + "\n"
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
+    p.add_argument("--users", type=int, default=8)
+    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--out", default=None, help="markdown file whose load section is replaced (default BENCHMARKS.md)")
+    a = p.parse_args(argv)
+    if not Path(CHROMIUM).exists():
+        print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
+        return 2
+    r = run(a.users, a.seconds)
+    cmd = "python -m bench.load" + (f" --users {a.users}" if a.users != 8 else "") + \
+          (f" --seconds {a.seconds:g}" if a.seconds != 60 else "")
+    md = render(r, cmd)
+    print(md)
+    write(md, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

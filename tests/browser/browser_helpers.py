@@ -1,0 +1,42 @@
+"""Constants and helpers shared by the browser tests."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def plots_with_traces(page) -> list[int]:
+    """Number of traces of every drawn Plotly figure on the page."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+                                .map(el => (el.data || []).length)""")
+
+
+def wait_plots(page, n: int, timeout_s: float = 240) -> list[int]:
+    t0 = time.time()
+    got = []
+    while time.time() - t0 < timeout_s:
+        got = plots_with_traces(page)
+        if len([g for g in got if g > 0]) >= n:
+            return got
+        page.wait_for_timeout(500)
+    raise AssertionError(f"expected {n} drawn figures, got traces {got}")
+
+
+def settle(page) -> None:
+    """Wait until Streamlit is idle (no 'Running...' status widget)."""
+    page.wait_for_timeout(500)
+    page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=240_000)
+    page.wait_for_timeout(800)
+
+
+def goto_page(page, title: str, wait: bool = True) -> None:
+    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
+    if wait:
+        page.wait_for_timeout(500)
+        settle(page)

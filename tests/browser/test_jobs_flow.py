@@ -1,0 +1,137 @@
+"""Runs are jobs, as an impatient person meets them in a real browser.
+
+- Press Run, click through every page at once: every page shows its figures once the job ends,
+  without pressing Run again; a second browser context on the same URL meanwhile shows the same
+  job's progress, and no second computation happens.
+- Two contexts pressing Run on the same selection: one job, identical figures.
+- The worker killed halfway: the page says the job failed and why; Retry computes it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from browser_helpers import CHROMIUM, goto_page, settle, wait_plots
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
+                                 f"{CHROMIUM} (apt-get install chromium)")]
+PAGES = ("Layers", "Outliers", "Projection", "Compare")
+MIN_PLOTS = {"Layers": 3, "Outliers": 4, "Projection": 1, "Compare": 3}
+
+
+def _jobs(cache):
+    from core import jobs
+
+    return jobs.list_jobs(cache)
+
+
+def _wait_job(cache, pred, timeout=600, what="job"):
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        js = _jobs(cache)
+        if js and pred(js):
+            return js
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}: {[j.describe() for j in _jobs(cache)]}")
+
+
+def _curve(page) -> list:
+    """y values of the measured mean-cosine curve of the Layers page."""
+    return page.evaluate("""() => { const d = document.querySelector('.js-plotly-plot').data;
+        const t = d.find(t => (t.name || '').includes('MiniLM') && t.fill !== 'toself');
+        return Array.from(t.y); }""")
+
+
+def test_run_then_browse_everything_while_the_job_runs(server, browser):
+    from core import jobs
+
+    url, cache = server
+    query = "tokens=5000&sample=600"
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = ctx.new_page()
+    page.set_default_timeout(240_000)
+    page.goto(f"{url}/?{query}")
+    page.get_by_role("button", name="Run").click()
+    page.get_by_role("button", name="Cancel").wait_for()  # the job's progress panel
+    for title in PAGES[1:] + PAGES[:1]:  # click through every page at once, not waiting for the job
+        goto_page(page, title, wait=False)
+        page.wait_for_timeout(400)
+    [job] = _jobs(cache)
+    assert job.active and job.attempt == 1
+
+    # A second person opens the same URL during the job: the same job's progress, no new job.
+    other = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    other.set_default_timeout(240_000)
+    other.goto(f"{url}/compare?{query}")
+    if jobs.status(job.id, cache).active:
+        other.get_by_text(job.id).first.wait_for()
+        assert other.get_by_role("button", name="Cancel").count() == 1
+
+    # Nobody presses Run again: the figures come when the job ends, on every page.
+    wait_plots(page, MIN_PLOTS["Layers"], timeout_s=600)
+    wait_plots(other, MIN_PLOTS["Compare"], timeout_s=600)
+    for title in PAGES[1:]:
+        goto_page(page, title)
+        wait_plots(page, MIN_PLOTS[title], timeout_s=300)
+    [job] = _jobs(cache)
+    assert job.status == jobs.DONE and job.attempt == 1  # one computation for both visitors
+    assert not job.result["cache_hit"]
+    ctx.close()
+    other.context.close()
+
+
+def test_two_contexts_start_the_same_spec_one_computation(server, browser):
+    from core import jobs
+
+    url, cache = server
+    query = "tokens=4500&sample=500"
+    pages = []
+    for _ in range(2):
+        p = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+        p.set_default_timeout(240_000)
+        p.goto(f"{url}/?{query}")
+        p.get_by_role("button", name="Run").wait_for()
+        pages.append(p)
+    for p in pages:  # both press Run, one right after the other
+        p.get_by_role("button", name="Run").click()
+    curves = []
+    for p in pages:
+        wait_plots(p, 3, timeout_s=600)
+        settle(p)
+        curves.append(_curve(p))
+    mine = [j for j in _jobs(cache) if "4,500 tokens" in j.label]
+    assert len(mine) == 1 and mine[0].attempt == 1 and mine[0].status == jobs.DONE
+    assert curves[0] == curves[1] and len(curves[0]) == 7
+    for p in pages:
+        p.context.close()
+
+
+def test_worker_killed_halfway_then_retry(server, browser):
+    from core import jobs
+
+    url, cache = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(240_000)
+    page.goto(f"{url}/?tokens=60000&sample=500")
+    page.get_by_role("button", name="Run").click()
+    _wait_job(cache, lambda js: any("60,000" in j.label and j.stage == "forward" and j.done > 0 for j in js),
+              what="the 60k job's forward pass")
+    job = [j for j in _jobs(cache) if "60,000" in j.label][0]
+    os.kill(jobs.worker_pid(cache), signal.SIGKILL)  # what the OOM killer does
+    page.get_by_text("the extraction failed").wait_for(timeout=120_000)
+    assert "stopped while running" in page.get_by_test_id("stAlert").first.inner_text()
+    from core.pipeline import is_cached
+    from core.spec import RunSpec
+
+    assert not is_cached(RunSpec(max_tokens=60000, sample=500), cache_dir=cache)
+    page.get_by_role("button", name="Retry").click()  # the app starts a new worker
+    page.get_by_role("button", name="Cancel").wait_for()
+    assert jobs.status(job.id, cache).attempt == 2
+    page.get_by_role("button", name="Cancel").click()  # no need to wait for 60k tokens here
+    page.get_by_text("the last run was cancelled").wait_for(timeout=300_000)
+    page.close()
