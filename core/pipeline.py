@@ -468,6 +468,7 @@ def job_analyze_key(params: dict) -> str:
 
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
+    progress(stage="load", message="reading the corpus")  # until the pipeline reports the model load
     res = analyze(RunSpec.from_dict(params["spec"]), progress=progress, cancel=cancel)
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),

@@ -147,7 +147,7 @@ def test_default_flow(server, browser, tmp_path):
     page.goto(f"{server}/compare?{COMPARE_QUERY}")
     page.get_by_role("button", name="Run").click()
     # The untrained BERT's job ends (MiniLM is loaded from cache); the page redraws by itself.
-    page.locator("[data-testid=stCaption]", has_text="untrained BERT").filter(has_text="computed in") \
+    page.locator("[data-testid=stCaptionContainer]", has_text="untrained BERT").filter(has_text="computed in") \
         .first.wait_for(timeout=400_000)
     _settle(page)
     traces = _wait_plots(page, 3)
