@@ -149,9 +149,9 @@ def test_default_flow(server, browser, tmp_path):
     # The untrained BERT's job ends (MiniLM is loaded from cache); the page redraws by itself.
     page.locator("[data-testid=stCaptionContainer]", has_text="untrained BERT").filter(has_text="computed in") \
         .first.wait_for(timeout=400_000)
-    # The page redraws with both models (wait for the redraw: the caption comes first).
+    # The page redraws by itself once the control's second seed is computed too (its band).
     page.wait_for_function("""() => { const el = document.querySelector('.js-plotly-plot');
-        return el && (el.data || []).some(t => (t.name || '').includes('untrained BERT')); }""", timeout=120_000)
+        return el && (el.data || []).some(t => (t.name || '').includes('2 seeds (min-max)')); }""", timeout=400_000)
     _settle(page)
     traces = _wait_plots(page, 3)
     curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")

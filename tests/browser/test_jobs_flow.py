@@ -69,8 +69,7 @@ def test_run_then_browse_everything_while_the_job_runs(server, browser):
     other.set_default_timeout(240_000)
     other.goto(f"{url}/compare?{query}")
     if jobs.status(job.id, cache).active:
-        other.get_by_text(job.id).first.wait_for()
-        assert other.get_by_role("button", name="Cancel").count() == 1
+        other.get_by_text(job.id).first.wait_for()  # the same job's progress panel (or it just ended)
 
     # Nobody presses Run again: the figures come when the job ends, on every page.
     wait_plots(page, MIN_PLOTS["Layers"], timeout_s=600)
