@@ -75,7 +75,7 @@ DEFINITIONS: dict[str, Definition] = {
     "partition_isotropy": Definition(
         r"\frac{\min_c Z(c)}{\max_c Z(c)},\quad Z(c) = \sum_t \exp(c^\top w_t),\ c \text{ eigenvectors of } W^\top W",
         "1: isotropic",
-        "near 0: strongly anisotropic",
+        "lower: a dominant direction (about 1/e for one common direction; vectors rescaled to unit mean norm)",
         "Mu & Viswanath 2018"),
     "sample_mean_cosine": Definition(
         r"\text{mean cosine over the pairs of the token sample (K tokens)}",
