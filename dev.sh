@@ -42,9 +42,27 @@ need_chromium() {
   fi
 }
 
+AUDIO_DEBS="klettres-data alsa-utils flite espeak-ng"
+
+need_audio_debs() {
+  # Speech corpora: human recordings (klettres-data, alsa-utils) and offline synthesis (flite,
+  # espeak-ng). Optional: without them those corpora say what is missing and their tests skip.
+  local missing=""
+  for p in $AUDIO_DEBS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
+  [ -z "$missing" ] && return 0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing Debian packages for the speech corpora:$missing"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+  else
+    echo "note: the speech corpora need Debian packages:$missing (sudo apt-get install$missing);" \
+         "without them those corpora are unavailable and their tests skip." >&2
+  fi
+}
+
 case "${1:-}" in
   run)
     setup
+    need_audio_debs || true
     headless=false
     [ -z "${DISPLAY:-}" ] && headless=true
     echo "==> dashboard at http://127.0.0.1:${PORT:-8501}"
@@ -54,6 +72,7 @@ case "${1:-}" in
   test)
     setup
     need_chromium
+    need_audio_debs || true
     export HF_HUB_OFFLINE=1
     shift
     exec .venv/bin/python -m pytest "$@"
