@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 QUEUE_URL_ENV = "ANISO_QUEUE_URL"  # redis://host:6379/0 for a shared queue; unset: SQLite in the cache dir
 AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"  # "0": the app never starts a worker (dedicated worker machines)
 WORKERS_ENV = "ANISO_WORKERS"  # jobs run at once by one worker process (threads), default 1
+NICE_ENV = "ANISO_WORKER_NICE"  # CPU niceness of the worker (default 10): pages stay responsive while a job runs
 MODULES_ENV = "ANISO_JOB_MODULES"  # comma-separated modules that register() more kinds (worker and app)
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ACTIVE = (QUEUED, RUNNING)
@@ -613,6 +614,8 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     f.write(str(os.getpid()))
     f.flush()
     workers = int(workers or os.environ.get(WORKERS_ENV) or 1)
+    with contextlib.suppress(OSError, ValueError):  # jobs yield the CPU to the app's page renders
+        os.nice(int(os.environ.get(NICE_ENV, "10")))
     _load_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
