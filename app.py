@@ -20,6 +20,7 @@ nav = st.navigation([
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("pages/train.py", title="Train", icon=":material/model_training:", url_path="train"),
     st.Page("pages/dynamics.py", title="Dynamics", icon=":material/timeline:", url_path="dynamics"),
+    st.Page("pages/attention.py", title="Attention", icon=":material/visibility:", url_path="attention"),
 ])
 sel = sidebar.render(state.selection())  # the Run button's click is handled by page.header()
 state.sync_url(sel)

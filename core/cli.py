@@ -8,6 +8,9 @@
     python -m core series --run R [--corpus C] [...] --out series.json
     python -m core worker                     # run the job worker (the app starts one itself)
     python -m core jobs list|cancel ID|retry ID
+    python -m core analyze ... --attention      (adds the `attention` section, cached apart)
+    python -m core attention --model M --corpus C [...] --out attention.json
+    python -m core drift-experiment [--d 64 --heads 4 --alphas ... --taus ...] --out drift.json
 
 Errors print one clear line and exit non-zero, without a traceback.
 """
@@ -225,6 +228,10 @@ def cmd_analyze(a) -> int:
     ab = cached_ablation(spec, cache_dir=a.cache_dir)
     if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
         res["ablation"] = ab
+    if a.attention:
+        from .attention import run_attention
+
+        res["attention"] = run_attention(_spec(a), cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -418,6 +425,43 @@ def cmd_jobs(a) -> int:
     return 0
 
 
+def cmd_attention(a) -> int:
+    from .attention import layer_means, run_attention
+    from .pipeline import analyze
+
+    spec = _spec(a)
+    res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet))
+    sec = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    _write(a.out, {"manifest": res["manifest"], "attention": sec})
+    _Bar.end_line()
+    hit = "cache hit" if sec.get("cache_hit") else "computed"
+    first = layer_means(sec, "sink_first")
+    print(f"{res['manifest']['model']['label']}: {sec['n_blocks']} blocks x {sec['n_heads']} heads "
+          f"({sec['n_kv_heads']} key/value heads), {hit}; attention to the first position by block: "
+          + " ".join(f"{v:.2f}" for v in first) + f" -> {a.out}", file=sys.stderr)
+    return 0
+
+
+def _floats(text: str, name: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise InputError(f"--{name} takes comma-separated numbers, got {text!r}.") from None
+
+
+def cmd_drift(a) -> int:
+    from .drift import DriftSpec, drift_experiment
+
+    spec = DriftSpec(d=a.d, heads=a.heads, seq_len=a.seq_len, n_seq=a.n_seq, alphas=_floats(a.alphas, "alphas"),
+                     taus=_floats(a.taus, "taus"), seed=a.seed)
+    res = drift_experiment(spec, cache_dir=a.cache_dir)
+    _write(a.out, res)
+    hit = "cache hit" if res["cache_hit"] else "computed"
+    print(f"drift experiment ({len(spec.alphas)} alphas x {len(spec.taus)} taus, d={spec.d}, {spec.heads} heads, "
+          f"{res['n_tokens']:,} tokens; {hit}) -> {a.out}", file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -425,6 +469,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("corpora", help="list the corpus identifiers available here").set_defaults(fn=cmd_corpora)
     an = sub.add_parser("analyze", help="per-layer anisotropy metrics -> results.json")
     _add_run_args(an)
+    an.add_argument("--attention", action="store_true",
+                    help="add the `attention` section (attention statistics per layer and head; cached apart)")
     an.set_defaults(fn=cmd_analyze)
     ou = sub.add_parser("outliers", help="outlier dimensions, frequency link and (--ablate) the LM-loss ablation")
     _add_run_args(ou)
@@ -501,6 +547,20 @@ def build_parser() -> argparse.ArgumentParser:
     jb.add_argument("--limit", type=int, default=30)
     jb.add_argument("--json", action="store_true", help="records as JSON")
     jb.set_defaults(fn=cmd_jobs)
+    at = sub.add_parser("attention", help="attention entropy, sinks, outlier link, query/key geometry per head")
+    _add_run_args(at)
+    at.set_defaults(fn=cmd_attention)
+    dr = sub.add_parser("drift-experiment", help="random block: input drift alpha x temperature tau (Godey et al.)")
+    dr.add_argument("--d", type=int, default=64, help="model width")
+    dr.add_argument("--heads", type=int, default=4)
+    dr.add_argument("--seq-len", type=int, default=32)
+    dr.add_argument("--n-seq", type=int, default=32, help="sequences of isotropic Gaussian tokens")
+    dr.add_argument("--alphas", default="0,0.25,0.5,1,2,4", help="drift norms, comma-separated")
+    dr.add_argument("--taus", default="0.25,0.5,1,2,4", help="attention temperatures, comma-separated")
+    dr.add_argument("--seed", type=int, default=0)
+    dr.add_argument("--cache-dir", default=None)
+    dr.add_argument("--out", required=True)
+    dr.set_defaults(fn=cmd_drift)
     return p
 
 

@@ -365,3 +365,48 @@ def with_caption(fig: go.Figure, lines: Sequence[str], meta: dict | None = None)
     if meta is not None:
         out.update_layout(meta=meta)
     return out
+
+
+# ----------------------------------------------------------------------------- attention
+DIVERGING = "RdBu_r"  # signed quantities (correlations, cosines): white at 0
+
+
+def heat_panels(panels: Sequence[dict], *, title: str, subtitle: str, colorbar_title: str,
+                zmin: float | None = None, zmax: float | None = None, diverging: bool = False,
+                height: int | None = None) -> go.Figure:
+    """Heatmaps side by side on one colour scale (e.g. layers x heads, or an attention map beside
+    its ablated twin). Rows start at the bottom unless a panel says ``reverse_y``.
+
+    panels: ``z`` (rows, cols), ``title``, ``x_title``, ``y_title``, optional ``x_labels`` /
+    ``y_labels`` (tick text, escaped here; positions stay numeric so repeated tokens stay apart),
+    ``hover`` (rows, cols) of already escaped text, ``reverse_y``.
+    """
+    n = len(panels)
+    rows = max(np.asarray(p["z"]).shape[0] for p in panels)
+    fig = make_subplots(rows=1, cols=n, subplot_titles=[esc(p["title"]) for p in panels], horizontal_spacing=0.08)
+    fig.update_layout(template=TEMPLATE, height=height or max(420, 160 + 22 * min(rows, 40)))
+    _titles(fig, title, subtitle)
+    for i, p in enumerate(panels, start=1):
+        z = np.asarray(p["z"], dtype=float)
+        hover = p.get("hover")
+        fig.add_trace(go.Heatmap(
+            z=z, x=np.arange(z.shape[1]), y=np.arange(z.shape[0]), coloraxis="coloraxis",
+            customdata=hover, hovertemplate=("%{customdata}<extra></extra>" if hover is not None
+                                             else "row %{y}, column %{x}<br>%{z:.3g}<extra></extra>")), row=1, col=i)
+        xa, ya = dict(showgrid=False, title_text=p.get("x_title", "")), dict(showgrid=False, title_text=p.get("y_title", ""))
+        for ax, key, size in ((xa, "x_labels", z.shape[1]), (ya, "y_labels", z.shape[0])):
+            labels = p.get(key)
+            if labels is not None:
+                step = max(1, int(np.ceil(size / 40)))  # at most ~40 tick labels
+                ax.update(tickmode="array", tickvals=list(range(0, size, step)),
+                          ticktext=[esc(labels[j]) for j in range(0, size, step)])
+        if p.get("x_labels") is not None:
+            xa["tickangle"] = -60
+        if p.get("reverse_y"):
+            ya["autorange"] = "reversed"
+        fig.update_xaxes(**xa, row=1, col=i)
+        fig.update_yaxes(**ya, row=1, col=i)
+    fig.update_layout(coloraxis=dict(colorscale=DIVERGING if diverging else SEQUENTIAL, cmin=zmin, cmax=zmax,
+                                     cmid=0 if diverging and zmin is None else None,
+                                     colorbar=dict(title=dict(text=colorbar_title, side="right"), thickness=14)))
+    return fig

@@ -11,7 +11,9 @@ import numpy as np
 import streamlit as st
 
 from core import analysis, pipeline, trained, uploads, views
+from core import attention as A
 from core import projection as P
+from core.drift import DriftSpec, drift_experiment
 from core.postprocess import PostProcess
 from core.spec import RunSpec
 
@@ -125,3 +127,24 @@ def dimension_views(spec: RunSpec, dim: int, layer: int) -> tuple[views.View, vi
 def difference(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
     """Mean cosine of run A minus run B per layer, with the bootstrap interval (seconds)."""
     return views.mean_cosine_difference(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))
+
+
+# Attention statistics: computed only behind the page's button (they load the model).
+@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+def attention_cached(spec: RunSpec) -> bool:
+    return A.is_cached(spec)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def attention(spec: RunSpec) -> dict:
+    return A.run_attention(spec)
+
+
+@st.cache_data(max_entries=4, show_spinner=False)
+def attention_maps(spec: RunSpec, window: int) -> dict:
+    return A.attention_maps(spec, window)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def drift(dspec: DriftSpec) -> dict:
+    return drift_experiment(dspec)

@@ -1,0 +1,627 @@
+"""Streamed attention statistics per layer and head (Godey et al. 2023/2024; Puccetti et al. 2022).
+
+The model runs with eager attention, so that every attention module returns its probabilities;
+a forward hook on each attention module reduces them to float64 sums at once and drops them, so
+no attention matrix outlives its layer (memory is flat in the corpus size). Hooks on the query
+and key projections capture q and k as the projections output them: BEFORE any rotary position
+embedding (LLaMA-type models rotate them afterwards), with grouped-query attention's key heads
+as they are (query head h reads key head h // (H / H_kv)).
+
+Blocks are numbered 1..L: block l reads hidden_states[l - 1] and writes hidden_states[l]
+(layer 0 = embeddings). Per block and query head, over the windows' positions:
+
+- queries: the analysed positions (the run's special-token policy), padding never;
+- `entropy`: mean over those queries (with >= 2 visible keys) of H(a_q) / log(n_visible(q));
+- `sink_first`: mean attention paid to the window's first position; `sink_special`: to the
+  special tokens ([CLS], [SEP], <s>...), `sink_special_not_first` the same without position 0;
+- received attention S_t of each real key position t: the mean of a_{q,t} over the real queries
+  that can see t (every real query, or q >= t when causal);
+- `link` (Puccetti): Pearson r between |x_{t,d}| (x = hidden_states[l - 1], the residual stream
+  the block reads) and S_t, over real key positions with special tokens included or excluded, for
+  the persistent outlier dims and for random non-outlier dims;
+- query/key geometry over analysed positions: mu_Q, mu_K, the drift ratios ||mu|| / E||q||,
+  cos(mu_Q, mu_K) (signed), the mean pairwise cosine among queries and among keys (the exact
+  closed form (||sum u||^2 - N) / (N (N - 1))), and over the visible (query, key) pairs of
+  analysed positions the mean logit q.k / sqrt(d_h) and the share of it carried by the terms that
+  contain a mean: with q = mu_Q + q~, k = mu_K + k~, the mean of mu_Q.mu_K + mu_Q.k~ + q~.mu_K
+  over those pairs, divided by the mean logit.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+from .corpora import TokenWindows
+from .errors import Cancelled
+from .extract import Progress, analysed_masks, plan_batches
+from .models import torch_dtype
+
+ATTENTION_VERSION = 1
+N_RANDOM_DIMS = 10  # random non-outlier dims of the outlier-link baseline (Puccetti et al. use random dims too)
+KEY_SETS = ("included", "excluded")  # special tokens among the key positions of the outlier link
+
+# Sums over tokens (merge by addition).
+SUM_KEYS = ("n_q", "sum_entropy", "n_entropy", "sum_first", "sum_special", "sum_special_nf",
+            "link_n", "link_a", "link_a2", "link_s", "link_s2", "link_as",
+            "qk_n", "sum_q", "sum_qnorm", "sum_qu", "sum_k", "sum_knorm", "sum_ku",
+            "pairs", "pair_q", "pair_k", "pair_qk")
+
+
+# ----------------------------------------------------------------------------- architecture
+@dataclass
+class AttnLayer:
+    """One block's attention module and where its q and k come from."""
+
+    module: object
+    q_mod: object
+    k_mod: object | None  # None: q_mod is GPT-2's fused c_attn (q, k, v side by side)
+    causal: bool
+
+
+@dataclass
+class Arch:
+    layers: list[AttnLayer]
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+
+
+def _record_targets(model) -> list:
+    """The (class, layer-name suffix) transformers itself records as `attentions`."""
+    spec = getattr(type(model), "_can_record_outputs", None) or {}
+    got = spec.get("attentions")
+    if got is None:
+        return []
+    items = got if isinstance(got, (list, tuple)) else [got]
+    out = []
+    for it in items:
+        if isinstance(it, type):
+            out.append((it, None))
+        elif getattr(it, "target_class", None) is not None:
+            out.append((it.target_class, getattr(it, "layer_name", None)))
+    return out
+
+
+def attention_arch(model) -> Arch:
+    """Find every block's self-attention module and its query/key projections.
+
+    Supported: separate projections named q_proj/k_proj (LLaMA, Mistral, Qwen, ...) or query/key
+    (BERT, RoBERTa, ...), and GPT-2's fused c_attn. Raises ValueError otherwise.
+    """
+    cfg = model.config
+    if hasattr(cfg, "get_text_config"):
+        cfg = cfg.get_text_config()
+    H = int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0))
+    Hkv = int(getattr(cfg, "num_key_value_heads", 0) or H)
+    d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0))
+    targets = _record_targets(model)
+    mods = []
+    for name, m in model.named_modules():
+        if targets:
+            hit = any(isinstance(m, c) and (ln is None or ("." + name).endswith(ln.split(".")[-1]) or
+                                            name.endswith(ln.lstrip(".")))
+                      for c, ln in targets)
+        else:
+            hit = type(m).__name__.endswith(("SelfAttention", "Attention")) and not getattr(m, "is_cross_attention", False)
+        if hit and not getattr(m, "is_cross_attention", False):
+            mods.append(m)
+    if not H or not mods:
+        raise ValueError(f"{type(model).__name__}: no self-attention modules found for attention statistics")
+    layers = []
+    for m in mods:
+        if hasattr(m, "q_proj") and hasattr(m, "k_proj"):
+            q, k = m.q_proj, m.k_proj
+        elif hasattr(m, "query") and hasattr(m, "key"):
+            q, k = m.query, m.key
+        elif hasattr(m, "c_attn"):
+            q, k = m.c_attn, None
+        else:
+            raise ValueError(f"{type(m).__name__}: query/key projections not recognised (q_proj/k_proj, "
+                             f"query/key or c_attn expected)")
+        layers.append(AttnLayer(m, q, k, bool(getattr(m, "is_causal", False))))
+    return Arch(layers, H, Hkv, d)
+
+
+@contextmanager
+def eager_attention(model) -> Iterator[None]:
+    """Eager attention (which returns the probabilities) for the duration; the previous
+    implementation (SDPA by default) is restored on exit, so runs without attention keep it."""
+    prev = getattr(model.config, "_attn_implementation", None)
+    if prev == "eager":
+        yield
+        return
+    model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if prev is not None:
+            model.set_attn_implementation(prev)
+
+
+# ----------------------------------------------------------------------------- accumulation
+@dataclass
+class _Batch:
+    """Per-batch masks shared by the hooks (B, T)."""
+
+    real: object
+    analysed: object
+    special: object
+    n_real: object  # (B,) float64
+    stash: dict = field(default_factory=dict)
+
+
+class AttentionAccumulator:
+    """Float64 sums of one run's attention statistics, updated by hooks during the forward."""
+
+    def __init__(self, arch: Arch, dims: list[int], device, head_dim: int | None = None):
+        import torch
+
+        self.arch, self.dims, self.dev = arch, list(dims), device
+        L, H, Hkv, D = len(arch.layers), arch.n_heads, arch.n_kv_heads, len(dims)
+        dh = head_dim or arch.d_model // H
+        self.dh = dh
+        z = lambda *s: torch.zeros(*s, dtype=torch.float64, device=device)  # noqa: E731
+        self.acc = {
+            "n_q": z(L), "sum_entropy": z(L, H), "n_entropy": z(L), "sum_first": z(L, H), "sum_special": z(L, H),
+            "sum_special_nf": z(L, H),
+            "link_n": z(L, 2), "link_a": z(L, 2, D), "link_a2": z(L, 2, D), "link_s": z(L, 2, H),
+            "link_s2": z(L, 2, H), "link_as": z(L, 2, H, D),
+            "qk_n": z(L), "sum_q": z(L, H, dh), "sum_qnorm": z(L, H), "sum_qu": z(L, H, dh),
+            "sum_k": z(L, Hkv, dh), "sum_knorm": z(L, Hkv), "sum_ku": z(L, Hkv, dh),
+            "pairs": z(L), "pair_q": z(L, H, dh), "pair_k": z(L, Hkv, dh), "pair_qk": z(L, H),
+        }
+        self.dims_t = torch.as_tensor(self.dims, dtype=torch.long, device=device)
+        self.kv_of = torch.arange(H, device=device) // max(1, H // Hkv)
+        self.batch: _Batch | None = None
+        self.received: list = [None] * L  # S_t of the current batch, per layer (B, H, T)
+
+    # -- hooks
+    def _proj_hook(self, l: int, which: str):
+        def hook(_mod, _args, out):
+            if self.batch is not None:
+                self.batch.stash[(l, which)] = out
+        return hook
+
+    def _attn_hook(self, l: int):
+        def hook(_mod, _args, out):
+            if self.batch is None:
+                return None
+            w = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+            if w is None:
+                raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
+            self._attention(l, w)
+            self._geometry(l)
+            # Drop the probabilities now: nothing downstream needs them (outputs stay as they were
+            # otherwise: transformers only keeps them when output_attentions=True).
+            return out
+        return hook
+
+    @contextmanager
+    def hooks(self) -> Iterator[None]:
+        handles = []
+        try:
+            for l, al in enumerate(self.arch.layers):
+                handles.append(al.q_mod.register_forward_hook(self._proj_hook(l, "q")))
+                if al.k_mod is not None:
+                    handles.append(al.k_mod.register_forward_hook(self._proj_hook(l, "k")))
+                handles.append(al.module.register_forward_hook(self._attn_hook(l)))
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    # -- per layer
+    def _qk(self, l: int):
+        """(q (B, T, H, dh), k (B, T, Hkv, dh)) in float64, as the projections output them."""
+        import torch
+
+        b = self.batch
+        q = b.stash.pop((l, "q"))
+        if self.arch.layers[l].k_mod is None:  # GPT-2: c_attn -> [q | k | v]
+            d = self.arch.d_model
+            q, k = q[..., :d], q[..., d:2 * d]
+        else:
+            k = b.stash.pop((l, "k"))
+        B, T = q.shape[:2]
+        H, Hkv = self.arch.n_heads, self.arch.n_kv_heads
+        return (q.to(torch.float64).reshape(B, T, H, -1), k.to(torch.float64).reshape(B, T, Hkv, -1))
+
+    def _attention(self, l: int, w) -> None:
+        import torch
+
+        a, b = self.acc, self.batch
+        A = w.float()  # (B, H, T, T); padded keys carry exactly 0
+        B, H, T, _ = A.shape
+        causal = self.arch.layers[l].causal
+        pos = torch.arange(T, device=A.device, dtype=torch.float64)
+        n_vis = (pos + 1).expand(B, T) if causal else b.n_real[:, None].expand(B, T)  # (B, T) visible keys
+        an = b.analysed
+        an_f = an.to(torch.float64)
+        ent_ok = an & (n_vis >= 2)
+        ent = torch.special.entr(A).sum(-1, dtype=torch.float64)  # (B, H, T) nats
+        ent = ent / torch.log(n_vis.clamp_min(2))[:, None, :]
+        a["sum_entropy"][l] += torch.where(ent_ok[:, None, :], ent, 0.0).sum((0, 2))
+        a["n_entropy"][l] += ent_ok.sum()
+        a["n_q"][l] += an.sum()
+        a["sum_first"][l] += (A[..., 0].double() * an_f[:, None, :]).sum((0, 2))
+        sp = b.special.to(A.dtype)
+        sp_nf = sp.clone()
+        sp_nf[:, 0] = 0
+        a["sum_special"][l] += (torch.einsum("bhqk,bk->bhq", A, sp).double() * an_f[:, None, :]).sum((0, 2))
+        a["sum_special_nf"][l] += (torch.einsum("bhqk,bk->bhq", A, sp_nf).double() * an_f[:, None, :]).sum((0, 2))
+        # Received attention S_t: mean over the real queries that see t.
+        real_f = b.real.to(A.dtype)
+        recv = torch.einsum("bhqk,bq->bhk", A, real_f).double()
+        n_see = (b.n_real[:, None] - pos[None, :]) if causal else b.n_real[:, None].expand(B, T)
+        self.received[l] = torch.where(b.real[:, None, :], recv / n_see.clamp_min(1)[:, None, :], 0.0)
+
+    def _geometry(self, l: int) -> None:
+        import torch
+
+        a, b = self.acc, self.batch
+        q, k = self._qk(l)  # (B, T, H, dh), (B, T, Hkv, dh)
+        an = b.analysed.to(torch.float64)[..., None, None]
+        q, k = q * an, k * an
+        qn, kn = q.norm(dim=-1), k.norm(dim=-1)  # (B, T, H)
+        a["qk_n"][l] += b.analysed.sum()
+        a["sum_q"][l] += q.sum((0, 1))
+        a["sum_k"][l] += k.sum((0, 1))
+        a["sum_qnorm"][l] += qn.sum((0, 1))
+        a["sum_knorm"][l] += kn.sum((0, 1))
+        a["sum_qu"][l] += (q / qn.clamp_min(1e-30)[..., None]).sum((0, 1))
+        a["sum_ku"][l] += (k / kn.clamp_min(1e-30)[..., None]).sum((0, 1))
+        # Visible pairs (query i, key j) of analysed positions in one window.
+        anb = b.analysed.to(torch.float64)  # (B, T)
+        if self.arch.layers[l].causal:
+            v = torch.cumsum(anb, 1) * anb  # keys visible to i
+            c = (anb.sum(1, keepdim=True) - torch.cumsum(anb, 1) + anb) * anb  # queries that see j
+            kc = torch.cumsum(k, 1)[:, :, self.kv_of]  # (B, T, H, dh): sum of keys j <= i
+            a["pair_qk"][l] += torch.einsum("bthd,bthd->h", q, kc)
+        else:
+            v = anb.sum(1, keepdim=True) * anb
+            c = v
+            a["pair_qk"][l] += torch.einsum("bhd,bhd->h", q.sum(1), k.sum(1)[:, self.kv_of])
+        a["pairs"][l] += v.sum()
+        a["pair_q"][l] += torch.einsum("bt,bthd->hd", v, q)
+        a["pair_k"][l] += torch.einsum("bt,bthd->hd", c, k)
+
+    def link(self, hidden_states) -> None:
+        """Outlier-link sums of the current batch (hidden_states: the model's, block l reads [l])."""
+        import torch
+
+        a, b = self.acc, self.batch
+        sets = (b.real, b.real & ~b.special)
+        for l in range(len(self.arch.layers)):
+            x = hidden_states[l].index_select(-1, self.dims_t).to(torch.float64).abs()  # (B, T, D)
+            S = self.received[l]  # (B, H, T)
+            for si, m in enumerate(sets):
+                mf = m.to(torch.float64)
+                xm = x * mf[..., None]
+                Sm = S * mf[:, None, :]
+                a["link_n"][l, si] += mf.sum()
+                a["link_a"][l, si] += xm.sum((0, 1))
+                a["link_a2"][l, si] += (xm * xm).sum((0, 1))
+                a["link_s"][l, si] += Sm.sum((0, 2))
+                a["link_s2"][l, si] += (Sm * Sm).sum((0, 2))
+                a["link_as"][l, si] += torch.einsum("bht,btd->hd", Sm, xm)
+            self.received[l] = None
+
+    def numpy(self) -> dict[str, np.ndarray]:
+        return {k: v.cpu().numpy() for k, v in self.acc.items()}
+
+
+def merge_attention(a: dict, b: dict) -> dict:
+    """Two accumulators of the same model, dims and layout add up exactly."""
+    return {k: (a[k] + b[k]) if k in SUM_KEYS else a[k] for k in a}
+
+
+def pick_dims(outlier_dims: list[int], d: int, n_random: int = N_RANDOM_DIMS, seed: int = 0) -> tuple[list[int], list[int]]:
+    """(outlier dims, seeded random non-outlier dims): the dims whose link is tracked."""
+    outl = sorted({int(x) for x in outlier_dims if 0 <= int(x) < d})
+    pool = np.setdiff1d(np.arange(d), outl)
+    k = min(int(n_random), pool.size)
+    rand = sorted(int(i) for i in np.random.default_rng(seed).choice(pool, size=k, replace=False)) if k else []
+    return outl, rand
+
+
+def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_policy: str = "exclude",
+                      batch_size: int = 16, device: str = "cpu", dtype: str = "float32", pad_id: int = 0,
+                      progress: Callable[[Progress], None] | None = None,
+                      cancel: Callable[[], bool] | None = None) -> tuple[dict, dict, Arch]:
+    """Run `model` (a transformers base model) over `windows` with the statistics' hooks.
+
+    Returns (sums as numpy arrays, timing, arch). The model's attention implementation is
+    switched to eager for the call and restored afterwards.
+    """
+    import torch
+
+    progress = progress or (lambda p: None)
+    arch = attention_arch(model)
+    dev = torch.device(device)
+    tdt = torch_dtype(dtype)
+    analysed = analysed_masks(windows, special_policy)
+    N = int(sum(int(m.sum()) for m in analysed))
+    acc = AttentionAccumulator(arch, dims, dev, head_dim=_head_dim(model, arch))
+    batches = plan_batches(windows, batch_size)
+    use_autocast = dev.type == "cuda" and tdt != torch.float32
+    t0, done = time.perf_counter(), 0
+    progress(Progress("attention", 0, N, message=f"{len(batches)} batches"))
+    with eager_attention(model), acc.hooks(), torch.inference_mode():
+        for bi, b in enumerate(batches):
+            if cancel is not None and cancel():
+                raise Cancelled("Cancelled by the user; nothing was stored.")
+            T = max(len(windows.ids[i]) for i in b)
+            ids = np.full((len(b), T), pad_id, dtype=np.int64)
+            real = np.zeros((len(b), T), dtype=bool)
+            an = np.zeros((len(b), T), dtype=bool)
+            spc = np.zeros((len(b), T), dtype=bool)
+            for r, i in enumerate(b):
+                n = len(windows.ids[i])
+                ids[r, :n] = windows.ids[i]
+                real[r, :n] = True
+                an[r, :n] = analysed[i]
+                spc[r, :n] = windows.special[i]
+            real_t = torch.as_tensor(real, device=dev)
+            acc.batch = _Batch(real=real_t, analysed=torch.as_tensor(an, device=dev),
+                               special=torch.as_tensor(spc, device=dev),
+                               n_real=real_t.sum(1).to(torch.float64))
+            ids_t = torch.as_tensor(ids, device=dev)
+            with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
+                out = model(input_ids=ids_t, attention_mask=real_t.long(), output_hidden_states=True)
+            acc.link(out.hidden_states)
+            acc.batch = None
+            del out
+            done += int(an.sum())
+            el = time.perf_counter() - t0
+            rate = done / el if el > 0 else 0.0
+            progress(Progress("attention", done, N, rate, (N - done) / rate if rate else float("nan"),
+                              f"batch {bi + 1}/{len(batches)}"))
+    el = time.perf_counter() - t0
+    return acc.numpy(), {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0}, arch
+
+
+def _head_dim(model, arch: Arch) -> int:
+    cfg = model.config
+    hd = getattr(cfg, "head_dim", None)
+    return int(hd) if isinstance(hd, int) and hd > 0 else arch.d_model // arch.n_heads
+
+
+# ----------------------------------------------------------------------------- finishing
+def _pearson(n, sx, sx2, sy, sy2, sxy):
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cov = n * sxy - sx * sy
+        vx = n * sx2 - sx * sx
+        vy = n * sy2 - sy * sy
+        r = cov / np.sqrt(vx * vy)
+    return np.where((vx > 0) & (vy > 0), r, np.nan)
+
+
+def _cos(a, b):
+    na, nb = np.linalg.norm(a, axis=-1), np.linalg.norm(b, axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where((na > 0) & (nb > 0), (a * b).sum(-1) / (na * nb), np.nan)
+
+
+def _closed_form_cosine(su: np.ndarray, n: float) -> np.ndarray:
+    """Mean pairwise cosine over ordered pairs i != j from the sum of unit vectors (DESIGN.md)."""
+    if n < 2:
+        return np.full(su.shape[:-1], np.nan)
+    return ((su * su).sum(-1) - n) / (n * (n - 1))
+
+
+def finish(acc: dict, arch_info: dict, outlier_dims: list[int], random_dims: list[int]) -> dict:
+    """The `attention` section of results.json from the sums (plain JSON-ready Python)."""
+    L, H = acc["sum_entropy"].shape
+    Hkv = acc["sum_k"].shape[1]
+    dh = acc["sum_q"].shape[-1]
+    kv_of = np.arange(H) // max(1, H // Hkv)
+    D_o = len(outlier_dims)
+    layers = []
+    for l in range(L):
+        nq, ne, nqk, P = acc["n_q"][l], acc["n_entropy"][l], acc["qk_n"][l], acc["pairs"][l]
+        div = lambda s, n: (s / n) if n > 0 else np.full(np.shape(s), np.nan)  # noqa: E731
+        mu_q = div(acc["sum_q"][l], nqk)  # (H, dh)
+        mu_k = div(acc["sum_k"][l], nqk)  # (Hkv, dh)
+        mu_kh = mu_k[kv_of]
+        eq, ek = div(acc["sum_qnorm"][l], nqk), div(acc["sum_knorm"][l], nqk)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q_drift = np.linalg.norm(mu_q, axis=-1) / eq
+            k_drift = (np.linalg.norm(mu_k, axis=-1) / ek)[kv_of]
+            mean_logit = div(acc["pair_qk"][l], P) / math.sqrt(dh)
+            mean_terms = ((mu_q * div(acc["pair_k"][l], P)[kv_of]).sum(-1) + (div(acc["pair_q"][l], P) * mu_kh).sum(-1)
+                          - (mu_q * mu_kh).sum(-1)) / math.sqrt(dh)
+            share = mean_terms / mean_logit
+        r = _pearson(acc["link_n"][l][:, None, None], acc["link_a"][l][:, None, :], acc["link_a2"][l][:, None, :],
+                     acc["link_s"][l][:, :, None], acc["link_s2"][l][:, :, None], acc["link_as"][l])  # (2, H, D)
+        layers.append({
+            "layer": l + 1,
+            "n_queries": int(nq),
+            "entropy": div(acc["sum_entropy"][l], ne).tolist(),
+            "sink_first": div(acc["sum_first"][l], nq).tolist(),
+            "sink_special": div(acc["sum_special"][l], nq).tolist(),
+            "sink_special_not_first": div(acc["sum_special_nf"][l], nq).tolist(),
+            "q_drift": q_drift.tolist(), "k_drift": k_drift.tolist(),
+            "cos_mu_qk": _cos(mu_q, mu_kh).tolist(),
+            "q_mean_cosine": _closed_form_cosine(acc["sum_qu"][l], nqk).tolist(),
+            "k_mean_cosine": _closed_form_cosine(acc["sum_ku"][l], nqk)[kv_of].tolist(),
+            "mean_logit": mean_logit.tolist(), "mean_term_logit": mean_terms.tolist(), "mean_term_share": share.tolist(),
+            "mu_q": mu_q.tolist(), "mu_k": mu_k.tolist(),
+            "link": {s: {"outlier_r": r[si, :, :D_o].tolist(), "random_r": r[si, :, D_o:].tolist(),
+                         "n_keys": int(acc["link_n"][l, si])}
+                     for si, s in enumerate(KEY_SETS)},
+        })
+    return {**arch_info, "outlier_dims": list(outlier_dims), "random_dims": list(random_dims), "layers": layers}
+
+
+def layer_means(section: dict, key: str) -> list[float]:
+    """Mean over heads of a per-head statistic, one value per block (NaN heads ignored)."""
+    out = []
+    for row in section["layers"]:
+        v = np.asarray(row[key], dtype=float)
+        out.append(float(np.nanmean(v)) if np.isfinite(v).any() else float("nan"))
+    return out
+
+
+def head_matrix(section: dict, key: str) -> np.ndarray:
+    """(L, H) array of a per-head statistic (block 1 in row 0)."""
+    return np.asarray([row[key] for row in section["layers"]], dtype=float)
+
+
+def link_matrix(section: dict, key_set: str = "excluded", which: str = "outlier_r") -> np.ndarray:
+    """(L, H, D) Pearson r of the outlier link."""
+    return np.asarray([row["link"][key_set][which] for row in section["layers"]], dtype=float)
+
+
+# ----------------------------------------------------------------------------- the cached run
+def link_dims(results: dict) -> list[int]:
+    """The outlier dims whose link is measured: the persistent outliers of either definition
+    (activation rule, norm-parameter rule), as for the ablation."""
+    o = results["outliers"]
+    return sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
+
+
+def attention_key(results: dict, n_random: int = N_RANDOM_DIMS) -> str:
+    from .spec import stable_hash
+
+    return "attention:" + stable_hash({"run": results["manifest"]["cache_key"], "version": ATTENTION_VERSION,
+                                       "dims": link_dims(results), "n_random": int(n_random),
+                                       "seed": int(results["manifest"].get("seed", 0))})
+
+
+def is_cached(spec, cache_dir=None) -> bool:
+    """Whether the attention section of `spec` is on disk (no torch, no model; the run's results
+    must be cached too)."""
+    from .pipeline import analyze, get_store, is_cached as run_cached
+
+    if not run_cached(spec, cache_dir):
+        return False
+    return attention_key(analyze(spec, cache_dir)) in get_store(cache_dir)
+
+
+def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+                  cancel: Callable[[], bool] | None = None, force: bool = False,
+                  n_random: int = N_RANDOM_DIMS) -> dict:
+    """The `attention` section of results.json for `spec`, cached apart from the run's results
+    (which are computed first if needed: the outlier dims come from them)."""
+    from pathlib import Path
+
+    from .analysis import json_safe
+    from .corpora import load_documents, tokenize_budget
+    from .errors import InputError
+    from .models import load_model
+    from .pipeline import _effective_seq_len, analyze, get_store
+
+    res = analyze(spec, cache_dir, progress, cancel)
+    store = get_store(cache_dir)
+    key = attention_key(res, n_random)
+    got = None if force else store.get_json(key)
+    if got is not None:
+        return {**got, "cache_hit": True}
+    with store.lock(key):
+        got = None if force else store.get_json(key)
+        if got is not None:
+            return {**got, "cache_hit": True}
+        import torch
+
+        m = res["manifest"]
+        device, dtype = m["device"], m["dtype"]
+        docs = load_documents(spec.corpus, spec.text_column)
+        if progress:
+            progress(Progress("load", 0, 1, message=f"loading {spec.model} for attention statistics"))
+        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                        trust_remote_code=spec.trust_remote_code)
+        windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
+                                  spec.corpus)
+        d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
+        outl, rand = pick_dims(link_dims(res), d, n_random, spec.seed)
+        try:
+            sums, timing, arch = extract_attention(
+                lm.base, windows, outl + rand, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+                device=device, dtype=dtype, pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress,
+                cancel=cancel)
+        except ValueError as e:
+            raise InputError(f"Attention statistics are not available for {m['model']['label']}: {e}") from None
+        except torch.OutOfMemoryError:
+            raise InputError(f"Out of memory on {device} computing attention with batch size {spec.batch_size}: "
+                             f"lower it (attention probabilities take B x heads x T x T per layer).") from None
+        info = {"n_blocks": len(arch.layers), "n_heads": arch.n_heads, "n_kv_heads": arch.n_kv_heads,
+                "head_dim": int(sums["sum_q"].shape[-1]), "causal": bool(arch.layers[0].causal),
+                "projections": "query/key projection outputs before any rotary position embedding",
+                "blocks": "block l reads hidden_states[l-1] (layer 0 = embeddings) and writes hidden_states[l]",
+                "link_hidden_state": "hidden_states[l-1], the residual stream block l reads",
+                "run_key": m["cache_key"], "attention_version": ATTENTION_VERSION, "timing": timing,
+                "special_tokens": spec.special_tokens, "n_windows": len(windows.ids)}
+        got = json_safe(finish(sums, info, outl, rand))
+        store.put(key, got)
+    return {**got, "cache_hit": False}
+
+
+# ----------------------------------------------------------------------------- one document's maps
+VIEWER_MAX_TOKENS = 64  # positions shown by the single-document viewer (the first ones of the window)
+
+
+def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = VIEWER_MAX_TOKENS) -> dict:
+    """Attention probabilities of every block and head for one window of the run, as the model
+    computes them and with the outlier dims zeroed in every norm (`outliers.zeroed_dims`, the
+    ablation's change, undone afterwards). The window runs whole; the first `max_tokens` query and
+    key positions are kept. Cached; only this window's maps are ever held.
+
+    Returns ``{"tokens", "text", "window", "n_positions", "dims", "maps": (L, H, n, n) float32,
+    "zeroed": same}``.
+    """
+    from pathlib import Path
+
+    from .corpora import load_documents, tokenize_budget
+    from .errors import InputError
+    from .models import load_model
+    from .pipeline import _effective_seq_len, analyze, get_store
+    from .spec import stable_hash
+
+    res = analyze(spec, cache_dir)
+    n_win = int(res["manifest"]["corpus"]["n_windows"])
+    if not 0 <= int(window) < n_win:
+        raise InputError(f"Window {window} does not exist: this run has windows 0 to {n_win - 1}.")
+    dims = link_dims(res)
+    store = get_store(cache_dir)
+    key = "attnmap:" + stable_hash({"run": res["manifest"]["cache_key"], "window": int(window), "dims": dims,
+                                    "n": int(max_tokens), "version": ATTENTION_VERSION})
+    hit = store.get(key)
+    if hit is not None:
+        return {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}
+    import torch
+
+    from .outliers import ablation_modules, zeroed_dims
+
+    m = res["manifest"]
+    lm = load_model(spec.model, device=m["device"], dtype=m["dtype"],
+                    cache_dir=Path(cache_dir) if cache_dir else None, trust_remote_code=spec.trust_remote_code)
+    windows = tokenize_budget(load_documents(spec.corpus, spec.text_column), lm.tokenizer, spec.max_tokens,
+                              _effective_seq_len(spec, lm), spec.seed, spec.corpus)
+    ids = windows.ids[int(window)]
+    n = min(len(ids), int(max_tokens))
+    t = torch.as_tensor(ids, device=m["device"])[None]
+
+    def maps():
+        with torch.inference_mode():
+            out = lm.base(input_ids=t, attention_mask=torch.ones_like(t), output_attentions=True)
+        return np.stack([a[0, :, :n, :n].float().cpu().numpy() for a in out.attentions])  # (L, H, n, n)
+
+    with eager_attention(lm.base):
+        plain = maps()
+        if dims:
+            with zeroed_dims([mod for _, mod in ablation_modules(lm.model)], dims):
+                zeroed = maps()
+        else:
+            zeroed = np.full_like(plain, np.nan)
+    meta = {"tokens": lm.tokenizer.convert_ids_to_tokens(ids[:n].tolist()),
+            "text": lm.tokenizer.decode(ids[:n], skip_special_tokens=False), "window": int(window),
+            "n_positions": int(len(ids)), "n_shown": int(n), "dims": dims,
+            "document": int(windows.doc[int(window)]), "causal": bool(attention_arch(lm.base).layers[0].causal)}
+    store.put(key, meta, {"maps": plain, "zeroed": zeroed})
+    return {**meta, "maps": plain, "zeroed": zeroed}

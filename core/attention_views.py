@@ -1,0 +1,211 @@
+"""Views of the Attention page (and Compare's attention curves): results + attention section in,
+View (figure + data + manifest) out. No I/O; figures come from core.figures."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from . import figures as F
+from .attention import head_matrix, layer_means, link_matrix
+from .drift import grid
+from .views import View, _corpora, _fmt_n, _manifest, _n_tokens, model_label, run_name
+
+# statistic -> (label, unit, diverging colour scale)
+ATTN_STATS: dict[str, tuple[str, str, bool]] = {
+    "entropy": ("Attention entropy", "H(a_q) / log(visible keys)", False),
+    "sink_first": ("Attention to the first position", "mean attention share", False),
+    "sink_special": ("Attention to special tokens", "mean attention share", False),
+    "sink_special_not_first": ("Attention to special tokens after the first", "mean attention share", False),
+    "cos_mu_qk": ("cos(mean query, mean key)", "cosine (signed)", True),
+    "q_drift": ("Query drift ||mu_Q|| / E||q||", "ratio", False),
+    "k_drift": ("Key drift ||mu_K|| / E||k||", "ratio", False),
+    "q_mean_cosine": ("Mean cosine among queries", "mean pairwise cosine", True),
+    "k_mean_cosine": ("Mean cosine among keys", "mean pairwise cosine", True),
+    "mean_term_share": ("Share of the mean logit carried by the mean terms", "share", True),
+}
+HEATMAP_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift")
+CURVE_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine",
+               "mean_term_share")
+PRE_ROTARY = "q, k are the projection outputs before any rotary position embedding"
+
+
+def _queries(res: dict, sec: dict) -> str:
+    pol = sec.get("special_tokens", res["manifest"]["tokens"].get("special_tokens", "exclude"))
+    return f"queries: analysed positions (special tokens {pol}d), padding masked"
+
+
+def _sec_manifest(view: str, params: dict, runs: Sequence[dict], secs: Sequence[dict]) -> dict:
+    m = _manifest(view, params, runs)
+    m["attention"] = [{k: s.get(k) for k in ("attention_version", "run_key", "n_blocks", "n_heads", "n_kv_heads",
+                                             "head_dim", "causal", "projections", "outlier_dims", "random_dims",
+                                             "special_tokens")} for s in secs]
+    return m
+
+
+def _heads_label(sec: dict) -> str:
+    if sec["n_kv_heads"] != sec["n_heads"]:
+        return f"{sec['n_heads']} query heads on {sec['n_kv_heads']} key/value heads"
+    return f"{sec['n_heads']} heads"
+
+
+def head_heatmap(res: dict, sec: dict, key: str) -> View:
+    """Blocks x heads heatmap of one per-head statistic."""
+    label, unit, div = ATTN_STATS[key]
+    z = head_matrix(sec, key)
+    L, H = z.shape
+    hover = np.asarray([[f"block {l + 1}, head {h}<br>{F.esc(label)} = {z[l, h]:.4g}" for h in range(H)]
+                        for l in range(L)], dtype=object)
+    qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
+    sub = (f"{F.esc(run_name(res))} · N = {_fmt_n(_n_tokens(res))} analysed tokens · {_heads_label(sec)} · "
+           + F.esc(PRE_ROTARY if qk else _queries(res, sec)))
+    fig = F.heat_panels([{"z": z, "title": "", "x_title": "head", "y_title": "block (1 = first)",
+                          "y_labels": [str(l + 1) for l in range(L)], "hover": hover}],
+                        title=f"{label} per block and head", subtitle=sub, colorbar_title=unit,
+                        zmin=-1.0 if div and key != "mean_term_share" else None,
+                        zmax=1.0 if div and key != "mean_term_share" else None, diverging=div)
+    rows = [{"model": model_label(res), "block": l + 1, "head": h, key: z[l, h]} for l in range(L) for h in range(H)]
+    return View(f"attention_{key}", f"{label} per block and head", fig, pd.DataFrame(rows),
+                _sec_manifest("attention_heatmap", {"statistic": key}, [res], [sec]),
+                caption=f"{label} ({unit}) per block and head; {PRE_ROTARY if qk else _queries(res, sec)}.")
+
+
+def link_grid(res: dict, sec: dict, key_set: str = "excluded") -> View:
+    """Puccetti's outlier link: Pearson r between |x_d| and received attention, blocks x heads,
+    mean over the outlier dims beside the mean over the random dims."""
+    outl, rand = sec["outlier_dims"], sec["random_dims"]
+    ro = link_matrix(sec, key_set, "outlier_r")  # (L, H, D_o)
+    rr = link_matrix(sec, key_set, "random_r")
+    L, H = ro.shape[:2]
+    notes = []
+    panels, rows = [], []
+    for name, r, dims in (("outlier dims", ro, outl), ("random non-outlier dims", rr, rand)):
+        if not dims:
+            notes.append(f"No {name}: that panel is empty.")
+            z = np.full((L, H), np.nan)
+        else:
+            with np.errstate(all="ignore"):
+                z = np.nanmean(r, axis=2) if np.isfinite(r).any() else np.full((L, H), np.nan)
+        hover = np.asarray([[f"block {l + 1}, head {h}<br>mean r = {z[l, h]:.3f}<br>"
+                             + "<br>".join(f"dim {d}: r = {r[l, h, j]:.3f}" for j, d in enumerate(dims[:12]))
+                             for h in range(H)] for l in range(L)], dtype=object)
+        panels.append({"z": z, "title": f"{name} ({len(dims)}): mean r", "x_title": "head",
+                       "y_title": "block (1 = first)", "y_labels": [str(l + 1) for l in range(L)], "hover": hover})
+        for l in range(L):
+            for h in range(H):
+                for j, d in enumerate(dims):
+                    rows.append({"model": model_label(res), "key_positions": f"special tokens {key_set}",
+                                 "kind": name, "block": l + 1, "head": h, "dim": d, "r": r[l, h, j]})
+    n_keys = sec["layers"][0]["link"][key_set]["n_keys"] if sec["layers"] else 0
+    sub = (f"{F.esc(run_name(res))} · Pearson r between |x_d| (residual stream the block reads) and the attention "
+           f"each key position receives · {_fmt_n(n_keys)} key positions, special tokens {key_set}")
+    fig = F.heat_panels(panels, title="Outlier link (Puccetti et al.): |x_d| vs received attention", subtitle=sub,
+                        colorbar_title="Pearson r", zmin=-1, zmax=1, diverging=True)
+    return View(f"attention_link_{key_set}", "Outlier link: |x_d| vs received attention", fig, pd.DataFrame(rows),
+                _sec_manifest("attention_link", {"key_positions": key_set}, [res], [sec]),
+                caption=f"Pearson r per block and head between |x_d| and the received attention S_t, over key "
+                        f"positions with special tokens {key_set}; outlier dims {outl}, random dims {rand}.",
+                notes=notes)
+
+
+def link_table(res: dict, sec: dict) -> View:
+    """Per block: mean and max |r| of the outlier dims against the random dims' mean |r|."""
+    rows = []
+    for ks in ("included", "excluded"):
+        ro, rr = np.abs(link_matrix(sec, ks, "outlier_r")), np.abs(link_matrix(sec, ks, "random_r"))
+        for l in range(ro.shape[0]):
+            with np.errstate(all="ignore"):
+                rows.append({"block": l + 1, "special tokens": ks,
+                             "outlier mean |r|": float(np.nanmean(ro[l])) if np.isfinite(ro[l]).any() else None,
+                             "outlier max |r|": float(np.nanmax(ro[l])) if np.isfinite(ro[l]).any() else None,
+                             "random mean |r|": float(np.nanmean(rr[l])) if np.isfinite(rr[l]).any() else None})
+    return View("attention_link_table", "Outlier link by block", None, pd.DataFrame(rows),
+                _sec_manifest("attention_link_table", {}, [res], [sec]))
+
+
+def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str = "block") -> View:
+    """Mean over heads of a per-head statistic, by block or relative depth (block / L), one line per run."""
+    label, unit, _ = ATTN_STATS[key]
+    depth = x_axis == "depth"
+    series, rows = [], []
+    for i, (res, sec) in enumerate(pairs):
+        ys = layer_means(sec, key)
+        L = len(ys)
+        blocks = list(range(1, L + 1))
+        xs = [b / L for b in blocks] if depth else blocks
+        name = f"{run_name(res)} ({_heads_label(sec)})"
+        series.append({"name": name, "x": xs, "y": ys, "color": i,
+                       "hover": [f"<b>{F.esc(run_name(res))}</b><br>block {b} of {L}<br>{F.esc(label)} = {y:.4g}"
+                                 f" (mean over heads)" for b, y in zip(blocks, ys)]})
+        rows += [{"model": model_label(res), "block": b, "depth": b / L, key: y} for b, y in zip(blocks, ys)]
+    runs = [p[0] for p in pairs]
+    qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
+    sub = f"{F.esc(_corpora(runs))} · mean over heads · " + F.esc(PRE_ROTARY if qk else "queries: analysed positions, padding masked")
+    fig = F.line_chart(series, title=f"{label} by block", subtitle=sub,
+                       x_title="relative depth (block / L)" if depth else "block (1 = first)", y_title=unit,
+                       x_range=(-0.03, 1.03) if depth else None)
+    return View(f"attention_curve_{key}", f"{label} by block", fig, pd.DataFrame(rows),
+                _sec_manifest("attention_curves", {"statistic": key, "x_axis": x_axis}, runs, [p[1] for p in pairs]),
+                caption=f"{label} ({unit}), mean over heads, per block.")
+
+
+def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
+    """One window's attention map at (block, head) beside the same map with the outlier dims zeroed."""
+    toks = [str(t) for t in maps["tokens"]]
+    n = len(toks)
+    a, z = maps["maps"][block - 1, head], maps["zeroed"][block - 1, head]
+    et = [F.esc(t) for t in toks]
+
+    def hover(m):
+        return np.asarray([[f"query {i} {et[i]}<br>key {j} {et[j]}<br>attention {m[i, j]:.4f}" for j in range(n)]
+                           for i in range(n)], dtype=object)
+
+    dims = maps["dims"]
+    panels = [{"z": a, "title": "as computed", "x_title": "key position", "y_title": "query position",
+               "x_labels": toks, "y_labels": toks, "hover": hover(a), "reverse_y": True}]
+    notes = []
+    if dims:
+        panels.append({"z": z, "title": f"outlier dims {dims} zeroed in every norm", "x_title": "key position",
+                       "y_title": "", "x_labels": toks, "y_labels": toks, "hover": hover(z), "reverse_y": True})
+    else:
+        notes.append("This run has no persistent outlier dims: there is nothing to zero.")
+    shown = f"first {n} of {maps['n_positions']} positions" if maps["n_positions"] > n else f"{n} positions"
+    sub = f"{F.esc(run_name(res))} · window {maps['window']} (document {maps['document']}) · {shown} · block {block}, head {head}"
+    fig = F.heat_panels(panels, title="Attention map of one window", subtitle=sub, colorbar_title="attention",
+                        zmin=0.0, zmax=1.0, height=620)
+    rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "attention": float(a[i, j]),
+             "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
+    return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
+                pd.DataFrame(rows), _manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
+                                                               "zeroed_dims": dims}, [res]),
+                caption=f"Attention probabilities of window {maps['window']}, block {block}, head {head}; right: "
+                        f"the same with dims {dims} zeroed in every norm (the ablation).", notes=notes)
+
+
+DRIFT_STATS = {"output_mean_cosine": ("Output mean cosine", "mean cosine of the block output"),
+               "attention_entropy": ("Attention entropy", "H / log T"),
+               "input_mean_cosine": ("Input mean cosine", "mean cosine of g + alpha u")}
+
+
+def drift_heatmap(result: dict, key: str) -> View:
+    """The controlled experiment: alpha (rows) x tau (columns) heatmap of one measured quantity."""
+    label, unit = DRIFT_STATS[key]
+    s = result["spec"]
+    z = grid(result, key)
+    al, ta = s["alphas"], s["taus"]
+    hover = np.asarray([[f"alpha = {a:g}, tau = {t:g}<br>{F.esc(label)} = {z[i, j]:.4f}" for j, t in enumerate(ta)]
+                        for i, a in enumerate(al)], dtype=object)
+    sub = (f"random pre-norm block, d = {s['d']}, {s['heads']} heads, seed {s['seed']} · inputs g ~ N(0, I/d) + alpha u "
+           f"(||u|| = 1) · {_fmt_n(result['n_tokens'])} tokens in {s['n_seq']} sequences of {s['seq_len']}")
+    fig = F.heat_panels([{"z": z, "title": "", "x_title": "temperature tau (logits / tau)",
+                          "y_title": "drift norm alpha", "x_labels": [f"{t:g}" for t in ta],
+                          "y_labels": [f"{a:g}" for a in al], "hover": hover}],
+                        title=f"Controlled experiment: {label.lower()}", subtitle=sub, colorbar_title=unit,
+                        height=460)
+    rows = [{"alpha": a, "tau": t, key: z[i, j]} for i, a in enumerate(al) for j, t in enumerate(ta)]
+    m = {"app": "anisotropy-workbench", "view": "drift_experiment", "params": {"statistic": key}, "runs": [],
+         "drift_spec": s, "drift_version": result.get("version")}
+    return View(f"drift_{key}", f"Controlled experiment: {label.lower()}", fig, pd.DataFrame(rows), m,
+                caption=f"{label} ({unit}) for each drift norm alpha and temperature tau; {result['block']}.")

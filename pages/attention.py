@@ -1,0 +1,110 @@
+"""Attention: entropy, sinks, query/key drift per block and head, Puccetti's outlier link, one
+window's attention map beside its ablated twin, and the controlled drift experiment."""
+
+import streamlit as st
+
+from core import attention_views as AV
+from core.drift import DriftSpec
+from core.errors import InputError
+from ui import data, page, state
+
+
+def _numbers(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.replace(";", ",").split(",") if x.strip())
+
+
+def drift_section() -> None:
+    st.subheader("Controlled experiment: input drift vs attention temperature")
+    st.caption("Godey et al.'s mechanism without trained weights: a random pre-norm Transformer block reads isotropic "
+               "Gaussian tokens plus one shared drift vector of norm alpha; the attention logits are divided by a "
+               "temperature tau. Seeded and cached; about a second on CPU.")
+    lg = state.log()
+    cur = lg.drift or DriftSpec()
+    with st.form("drift"):
+        c1, c2, c3, c4 = st.columns(4)
+        d = c1.number_input("width d", 8, 1024, cur.d, step=8, key="dr_d")
+        heads = c2.number_input("heads", 1, 64, cur.heads, key="dr_heads")
+        seq = c3.number_input("tokens per sequence", 2, 512, cur.seq_len, key="dr_seq")
+        seed = c4.number_input("seed", 0, 2**31 - 1, cur.seed, key="dr_seed")
+        c5, c6 = st.columns(2)
+        alphas = c5.text_input("drift norms alpha", ", ".join(f"{a:g}" for a in cur.alphas), key="dr_alphas")
+        taus = c6.text_input("temperatures tau", ", ".join(f"{t:g}" for t in cur.taus), key="dr_taus")
+        go = st.form_submit_button("Run experiment", type="primary")
+    if go:
+        try:
+            lg.drift = DriftSpec(d=int(d), heads=int(heads), seq_len=int(seq), n_seq=cur.n_seq,
+                                 alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed))
+        except (InputError, ValueError) as e:
+            st.error(f"Experiment not run: {e}")
+            return
+    if lg.drift is not None:
+        with st.spinner("Running the block…"):
+            res = data.drift(lg.drift)
+        a, b = st.columns(2)
+        with a:
+            page.show(AV.drift_heatmap(res, "output_mean_cosine"), "drift_cos")
+        with b:
+            page.show(AV.drift_heatmap(res, "attention_entropy"), "drift_ent")
+
+
+sel, runs = page.header("Attention")
+if page.need_runs(runs):
+    run = page.focus_picker(sel, runs, "attention")
+    res = run.results
+    st.caption("Per block (1 = first) and head: attention entropy, the share paid to the first position and to "
+               "special tokens, the mean query/key geometry (projection outputs before any rotary embedding) and "
+               "Puccetti et al.'s link between outlier dimensions and the attention a token receives. Computed apart "
+               "from the run (eager attention, one more pass over the corpus), then cached.")
+    lg = state.log()
+    rid = state.run_id(run.spec)
+    if not data.attention_cached(run.spec):
+        st.info(f"Attention statistics of {run.label} are not computed yet for these settings.",
+                icon=":material/hourglass_empty:")
+        if st.button("Compute attention statistics", key="attn_compute", type="primary",
+                     icon=":material/visibility:"):
+            try:
+                with st.spinner("Computing attention statistics (loads the model, one pass over the corpus)…"):
+                    data.attention(run.spec)
+                data.attention_cached.clear()
+                st.rerun()
+            except InputError as e:
+                st.error(str(e))
+    else:
+        sec = data.attention(run.spec)
+        stat = st.selectbox("Statistic", list(AV.HEATMAP_STATS), format_func=lambda k: AV.ATTN_STATS[k][0],
+                            key="attn_stat")
+        a, b = st.columns(2)
+        with a:
+            page.show(AV.head_heatmap(res, sec, stat), "attn_heat")
+        with b:
+            pairs = [(r.results, data.attention(r.spec)) for r in runs
+                     if r.spec == run.spec or data.attention_cached(r.spec)]
+            page.show(AV.attention_curves(pairs, stat), "attn_curve")
+
+        st.subheader("Outlier link (Puccetti et al. 2022)")
+        ks = st.radio("Key positions", ["excluded", "included"], horizontal=True, key="attn_keys",
+                      format_func=lambda k: f"special tokens {k}")
+        page.show(AV.link_grid(res, sec, ks), "attn_link")
+        with st.expander("By block: outlier dims vs random dims (mean and max |r|)"):
+            page.show(AV.link_table(res, sec), "attn_link_table")
+
+        st.subheader("One window's attention, with the outlier dims zeroed beside it")
+        n_win = int(res["manifest"]["corpus"]["n_windows"])
+        prev = lg.attention_maps.get(rid, (0, 1, 0))
+        with st.form("attn_map"):
+            c1, c2, c3 = st.columns(3)
+            win = c1.number_input(f"window (0 to {n_win - 1})", 0, n_win - 1, min(prev[0], n_win - 1), key="attn_win")
+            block = c2.slider("block", 1, sec["n_blocks"], min(prev[1], sec["n_blocks"]), key="attn_block")
+            head = c3.slider("head", 0, sec["n_heads"] - 1, min(prev[2], sec["n_heads"] - 1), key="attn_head")
+            show = st.form_submit_button("Show attention map", icon=":material/grid_on:")
+        if show:
+            lg.attention_maps[rid] = (int(win), int(block), int(head))
+        if rid in lg.attention_maps:
+            w, bl, hd = lg.attention_maps[rid]
+            try:
+                with st.spinner("Running the model on one window (twice: as is, and with the outlier dims zeroed)…"):
+                    maps = data.attention_maps(run.spec, w)
+                page.show(AV.attention_map_pair(res, maps, bl, hd), "attn_map")
+            except InputError as e:
+                st.error(str(e))
+drift_section()

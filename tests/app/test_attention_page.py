@@ -1,0 +1,86 @@
+"""The Attention page via AppTest: compute behind the button, heatmaps equal the section, the outlier
+link, the single-window viewer beside its ablated twin, the controlled experiment and its errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from core.attention import head_matrix, is_cached as attention_cached, run_attention
+from core.pipeline import analyze
+from core.selection import Selection
+
+from app_helpers import by_title, figures, no_exception
+
+PAGE = "pages/attention.py"
+
+
+@pytest.fixture(scope="module")
+def spec(cache_dir):
+    s = Selection(models=("minilm-l6",), max_tokens=2000, sample=500).spec("minilm-l6")
+    analyze(s)  # the run itself is cached (as after pressing Run); its attention is not
+    return s
+
+
+@pytest.mark.slow
+def test_attention_page_end_to_end(app, spec):
+    at = app(page=PAGE)
+    no_exception(at)
+    assert not attention_cached(spec)
+    assert any("not computed yet" in i.value for i in at.info)
+    at.button(key="attn_compute").click().run()
+    no_exception(at)
+    assert not at.error, [e.value for e in at.error]
+    assert attention_cached(spec)
+    sec = run_attention(spec)
+    heat = by_title(at, "Attention entropy per block and head")
+    np.testing.assert_allclose(heat["data"][0]["z"], head_matrix(sec, "entropy"), rtol=1e-9)
+    assert heat["data"][0]["z"].shape == (6, 12)
+    curve = by_title(at, "Attention entropy by block")
+    np.testing.assert_allclose(curve["data"][0]["y"], np.nanmean(head_matrix(sec, "entropy"), axis=1), rtol=1e-9)
+    link = by_title(at, "Outlier link")
+    assert len(link["data"]) == 2  # outlier dims beside random dims
+    assert "special tokens excluded" in link["layout"]["title"]["subtitle"]["text"]
+
+    at.selectbox(key="attn_stat").set_value("cos_mu_qk").run()
+    heat = by_title(at, "cos(mean query, mean key) per block and head")
+    np.testing.assert_allclose(heat["data"][0]["z"], head_matrix(sec, "cos_mu_qk"), rtol=1e-9)
+    at.radio(key="attn_keys").set_value("included").run()
+    assert "special tokens included" in by_title(at, "Outlier link")["layout"]["title"]["subtitle"]["text"]
+
+    # One window, block 2, head 3: the map and its twin with the outlier dims zeroed.
+    at.number_input(key="attn_win").set_value(1)
+    at.slider(key="attn_block").set_value(2)
+    at.slider(key="attn_head").set_value(3)
+    at.button(key="FormSubmitter:attn_map-Show attention map").click().run()
+    no_exception(at)
+    amap = by_title(at, "Attention map of one window")
+    z = amap["data"][0]["z"]
+    if "first" not in amap["layout"]["title"]["subtitle"]["text"]:  # the whole window: rows are distributions
+        np.testing.assert_allclose(z.sum(1), 1.0, atol=1e-5)
+    assert "block 2, head 3" in amap["layout"]["title"]["subtitle"]["text"]
+    ticks = amap["layout"]["xaxis"]["ticktext"]
+    assert ticks[0] == "[CLS]"
+    if sec["outlier_dims"]:
+        assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
+
+
+def test_controlled_experiment_from_the_page(app, spec):
+    at = app(page=PAGE)
+    at.text_input(key="dr_alphas").set_value("0, 1, 3")
+    at.text_input(key="dr_taus").set_value("0.5, 2")
+    at.number_input(key="dr_d").set_value(32)
+    at.button(key="FormSubmitter:drift-Run experiment").click().run()
+    no_exception(at)
+    cos = by_title(at, "Controlled experiment: output mean cosine")
+    z = cos["data"][0]["z"]
+    assert z.shape == (3, 2)
+    assert (np.diff(z, axis=0) > 0).all()  # grows with alpha at each tau
+    assert by_title(at, "Controlled experiment: attention entropy")["data"][0]["z"].shape == (3, 2)
+    at.text_input(key="dr_taus").set_value("0, 1")
+    at.button(key="FormSubmitter:drift-Run experiment").click().run()
+    no_exception(at)
+    assert any("taus" in e.value for e in at.error)
+    at.text_input(key="dr_taus").set_value("one")
+    at.button(key="FormSubmitter:drift-Run experiment").click().run()
+    assert at.error and not at.exception
