@@ -422,6 +422,26 @@ def render_postproc(p: dict) -> str:
     return "\n".join(out)
 
 
+def render_attention(a: dict) -> str:
+    out = ["## 8. Attention statistics", "",
+           "`core.attention.extract_attention` (eager attention; hooks reduce each layer's probabilities and the "
+           "pre-rotary q/k projections to float64 sums per head: entropy, sinks, received attention and the outlier "
+           "link for 10 dims, query/key geometry) against the bare forward with the model's default SDPA attention "
+           "and the bare forward with eager attention and `output_attentions=True`; same windows, same batches "
+           f"(batch 16), CPU, float32. Goal: at least {a.get('goal')} of the latter. Order: {a.get('order')}; "
+           "medians. The last column is the model's attention implementation after the run (statistics off: "
+           "SDPA kept).", ""]
+    rows = []
+    for r in a.get("models", []):
+        tps = r["tokens_per_s"]
+        rows.append([r["label"], fi(r["tokens_analysed"]), ftps(tps["sdpa"]), ftps(tps["eager"]), ftps(tps["tool"]),
+                     fr(r["ratio_vs_eager"]), fr(r["ratio_vs_sdpa"]),
+                     f"{r['attn_implementation_before']} -> {r['attn_implementation_after']}", met(r["met"])])
+    out.append(table(["Model", "Tokens", "Bare SDPA tok/s", "Bare eager + output_attentions tok/s",
+                      "Attention statistics tok/s", "vs eager", "vs SDPA", "attention impl.", "Goal"], rows))
+    return "\n".join(out)
+
+
 def render_gpu(g: dict | None, reason: str) -> str:
     """The GPU section between markers; `g` is None when not measured."""
     out = [GPU_START, "## GPU", ""]
@@ -500,6 +520,7 @@ def replace_gpu(existing: str | None, gpu_block: str, header: str) -> str:
 RENDERERS = {
     "overhead": render_overhead, "peers": render_peers, "memory": render_memory, "cache": render_cache,
     "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
+    "attention": render_attention,
 }
 
 

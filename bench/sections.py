@@ -63,6 +63,8 @@ class Sizes:
     batching_reps: int = 2
     post_reps: int = 5
     app_page_reps: int = 3
+    attention_tokens: dict = field(default_factory=lambda: {"minilm-l6": 40_000, "smollm2-135m": 40_000})
+    attention_reps: int = 2
 
     @classmethod
     def full(cls, smollm_tokens: int = 40_000) -> "Sizes":
@@ -75,7 +77,8 @@ class Sizes:
                    profile_tokens=150, peer_tokens=(400, 2_500), peer_pairs=2_000, peer_mem_cap=48 * 2**20,
                    memory_tokens=(400, 2_500), cache_minilm_tokens=600, cache_smollm_tokens=200, cache_reps=2,
                    umap_points=600, umap_cold=False, umap_reps=1, batching_tokens=600, batch_sizes=(1, 16),
-                   batching_reps=1, post_reps=2, app_page_reps=1)
+                   batching_reps=1, post_reps=2, app_page_reps=1,
+                   attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1)
 
 
 @dataclass
@@ -511,6 +514,72 @@ def section_postproc(ctx: Ctx) -> dict:
     return out
 
 
+# ----------------------------------------------------------------------------- 8. attention
+def _eager_forward(model, windows, batches, pad_id: int) -> float:
+    """Seconds for the bare forward with eager attention and output_attentions=True (every layer's
+    probabilities returned, nothing computed from them)."""
+    import torch
+
+    from core.attention import eager_attention
+    from bench.common import padded_batch
+
+    t0 = time.perf_counter()
+    with eager_attention(model), torch.inference_mode():
+        for b in batches:
+            ids, att = padded_batch(windows, b, pad_id)
+            out = model(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(att), output_attentions=True)
+            del out
+    return time.perf_counter() - t0
+
+
+def section_attention(ctx: Ctx) -> dict:
+    """Attention statistics (core.attention.extract_attention) vs the bare SDPA forward and vs the bare
+    forward with output_attentions=True, same windows and batches; the model's attention afterwards."""
+    from core.attention import extract_attention
+    from core.extract import plan_batches
+
+    out = {"goal": 0.80, "order": "alternating: sdpa, eager+output_attentions, tool, then reversed", "models": []}
+    for ident in ("minilm-l6", "smollm2-135m"):
+        tokens = int(ctx.sizes.attention_tokens.get(ident, 40_000))
+        lm = ctx.model(ident)
+        w = ctx.windows(ident, tokens)
+        batches = plan_batches(w, BATCH)
+        pad = _pad_id(lm)
+        n = int(sum(int((~s).sum()) for s in w.special))
+        impl_before = getattr(lm.base.config, "_attn_implementation", None)
+        dims = list(range(10))  # the link's cost depends on how many dims, not which
+        log(f"attention: {ident}, {n:,} analysed tokens, {len(batches)} batches, {ctx.sizes.attention_reps} reps")
+
+        def tool():
+            t0 = time.perf_counter()
+            extract_attention(lm.base, w, dims, batch_size=BATCH, pad_id=pad)
+            return time.perf_counter() - t0
+
+        warm = subset_windows(w, min(n, 600))
+        wb = plan_batches(warm, BATCH)
+        bare_forward(lm.base, warm, wb, pad)
+        _eager_forward(lm.base, warm, wb, pad)
+        extract_attention(lm.base, warm, dims, batch_size=BATCH, pad_id=pad)
+        times = {"sdpa": [], "eager": [], "tool": []}
+        for r in range(int(ctx.sizes.attention_reps)):
+            order = ("sdpa", "eager", "tool") if r % 2 == 0 else ("tool", "eager", "sdpa")
+            for which in order:
+                s = (bare_forward(lm.base, w, batches, pad) if which == "sdpa" else
+                     _eager_forward(lm.base, w, batches, pad) if which == "eager" else tool())
+                times[which].append(s)
+                log(f"  rep {r + 1} {which}: {s:.2f} s")
+        med = {k: median(v) for k, v in times.items()}
+        row = {"model": ident, "label": lm.info.get("label", ident), "tokens_analysed": n, "n_windows": len(w.ids),
+               "n_batches": len(batches), "batch_size": BATCH, "times": times,
+               "tokens_per_s": {k: n / v for k, v in med.items()},
+               "ratio_vs_eager": med["eager"] / med["tool"], "ratio_vs_sdpa": med["sdpa"] / med["tool"],
+               "attn_implementation_before": impl_before,
+               "attn_implementation_after": getattr(lm.base.config, "_attn_implementation", None)}
+        row["met"] = row["ratio_vs_eager"] >= 0.80 and row["attn_implementation_after"] == impl_before
+        out["models"].append(row)
+    return out
+
+
 SECTIONS = {
     "overhead": section_overhead,
     "peers": section_peers,
@@ -519,6 +588,7 @@ SECTIONS = {
     "projection": section_projection,
     "batching": section_batching,
     "postproc": section_postproc,
+    "attention": section_attention,
 }
 
 

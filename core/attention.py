@@ -399,7 +399,8 @@ def _pearson(n, sx, sx2, sy, sy2, sxy):
         vx = n * sx2 - sx * sx
         vy = n * sy2 - sy * sy
         r = cov / np.sqrt(vx * vy)
-    return np.where((vx > 0) & (vy > 0), r, np.nan)
+    # a (numerically) constant variable has no correlation: relative threshold against round-off
+    return np.where((vx > 1e-12 * n * sx2) & (vy > 1e-12 * n * sy2), r, np.nan)
 
 
 def _cos(a, b):

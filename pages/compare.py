@@ -3,7 +3,7 @@ bootstrap interval of the difference of two runs' mean cosine per layer."""
 
 import streamlit as st
 
-from core import views
+from core import attention_views as AV, views
 from core.postprocess import PostProcess
 from core.selection import METRICS
 from ui import data, page, state
@@ -35,6 +35,16 @@ if page.need_runs(runs):
     page.show(views.outlier_counts(results), "c_counts")
     st.markdown("**Summary**")
     page.show(views.compare_summary(results), "c_summary")
+
+    st.subheader("Attention by relative depth")
+    pairs = [(r.results, data.attention(r.spec)) for r in runs if data.attention_cached(r.spec)]
+    if pairs:
+        stat = st.selectbox("Attention statistic (mean over heads)", list(AV.CURVE_STATS),
+                            format_func=lambda k: AV.ATTN_STATS[k][0], key="c_attn_stat")
+        page.show(AV.attention_curves(pairs, stat, "depth"), "c_attn")
+    missing = [r.label for r in runs if not data.attention_cached(r.spec)]
+    if missing:
+        st.caption(f"No attention statistics yet for {', '.join(missing)}: compute them on the Attention page.")
 
     st.subheader("Projections at the same relative depth")
     with st.form("compare_projection"):

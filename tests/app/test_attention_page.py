@@ -64,6 +64,13 @@ def test_attention_page_end_to_end(app, spec):
     if sec["outlier_dims"]:
         assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
 
+    # Compare shows the per-block means by relative depth once attention is computed.
+    at.switch_page("pages/compare.py").run()
+    no_exception(at)
+    cmp_ = by_title(at, "Attention entropy by block")
+    np.testing.assert_allclose(cmp_["data"][0]["x"][-1], 1.0)
+    np.testing.assert_allclose(cmp_["data"][0]["y"], np.nanmean(head_matrix(sec, "entropy"), axis=1), rtol=1e-9)
+
 
 def test_controlled_experiment_from_the_page(app, spec):
     at = app(page=PAGE)

@@ -219,3 +219,22 @@ def test_cached_apart_from_results(cache_dir, tiny_bert_dir, varied_txt):
     res = analyze(spec, cache_dir)
     assert res["manifest"]["cache_hit"] and again["run_key"] == res["manifest"]["cache_key"]
     assert link_matrix(again, "excluded").shape == (2, 2, len(again["outlier_dims"]))
+
+
+def test_sdpa_restored_and_no_hook_left(tiny_llama_gqa_dir, varied_txt):
+    """Statistics off: the model keeps its SDPA attention; after a run no hook or matrix is left."""
+    from core.attention import extract_attention
+
+    lm = load_model(str(tiny_llama_gqa_dir))
+    impl = lm.base.config._attn_implementation
+    assert impl == "sdpa"
+    windows = tokenize_budget(load_documents(str(varied_txt)), lm.tokenizer, 100_000, SEQ, SEED, str(varied_txt))
+    with torch.inference_mode():  # transformers installs its own output recorders on a first forward
+        lm.base(input_ids=torch.as_tensor(windows.ids[0])[None], output_hidden_states=True, output_attentions=True)
+    n_hooks = sum(len(m._forward_hooks) for m in lm.base.modules())
+    sums, timing, arch = extract_attention(lm.base, windows, [0, 1], batch_size=4,
+                                           pad_id=int(lm.tokenizer.pad_token_id))
+    assert lm.base.config._attn_implementation == impl
+    assert sum(len(m._forward_hooks) for m in lm.base.modules()) == n_hooks
+    assert all(v.ndim <= 4 and v.shape[0] == 2 for k, v in sums.items())  # per-block sums, no (T, T) matrices
+    assert sums["link_as"].shape == (2, 2, 4, 2) and sums["sum_k"].shape[1] == 2

@@ -1,0 +1,99 @@
+"""Attention views on a synthetic section: shapes, values, escaping of token labels, exports."""
+
+import json
+
+import numpy as np
+import pytest
+
+from core import attention_views as AV, export
+from core.attention import _closed_form_cosine, _pearson, finish, layer_means, pick_dims
+from tests.synthetic import synthetic_run
+
+L, H, HKV, DH = 3, 4, 2, 5
+
+
+def _sums(rng):
+    """Sums of a fake accumulator (finish() only divides and combines them)."""
+    D = 3
+    acc = {"n_q": np.full(L, 50.0), "sum_entropy": rng.uniform(10, 40, (L, H)), "n_entropy": np.full(L, 45.0),
+           "sum_first": rng.uniform(0, 50, (L, H)), "sum_special": rng.uniform(0, 50, (L, H)),
+           "sum_special_nf": rng.uniform(0, 10, (L, H)),
+           "qk_n": np.full(L, 50.0), "sum_q": rng.normal(size=(L, H, DH)) * 50, "sum_qnorm": np.full((L, H), 200.0),
+           "sum_qu": rng.normal(size=(L, H, DH)), "sum_k": rng.normal(size=(L, HKV, DH)) * 50,
+           "sum_knorm": np.full((L, HKV), 200.0), "sum_ku": rng.normal(size=(L, HKV, DH)),
+           "pairs": np.full(L, 700.0), "pair_q": rng.normal(size=(L, H, DH)) * 700,
+           "pair_k": rng.normal(size=(L, HKV, DH)) * 700, "pair_qk": rng.normal(size=(L, H)) * 700}
+    x = rng.normal(size=(L, 2, 60, D))
+    s = rng.normal(size=(L, 2, H, 60))
+    acc.update(link_n=np.full((L, 2), 60.0), link_a=x.sum(2), link_a2=(x * x).sum(2), link_s=s.sum(3),
+               link_s2=(s * s).sum(3), link_as=np.einsum("lsht,lstd->lshd", s, x))
+    return acc, x, s
+
+
+@pytest.fixture(scope="module")
+def case():
+    rng = np.random.default_rng(0)
+    acc, x, s = _sums(rng)
+    sec = finish(acc, {"n_blocks": L, "n_heads": H, "n_kv_heads": HKV, "head_dim": DH, "causal": True,
+                       "special_tokens": "exclude", "run_key": "k"}, [1], [2, 3])
+    _, res = synthetic_run()
+    return res, sec, x, s
+
+
+def test_finish_pearson_and_closed_form(case):
+    res, sec, x, s = case
+    for l in range(L):
+        for h in range(H):
+            want = np.corrcoef(x[l, 0, :, 0], s[l, 0, h])[0, 1]
+            assert sec["layers"][l]["link"]["included"]["outlier_r"][h][0] == pytest.approx(want, abs=1e-9)
+    u = np.random.default_rng(1).normal(size=(7, 3))
+    u /= np.linalg.norm(u, axis=1, keepdims=True)
+    C = u @ u.T
+    assert _closed_form_cosine(u.sum(0), 7) == pytest.approx(C[~np.eye(7, dtype=bool)].mean())
+    assert np.isnan(_pearson(np.float64(3), 3.0, 3.0, 1.0, 1.0, 1.0))  # constant: undefined, not an error
+    assert len(layer_means(sec, "entropy")) == L
+
+
+def test_pick_dims_excludes_outliers_and_is_seeded():
+    o, r = pick_dims([5, 2, 99], 20, 10, seed=0)
+    assert o == [2, 5] and len(r) == 10 and not set(r) & {2, 5}
+    assert pick_dims([5, 2], 20, 10, seed=0)[1] == r != pick_dims([5, 2], 20, 10, seed=1)[1]
+
+
+@pytest.mark.parametrize("key", AV.HEATMAP_STATS)
+def test_head_heatmaps(case, key):
+    res, sec, _, _ = case
+    v = AV.head_heatmap(res, sec, key)
+    z = np.asarray(v.figure.data[0].z, dtype=float)
+    assert z.shape == (L, H)
+    np.testing.assert_allclose(z, [[np.nan if x is None else x for x in row[key]] for row in sec["layers"]])
+    assert len(v.data) == L * H and v.manifest["attention"][0]["n_kv_heads"] == HKV
+    json.loads(export.data_bytes(v, "json"))
+
+
+def test_link_grid_and_curves(case):
+    res, sec, _, _ = case
+    v = AV.link_grid(res, sec, "included")
+    assert len(v.figure.data) == 2 and v.figure.layout.coloraxis.cmin == -1
+    assert set(v.data["kind"]) == {"outlier dims", "random non-outlier dims"}
+    c = AV.attention_curves([(res, sec), (res, sec)], "sink_first", "depth")
+    assert len(c.figure.data) == 2 and c.figure.data[0].x[-1] == 1.0
+    assert AV.link_table(res, sec).figure is None
+
+
+def test_attention_map_escapes_tokens(case):
+    res, _, _, _ = case
+    toks = ["<s>", "<script>alert(1)</script>", "a&b", "<s>"]
+    rng = np.random.default_rng(2)
+    m = rng.random((2, 2, 4, 4))
+    maps = {"tokens": toks, "maps": m / m.sum(-1, keepdims=True), "zeroed": m / m.sum(-1, keepdims=True),
+            "dims": [3], "window": 0, "n_positions": 9, "document": 0}
+    v = AV.attention_map_pair(res, maps, 2, 1)
+    ticks = list(v.figure.layout.xaxis.ticktext)
+    assert ticks[0] == "&lt;s&gt;" and ticks[3] == "&lt;s&gt;" and "<script>" not in "".join(ticks)
+    assert list(v.figure.layout.xaxis.tickvals) == [0, 1, 2, 3]  # repeated tokens stay apart
+    assert "<script>" not in "".join(str(h) for h in np.ravel(v.figure.data[0].customdata))
+    assert "first 4 of 9 positions" in v.figure.layout.title.subtitle.text
+    html = export.figure_bytes(v, "html").decode()
+    assert "<script>alert(1)" not in html
+    assert list(v.data["key_token"][:4]) == toks  # the data keep the raw tokens
