@@ -520,8 +520,8 @@ def _eager_forward(model, windows, batches, pad_id: int) -> float:
     probabilities returned, nothing computed from them)."""
     import torch
 
-    from core.attention import eager_attention
     from bench.common import padded_batch
+    from core.attention import eager_attention
 
     t0 = time.perf_counter()
     with eager_attention(model), torch.inference_mode():

@@ -37,13 +37,14 @@ from typing import Callable, Iterator
 
 import numpy as np
 
+from .batching import pad_batch, plan_batches
+from .config import CONFIG, cache_identity
 from .corpora import TokenWindows
 from .errors import Cancelled
-from .extract import Progress, analysed_masks, plan_batches
+from .extract import Progress, analysed_masks
 from .models import torch_dtype
+from .outliers import run_outlier_dims
 
-ATTENTION_VERSION = 1
-N_RANDOM_DIMS = 10  # random non-outlier dims of the outlier-link baseline (Puccetti et al. use random dims too)
 KEY_SETS = ("included", "excluded")  # special tokens among the key positions of the outlier link
 
 # Sums over tokens (merge by addition).
@@ -321,7 +322,8 @@ def merge_attention(a: dict, b: dict) -> dict:
     return {k: (a[k] + b[k]) if k in SUM_KEYS else a[k] for k in a}
 
 
-def pick_dims(outlier_dims: list[int], d: int, n_random: int = N_RANDOM_DIMS, seed: int = 0) -> tuple[list[int], list[int]]:
+def pick_dims(outlier_dims: list[int], d: int, n_random: int = CONFIG.attention_random_dims,
+              seed: int = 0) -> tuple[list[int], list[int]]:
     """(outlier dims, seeded random non-outlier dims): the dims whose link is tracked."""
     outl = sorted({int(x) for x in outlier_dims if 0 <= int(x) < d})
     pool = np.setdiff1d(np.arange(d), outl)
@@ -356,15 +358,12 @@ def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_
         for bi, b in enumerate(batches):
             if cancel is not None and cancel():
                 raise Cancelled("Cancelled by the user; nothing was stored.")
-            T = max(len(windows.ids[i]) for i in b)
-            ids = np.full((len(b), T), pad_id, dtype=np.int64)
-            real = np.zeros((len(b), T), dtype=bool)
-            an = np.zeros((len(b), T), dtype=bool)
-            spc = np.zeros((len(b), T), dtype=bool)
+            ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
+            real = att.astype(bool)
+            an = np.zeros_like(real)
+            spc = np.zeros_like(real)
             for r, i in enumerate(b):
                 n = len(windows.ids[i])
-                ids[r, :n] = windows.ids[i]
-                real[r, :n] = True
                 an[r, :n] = analysed[i]
                 spc[r, :n] = windows.special[i]
             real_t = torch.as_tensor(real, device=dev)
@@ -481,16 +480,16 @@ def link_matrix(section: dict, key_set: str = "excluded", which: str = "outlier_
 
 # ----------------------------------------------------------------------------- the cached run
 def link_dims(results: dict) -> list[int]:
-    """The outlier dims whose link is measured: the persistent outliers of either definition
+    """The outlier dims whose link is measured: the run's persistent outliers of either definition
     (activation rule, norm-parameter rule), as for the ablation."""
-    o = results["outliers"]
-    return sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
+    return run_outlier_dims(results["outliers"])
 
 
-def attention_key(results: dict, n_random: int = N_RANDOM_DIMS) -> str:
+def attention_key(results: dict, n_random: int = CONFIG.attention_random_dims) -> str:
+    """Cache key of the attention section: the run's results, the dims, the rules and the code."""
     from .spec import stable_hash
 
-    return "attention:" + stable_hash({"run": results["manifest"]["cache_key"], "version": ATTENTION_VERSION,
+    return "attention:" + stable_hash({"run": results["manifest"]["cache_key"], **cache_identity("attention"),
                                        "dims": link_dims(results), "n_random": int(n_random),
                                        "seed": int(results["manifest"].get("seed", 0))})
 
@@ -498,7 +497,8 @@ def attention_key(results: dict, n_random: int = N_RANDOM_DIMS) -> str:
 def is_cached(spec, cache_dir=None) -> bool:
     """Whether the attention section of `spec` is on disk (no torch, no model; the run's results
     must be cached too)."""
-    from .pipeline import analyze, get_store, is_cached as run_cached
+    from .pipeline import analyze, get_store
+    from .pipeline import is_cached as run_cached
 
     if not run_cached(spec, cache_dir):
         return False
@@ -507,7 +507,7 @@ def is_cached(spec, cache_dir=None) -> bool:
 
 def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
                   cancel: Callable[[], bool] | None = None, force: bool = False,
-                  n_random: int = N_RANDOM_DIMS) -> dict:
+                  n_random: int = CONFIG.attention_random_dims) -> dict:
     """The `attention` section of results.json for `spec`, cached apart from the run's results
     (which are computed first if needed: the outlier dims come from them)."""
     from pathlib import Path
@@ -556,7 +556,7 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
                 "projections": "query/key projection outputs before any rotary position embedding",
                 "blocks": "block l reads hidden_states[l-1] (layer 0 = embeddings) and writes hidden_states[l]",
                 "link_hidden_state": "hidden_states[l-1], the residual stream block l reads",
-                "run_key": m["cache_key"], "attention_version": ATTENTION_VERSION, "timing": timing,
+                "run_key": m["cache_key"], **cache_identity("attention"), "timing": timing,
                 "special_tokens": spec.special_tokens, "n_windows": len(windows.ids)}
         got = json_safe(finish(sums, info, outl, rand))
         store.put(key, got)
@@ -564,10 +564,7 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
 
 
 # ----------------------------------------------------------------------------- one document's maps
-VIEWER_MAX_TOKENS = 64  # positions shown by the single-document viewer (the first ones of the window)
-
-
-def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = VIEWER_MAX_TOKENS) -> dict:
+def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict:
     """Attention probabilities of every block and head for one window of the run, as the model
     computes them and with the outlier dims zeroed in every norm (`outliers.zeroed_dims`, the
     ablation's change, undone afterwards). The window runs whole; the first `max_tokens` query and
@@ -591,7 +588,7 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = VIEWER_M
     dims = link_dims(res)
     store = get_store(cache_dir)
     key = "attnmap:" + stable_hash({"run": res["manifest"]["cache_key"], "window": int(window), "dims": dims,
-                                    "n": int(max_tokens), "version": ATTENTION_VERSION})
+                                    "n": int(max_tokens), **cache_identity("attention")})
     hit = store.get(key)
     if hit is not None:
         return {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}

@@ -28,6 +28,9 @@ from dataclasses import dataclass
 STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config")
 # ... and those that turn statistics into results (results.json, what-ifs, baselines).
 RESULTS_MODULES = ("core.analysis", "core.metrics", "core.outliers", "core.postprocess", "core.config")
+# ... the attention statistics (their own pass over the corpus) and the controlled drift experiment.
+ATTENTION_MODULES = ("core.attention", "core.batching", "core.corpora", "core.config")
+DRIFT_MODULES = ("core.drift", "core.config")
 
 
 @dataclass(frozen=True)
@@ -62,6 +65,10 @@ class AnalysisConfig:
     hist_max_pairs: int = 2_000_000
     # Isotropic Gaussian baselines of the sample metrics (same K and d): their seed.
     isotropic_seed: int = 12345
+    # Attention (Puccetti et al.'s outlier link): random non-outlier dims of the baseline; positions
+    # of the single-window attention viewer (the first ones of the window).
+    attention_random_dims: int = 10
+    attention_viewer_tokens: int = 64
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -96,6 +103,7 @@ def code_version(modules: tuple[str, ...]) -> str:
 
 
 def cache_identity(kind: str, cfg: AnalysisConfig = CONFIG) -> dict:
-    """What a cache key of `kind` ("stats" or "results") must include beyond the run's spec."""
-    modules = STATS_MODULES if kind == "stats" else RESULTS_MODULES
+    """What a cache key of `kind` ("stats", "results", "attention" or "drift") must include beyond
+    the run's spec."""
+    modules = {"stats": STATS_MODULES, "attention": ATTENTION_MODULES, "drift": DRIFT_MODULES}.get(kind, RESULTS_MODULES)
     return {"config": config_hash(cfg), "code": code_version(modules)}

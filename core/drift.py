@@ -16,9 +16,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from .config import cache_identity
 from .errors import InputError
-
-DRIFT_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -116,7 +115,7 @@ def run_drift(spec: DriftSpec) -> dict:
                 row_e.append(float(torch.special.entr(a).sum(-1).mean() / math.log(spec.seq_len)))
             out_cos.append(row_c)
             ent.append(row_e)
-    return {"spec": spec.to_dict(), "version": DRIFT_VERSION, "output_mean_cosine": out_cos,
+    return {"spec": spec.to_dict(), **cache_identity("drift"), "output_mean_cosine": out_cos,
             "input_mean_cosine": [[c] * len(spec.taus) for c in in_cos], "attention_entropy": ent,
             "n_tokens": spec.n_seq * spec.seq_len,
             "block": "pre-norm: h = x + Attn(LN(x)), y = h + MLP(LN(h)); PyTorch default init, float64"}
@@ -128,7 +127,7 @@ def drift_experiment(spec: DriftSpec, cache_dir=None) -> dict:
     from .spec import stable_hash
 
     store = get_store(cache_dir)
-    key = "drift:" + stable_hash({"spec": spec.to_dict(), "version": DRIFT_VERSION})
+    key = "drift:" + stable_hash({"spec": spec.to_dict(), **cache_identity("drift")})
     got = store.get_json(key)
     if got is not None:
         return {**got, "cache_hit": True}

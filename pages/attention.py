@@ -3,9 +3,9 @@ window's attention map beside its ablated twin, and the controlled drift experim
 
 import streamlit as st
 
-from core import attention_views as AV
 from core.drift import DriftSpec
 from core.errors import InputError
+from core.views import attention as AV
 from ui import data, page, state
 
 

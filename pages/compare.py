@@ -3,9 +3,10 @@ bootstrap interval of the difference of two runs' mean cosine per layer."""
 
 import streamlit as st
 
-from core import attention_views as AV, views
+from core import views
 from core.postprocess import PostProcess
 from core.selection import METRICS
+from core.views import attention as AV
 from ui import data, page, state
 
 sel, runs = page.header("Compare runs")

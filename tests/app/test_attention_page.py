@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from app_helpers import by_title, no_exception
 
-from core.attention import head_matrix, is_cached as attention_cached, run_attention
+from core.attention import head_matrix, run_attention
+from core.attention import is_cached as attention_cached
 from core.pipeline import analyze
 from core.selection import Selection
-
-from app_helpers import by_title, figures, no_exception
 
 PAGE = "pages/attention.py"
 

@@ -2,9 +2,11 @@
 
 import json
 
+import pytest
 from foundation_helpers import run_cli
 
 
+@pytest.mark.slow
 def test_attention_command_and_analyze_flag(tmp_path, tiny_gpt2_dir, varied_txt):
     cache = tmp_path / "cache"
     common = ["--model", tiny_gpt2_dir, "--corpus", varied_txt, "--max-seq-len", "24", "--batch-size", "4",
@@ -25,6 +27,7 @@ def test_attention_command_and_analyze_flag(tmp_path, tiny_gpt2_dir, varied_txt)
     assert both["layers"] == json.loads((tmp_path / "plain.json").read_text())["layers"]
 
 
+@pytest.mark.slow
 def test_drift_experiment_command(tmp_path):
     out = tmp_path / "drift.json"
     p = run_cli("drift-experiment", "--d", "32", "--heads", "2", "--seq-len", "8", "--alphas", "0,1,2",

@@ -5,8 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from core import attention_views as AV, export
+from core import export
 from core.attention import _closed_form_cosine, _pearson, finish, layer_means, pick_dims
+from core.views import attention as AV
 from tests.synthetic import synthetic_run
 
 L, H, HKV, DH = 3, 4, 2, 5

@@ -8,10 +8,10 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from . import figures as F
-from .attention import head_matrix, layer_means, link_matrix
-from .drift import grid
-from .views import View, _corpora, _fmt_n, _manifest, _n_tokens, model_label, run_name
+from .. import figures as F
+from ..attention import head_matrix, layer_means, link_matrix
+from ..drift import grid
+from .common import View, _corpora, _fmt_n, _manifest, as_results, model_label, run_name
 
 # statistic -> (label, unit, diverging colour scale)
 ATTN_STATS: dict[str, tuple[str, str, bool]] = {
@@ -33,13 +33,13 @@ PRE_ROTARY = "q, k are the projection outputs before any rotary position embeddi
 
 
 def _queries(res: dict, sec: dict) -> str:
-    pol = sec.get("special_tokens", res["manifest"]["tokens"].get("special_tokens", "exclude"))
+    pol = sec.get("special_tokens") or as_results(res).manifest["tokens"].get("special_tokens", "exclude")
     return f"queries: analysed positions (special tokens {pol}d), padding masked"
 
 
 def _sec_manifest(view: str, params: dict, runs: Sequence[dict], secs: Sequence[dict]) -> dict:
     m = _manifest(view, params, runs)
-    m["attention"] = [{k: s.get(k) for k in ("attention_version", "run_key", "n_blocks", "n_heads", "n_kv_heads",
+    m["attention"] = [{k: s.get(k) for k in ("code", "config", "run_key", "n_blocks", "n_heads", "n_kv_heads",
                                              "head_dim", "causal", "projections", "outlier_dims", "random_dims",
                                              "special_tokens")} for s in secs]
     return m
@@ -59,7 +59,7 @@ def head_heatmap(res: dict, sec: dict, key: str) -> View:
     hover = np.asarray([[f"block {l + 1}, head {h}<br>{F.esc(label)} = {z[l, h]:.4g}" for h in range(H)]
                         for l in range(L)], dtype=object)
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
-    sub = (f"{F.esc(run_name(res))} · N = {_fmt_n(_n_tokens(res))} analysed tokens · {_heads_label(sec)} · "
+    sub = (f"{F.esc(run_name(res))} · N = {_fmt_n(as_results(res).n_tokens)} analysed tokens · {_heads_label(sec)} · "
            + F.esc(PRE_ROTARY if qk else _queries(res, sec)))
     fig = F.heat_panels([{"z": z, "title": "", "x_title": "head", "y_title": "block (1 = first)",
                           "y_labels": [str(l + 1) for l in range(L)], "hover": hover}],
@@ -142,7 +142,8 @@ def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str =
         rows += [{"model": model_label(res), "block": b, "depth": b / L, key: y} for b, y in zip(blocks, ys)]
     runs = [p[0] for p in pairs]
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
-    sub = f"{F.esc(_corpora(runs))} · mean over heads · " + F.esc(PRE_ROTARY if qk else "queries: analysed positions, padding masked")
+    sub = f"{F.esc(_corpora(runs))} · mean over heads · " + F.esc(
+        PRE_ROTARY if qk else "queries: analysed positions, padding masked")
     fig = F.line_chart(series, title=f"{label} by block", subtitle=sub,
                        x_title="relative depth (block / L)" if depth else "block (1 = first)", y_title=unit,
                        x_range=(-0.03, 1.03) if depth else None)
@@ -206,6 +207,6 @@ def drift_heatmap(result: dict, key: str) -> View:
                         height=460)
     rows = [{"alpha": a, "tau": t, key: z[i, j]} for i, a in enumerate(al) for j, t in enumerate(ta)]
     m = {"app": "anisotropy-workbench", "view": "drift_experiment", "params": {"statistic": key}, "runs": [],
-         "drift_spec": s, "drift_version": result.get("version")}
+         "drift_spec": s, "code": result.get("code"), "config": result.get("config")}
     return View(f"drift_{key}", f"Controlled experiment: {label.lower()}", fig, pd.DataFrame(rows), m,
                 caption=f"{label} ({unit}) for each drift norm alpha and temperature tau; {result['block']}.")
