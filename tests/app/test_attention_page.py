@@ -13,18 +13,19 @@ from core.pipeline import analyze
 from core.selection import Selection
 
 PAGE = "pages/attention.py"
+TOKENS = 1500  # not the other app tests' selection: their first test expects a cold cache
 
 
 @pytest.fixture(scope="module")
 def spec(cache_dir):
-    s = Selection(models=("minilm-l6",), max_tokens=2000, sample=500).spec("minilm-l6")
+    s = Selection(models=("minilm-l6",), max_tokens=TOKENS, sample=500).spec("minilm-l6")
     analyze(s)  # the run itself is cached (as after pressing Run); its attention is not
     return s
 
 
 @pytest.mark.slow
 def test_attention_page_end_to_end(app, spec):
-    at = app(page=PAGE)
+    at = app(page=PAGE, tokens=str(TOKENS))
     no_exception(at)
     assert not attention_cached(spec)
     assert any("not computed yet" in i.value for i in at.info)
@@ -65,7 +66,7 @@ def test_attention_page_end_to_end(app, spec):
         assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
 
     # Compare shows the per-block means by relative depth once attention is computed.
-    at.switch_page("pages/compare.py").run()
+    at.switch_page("pages/compare.py").run()  # the selection (tokens) stays in the session
     no_exception(at)
     cmp_ = by_title(at, "Attention entropy by block")
     np.testing.assert_allclose(cmp_["data"][0]["x"][-1], 1.0)
@@ -73,7 +74,7 @@ def test_attention_page_end_to_end(app, spec):
 
 
 def test_controlled_experiment_from_the_page(app, spec):
-    at = app(page=PAGE)
+    at = app(page=PAGE, tokens=str(TOKENS))
     at.text_input(key="dr_alphas").set_value("0, 1, 3")
     at.text_input(key="dr_taus").set_value("0.5, 2")
     at.number_input(key="dr_d").set_value(32)
