@@ -104,9 +104,8 @@ def attention_arch(model) -> Arch:
     targets = _record_targets(model)
     mods = []
     for name, m in model.named_modules():
-        if targets:
-            hit = any(isinstance(m, c) and (ln is None or ("." + name).endswith(ln.split(".")[-1]) or
-                                            name.endswith(ln.lstrip(".")))
+        if targets:  # a recorder's layer name (GPT-2: ".attn") tells self- from cross-attention
+            hit = any(isinstance(m, c) and (ln is None or name.rsplit(".", 1)[-1] == ln.rsplit(".", 1)[-1])
                       for c, ln in targets)
         else:
             hit = type(m).__name__.endswith(("SelfAttention", "Attention")) and not getattr(m, "is_cross_attention", False)
@@ -198,9 +197,9 @@ class AttentionAccumulator:
                 raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
             self._attention(l, w)
             self._geometry(l)
-            # Drop the probabilities now: nothing downstream needs them (outputs stay as they were
-            # otherwise: transformers only keeps them when output_attentions=True).
-            return out
+            # The output is left as it is: without output_attentions the block drops the
+            # probabilities, so no layer's matrix outlives its block.
+            return None
         return hook
 
     @contextmanager
