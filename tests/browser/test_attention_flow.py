@@ -5,11 +5,13 @@ $ANISO_SCREENSHOT_DIR or a temporary folder."""
 
 from __future__ import annotations
 
-import test_default_flow as flow
-from test_default_flow import _screenshot, _settle, _shots_dir, _wait_plots
-
-# The default flow's fixtures (a streamlit server of this module, chromium) and marks.
-server, browser, pytestmark = flow.server, flow.browser, flow.pytestmark
+from test_default_flow import (
+    _screenshot,
+    _settle,
+    _shots_dir,
+    _wait_plots,
+    pytestmark,  # noqa: F401 - the browser tests' marks (server/browser: conftest.py)
+)
 
 QUERY = "tokens=1500&sample=500"
 
