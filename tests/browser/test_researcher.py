@@ -34,6 +34,14 @@ def _figure(page, title_part: str) -> dict:
         return null; }""", title_part)
 
 
+def _viewport_shot(page, path: Path) -> None:
+    """What the window shows, as a 256-colour PNG (like the full-page screenshots)."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(page.screenshot())).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
+    img.save(path, optimize=True)
+
+
 def _upload(page, name: str, data: bytes) -> None:
     page.get_by_text("Upload a file", exact=True).click()
     page.locator("[data-testid=stFileUploaderDropzoneInput]").set_input_files(
@@ -84,6 +92,7 @@ def test_own_upload_named_everywhere_and_a_paper_pdf(server, browser, tmp_path):
     man = json.loads(reader.metadata["/AnisotropyManifest"])
     assert man["runs"][0]["corpus"]["name"] == "my-corpus.csv [text]"
     page.keyboard.press("Escape")
+    _screenshot(page, _shots_dir(tmp_path) / "upload.png")
 
     # Renamed: every label follows.
     name_box = side.get_by_role("textbox", name="Name in figures, tables and file names")
@@ -96,7 +105,7 @@ def test_own_upload_named_everywhere_and_a_paper_pdf(server, browser, tmp_path):
     # A failed upload: the page says plainly which corpus is still shown.
     _upload(page, "broken.csv", b"\x00\x01\x02binary")
     page.get_by_text("Shown below: the results for the previous corpus").wait_for(timeout=60_000)
-    _screenshot(page, _shots_dir(tmp_path) / "failed-upload.png")
+    _screenshot(page, tmp_path / "failed-upload.png")
     ctx.close()
 
 
@@ -139,7 +148,10 @@ def test_drill_into_a_dimension(server, browser, tmp_path):
     page.get_by_text("Top-activating tokens of dim 7").wait_for()
     assert "dim=7" in page.url
     assert _figure(page, "Dim 7: Pearson r")
-    _screenshot(page, _shots_dir(tmp_path) / "drilldown.png")
+    page.get_by_role("heading", name="Drill into a dimension").scroll_into_view_if_needed()
+    page.mouse.move(1395, 995)
+    page.wait_for_timeout(2500)
+    _viewport_shot(page, _shots_dir(tmp_path) / "drilldown.png")
     page.close()
 
 
