@@ -58,6 +58,10 @@ def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
     if post is not None and not post.is_identity:
         X = post.apply(X)
     X = np.asarray(X, dtype=np.float64)
+    if X.shape[0] < 2:  # one token: no pair, no spread; "not enough data" (null in results.json)
+        return {"pc1_variance_ratio": math.nan, "effective_rank": math.nan, "isoscore": math.nan,
+                "partition_isotropy": math.nan, "mean_cosine": math.nan, "n_sample": int(X.shape[0]),
+                "cosine_contribution": []}
     out = M.spectral_metrics(X)
     U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-30)
     cc = M.cosine_contribution(U.sum(0), (U * U).sum(0), U.shape[0])

@@ -6,6 +6,13 @@ It is written whole in one diskcache transaction or not at all. On read the chec
 a corrupted entry is reported (logged and listed in `events`), deleted, and treated as a miss.
 Locks are per-key advisory file locks, so two processes asking for one key compute it once and a
 crashed process never leaves a stale lock behind.
+
+Nothing is ever unpickled: diskcache would unpickle an entry stored in its pickle mode (code
+execution for whoever can write the cache directory), so the store reads entries only in the raw
+bytes form it writes (`_BytesOnlyDisk`) and treats anything else as a corrupted entry.
+
+A cache directory that cannot be written (read-only, full disk) does not stop an analysis: the
+store keeps entries in memory for this process (bounded) and says so in `events`/`degraded`.
 """
 
 from __future__ import annotations
@@ -16,25 +23,69 @@ import hashlib
 import io
 import json
 import logging
+import shutil
+import sqlite3
 import struct
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
+import diskcache
 import numpy as np
 
 log = logging.getLogger(__name__)
 MAGIC = b"ANISO1\n"
 DEFAULT_SIZE_LIMIT = 20 * 2**30  # 20 GiB, least-recently-stored entries are evicted beyond it
+MEMORY_FALLBACK_BYTES = 2 * 2**30  # entries kept in memory when the directory cannot be written
+_WRITE_ERRORS = (OSError, sqlite3.OperationalError, sqlite3.DatabaseError, diskcache.Timeout)
+
+
+class NotRawEntry(ValueError):
+    """A cache row that is not raw bytes (e.g. a pickle): refused, never loaded."""
+
+
+class _BytesOnlyDisk(diskcache.Disk):
+    """diskcache's Disk that returns raw bytes only and refuses to unpickle keys or values."""
+
+    def fetch(self, mode, filename, value, read):
+        if mode not in (diskcache.core.MODE_RAW, diskcache.core.MODE_BINARY):
+            raise NotRawEntry(f"an entry in diskcache mode {mode} (not raw bytes) was refused unread")
+        return super().fetch(mode, filename, value, read)
+
+    def get(self, key, raw):
+        if not raw:
+            raise NotRawEntry("a pickled cache key was refused unread")
+        return super().get(key, raw)
+
+
+def _open(directory: Path, size_limit: int):
+    directory.mkdir(parents=True, exist_ok=True)
+    return diskcache.Cache(str(directory / "entries"), size_limit=size_limit, disk=_BytesOnlyDisk,
+                           eviction_policy="least-recently-stored")
 
 
 class CacheStore:
     def __init__(self, directory: str | Path, size_limit: int = DEFAULT_SIZE_LIMIT):
-        import diskcache
-
         self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self._dc = diskcache.Cache(str(self.directory / "entries"), size_limit=size_limit,
-                                   eviction_policy="least-recently-stored")
+        self.size_limit = int(size_limit)
         self.events: list[str] = []  # human-readable notes (corrupted entries...) for CLI and UI
+        self.degraded: str | None = None  # why entries are kept in memory only, if they are
+        self._mem: OrderedDict[str, bytes] = OrderedDict()
+        self._mem_lock = threading.Lock()
+        try:
+            self._dc = _open(self.directory, self.size_limit)
+        except _WRITE_ERRORS as e:
+            self._dc = None
+            self._degrade(e)
+
+    def _degrade(self, e: Exception) -> None:
+        why = getattr(e, "strerror", None) or str(e) or type(e).__name__
+        msg = (f"The cache directory cannot be written ({why}): results are computed but kept in memory "
+               f"only, for this process. Free disk space or set ANISO_CACHE_DIR to a writable folder.")
+        if self.degraded is None:
+            log.warning(msg)
+        self.degraded = msg
+        self.events.append(msg)
 
     # ------------------------------------------------------------------ encoding
     @staticmethod
@@ -59,45 +110,122 @@ class CacheStore:
         return meta, arrays
 
     # ------------------------------------------------------------------ access
+    def _raw_get(self, key: str):
+        with self._mem_lock:
+            if key in self._mem:
+                return self._mem[key]
+        if self._dc is None:
+            return None
+        try:
+            return self._dc.get(key, default=None, retry=True)
+        except NotRawEntry as e:
+            return e  # decoded below as a corrupted entry
+        except _WRITE_ERRORS as e:  # an unreadable database: as if not cached
+            self.events.append(f"The cache could not be read ({e}); recomputing.")
+            return None
+
     def get(self, key: str) -> tuple[dict, dict[str, np.ndarray]] | None:
-        blob = self._dc.get(key, default=None, retry=True)
+        blob = self._raw_get(key)
         if blob is None:
             return None
         try:
+            if isinstance(blob, Exception):
+                raise blob
             return self.decode(blob)
         except Exception as e:  # noqa: BLE001 - any decoding failure means a corrupted entry
             msg = f"Cache entry {key[:16]}... was corrupted ({e}); it was removed and will be recomputed."
             log.warning(msg)
             self.events.append(msg)
-            self._dc.delete(key, retry=True)
+            self.delete(key)
             return None
 
     def put(self, key: str, meta: dict, arrays: dict[str, np.ndarray] | None = None) -> None:
-        self._dc.set(key, self.encode(meta, arrays), retry=True)
+        self._put_bytes(key, self.encode(meta, arrays))
+
+    def _put_bytes(self, key: str, blob: bytes) -> None:
+        if self._dc is not None:
+            try:
+                self._dc.set(key, blob, retry=True)
+                return
+            except _WRITE_ERRORS as e:  # full disk, read-only directory, broken database
+                self._degrade(e)
+        else:
+            self.events.append(self.degraded)
+        with self._mem_lock:  # bounded: least recently stored entries go first
+            self._mem[key] = blob
+            while sum(map(len, self._mem.values())) > min(self.size_limit, MEMORY_FALLBACK_BYTES) \
+                    and len(self._mem) > 1:
+                self._mem.popitem(last=False)
 
     def get_json(self, key: str) -> dict | None:
         got = self.get(key)
         return None if got is None else got[0]
 
     def delete(self, key: str) -> None:
-        self._dc.delete(key, retry=True)
+        with self._mem_lock:
+            self._mem.pop(key, None)
+        if self._dc is not None:
+            with contextlib.suppress(*_WRITE_ERRORS):
+                self._dc.delete(key, retry=True)
 
     def __contains__(self, key: str) -> bool:
-        return key in self._dc
+        with self._mem_lock:
+            if key in self._mem:
+                return True
+        if self._dc is None:
+            return False
+        try:
+            return key in self._dc
+        except _WRITE_ERRORS:
+            return False
 
     def raw_set(self, key: str, blob: bytes) -> None:
         """Store raw bytes under a key (tests use it to simulate a corrupted entry)."""
-        self._dc.set(key, blob, retry=True)
+        self._put_bytes(key, blob)
 
     def keys(self) -> list[str]:
-        return list(self._dc.iterkeys())
+        if self._dc is None:
+            return list(self._mem)
+        out = []
+        for k in self._dc.iterkeys():  # a pickled key raises NotRawEntry: never loaded
+            out.append(k)
+        return out
+
+    # ------------------------------------------------------------------ size
+    def size_bytes(self) -> int:
+        """Bytes on disk: entries plus uploads (what `clear` frees)."""
+        n = 0
+        if self._dc is not None:
+            with contextlib.suppress(*_WRITE_ERRORS):
+                n += int(self._dc.volume())  # database pages + value files, without walking the tree
+        d = self.directory / "uploads"
+        if d.is_dir():
+            n += sum(p.stat().st_size for p in d.iterdir() if p.is_file() and not p.is_symlink())
+        with self._mem_lock:
+            return n + sum(map(len, self._mem.values()))
+
+    def clear(self) -> int:
+        """Remove every entry and every uploaded file; return the bytes freed."""
+        before = self.size_bytes()
+        with self._mem_lock:
+            self._mem.clear()
+        if self._dc is not None:
+            with contextlib.suppress(*_WRITE_ERRORS):
+                self._dc.clear(retry=True)
+        shutil.rmtree(self.directory / "uploads", ignore_errors=True)
+        return max(0, before - self.size_bytes())
 
     @contextlib.contextmanager
     def lock(self, key: str):
         """Exclusive per-key lock across processes; released even if the holder crashes."""
         d = self.directory / "locks"
-        d.mkdir(exist_ok=True)
-        with open(d / hashlib.sha256(key.encode()).hexdigest()[:32], "a+") as f:
+        try:
+            d.mkdir(exist_ok=True)
+            f = open(d / hashlib.sha256(key.encode()).hexdigest()[:32], "a+")
+        except OSError:  # a read-only directory: no cross-process lock (nothing is shared on disk)
+            yield
+            return
+        with f:
             fcntl.flock(f, fcntl.LOCK_EX)
             try:
                 yield
@@ -105,4 +233,5 @@ class CacheStore:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        self._dc.close()
+        if self._dc is not None:
+            self._dc.close()

@@ -52,6 +52,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL, help="built-in id (see `models`), local folder or hub id[@rev]")
     p.add_argument("--corpus", default=DEFAULT_CORPUS, help="built-in id (see `corpora`) or a file path")
     p.add_argument("--text-column", default=None, help="text column of a .csv/.tsv/.jsonl/.parquet corpus")
+    p.add_argument("--encoding", default=None,
+                   help="encoding of a text/CSV corpus without a byte-order mark (default UTF-8), e.g. latin-1")
     p.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--max-seq-len", type=int, default=DEFAULT_MAX_SEQ_LEN)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE)
@@ -76,7 +78,38 @@ def _spec(a) -> RunSpec:
     return RunSpec(model=a.model, corpus=a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
                    max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
                    special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
-                   trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers)
+                   trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers,
+                   encoding=a.encoding)
+
+
+def _check_out(path: str) -> None:
+    """--out must be a file in an existing, writable folder: checked before any work."""
+    out = Path(path).expanduser()
+    if out.is_dir():
+        raise InputError(f"--out {path!r} is a folder; give a file name such as {str(out / 'results.json')!r}.")
+    parent = out.parent
+    if not parent.is_dir():
+        raise InputError(f"--out {path!r}: the folder {str(parent)!r} does not exist; create it first.")
+    if not os.access(parent, os.W_OK):
+        raise InputError(f"--out {path!r}: the folder {str(parent)!r} is not writable.")
+
+
+def _parse_dims(text: str) -> list[int]:
+    dims = []
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            d = int(part)
+        except ValueError:
+            raise InputError(f"--dims: {part!r} is not a dimension index; give integers such as --dims 63,157.") \
+                from None
+        if d < 0:
+            raise InputError(f"--dims: {d} is negative; dimension indices start at 0.")
+        dims.append(d)
+    if not dims:
+        raise InputError("--dims is empty; give integers such as --dims 63,157.")
+    return sorted(set(dims))
 
 
 class _Bar:
@@ -119,11 +152,16 @@ class _Bar:
 
 
 def _write(path: str, obj) -> None:
-    out = Path(path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=1, allow_nan=False))
-    tmp.replace(out)
+    """Write the JSON whole or not at all (a temporary file in the same folder, then renamed)."""
+    out = Path(path).expanduser()
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_text(json.dumps(obj, indent=1, allow_nan=False))
+        tmp.replace(out)
+    except OSError as e:
+        raise InputError(f"Could not write {path!r}: {e.strerror or e}.") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def cmd_models(a) -> int:
@@ -215,9 +253,29 @@ def _analyze(a, spec):
         group.close()
 
 
-def cmd_analyze(a) -> int:
-    t0 = time.perf_counter()
+def _validate(a) -> RunSpec:
+    """Every option checked before any work (no model loaded, nothing computed yet)."""
     spec = _spec(a)
+    _check_out(a.out)
+    if getattr(a, "dims", None) is not None and not a.ablate:
+        raise InputError("--dims chooses the dimensions of the ablation: add --ablate (or drop --dims).")
+    if getattr(a, "ablate", False):
+        if a.n_random < 1:
+            raise InputError(f"--n-random must be at least 1 (random-dimension draws), got {a.n_random}.")
+        if a.held_out_tokens < 1:
+            raise InputError(f"--held-out-tokens must be a positive number of tokens, got {a.held_out_tokens}.")
+        a.dim_list = _parse_dims(a.dims) if a.dims is not None else None
+    return spec
+
+
+def _warnings(m: dict) -> None:
+    for e in m.get("cache_events", []) + m.get("warnings", []):
+        print(f"warning: {e}", file=sys.stderr)
+
+
+def cmd_analyze(a) -> int:
+    spec = _validate(a)
+    t0 = time.perf_counter()
     if world_size_from_env() <= 1:
         _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
     res = _analyze(a, spec)
@@ -235,8 +293,7 @@ def cmd_analyze(a) -> int:
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
-    for e in m.get("cache_events", []):
-        print(f"warning: {e}", file=sys.stderr)
+    _warnings(m)
     hit = "cache hit" if m.get("cache_hit") else "computed"
     print(f"{m['model']['label']} on {m['corpus']['id']}: {m['tokens']['analysed']:,} tokens, "
           f"{len(res['layers'])} layers ({hit}, {time.perf_counter() - t0:.1f} s) -> {a.out}", file=sys.stderr)
@@ -246,7 +303,7 @@ def cmd_analyze(a) -> int:
 def cmd_outliers(a) -> int:
     from .pipeline import run_ablation
 
-    spec = _spec(a)
+    spec = _validate(a)
     if world_size_from_env() <= 1:
         _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
     res = _analyze(a, spec)
@@ -254,13 +311,14 @@ def cmd_outliers(a) -> int:
         return 0
     out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
     if a.ablate:
-        dims = [int(x) for x in a.dims.split(",")] if a.dims else None
+        dims = a.dim_list
         _wait_for_job("ablation", {"spec": spec.to_dict(), "dims": dims, "n_random": a.n_random,
                                    "held_out_tokens": a.held_out_tokens}, a)
         out["ablation"] = run_ablation(spec, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
                                        held_out_tokens=a.held_out_tokens, progress=_Bar(a.quiet))
     _write(a.out, out)
     _Bar.end_line()
+    _warnings(res["manifest"])
     o = res["outliers"]
     print(f"persistent activation outliers: {o['activation']['persistent']}", file=sys.stderr)
     if "persistent" in o.get("norm_parameters", {}):
@@ -595,3 +653,8 @@ def _run(args) -> int:
         _Bar.end_line()
         print("error: out of memory: lower --max-tokens, --batch-size or --sample", file=sys.stderr)
         return 3
+    except OSError as e:  # a disk that is full or read-only, a file that vanished...
+        _Bar.end_line()
+        where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+        print(f"error: {e.strerror or e}{where}", file=sys.stderr)
+        return 2

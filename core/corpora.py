@@ -11,6 +11,9 @@ import functools
 import hashlib
 import importlib.metadata as md
 import json
+import os
+import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +24,7 @@ from .errors import InputError
 TEXT_SUFFIXES = (".txt", ".md")
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
 UNIFORM_DOC_LEN = 128  # tokens per document of the uniform-random control
+PIECE_CHARS = 20_000  # longer documents are tokenized piece by piece, only as far as the budget needs
 
 
 @dataclass(frozen=True)
@@ -94,67 +98,184 @@ _SKIP_STDLIB = {"antigravity", "this", "idlelib", "turtle", "turtledemo", "tkint
                 "ensurepip", "venv", "pydoc_data", "xxsubtype", "xxlimited", "curses", "readline"}
 
 
-def _read_text_file(path: Path) -> list[str]:
-    raw = path.read_bytes()
+# Byte-order marks, longest first (UTF-32 LE starts with the UTF-16 LE mark).
+_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xef\xbb\xbf", "utf-8"),
+         (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+
+
+def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
+    """Bytes of a text file -> str. A byte-order mark decides (UTF-8/16/32); else `encoding`, else UTF-8.
+
+    Binary data and text in another encoding are refused with a message naming the way out.
+    """
+    for bom, enc in _BOMS:
+        if raw.startswith(bom):
+            try:
+                return raw[len(bom):].decode(enc)
+            except UnicodeDecodeError:
+                raise InputError(f"{name} starts with a {enc.upper()} byte-order mark but is not valid "
+                                 f"{enc.upper()} text.") from None
     if b"\x00" in raw[:8192]:
-        raise InputError(f"{path.name} is not a text file (it contains binary data).")
+        raise InputError(f"{name} is not a text file (it contains binary data).")
+    if encoding:
+        import codecs
+
+        try:
+            codecs.lookup(encoding)
+        except LookupError:
+            raise InputError(f"Unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252).") from None
+        try:
+            return raw.decode(encoding)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{name} is not valid {encoding} text (byte {e.start}).") from None
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise InputError(f"{path.name} is not UTF-8 text.") from None
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise InputError(f"{name} is not UTF-8 text (line {line}). If you know its encoding, give it: "
+                         f"--encoding latin-1 (or cp1252, ...) in the CLI; or save it as UTF-8.") from None
+
+
+def _read_text_file(path: Path, encoding: str | None = None) -> list[str]:
+    text = decode_text(path.read_bytes(), path.name, encoding)
     docs = [" ".join(block.split()) for block in text.replace("\r\n", "\n").split("\n\n")]
     return [d for d in docs if d]
 
 
-def _read_table(path: Path, text_column: str | None) -> list[str]:
+def _read_jsonl(path: Path, text: str):
+    """JSON Lines -> DataFrame; a malformed line is refused with its line number."""
+    import pandas as pd
+
+    rows, bad = [], []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as e:
+            bad.append((i, e.msg))
+            continue
+        if not isinstance(obj, dict):
+            bad.append((i, "not a JSON object"))
+            continue
+        rows.append(obj)
+    if bad:
+        more = f" ({len(bad)} bad lines in all: {', '.join(str(b[0]) for b in bad[:10])}" \
+               f"{'...' if len(bad) > 10 else ''})" if len(bad) > 1 else ""
+        raise InputError(f"{path.name}: line {bad[0][0]} is not a valid JSON object ({bad[0][1]}){more}.")
+    return pd.DataFrame(rows)
+
+
+def _read_frame(path: Path, encoding: str | None = None, nrows: int | None = None):
+    import io
+
     import pandas as pd
 
     suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        try:
+            return pd.read_parquet(path)
+        except Exception as e:  # noqa: BLE001 - pyarrow errors of every flavour
+            raise InputError(f"Could not read {path.name} as parquet: {str(e).splitlines()[0]}") from None
+    text = decode_text(path.read_bytes(), path.name, encoding)
+    if suffix == ".jsonl":
+        return _read_jsonl(path, text)
     try:
-        if suffix == ".parquet":
-            df = pd.read_parquet(path)
-        elif suffix == ".jsonl":
-            df = pd.read_json(path, lines=True)
-        else:
-            raw = path.read_bytes()[:8192]
-            if b"\x00" in raw:
-                raise InputError(f"{path.name} is not a text file (it contains binary data).")
-            df = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",")
-    except InputError:
-        raise
+        return pd.read_csv(io.StringIO(text), sep="\t" if suffix == ".tsv" else ",", nrows=nrows, dtype=str)
     except Exception as e:  # noqa: BLE001 - parser errors of every flavour
         raise InputError(f"Could not read {path.name} as {suffix[1:]}: {str(e).splitlines()[0]}") from None
+
+
+def _read_table(path: Path, text_column: str | None, encoding: str | None = None) -> list[str]:
+    df = _read_frame(path, encoding)
     cols = [str(c) for c in df.columns]
+    if not cols:
+        raise InputError(f"{path.name} has no columns.")
     if not text_column:
         raise InputError(f"{path.name} is a table: choose its text column (--text-column). Columns: {cols}")
-    if text_column not in df.columns:
+    if text_column not in cols:
         raise InputError(f"{path.name} has no column {text_column!r}. Columns: {cols}")
-    return [" ".join(str(v).split()) for v in df[text_column].dropna().tolist() if str(v).strip()]
+    col = df[df.columns[cols.index(text_column)]]
+    strings = col.dropna()
+    strings = strings[strings.map(lambda v: isinstance(v, str))]
+    if strings.empty:
+        text_cols = [c for c, k in zip(cols, df.columns) if df[k].map(lambda v: isinstance(v, str)).any()]
+        raise InputError(f"Column {text_column!r} of {path.name} holds no text"
+                         + (f"; columns with text: {text_cols}." if text_cols else "; no column of this table holds text."))
+    return [" ".join(v.split()) for v in strings.tolist() if v.strip()]
 
 
-def table_columns(path: str | Path) -> list[str]:
+def numeric_share(documents: list[str]) -> float:
+    """Share of documents that are a number only (a text column that is really numbers)."""
+    if not documents:
+        return 0.0
+    n = 0
+    for d in documents:
+        try:
+            float(d.replace(",", ""))
+            n += 1
+        except ValueError:
+            pass
+    return n / len(documents)
+
+
+def table_columns(path: str | Path, encoding: str | None = None) -> list[str]:
     """Column names of a table file (for the UI's column picker)."""
-    import pandas as pd
-
-    p = Path(path)
-    s = p.suffix.lower()
-    try:
-        if s == ".parquet":
+    p = open_corpus_file(str(path))
+    if p.suffix.lower() == ".parquet":
+        try:
             import pyarrow.parquet as pq
 
             return list(pq.read_schema(p).names)
-        if s == ".jsonl":
-            return [str(c) for c in pd.read_json(p, lines=True, nrows=50).columns]
-        return [str(c) for c in pd.read_csv(p, sep="\t" if s == ".tsv" else ",", nrows=50).columns]
-    except Exception as e:  # noqa: BLE001
-        raise InputError(f"Could not read the columns of {p.name}: {str(e).splitlines()[0]}") from None
+        except Exception as e:  # noqa: BLE001
+            raise InputError(f"Could not read the columns of {p.name}: {str(e).splitlines()[0]}") from None
+    return [str(c) for c in _read_frame(p, encoding, nrows=50).columns]
 
 
 def is_file_corpus(ident: str) -> bool:
     return ident not in BUILTIN_CORPORA
 
 
-def load_documents(ident: str, text_column: str | None = None) -> list[str]:
+# An upload is named by the id the app gave it (never by its path on the server):
+# upload:<sha256 of the bytes>.<ext>, stored as <cache>/uploads/<sha256>.<ext>.
+UPLOAD_PREFIX = "upload:"
+UPLOAD_NAME = re.compile(r"[0-9a-f]{64}\.(?:" + "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES) + ")")
+
+
+def is_upload_id(ident: str) -> bool:
+    return ident.startswith(UPLOAD_PREFIX) and bool(UPLOAD_NAME.fullmatch(ident[len(UPLOAD_PREFIX):]))
+
+
+def corpus_file(ident: str) -> Path:
+    """The file a non-built-in corpus identifier names (an upload id or a path)."""
+    if ident.startswith(UPLOAD_PREFIX):
+        if not is_upload_id(ident):
+            raise InputError("Not a valid upload id: upload it again.")
+        from .models import default_cache_dir
+
+        return default_cache_dir() / "uploads" / ident[len(UPLOAD_PREFIX):]
+    return Path(ident).expanduser()
+
+
+def open_corpus_file(ident: str) -> Path:
+    """The corpus file, checked: it exists and is a regular file (a FIFO or a device would block
+    or never end). Raises InputError otherwise."""
+    path = corpus_file(ident)
+    try:
+        st = os.stat(path)
+    except OSError:
+        if ident.startswith(UPLOAD_PREFIX):
+            raise InputError("The uploaded corpus file is not there any more: upload it again.") from None
+        raise InputError(f"Unknown corpus {ident!r}: not a built-in corpus "
+                         f"({', '.join(BUILTIN_CORPORA)}) and no such file.") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise InputError(f"Corpus {ident!r} is a folder; give a file.")
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"Corpus {ident!r} is not a regular file (a pipe, socket or device); give a file.")
+    return path
+
+
+def load_documents(ident: str, text_column: str | None = None, encoding: str | None = None) -> list[str]:
     """Documents of a built-in corpus or a file. Raises InputError with a clear message."""
     if ident in ("wiki-en", "wiki-fr", "wiki-es"):
         docs = _wiki({"wiki-en": "en-us", "wiki-fr": "fr-fr", "wiki-es": "es-es"}[ident])
@@ -163,22 +284,17 @@ def load_documents(ident: str, text_column: str | None = None) -> list[str]:
     elif ident == "uniform-random":
         return []  # generated from the model's vocabulary, see token_documents
     else:
-        path = Path(ident).expanduser()
-        if not path.exists():
-            raise InputError(f"Unknown corpus {ident!r}: not a built-in corpus "
-                             f"({', '.join(BUILTIN_CORPORA)}) and no such file.")
-        if path.is_dir():
-            raise InputError(f"Corpus {ident!r} is a folder; give a file.")
+        path = open_corpus_file(ident)
         suffix = path.suffix.lower()
         if suffix in TEXT_SUFFIXES:
-            docs = _read_text_file(path)
+            docs = _read_text_file(path, encoding)
         elif suffix in TABLE_SUFFIXES:
-            docs = _read_table(path, text_column)
+            docs = _read_table(path, text_column, encoding)
         else:
             raise InputError(f"Unsupported corpus file type {suffix or '(none)'!r}: use "
                              f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
     if not docs:
-        raise InputError(f"Corpus {ident!r} is empty: it holds no text.")
+        raise InputError(f"Corpus {ident!r} is empty: it holds no text (only whitespace, or no rows).")
     return docs
 
 
@@ -188,9 +304,7 @@ def corpus_fingerprint(ident: str, text_column: str | None = None) -> str:
         return hashlib.sha256(b"uniform-random:v1").hexdigest()
     if ident in BUILTIN_CORPORA:
         return _builtin_fingerprint(ident)
-    path = Path(ident).expanduser()
-    if not path.is_file():
-        load_documents(ident, text_column)  # raises the right message
+    path = open_corpus_file(ident)
     h = hashlib.sha256(path.read_bytes())
     h.update(f"|{text_column}".encode())
     return h.hexdigest()
@@ -237,7 +351,10 @@ def special_affixes(tokenizer) -> tuple[list[int], list[int]]:
 
 def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_len: int, seed: int,
                     corpus_id: str = "", chunk: int = 64, start: int = 0) -> TokenWindows:
-    """Whole documents in a seeded order until max_tokens content tokens; windows per document.
+    """Documents in a seeded order until max_tokens content tokens; windows per document.
+
+    Documents are taken whole, except the one that reaches the budget: it ends with the window
+    in which the budget is met (tokenization stops there, even inside one huge document).
 
     `start` skips the first documents of the seeded order (a held-out slice starts where the
     analysed one ended: `TokenWindows.next_position`).
@@ -259,11 +376,16 @@ def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_le
     n_docs = 0
     for c0 in range(start, len(order), chunk):
         idx = order[c0:c0 + chunk]
-        enc = tokenizer([documents[i] for i in idx], add_special_tokens=False)["input_ids"]
-        for i, toks in zip(idx, enc):
+        short = [i for i in idx if len(documents[i]) <= PIECE_CHARS]
+        enc = dict(zip(short, tokenizer([documents[i] for i in short], add_special_tokens=False)["input_ids"]
+                       if short else []))
+        for i in idx:
             if content >= max_tokens:
                 break
             pos += 1
+            # Stop inside a document too: at the end of the window in which the budget is reached.
+            need = -(-(max_tokens - content) // room) * room
+            toks = enc[i][:need] if i in enc else _tokens_upto(documents[i], tokenizer, need)
             if not toks:
                 continue
             n_docs += 1
@@ -279,6 +401,22 @@ def tokenize_budget(documents: list[str], tokenizer, max_tokens: int, max_seq_le
         where = " after the analysed documents (no held-out text left)" if start else ""
         raise InputError(f"Corpus {corpus_id!r} produced no tokens{where}.")
     return TokenWindows(ids, special, np.asarray(doc_of), n_docs, total, content, pos)
+
+
+def _tokens_upto(text: str, tokenizer, need: int) -> list[int]:
+    """The first `need` tokens of a long document, tokenizing it in pieces of ~PIECE_CHARS
+    characters cut before whitespace (so each word is tokenized as in the whole text), and
+    stopping once `need` tokens are there: an 8 MB paragraph costs what the budget asks."""
+    out: list[int] = []
+    a = 0
+    while a < len(text) and len(out) < need:
+        b = min(len(text), a + PIECE_CHARS)
+        if b < len(text):
+            cut = max(text.rfind(" ", a + 1, b), text.rfind("\n", a + 1, b))
+            b = cut if cut > a else b
+        out.extend(tokenizer(text[a:b], add_special_tokens=False)["input_ids"])
+        a = b
+    return out[:need]
 
 
 def _windows_of(toks: list[int], room: int, prefix: list[int], suffix: list[int]):

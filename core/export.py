@@ -26,6 +26,7 @@ from typing import Sequence
 from . import __version__
 from . import figures as F
 from .analysis import json_safe
+from .escape import csv_cell
 from .uploads import display_name, slug
 
 FIGURE_FORMATS = ("png", "svg", "pdf", "html")
@@ -241,7 +242,12 @@ def sidecar_name(view, fmt: str = "csv", publication: bool = False) -> str:
 def data_bytes(view, fmt: str) -> bytes:
     """The view's data as plain CSV (manifest: `sidecar_bytes`) or JSON ({"manifest", "data"})."""
     if fmt == "csv":
-        return view.data.to_csv(index=False).encode("utf-8")
+        import pandas as pd
+
+        # Cells from data (tokens, contexts, names) that a spreadsheet would run as formulas get a '.
+        df = view.data.rename(columns=lambda c: csv_cell(str(c)))
+        df = df.apply(lambda c: c.map(csv_cell) if c.dtype == object or pd.api.types.is_string_dtype(c) else c)
+        return df.to_csv(index=False).encode("utf-8")
     if fmt == "json":
         records = json.loads(view.data.to_json(orient="records", double_precision=15))
         doc = {"manifest": json_safe(view.manifest), "title": view.title, "caption": view.caption,

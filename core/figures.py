@@ -7,12 +7,13 @@ the sample size in every subtitle. `core.views` derives the data; pages only dis
 
 from __future__ import annotations
 
-import html
 from typing import Iterable, Sequence
 
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
+
+from .escape import html_text
 
 # Okabe & Ito (2008): distinguishable under the common colour-vision deficiencies.
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
@@ -53,8 +54,10 @@ def _rgba(hex_color: str, alpha: float) -> str:
 
 
 def esc(s: str) -> str:
-    """Text safe for Plotly's HTML-ish labels (tokens such as <s> must stay visible)."""
-    return html.escape(str(s), quote=False)
+    """Text safe for Plotly's HTML-ish labels: tags shown as text (tokens such as <s> stay
+    visible), bidi controls and zero-width characters shown as <U+XXXX>. Every name, title and
+    hover from data goes through it (trace names too: Plotly renders <b>, <a>, <br> in legends)."""
+    return html_text(s)
 
 
 def _wrap(text: str, width: int = 70) -> str:
@@ -143,13 +146,13 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
             x = list(s["x"])
             fig.add_trace(go.Scatter(
                 x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself", fillcolor=_rgba(c, 0.18),
-                line=dict(width=0), hoverinfo="skip", name=s.get("band_name") or f"{s['name']}: 95% CI",
+                line=dict(width=0), hoverinfo="skip", name=esc(s.get("band_name") or f"{s['name']}: 95% CI"),
                 legendgroup=group, showlegend=bool(s.get("band_name"))))
         if s.get("band_only"):  # a shaded range with its own legend entry (e.g. a baseline), no line
             continue
         hover = s.get("hover")
         fig.add_trace(go.Scatter(
-            x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=s["name"], legendgroup=group,
+            x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=esc(s["name"]), legendgroup=group,
             line=dict(color=c, width=2.2, dash=s.get("dash", "solid")),
             marker=dict(size=6, symbol=s.get("symbol", "circle"), color=c),
             text=list(hover) if hover is not None else None,
@@ -180,7 +183,7 @@ def histogram_lines(series: Sequence[dict], *, title: str, subtitle: str, x_titl
         edges = np.asarray(s["edges"], dtype=float)
         centers = (edges[:-1] + edges[1:]) / 2
         fig.add_trace(go.Scatter(
-            x=centers, y=np.asarray(s["density"], dtype=float), mode="lines", name=s["name"],
+            x=centers, y=np.asarray(s["density"], dtype=float), mode="lines", name=esc(s["name"]),
             line=dict(color=color(s.get("color", i)), width=2, shape="hvh"),
             hovertemplate=f"{esc(s['name'])}<br>cos %{{x:.3f}}<br>density %{{y:.3g}}<extra></extra>"))
         if s.get("mean") is not None:
@@ -239,7 +242,7 @@ def delta_bars(items: Sequence[dict], *, title: str, subtitle: str, y_title: str
     fig = base(title, subtitle, "", y_title)
     for i, it in enumerate(items):
         c = color(it.get("color", i)) if not isinstance(it.get("color"), str) else it["color"]
-        fig.add_trace(go.Bar(x=[it["name"]], y=[it["value"]], name=it["name"], marker_color=c,
+        fig.add_trace(go.Bar(x=[esc(it["name"])], y=[it["value"]], name=esc(it["name"]), marker_color=c,
                              error_y=dict(type="data", array=[it.get("std") or 0.0], visible=it.get("std") is not None),
                              hovertemplate=f"{esc(it['name'])}<br>%{{y:.4f}}<extra></extra>"))
         pts = it.get("points") or []
@@ -277,7 +280,7 @@ def dim_matrix(groups: Sequence[dict], *, title: str, subtitle: str, n_layers: i
                height=max(360, 140 + 20 * n_layers))
     for g in groups:
         fig.add_trace(go.Scatter(
-            x=list(g["dims"]), y=list(g["layers"]), mode="markers", name=g["name"],
+            x=list(g["dims"]), y=list(g["layers"]), mode="markers", name=esc(g["name"]),
             marker=dict(symbol=g.get("symbol", "circle"), size=g.get("size", 10), color=g["color"],
                         line=dict(width=g.get("line", 0), color=g["color"])),
             hovertemplate=f"{esc(g['name'])}<br>layer %{{y}}, dim %{{x}}<extra></extra>"))

@@ -125,8 +125,11 @@ def _file_sha256(path: Path, memo_dir: Path | None) -> str:
             h.update(chunk)
     digest = h.hexdigest()
     if memo is not None:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        memo.write_text(digest)
+        try:
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            memo.write_text(digest)
+        except OSError:  # a read-only or full cache directory: the hash is simply not memoised
+            pass
     return digest
 
 
@@ -237,6 +240,46 @@ def describe_model(ident: str) -> dict:
             "description": kind, "causal_lm": None, "note": "", "trained": True}
 
 
+_HUB_PROBE: dict[str, tuple[float, bool]] = {}  # endpoint -> (when, reachable), remembered for a minute
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the model hub answers a TCP connection within `timeout` seconds (ANISO_HUB_TIMEOUT_S).
+
+    Probed in a thread so that a slow DNS lookup cannot hold the caller longer than the timeout;
+    without it an unreachable hub costs ~48 s of retries inside transformers."""
+    import socket
+    import threading
+    import time
+    from urllib.parse import urlparse
+
+    from .settings import current
+
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return False
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    now = time.monotonic()
+    if endpoint in _HUB_PROBE and now - _HUB_PROBE[endpoint][0] < 60:
+        return _HUB_PROBE[endpoint][1]
+    u = urlparse(endpoint)
+    host, port = u.hostname or "huggingface.co", u.port or (80 if u.scheme == "http" else 443)
+    timeout = timeout or current().hub_timeout_s
+    result = [False]
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result[0] = True
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    _HUB_PROBE[endpoint] = (now, result[0])
+    return result[0]
+
+
 def check_model_ident(ident: str) -> None:
     """Fail early, with a message a person can act on, for identifiers that cannot load."""
     ident = (ident or "").strip()
@@ -259,6 +302,9 @@ def check_model_ident(ident: str) -> None:
     elif os.environ.get("HF_HUB_OFFLINE") == "1":
         raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub is "
                          f"offline (HF_HUB_OFFLINE=1). Built-in models: {', '.join(BUILTIN_MODELS)}.")
+    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
+        raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub cannot be "
+                         f"reached from here (it is offline). Built-in models: {', '.join(BUILTIN_MODELS)}.")
 
 
 # ----------------------------------------------------------------------------- loading (torch)

@@ -22,7 +22,7 @@ from . import __version__
 from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
-from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, tokenize_budget
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, numeric_share, tokenize_budget
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .models import (
@@ -44,7 +44,9 @@ def get_store(cache_dir: str | Path | None = None) -> CacheStore:
     """One CacheStore per directory per process."""
     d = str(Path(cache_dir or default_cache_dir()).resolve())
     if d not in _stores:
-        _stores[d] = CacheStore(d)
+        from .settings import current
+
+        _stores[d] = CacheStore(d, size_limit=current().cache_size_bytes)
     return _stores[d]
 
 
@@ -167,7 +169,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     dkey = ("documents", spec.corpus, spec.text_column, parts["corpus_sha256"])
     if dkey not in memo:
         memo.clear()  # one corpus per memo: a series never holds two
-        memo[dkey] = load_documents(spec.corpus, spec.text_column)  # a bad corpus fails before importing torch
+        memo[dkey] = load_documents(spec.corpus, spec.text_column, spec.encoding)  # a bad corpus fails before importing torch
     documents = memo[dkey]
     import torch
 
@@ -242,6 +244,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         "versions": _versions(), "timing": timing,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
+        "warnings": _corpus_warnings(documents),
     }
     if group is not None:
         manifest["distributed"] = {"world_size": group.world, "backend": group.backend}
@@ -258,6 +261,13 @@ def _tokenizer_identity(tok) -> str:
 def _check_cancel(cancel) -> None:
     if cancel is not None and cancel():
         raise Cancelled("The run was cancelled; nothing partial was stored.")
+
+
+def _corpus_warnings(documents: list[str]) -> list[str]:
+    share = numeric_share(documents)
+    if share >= 0.5:
+        return [f"{share:.0%} of the documents are numbers only: is this the text column?"]
+    return []
 
 
 def _effective_seq_len(spec: RunSpec, lm) -> int:
@@ -426,7 +436,7 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
             progress(Progress("load", 0, 1, message=_loading_message(spec.model, "for the ablation")))
         lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                         trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
-        docs = load_documents(spec.corpus, spec.text_column)
+        docs = load_documents(spec.corpus, spec.text_column, spec.encoding)
         first_len = _effective_seq_len(spec, lm)
         first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, first_len, spec.seed, spec.corpus)
         seq_len = min(first_len, CONFIG.ablation_max_seq_len)

@@ -30,6 +30,23 @@ def corpus_display(cid: str, text_column: str | None = None) -> str:
     return display_name(cid, text_column)
 
 
+def not_enough_data(results: dict) -> str | None:
+    """What a tiny corpus cannot give (those metrics are null in results.json), or None.
+
+    >>> not_enough_data({"manifest": {"tokens": {"analysed": 1}}, "layers": [{"n_sequences": 1}]})
+    'one token: no pair of tokens, so no cosine, spread or spectrum (shown as gaps, null in results.json).'
+    """
+    n = int(results["manifest"]["tokens"]["analysed"])
+    n_seq = int((results.get("layers") or [{}])[0].get("n_sequences") or 0)
+    if n < 2:
+        return f"{'one token' if n == 1 else 'no token'}: no pair of tokens, so no cosine, spread or spectrum " \
+               "(shown as gaps, null in results.json)."
+    if n_seq == 1:
+        return "one sequence: no pair of tokens from different sequences, so no cross-sequence cosine or " \
+               "self-similarity (null in results.json)."
+    return None
+
+
 @dataclass(frozen=True)
 class Results:
     """Read-only view of one run's results dict."""

@@ -3,18 +3,29 @@
 Everything a view depends on lives here (models, corpus, budget, advanced options, and the
 page choices such as the metric and the layer), so a URL reproduces a view. Only values that
 differ from the defaults are written to the URL; reading is tolerant: a bad value falls back to
-its default and is reported, never raised.
+its default and is reported, a number out of range is clamped and reported, never raised.
+
+What a URL or a sidebar field may name is restricted (`check_corpus`, `check_model`): built-in
+corpora and models, uploads by the id the app gave them (``upload:<sha256>.<ext>``), files and
+model folders under the configured data directory (``data:<relative path>``), hub identifiers
+unless switched off; any server path only when core.settings allows it (the CLI always may).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
 from dataclasses import dataclass, field, fields
+from pathlib import Path
 from typing import Mapping
 
-from .corpora import BUILTIN_CORPORA
+from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
 from .errors import InputError
+from .escape import shorten, visible
 from .postprocess import PostProcess
+from .settings import Settings
+from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 from .uploads import is_upload_id, resolve
 
@@ -48,6 +59,112 @@ X_AXES = ("layer", "depth")
 LAYER_BY = ("depth", "index")  # how the one-layer views pick each model's layer
 PROJ_METHODS = ("pca", "umap")
 PROJ_COLORS = ("log_frequency", "position", "document", "search")
+# Bounds of the numeric fields (the sidebar's widgets use the same): a URL value outside is clamped.
+LIMITS: dict[str, tuple[int, int]] = {
+    "max_tokens": (1, 10_000_000), "max_seq_len": (8, 8192), "batch_size": (1, 512),
+    "sample": (1, 50_000), "seed": (0, 2**31 - 1), "n_neighbors": (2, 200), "layer": (0, 100_000),
+    "dim": (0, 65_536), "control_seeds": (1, MAX_CONTROL_SEEDS),
+}
+MAX_SEARCH_CHARS = 100
+MAX_DIM = 65_536  # hidden-size bound for post-processing values from the URL
+DATA_PREFIX = "data:"
+# A hub identifier: name or org/name, optional @revision (branch, tag or commit).
+_HUB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}(/[A-Za-z0-9][A-Za-z0-9._-]{0,95})?(@[A-Za-z0-9._/-]{1,100})?")
+
+
+# ----------------------------------------------------------------------------- identifiers
+def _shown(ident: str) -> str:
+    return repr(shorten(visible(ident), 80))
+
+
+def _is_path(ident: str) -> bool:
+    """Written as a path (decided on the text alone: the answer must not depend on what exists)."""
+    name = ident.split("@", 1)[0]
+    return (ident.startswith((DATA_PREFIX, "/", ".", "~", "\\")) or "\\" in name or name.count("/") > 1
+            or (len(name) > 1 and name[1] == ":"))
+
+
+def _allowed_path(ident: str, what: str, allowed: str, st: Settings) -> str:
+    """The absolute path `ident` names, if this server lets the URL/sidebar name it."""
+    raw = ident[len(DATA_PREFIX):] if ident.startswith(DATA_PREFIX) else ident
+    if st.allow_server_paths and not ident.startswith(DATA_PREFIX):
+        return str(Path(raw).expanduser().resolve())
+    refused = InputError(f"{what} {_shown(ident)} is not available here: {allowed}. Other server paths "
+                         f"work from the command line (python -m core).")
+    if st.data_dir is None or raw.startswith("~") or "\x00" in raw:
+        raise refused
+    p = Path(raw)
+    # realpath follows symbolic links: a link inside the data directory that leads out is refused too.
+    p = Path(os.path.realpath(p if p.is_absolute() else st.data_dir / p))
+    if p != st.data_dir and not p.is_relative_to(st.data_dir):
+        raise refused
+    return str(p)
+
+
+def check_corpus(ident: str, settings: Settings | None = None) -> str:
+    """Validate a corpus identifier from the URL or the sidebar; return its canonical form.
+
+    Built-in ids and upload ids are returned as they are; a file in the data directory
+    (``data:rel/path.txt``, a relative path, or an absolute one inside it) as its absolute path.
+    The message of a refused identifier is the same whether or not such a file exists.
+    """
+    ident = str(ident).strip()
+    if ident in BUILTIN_CORPORA:
+        return ident
+    if ident.startswith(UPLOAD_PREFIX):
+        if not is_upload_id(ident):
+            raise InputError(f"Corpus {_shown(ident)} is not an upload id this app gave; upload the file again.")
+        return ident
+    st = settings or current_settings()
+    where = "in the data directory (data:<file>)" if st.data_dir else "(no data directory is configured)"
+    path = _allowed_path(ident, "Corpus", f"name a built-in corpus ({', '.join(BUILTIN_CORPORA)}), upload a "
+                                          f"file, or name a file {where}", st)
+    suffix = Path(path).suffix.lower()
+    if suffix not in TEXT_SUFFIXES + TABLE_SUFFIXES:
+        raise InputError(f"Unsupported corpus file type {suffix or '(none)'!r}: use "
+                         f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
+    return path
+
+
+def check_model(ident: str, settings: Settings | None = None) -> str:
+    """Validate a model identifier from the URL or the sidebar; return its canonical form.
+
+    Built-in ids as they are; hub identifiers (``org/name[@revision]``) unless ANISO_ALLOW_HUB=0;
+    model folders in the data directory (as absolute paths) unless ANISO_ALLOW_MODEL_FOLDERS=0.
+    """
+    from .models import BUILTIN_MODELS
+
+    ident = str(ident).strip()
+    if ident in BUILTIN_MODELS:
+        return ident
+    st = settings or current_settings()
+    builtins = ", ".join(BUILTIN_MODELS)
+    # "org/name" that exists relative to the server's working folder would load as a local folder.
+    if _is_path(ident) or Path(ident.split("@", 1)[0]).exists():
+        if not st.allow_model_folders:
+            raise InputError(f"Model {_shown(ident)} is not available here: local model folders are switched "
+                             f"off on this server. Built-in models: {builtins}.")
+        where = "in the data directory (data:<folder>)" if st.data_dir else "(no data directory is configured)"
+        return _allowed_path(ident, "Model", f"name a built-in model ({builtins}), a hub identifier, or a model "
+                                             f"folder {where}", st)
+    if not st.allow_hub:
+        raise InputError(f"Model {_shown(ident)} is not available here: only built-in models ({builtins})"
+                         f"{' and model folders in the data directory' if st.allow_model_folders else ''}; "
+                         f"hub identifiers are switched off on this server.")
+    if not _HUB_ID.fullmatch(ident):
+        raise InputError(f"Model {_shown(ident)} is not a built-in model ({builtins}) nor a valid hub "
+                         f"identifier (org/name[@revision]).")
+    return ident
+
+
+def url_ident(ident: str, settings: Settings | None = None) -> str:
+    """How a canonical corpus/model identifier is written in a URL: a path inside the data
+    directory as ``data:<relative path>``; everything else as it is."""
+    st = settings or current_settings()
+    p = Path(ident)
+    if st.data_dir is not None and p.is_absolute() and p.is_relative_to(st.data_dir):
+        return DATA_PREFIX + p.relative_to(st.data_dir).as_posix()
+    return ident
 
 
 @dataclass(frozen=True)
@@ -95,13 +212,21 @@ class Selection:
             raise InputError("Select at least one model.")
         if len(models) > MAX_MODELS:
             raise InputError(f"At most {MAX_MODELS} models at once, got {len(models)}.")
+        models = tuple(dict.fromkeys(check_model(m) for m in models))
         object.__setattr__(self, "models", models)
+        object.__setattr__(self, "corpus", check_corpus(self.corpus))
+        for name, (lo, hi) in LIMITS.items():
+            v = getattr(self, name)
+            if v is not None and not lo <= int(v) <= hi:
+                raise InputError(f"{name} must be in [{lo:,}, {hi:,}], got {v!r}.")
+        if len(self.search) > MAX_SEARCH_CHARS:
+            raise InputError(f"The search text is longer than {MAX_SEARCH_CHARS} characters.")
         more = tuple(c for c in dict.fromkeys(str(c).strip() for c in self.more_corpora if str(c).strip())
                      if c != self.corpus)
         for c in more:
             base = split_corpus(c)[0]
             if base not in BUILTIN_CORPORA and not is_upload_id(base):
-                raise InputError(f"Corpus {base[:80]!r} to compare is not a built-in corpus "
+                raise InputError(f"Corpus {_shown(base)} to compare is not a built-in corpus "
                                  f"({', '.join(BUILTIN_CORPORA)}) nor an upload of this app.")
         if 1 + len(more) > MAX_CORPORA:
             raise InputError(f"At most {MAX_CORPORA} corpora at once, got {1 + len(more)}.")
@@ -114,27 +239,27 @@ class Selection:
         if self.focus is not None and self.focus not in models:
             object.__setattr__(self, "focus", None)
         if self.metric not in METRICS:
-            raise InputError(f"Unknown metric {self.metric!r}; one of {', '.join(METRICS)}.")
+            raise InputError(f"Unknown metric {_shown(self.metric)}; one of {', '.join(METRICS)}.")
         if not 1 <= int(self.control_seeds) <= MAX_CONTROL_SEEDS:
-            raise InputError(f"control_seeds must be in [1, {MAX_CONTROL_SEEDS}], got {self.control_seeds!r}.")
+            raise InputError(f"control_seeds must be in [1, {MAX_CONTROL_SEEDS}], got {_shown(self.control_seeds)}.")
         if self.layer_by not in LAYER_BY:
-            raise InputError(f"layer_by must be one of {LAYER_BY}, got {self.layer_by!r}.")
+            raise InputError(f"layer_by must be one of {LAYER_BY}, got {_shown(self.layer_by)}.")
         if self.x_axis is not None and self.x_axis not in X_AXES:
-            raise InputError(f"x_axis must be one of {X_AXES}, got {self.x_axis!r}.")
+            raise InputError(f"x_axis must be one of {X_AXES}, got {_shown(self.x_axis)}.")
         if self.proj_method not in PROJ_METHODS:
-            raise InputError(f"proj_method must be one of {PROJ_METHODS}, got {self.proj_method!r}.")
+            raise InputError(f"proj_method must be one of {PROJ_METHODS}, got {_shown(self.proj_method)}.")
         if self.proj_color not in PROJ_COLORS:
-            raise InputError(f"proj_color must be one of {PROJ_COLORS}, got {self.proj_color!r}.")
+            raise InputError(f"proj_color must be one of {PROJ_COLORS}, got {_shown(self.proj_color)}.")
         if not 0.0 <= float(self.depth) <= 1.0:
-            raise InputError(f"depth must be in [0, 1], got {self.depth!r}.")
+            raise InputError(f"depth must be in [0, 1], got {_shown(self.depth)}.")
         if self.dim is not None and int(self.dim) < 0:
-            raise InputError(f"dim must be >= 0, got {self.dim!r}.")
+            raise InputError(f"dim must be >= 0, got {_shown(self.dim)}.")
         if self.layer is not None and int(self.layer) < 0:
-            raise InputError(f"layer must be >= 0, got {self.layer!r}.")
+            raise InputError(f"layer must be >= 0, got {_shown(self.layer)}.")
         if not 2 <= int(self.n_neighbors) <= 200:
-            raise InputError(f"n_neighbors must be in [2, 200], got {self.n_neighbors!r}.")
+            raise InputError(f"n_neighbors must be in [2, 200], got {_shown(self.n_neighbors)}.")
         if not 0.0 <= float(self.min_dist) <= 1.0:
-            raise InputError(f"min_dist must be in [0, 1], got {self.min_dist!r}.")
+            raise InputError(f"min_dist must be in [0, 1], got {_shown(self.min_dist)}.")
         self.spec(models[0])  # validates the run options once, with RunSpec's messages
 
     # ------------------------------------------------------------------ runs
@@ -241,7 +366,14 @@ def to_query_params(sel: Selection) -> dict[str, str | list[str]]:
         v, d = getattr(sel, name), getattr(DEFAULT, name)
         if v == d or v is None:
             continue
-        out[key] = list(v) if name in ("models", "more_corpora") else _fmt(v)
+        if name == "models":
+            out[key] = [url_ident(m) for m in v]
+        elif name == "corpus":
+            out[key] = url_ident(v)
+        elif name == "more_corpora":
+            out[key] = list(v)
+        else:
+            out[key] = _fmt(v)
     if "layer" in out and "layer_by" not in out:  # a bare layer= reads as an index (older links)
         out["layer_by"] = sel.layer_by
     post, dpost = sel.post, PostProcess()
@@ -271,8 +403,9 @@ def _parse(name: str, raw: str | list[str]):
         items = raw if isinstance(raw, list) else [raw]
         return tuple(str(it).strip() for it in items if str(it).strip())
     s = raw[-1] if isinstance(raw, list) else raw
-    if name in ("max_tokens", "max_seq_len", "batch_size", "sample", "seed", "n_neighbors", "layer", "dim",
-                "control_seeds"):
+    if name in LIMITS:
+        if len(s.strip()) > 30:
+            raise ValueError("not a number")
         return int(s)
     if name in ("depth", "min_dist"):
         return float(s)
@@ -292,10 +425,22 @@ def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection,
     kw: dict = {}
     for key, name in _KEYS.items():
         if key in params:
+            raw = params[key]
+            shown = _shown(raw[-1] if isinstance(raw, list) and len(raw) == 1 else ",".join(raw)
+                           if isinstance(raw, list) else raw)
             try:
-                kw[name] = _parse(name, params[key])
+                value = _parse(name, raw)
             except (ValueError, TypeError) as e:
-                problems.append(f"URL parameter {key}={params[key]!r} ignored: {e}")
+                problems.append(f"URL parameter {key}={shown} ignored: {e}")
+                continue
+            if name in LIMITS:
+                lo, hi = LIMITS[name]
+                if not lo <= value <= hi:
+                    clamped = min(max(value, lo), hi)
+                    problems.append(f"URL parameter {key}={shown} is out of range [{lo:,}, {hi:,}]; "
+                                    f"using {clamped:,}.")
+                    value = clamped
+            kw[name] = value
     if "layer" in kw and "layer_by" not in kw:  # links from before layer_by: a layer index
         kw["layer_by"] = "index"
     pkw: dict = {}
@@ -308,11 +453,23 @@ def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection,
             if name in ("center", "zscore", "whiten"):
                 pkw[name] = _parse_bool(s)
             elif name == "remove":
+                if len(s) > 2000:
+                    raise ValueError("too many dimensions")
                 pkw[name] = tuple(int(x) for x in s.replace(" ", "").split(",") if x)
+                if any(not 0 <= d <= MAX_DIM for d in pkw[name]):
+                    raise ValueError(f"dimensions must be in [0, {MAX_DIM:,}]")
             else:
-                pkw[name] = int(s)
+                if len(s.strip()) > 30:
+                    raise ValueError("not a number")
+                v = int(s)
+                if not 0 <= v <= MAX_DIM:
+                    pkw[name] = min(max(v, 0), MAX_DIM)
+                    problems.append(f"URL parameter {key}={_shown(s)} is out of range [0, {MAX_DIM:,}]; "
+                                    f"using {pkw[name]:,}.")
+                else:
+                    pkw[name] = v
         except ValueError as e:
-            problems.append(f"URL parameter {key}={s!r} ignored: {e}")
+            problems.append(f"URL parameter {key}={_shown(s)} ignored: {e}")
     try:
         kw["post"] = PostProcess(**pkw)
     except ValueError as e:

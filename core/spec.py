@@ -25,6 +25,7 @@ DEFAULT_MAX_TOKENS = 40_000
 DEFAULT_MAX_SEQ_LEN = 512
 DEFAULT_BATCH_SIZE = 16
 DEFAULT_SAMPLE = 5000
+MAX_UNIFORM_TOKENS = 10_000_000  # the uniform-random control is built in memory
 # The analysis rules (bootstrap groups, frequency bins, tracked ids, sigmas...) are in core.config.
 
 
@@ -46,6 +47,7 @@ class RunSpec:
     trust_remote_code: bool = False  # run a model folder's own Python code: only when the user asks
     device_map: str | None = None  # "auto": spread the model over this node's GPUs (models too large for one)
     layers: tuple[int, ...] | None = None  # hidden-state layers to keep statistics for (0 = embeddings); None: all
+    encoding: str | None = None  # of a text/CSV corpus file without a byte-order mark (None: UTF-8)
 
     def __post_init__(self):
         if not self.model or not str(self.model).strip():
@@ -55,6 +57,11 @@ class RunSpec:
         for name in ("max_tokens", "max_seq_len", "batch_size", "sample"):
             if int(getattr(self, name)) < 1:
                 raise InputError(f"{name} must be a positive integer, got {getattr(self, name)!r}.")
+        if not 0 <= int(self.seed) < 2**32:
+            raise InputError(f"seed must be in [0, 2**32 - 1], got {self.seed!r}.")
+        if self.corpus == "uniform-random" and int(self.max_tokens) > MAX_UNIFORM_TOKENS:
+            raise InputError(f"uniform-random is generated in memory: at most {MAX_UNIFORM_TOKENS:,} tokens, "
+                             f"got {int(self.max_tokens):,}.")
         if self.max_seq_len < 8:
             raise InputError(f"max_seq_len must be at least 8, got {self.max_seq_len}.")
         if self.device not in DEVICES:
@@ -75,7 +82,10 @@ class RunSpec:
             raise InputError(f"special_tokens must be one of {SPECIAL_POLICIES}, got {self.special_tokens!r}.")
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        d = dataclasses.asdict(self)
+        if d["encoding"] is None:  # absent unless set: the keys of earlier runs stay valid
+            del d["encoding"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "RunSpec":

@@ -20,8 +20,8 @@ from pathlib import Path
 from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, load_documents, table_columns
 from .errors import InputError
 from .models import default_cache_dir
+from .settings import current as current_settings
 
-MAX_UPLOAD_BYTES = 200 * 2**20
 ID_PREFIX = "upload:"
 _SUFFIXES = "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES)
 _ID_RE = re.compile(rf"^{ID_PREFIX}([0-9a-f]{{64}}\.(?:{_SUFFIXES}))$")
@@ -101,8 +101,10 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
                          f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
     if not data:
         raise InputError(f"{clean_name(filename)} is empty.")
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise InputError(f"{clean_name(filename)} is larger than {MAX_UPLOAD_BYTES // 2**20} MiB.")
+    limit = current_settings().max_upload_bytes
+    if len(data) > limit:
+        raise InputError(f"{clean_name(filename)} is larger than the upload limit of {limit // 2**20} MiB "
+                         f"(ANISO_MAX_UPLOAD_MB).")
     d = uploads_dir(cache_dir)
     d.mkdir(parents=True, exist_ok=True)
     out = d / f"{hashlib.sha256(data).hexdigest()}{suffix}"

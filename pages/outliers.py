@@ -5,6 +5,7 @@ import streamlit as st
 
 from core import jobs, views
 from core.errors import InputError
+from core.escape import markdown_text
 from ui import data, page, state
 from ui import run as ui_run
 
@@ -76,6 +77,6 @@ if page.need_runs(runs):
                 state.update(ablation=True)
                 st.rerun()
             except InputError as e:
-                st.error(str(e))
+                st.error(markdown_text(str(e)))
         elif sel.ablation:
             st.caption("This link shows the ablation, which is not computed for this run yet: press **Run ablation**.")

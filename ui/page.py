@@ -8,9 +8,11 @@ from functools import partial
 
 import streamlit as st
 
-from core import export, views
+from core import export, pipeline, views
 from core.errors import InputError
+from core.escape import markdown_text
 from core.postprocess import PostProcess
+from core.results import not_enough_data
 from core.spec import RunSpec
 
 from . import data, state
@@ -37,7 +39,7 @@ class Loaded:
 
 def md(s: str) -> str:
     """User text (file names, corpus names) inside markdown: shown as typed, no formatting or links."""
-    return "".join("\\" + ch if ch in "\\`*_[]<>|~$" else ch for ch in str(s))
+    return markdown_text(s)
 
 
 def loaded(sel) -> list[Loaded]:
@@ -48,8 +50,11 @@ def loaded(sel) -> list[Loaded]:
             try:
                 spec = sel.spec(m, c)
                 if data.is_cached(spec):
+                    res = data.results(spec)
+                    if int(res["manifest"]["tokens"]["analysed"]) < 2:
+                        continue  # no pair, no spread: status() says "not enough data"
                     seeds = tuple(data.results(s) for s in sel.control_specs(m, c) if data.is_cached(s))
-                    out.append(Loaded(spec, data.results(spec), c, seeds))
+                    out.append(Loaded(spec, res, c, seeds))
             except InputError:
                 continue  # shown by status()
     return out
@@ -91,13 +96,28 @@ def status(sel) -> None:
     """URL problems, then one line per selected run: loaded / computing (progress) / failed / not computed."""
     from . import run
 
-    for p in state.log().url_problems:
-        st.warning(p)
     lg = state.log()
+    degraded = pipeline.get_store().degraded
+    if degraded:
+        st.warning(markdown_text(degraded), icon=":material/warning:")
+    for p in lg.url_problems:
+        st.warning(markdown_text(p), icon=":material/link_off:")
     if lg.corpus_problem:
         st.error(f"{lg.corpus_problem} Shown below: the results for the previous corpus, "
                  f"**{md(views.corpus_display(sel.corpus, sel.text_column))}**.", icon=":material/error:")
     run.panel(sel)
+    for spec in sel.specs():  # what a computed run says about its corpus
+        try:
+            if not data.is_cached(spec):
+                continue
+            res = data.results(spec)
+        except InputError:
+            continue
+        for w in res["manifest"].get("warnings", []):
+            st.warning(markdown_text(w), icon=":material/warning:")
+        short = not_enough_data(res)
+        if short:
+            st.warning(f"Not enough data: {markdown_text(short)}", icon=":material/data_alert:")
 
 
 def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
@@ -116,7 +136,7 @@ def show(view: views.View, key: str, half: bool = False, static: bool = False) -
     else:
         st.dataframe(view.data, hide_index=True, width="stretch", key=f"df_{key}")
     for n in view.notes:
-        st.caption(f":material/info: {n}")
+        st.caption(f":material/info: {markdown_text(n)}")
     downloads(view, key)
 
 
@@ -288,11 +308,12 @@ def post_form(sel, runs: list[Loaded], key: str) -> None:
         c1, c2, c3 = st.columns(3)
         center = c1.checkbox("Center (subtract the mean)", sel.post.center, key=f"pp_center_{key}")
         zscore = c1.checkbox("Z-score each dimension", sel.post.zscore, key=f"pp_zscore_{key}")
-        abtt = c2.number_input("All-but-the-top: remove D directions", 0, max(d_min - 1, 0), sel.post.abtt,
+        abtt = c2.number_input("All-but-the-top: remove D directions", 0, max(d_min - 1, 0),
+                               min(sel.post.abtt, max(d_min - 1, 0)),
                                key=f"pp_abtt_{key}",
                                help="Mu & Viswanath 2018: remove the mean and the top-D principal directions.")
         whiten = c2.checkbox("Whiten (Su et al. 2021)", sel.post.whiten, key=f"pp_whiten_{key}")
-        wk = c2.number_input("whitening: keep k components (0 = all)", 0, d_min, sel.post.whiten_k or 0,
+        wk = c2.number_input("whitening: keep k components (0 = all)", 0, d_min, min(sel.post.whiten_k or 0, d_min),
                              key=f"pp_k_{key}")
         drop = c3.text_input("Remove dimensions (e.g. 63, 157)", ", ".join(map(str, sel.post.remove)),
                              key=f"pp_drop_{key}")
@@ -311,7 +332,7 @@ def post_form(sel, runs: list[Loaded], key: str) -> None:
             post = PostProcess(center=center, zscore=zscore, abtt=int(abtt), whiten=whiten,
                                whiten_k=int(wk) if whiten and wk else None, remove=dims)
         except ValueError as e:
-            st.error(f"Post-processing not applied: {e}")
+            st.error(markdown_text(f"Post-processing not applied: {e}"))
             return
         state.update(post=post, drop_outliers=drop_out)
         st.rerun()

@@ -153,7 +153,7 @@ def _run_status(spec, job, lg, extra: str = "") -> None:
     try:
         cached = data.is_cached(spec)
     except InputError as e:
-        st.error(str(e), icon=":material/error:")
+        st.error(md(str(e)), icon=":material/error:")
         return
     if cached:
         res = data.results(spec)

@@ -9,11 +9,12 @@ from functools import partial
 
 import streamlit as st
 
-from core import report
+from core import pipeline, report, settings
 from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
 from core.errors import InputError
+from core.escape import markdown_text
 from core.models import BUILTIN_MODELS, describe_model
-from core.selection import MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
+from core.selection import LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
 from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
 from core.uploads import detect_text_column, display_name, is_upload_id, rename, resolve, save_pasted_text, save_upload, upload_id
 
@@ -75,7 +76,7 @@ def _rename(uid: str, col: str | None) -> None:
         try:
             rename(uid, new, col)
         except InputError as e:
-            st.error(str(e))
+            st.error(markdown_text(str(e)))
             return
         data.forget_labels()
         st.rerun()
@@ -95,14 +96,17 @@ def _corpus(sel) -> tuple[str, str | None]:
         st.caption(BUILTIN_CORPORA[cid].description)
         return cid, None
     if src == SOURCES[1]:
-        up = st.file_uploader("Text or table file", type=UPLOAD_TYPES, key="w_upload",
+        limit = settings.current().max_upload_mb
+        up = st.file_uploader("Text or table file", type=UPLOAD_TYPES, key="w_upload", max_upload_size=limit,
                               help=".txt/.md: documents separated by blank lines; .csv/.tsv/.jsonl/.parquet: "
-                                   "one document per row, pick the text column.")
+                                   f"one document per row, pick the text column. At most {limit} MiB.")
         if up is not None:
             try:
+                if up.size > limit * 2**20:  # before reading it (the uploader enforces it too)
+                    raise InputError(f"The file is larger than the upload limit of {limit} MiB.")
                 uid = upload_id(save_upload(up.getvalue(), up.name))
             except InputError as e:
-                st.error(str(e))
+                st.error(markdown_text(str(e)))
                 lg.corpus_problem = f"The upload of {md(up.name)} failed: {md(str(e))}"
                 return sel.corpus, sel.text_column
         elif is_upload_id(sel.corpus):
@@ -118,8 +122,8 @@ def _corpus(sel) -> tuple[str, str | None]:
             try:
                 uid = upload_id(save_pasted_text(text))
             except InputError as e:
-                st.error(str(e))
-                lg.corpus_problem = str(e)
+                st.error(markdown_text(str(e)))
+                lg.corpus_problem = md(str(e))
                 return sel.corpus, sel.text_column
         elif is_upload_id(sel.corpus):
             uid = sel.corpus
@@ -129,8 +133,8 @@ def _corpus(sel) -> tuple[str, str | None]:
     try:
         path = resolve(uid)
     except InputError as e:
-        st.error(str(e))
-        lg.corpus_problem = str(e)
+        st.error(markdown_text(str(e)))
+        lg.corpus_problem = md(str(e))
         return sel.corpus, sel.text_column
     col = None
     if path.suffix.lower() in TABLE_SUFFIXES:
@@ -138,8 +142,8 @@ def _corpus(sel) -> tuple[str, str | None]:
             cols = table_columns(path)
             guess = sel.text_column if sel.text_column in cols else (detect_text_column(path) or cols[0])
         except InputError as e:
-            st.error(str(e))
-            lg.corpus_problem = str(e)
+            st.error(markdown_text(str(e)))
+            lg.corpus_problem = md(str(e))
             return sel.corpus, sel.text_column
         col = st.selectbox("Text column", cols, index=cols.index(guess), key="w_text_col")
     _preview(uid, col)
@@ -173,7 +177,7 @@ def _more_corpora(sel, corpus: str, col: str | None) -> tuple[str, ...]:
 def _advanced(sel) -> dict:
     with st.expander("Advanced options"):
         kw = dict(
-            max_seq_len=st.number_input("Max sequence length (tokens)", 8, 8192, sel.max_seq_len, step=64,
+            max_seq_len=st.number_input("Max sequence length (tokens)", *LIMITS["max_seq_len"], sel.max_seq_len, step=64,
                                         key="w_seqlen", help="Longer documents are split into windows."),
             special_tokens=st.radio("Special tokens ([CLS], [SEP], BOS…)", SPECIAL_POLICIES,
                                     index=SPECIAL_POLICIES.index(sel.special_tokens), key="w_special",
@@ -181,10 +185,10 @@ def _advanced(sel) -> dict:
             device=st.selectbox("Device", DEVICES, index=DEVICES.index(sel.device), key="w_device"),
             dtype=st.selectbox("Dtype", DTYPES, index=DTYPES.index(sel.dtype), key="w_dtype",
                                help="auto: float32 on CPU, bfloat16 on CUDA."),
-            sample=st.number_input("Sample size K (tokens kept for projections and sample metrics)", 100, 50_000,
+            sample=st.number_input("Sample size K (tokens kept for projections and sample metrics)", *LIMITS["sample"],
                                    sel.sample, step=500, key="w_sample"),
-            seed=st.number_input("Seed", 0, 2**31 - 1, sel.seed, key="w_seed"),
-            batch_size=st.number_input("Batch size", 1, 512, sel.batch_size, key="w_batch"),
+            seed=st.number_input("Seed", *LIMITS["seed"], sel.seed, key="w_seed"),
+            batch_size=st.number_input("Batch size", *LIMITS["batch_size"], sel.batch_size, key="w_batch"),
             control_seeds=st.number_input("Seeds of each untrained control (band)", 1, MAX_CONTROL_SEEDS,
                                           sel.control_seeds, key="w_seeds",
                                           help="An untrained model is one random draw: it also runs with this many "
@@ -200,7 +204,7 @@ def render(sel):
         models = _models(sel)
         corpus, col = _corpus(sel)
         more = _more_corpora(sel, corpus, col)
-        tokens = st.number_input("Token budget (tokens analysed per model)", 500, 10_000_000, sel.max_tokens,
+        tokens = st.number_input("Token budget (tokens analysed per model)", *LIMITS["max_tokens"], sel.max_tokens,
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
         adv = _advanced(sel)
@@ -209,7 +213,7 @@ def render(sel):
             new = sel.replace(models=models, corpus=corpus, text_column=col, more_corpora=more, max_tokens=int(tokens),
                               **adv)
         except (InputError, ValueError) as e:
-            st.error(str(e))
+            st.error(markdown_text(str(e)))
         if new != sel:
             new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "more_corpora",
                                                                  "max_tokens", *adv)})
@@ -230,4 +234,29 @@ def render(sel):
                                on_click="ignore", width="stretch", icon=":material/folder_zip:",
                                help="Every figure (PNG, SVG, PDF), its data (CSV, JSON), report.html and "
                                     "results.json of each computed run, with manifests. Takes ~10-30 s.")
+        _cache_panel()
     return new
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def _cache_panel() -> None:
+    """The disk cache: its size against the limit, and a button to clear it (entries and uploads)."""
+    store = pipeline.get_store()
+    with st.expander("Cache", icon=":material/storage:"):
+        st.caption(f"{_size(store.size_bytes())} used of {_size(store.size_limit)} (ANISO_CACHE_SIZE_GB); beyond "
+                   "it the least recently stored results are evicted. Clearing removes every computed result "
+                   "and every uploaded file.")
+        if store.degraded:
+            st.warning(markdown_text(store.degraded), icon=":material/warning:")
+        if st.button("Clear cache", key="clear_cache", icon=":material/delete:"):
+            freed = store.clear()
+            st.cache_data.clear()
+            st.cache_resource.clear()
+            st.toast(f"Cache cleared: {_size(freed)} freed.")

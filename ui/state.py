@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import streamlit as st
 
 from core.errors import InputError
+from core.escape import markdown_text
 from core.selection import Selection, from_query_params, to_query_params
 
 KEY = "selection"
@@ -78,7 +79,7 @@ def update(**fields) -> Selection:
     try:
         new = old.replace(**fields)
     except (InputError, ValueError) as e:
-        st.error(str(e))
+        st.error(markdown_text(str(e)))
         return old
     if new != old:
         st.session_state[KEY] = new

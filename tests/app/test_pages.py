@@ -286,8 +286,9 @@ def test_report_zip_of_the_selection(computed):
     assert html.count("Plotly.newPlot") >= 20
 
 
-def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir):
-    at = app(models=("minilm-l6", str(tiny_bert_dir)), tokens="600", sample="200")
+def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir, monkeypatch):
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tiny_bert_dir.parent))  # the URL names folders in the data dir
+    at = app(models=("minilm-l6", f"data:{tiny_bert_dir.name}"), tokens="600", sample="200")
     no_exception(at)
     assert any("not computed yet" in c.value for c in at.caption)
     run_clicked(at)

@@ -59,8 +59,24 @@ def _bad_inputs(d, tiny_bert_dir):
     shutil.copytree(tiny_bert_dir, d / "bad_weights")
     (d / "bad_weights" / "model.safetensors").write_bytes(os.urandom(4000))
     (d / "ok.txt").write_text("A perfectly fine document.\n\nAnd another one.\n")
+    os.mkfifo(d / "pipe.txt")  # would block a reader forever
+    (d / "bad.jsonl").write_text('{"text": "fine"}\n{"text": "also fine"}\n{"text": broken\n{"text": "ok"}\n')
+    pd.DataFrame({"id": [1, 2], "score": [0.5, 0.7]}).to_parquet(d / "numbers.parquet")
+    (d / "existing_dir").mkdir()
     m, ok = str(tiny_bert_dir), str(d / "ok.txt")
     return {
+        "fifo as corpus": ["--model", m, "--corpus", str(d / "pipe.txt")],
+        "unknown encoding": ["--model", m, "--corpus", str(d / "latin1.txt"), "--encoding", "nope-42"],
+        "malformed jsonl": ["--model", m, "--corpus", str(d / "bad.jsonl"), "--text-column", "text"],
+        "parquet without text": ["--model", m, "--corpus", str(d / "numbers.parquet"), "--text-column", "score"],
+        "negative seed": ["--model", m, "--corpus", ok, "--seed", "-1"],
+        "out is a folder": ["--model", m, "--corpus", ok, "--out", str(d / "existing_dir")],
+        "out in a missing folder": ["--model", m, "--corpus", ok, "--out", str(d / "nowhere" / "r.json")],
+        "uniform-random huge budget": ["--model", m, "--corpus", "uniform-random", "--max-tokens", str(10**12)],
+        "n-random 0": ["outliers", "--model", m, "--corpus", ok, "--ablate", "--n-random", "0"],
+        "dims not integers": ["outliers", "--model", m, "--corpus", ok, "--ablate", "--dims", "a,b,7"],
+        "dims without ablate": ["outliers", "--model", m, "--corpus", ok, "--dims", "3,7"],
+        "held-out tokens 0": ["outliers", "--model", m, "--corpus", ok, "--ablate", "--held-out-tokens", "0"],
         "unknown model": ["--model", "no-such-model", "--corpus", ok],
         "unknown hub model offline": ["--model", "someone/no-such-model", "--corpus", ok],
         "unknown corpus": ["--model", m, "--corpus", "no-such-corpus"],
@@ -88,7 +104,8 @@ def bad_runs(tmp_path_factory, tiny_bert_dir):
     procs = {}
     for name, args in _bad_inputs(d, tiny_bert_dir).items():
         out = d / f"{name.replace(' ', '_')}.json"
-        cmd = cli_cmd("analyze", *args, "--cache-dir", d / "cache", "--out", out)
+        sub = args.pop(0) if args[0] == "outliers" else "analyze"
+        cmd = cli_cmd(sub, "--cache-dir", d / "cache", "--out", out, *args)  # a case's own --out wins
         procs[name] = (subprocess.Popen(cmd, cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
                                         stderr=subprocess.PIPE, text=True), out)
     done = {}
@@ -101,7 +118,10 @@ def bad_runs(tmp_path_factory, tiny_bert_dir):
 BAD_NAMES = ["unknown model", "unknown hub model offline", "unknown corpus", "missing file", "empty file",
              "blank file", "binary file", "not utf-8", "unsupported type", "folder as corpus",
              "table without text column", "wrong text column", "model folder without weights",
-             "model folder without tokenizer", "unreadable weights", "missing model folder", "zero budget"]
+             "model folder without tokenizer", "unreadable weights", "missing model folder", "zero budget",
+             "fifo as corpus", "unknown encoding", "malformed jsonl", "parquet without text", "negative seed",
+             "out is a folder", "out in a missing folder", "uniform-random huge budget", "n-random 0",
+             "dims not integers", "dims without ablate", "held-out tokens 0"]
 PROGRESS_FIRST = {"unreadable weights"}  # fails while loading: the progress line comes first
 EXPECTED = {"unknown model": "no-such-model", "unknown corpus": "no-such-corpus", "missing file": "missing.txt",
             "empty file": "empty", "blank file": "empty", "binary file": "not a text file",
@@ -109,7 +129,12 @@ EXPECTED = {"unknown model": "no-such-model", "unknown corpus": "no-such-corpus"
             "table without text column": "--text-column", "wrong text column": "no column 'text'",
             "model folder without weights": "no weights", "model folder without tokenizer": "no tokenizer",
             "unreadable weights": "Could not load the weights", "missing model folder": "does not exist",
-            "zero budget": "max_tokens", "unknown hub model offline": "offline"}
+            "zero budget": "max_tokens", "unknown hub model offline": "offline",
+            "fifo as corpus": "not a regular file", "unknown encoding": "unknown encoding",
+            "malformed jsonl": "line 3", "parquet without text": "holds no text", "negative seed": "seed",
+            "out is a folder": "is a folder", "out in a missing folder": "does not exist",
+            "uniform-random huge budget": "at most", "n-random 0": "--n-random", "dims not integers": "'a'",
+            "dims without ablate": "--ablate", "held-out tokens 0": "--held-out-tokens"}
 
 
 def test_bad_input_cases_are_all_listed(tmp_path, tiny_bert_dir):
@@ -130,6 +155,7 @@ def test_bad_input_is_one_clear_error_line(bad_runs, name):
     assert lines[-1].startswith("error: "), stderr
     assert EXPECTED[name].lower() in lines[-1].lower(), lines[-1]
     assert not out.exists()
+    assert not [p for p in out.parent.iterdir() if ".tmp" in p.name]  # no stray temporary file
 
 
 # ----------------------------------------------------------------------------- results.json

@@ -52,14 +52,18 @@ def test_a_layer_beyond_the_model_is_refused(runs):
         full.replace(layers=(-1,))
 
 
-def test_the_dashboard_link_of_a_results_json_opens_the_same_run(runs, tmp_path):
+def test_the_dashboard_link_of_a_results_json_opens_the_same_run(runs, tmp_path, monkeypatch):
+    import os
     from urllib.parse import parse_qs, urlparse
 
     from core.cli import dashboard_link
     from core.selection import from_query_params
 
     cache, full, sub, full_res, sub_res = runs
+    # The dashboard names files and model folders under its data directory (ANISO_DATA_DIR) only.
+    monkeypatch.setenv("ANISO_DATA_DIR", os.path.commonpath([full.model, full.corpus]))
     url = dashboard_link(full_res, port=8577)
+    assert "data%3A" in url and str(full.corpus) not in url
     assert url.startswith("http://127.0.0.1:8577/?")
     sel, problems = from_query_params(parse_qs(urlparse(url).query))
     assert problems == []

@@ -19,8 +19,9 @@ def test_default_writes_nothing_and_reads_back():
     assert sel == DEFAULT and problems == []
 
 
-def test_round_trip_of_every_field():
-    sel = Selection(models=("minilm-l6", "untrained-bert-base"), corpus="/tmp/x/abc.csv", text_column="body",
+def test_round_trip_of_every_field(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tmp_path))
+    sel = Selection(models=("minilm-l6", "untrained-bert-base"), corpus="x/abc.csv", text_column="body",
                     max_tokens=2000, max_seq_len=128, batch_size=4, device="cpu", dtype="float32",
                     special_tokens="include", sample=500, seed=7, focus="untrained-bert-base",
                     metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False, dim=5,
@@ -30,6 +31,8 @@ def test_round_trip_of_every_field():
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
     assert params["pp_drop"] == "3,9" and params["ref"] == "0"
+    assert params["corpus"] == "data:x/abc.csv"  # the server's path of the data directory stays out of the URL
+    assert sel.corpus == str(tmp_path.resolve() / "x" / "abc.csv")
     back, problems = from_query_params(_as_url(params))
     assert problems == []
     assert back == sel
@@ -42,7 +45,7 @@ def test_models_accept_a_comma_list_and_drop_duplicates():
 
 @pytest.mark.parametrize("key,value,field", [
     ("tokens", "many", "max_tokens"), ("metric", "nope", "metric"), ("device", "tpu", "device"),
-    ("layer", "-2", "layer"), ("depth", "1.5", "depth"), ("x", "time", "x_axis"), ("pp_abtt", "x", "post"),
+    ("layer", "x", "layer"), ("depth", "1.5", "depth"), ("x", "time", "x_axis"), ("pp_abtt", "x", "post"),
 ])
 def test_a_bad_value_is_reported_and_falls_back_to_its_default(key, value, field):
     sel, problems = from_query_params({key: [value], "sample": ["700"]})
@@ -72,7 +75,7 @@ def test_validation_messages():
 
 
 def test_specs_and_layers():
-    sel = Selection(models=("minilm-l6", "untrained-gpt2"), max_tokens=1234, sample=99, seed=3)
+    sel = Selection(models=("minilm-l6", "untrained-gpt2"), max_tokens=1234, sample=100, seed=3)
     specs = sel.specs()
     assert [s.model for s in specs] == ["minilm-l6", "untrained-gpt2", "untrained-gpt2@seed1", "untrained-gpt2@seed2"]
     assert specs[0] == RunSpec(model="minilm-l6", max_tokens=1234, sample=99, seed=3)
@@ -120,3 +123,116 @@ def test_untrained_controls_run_with_several_seeds():
     assert len(fps) == 3  # each seed its own cache entry
     with pytest.raises(InputError, match="control_seeds"):
         Selection(control_seeds=9)
+
+
+# ----------------------------------------------------------------------------- hostile URLs
+@pytest.fixture
+def no_settings(monkeypatch):
+    for k in ("ANISO_DATA_DIR", "ANISO_ALLOW_SERVER_PATHS", "ANISO_ALLOW_MODEL_FOLDERS", "ANISO_ALLOW_HUB",
+              "ANISO_SHARED"):
+        monkeypatch.delenv(k, raising=False)
+    return monkeypatch
+
+
+@pytest.mark.parametrize("corpus", ["/etc/passwd.txt", "/etc/hostname", "~/notes.txt", "../../etc/x.csv",
+                                    "README.md", "core", "/nonexistent/secret.txt", "/dev/stdin"])
+def test_the_url_names_no_server_file(no_settings, corpus):
+    sel, problems = from_query_params({"corpus": [corpus]})
+    assert sel.corpus == DEFAULT.corpus
+    assert len(problems) == 1 and "not available here" in problems[0]
+
+
+def test_the_refusal_does_not_tell_whether_a_path_exists(no_settings, tmp_path):
+    (tmp_path / "there.txt").write_text("hello")
+    msgs = []
+    for p in (tmp_path / "there.txt", tmp_path / "missing.txt", tmp_path):
+        _, problems = from_query_params({"corpus": [str(p)]})
+        msgs.append(problems[0].replace(str(p), "P").replace(_q(p), "P"))
+    assert len(set(m.replace("there.txt", "X").replace("missing.txt", "X") for m in msgs[:2])) == 1
+    assert "folder" not in msgs[2] and "no such" not in " ".join(msgs)
+
+
+def _q(p):
+    return repr(str(p))
+
+
+def test_data_directory_files_and_escapes(no_settings, tmp_path):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "sub" / "a.txt").write_text("x")
+    (tmp_path / "outside.txt").write_text("secret")
+    (data / "link.txt").symlink_to(tmp_path / "outside.txt")
+    no_settings.setenv("ANISO_DATA_DIR", str(data))
+    ok, problems = from_query_params({"corpus": ["data:sub/a.txt"]})
+    assert problems == [] and ok.corpus == str(data.resolve() / "sub" / "a.txt")
+    assert to_query_params(ok)["corpus"] == "data:sub/a.txt"
+    for bad in ("data:../outside.txt", "data:link.txt", str(tmp_path / "outside.txt"), "data:/etc/passwd.txt"):
+        sel, problems = from_query_params({"corpus": [bad]})
+        assert sel.corpus == DEFAULT.corpus and "not available here" in problems[0], bad
+
+
+def test_server_paths_only_when_allowed(no_settings, tmp_path):
+    f = tmp_path / "c.txt"
+    with pytest.raises(InputError, match="not available here"):
+        Selection(corpus=str(f))
+    no_settings.setenv("ANISO_ALLOW_SERVER_PATHS", "1")
+    assert Selection(corpus=str(f)).corpus == str(f.resolve())
+
+
+def test_upload_ids_only(no_settings):
+    from core.selection import check_corpus
+
+    good = "upload:" + "a" * 64 + ".csv"
+    assert check_corpus(good) == good
+    for bad in ("upload:../../etc/passwd", "upload:" + "a" * 64 + ".sh", "upload:/tmp/x.txt"):
+        with pytest.raises(InputError, match="upload"):
+            Selection(corpus=bad)
+
+
+def test_model_identifiers(no_settings, tmp_path):
+    from core.selection import check_model
+
+    assert check_model("minilm-l6") == "minilm-l6"
+    assert check_model("org/name@v1.0") == "org/name@v1.0"
+    for bad in ("/etc", "~/models/x", "./core", "a/b/c", "data:m"):
+        with pytest.raises(InputError, match="not available here"):
+            check_model(bad)
+    with pytest.raises(InputError, match="valid hub identifier"):
+        check_model("[x](evil) name")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "org" / "name").mkdir(parents=True)
+    no_settings.chdir(tmp_path)  # "org/name" is a folder here: it must not load as one from the URL
+    with pytest.raises(InputError, match="not available here"):
+        check_model("org/name")
+    no_settings.setenv("ANISO_DATA_DIR", str(tmp_path))
+    assert check_model("data:m") == str(tmp_path.resolve() / "m")
+    no_settings.setenv("ANISO_SHARED", "1")  # a shared server: built-ins only
+    for bad in ("data:m", "org/name"):
+        with pytest.raises(InputError, match="switched off"):
+            check_model(bad)
+    sel, problems = from_query_params({"models": ["minilm-l6", "gpt2"]})
+    assert sel.models == DEFAULT.models and "switched off" in problems[0]
+
+
+@pytest.mark.parametrize("key,value,field,want", [
+    ("tokens", str(10**12), "max_tokens", 10_000_000), ("sample", str(10**9), "sample", 50_000),
+    ("sample", "0", "sample", 1), ("seed", "-1", "seed", 0), ("batch", "100000", "batch_size", 512),
+    ("nn", "1", "n_neighbors", 2), ("layer", "-2", "layer", 0), ("seqlen", "99999999", "max_seq_len", 8192),
+])
+def test_out_of_range_numbers_are_clamped_with_a_warning(no_settings, key, value, field, want):
+    sel, problems = from_query_params({key: [value]})
+    assert getattr(sel, field) == want
+    assert len(problems) == 1 and "out of range" in problems[0]
+
+
+def test_post_processing_numbers_are_bounded(no_settings):
+    sel, problems = from_query_params({"pp_abtt": [str(10**12)]})
+    assert sel.post.abtt == 65_536 and "out of range" in problems[0]
+    sel, problems = from_query_params({"pp_drop": ["1," * 3000]})
+    assert sel.post.remove == () and problems
+
+
+def test_problems_never_carry_raw_newlines_or_huge_values(no_settings):
+    _, problems = from_query_params({"metric": ["x\n\n# big\u202e" + "y" * 5000]})
+    assert len(problems) == 1 and "\n" not in problems[0] and len(problems[0]) < 600
+    assert "<U+202E>" in problems[0]

@@ -1,0 +1,134 @@
+"""Hostile or broken URLs: every page keeps working, says what it ignored, and never renders a
+value from the URL as markdown (links, images), never shows a server path or a traceback."""
+
+from __future__ import annotations
+
+import pytest
+from app_helpers import no_exception
+
+PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
+
+
+def _texts(at) -> list[str]:
+    return [e.value for kind in ("warning", "error", "caption", "markdown", "info") for e in getattr(at, kind)]
+
+
+@pytest.fixture(autouse=True)
+def _plain_settings(monkeypatch):
+    for k in ("ANISO_DATA_DIR", "ANISO_ALLOW_SERVER_PATHS", "ANISO_ALLOW_MODEL_FOLDERS", "ANISO_ALLOW_HUB",
+              "ANISO_SHARED"):
+        monkeypatch.delenv(k, raising=False)
+
+
+@pytest.mark.parametrize("key,value", [
+    ("tokens", "[Your session expired](https://evil.example/login)"),
+    ("metric", "![x](https://evil.example/pixel.png)"),
+    ("q", "x" * 500 + "[a](https://evil.example)"),
+    ("models", "[a](b) c"),
+    ("corpus", "[Login](https://evil.example/a.txt)"),
+    ("seqlen", ":red[danger] :material/home:"),
+])
+def test_markdown_from_the_url_is_shown_as_text(app, key, value):
+    at = app(**{key: value})
+    no_exception(at)
+    warned = [w.value for w in at.warning]
+    assert warned, _texts(at)
+    for t in _texts(at):
+        assert "](" not in t and "![" not in t and ":red[" not in t, t  # escaped: \[ \] \( \!
+
+
+@pytest.mark.parametrize("corpus", ["/etc/passwd", "/etc/hostname.txt", "~/.bashrc.txt", "../README.md",
+                                    "/nonexistent/x.txt", "/dev/zero.txt"])
+def test_server_files_are_not_corpora_from_the_url(app, corpus):
+    at = app(corpus=corpus)
+    no_exception(at)
+    assert any("not available here" in w.value for w in at.warning)
+    assert at.query_params.get("corpus") in (None, [], "")  # back to the default corpus
+    assert not any("no such file" in t or "is a folder" in t for t in _texts(at))
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_out_of_range_numbers_are_clamped(app, page):
+    at = app(page=page, tokens=str(10**12), sample=str(10**9), seed="-5", batch="0", pp_abtt=str(10**9),
+             pp_whiten="1", pp_k=str(10**9), layer=str(10**9), nn="100000")
+    no_exception(at)
+    assert sum("out of range" in w.value for w in at.warning) >= 5
+    assert at.sidebar.number_input(key="w_tokens").value == 10_000_000
+
+
+def test_shared_server_refuses_hub_ids_and_folders(app, monkeypatch):
+    monkeypatch.setenv("ANISO_SHARED", "1")
+    at = app(models=["minilm-l6", "gpt2"])
+    no_exception(at)
+    assert any("switched off" in w.value for w in at.warning)
+
+
+def test_a_one_word_corpus_says_not_enough_data(app, cache_dir):
+    from app_helpers import run_clicked
+
+    from core.uploads import save_upload
+
+    path = save_upload(b"hello\n", "one.txt", cache_dir)
+    at = app(corpus=f"upload:{path.name}", sample="100")
+    run_clicked(at)
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    assert any("Not enough data" in w.value and "one token" in w.value for w in at.warning)
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_a_two_word_corpus_renders_every_page(app, cache_dir, page):
+    from app_helpers import run_clicked
+
+    from core.uploads import save_upload
+
+    path = save_upload(b"hello world\n", "two.txt", cache_dir)
+    at = app(corpus=f"upload:{path.name}", sample="100")
+    run_clicked(at)
+    at.switch_page(page).run()
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+BAD_FILES = {  # name -> (bytes or None for a FIFO, what the page must say)
+    "empty.txt": (b"", "empty"),
+    "blank.md": (b"\n \n\t\n", "empty"),
+    "binary.txt": (b"GIF89a\x00\x01" + bytes(range(256)), "not a text file"),
+    "latin1.txt": ("café crème".encode("latin-1"), "not UTF-8"),
+    "bad.jsonl": (b'{"text": "a"}\n{"text": oops\n', "line 2"),
+    "pipe.txt": (None, "not a regular file"),
+}
+
+
+@pytest.mark.parametrize("name", list(BAD_FILES))
+def test_bad_corpus_files_in_the_ui(app, tmp_path, monkeypatch, name):
+    """The same bad files as the CLI's: one clear error on the page, the app keeps working."""
+    import os
+
+    from app_helpers import run_clicked
+
+    content, expected = BAD_FILES[name]
+    if content is None:
+        os.mkfifo(tmp_path / name)
+    else:
+        (tmp_path / name).write_bytes(content)
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tmp_path))
+    query = {"corpus": f"data:{name}"} | ({"col": "text"} if name.endswith(".jsonl") else {})
+    at = app(**query)
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    if not any(expected.lower() in e.value.lower() for e in at.error):
+        run_clicked(at)  # text files are read when Run is pressed
+    assert not at.exception, [e.stack_trace for e in at.exception]
+    assert any(expected.lower() in e.value.lower() for e in at.error), [e.value for e in at.error]
+    assert at.sidebar.button(key="run")  # still there: the app keeps working
+
+
+def test_utf16_with_a_bom_works_in_the_ui(app, tmp_path, monkeypatch):
+    from app_helpers import run_clicked
+
+    (tmp_path / "u16.txt").write_bytes("Grüße aus Köln, am Rhein.\n\nZweites Dokument hier.".encode("utf-16"))
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tmp_path))
+    at = app(corpus="data:u16.txt", sample="100")
+    run_clicked(at)
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert any("computed in" in c.value for c in at.caption)

@@ -1,0 +1,166 @@
+"""Hostile input in a real browser (streamlit run + Debian's chromium): values from the URL, a file
+name and the text of a corpus are shown as text. No link, image or script from them reaches the
+page; a server path in the URL is refused. Screenshots go to $ANISO_SCREENSHOT_DIR or a temp dir.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from test_default_flow import ARGS, CHROMIUM, ROOT, _free_port, _goto_page, _settle, _wait_plots
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+XSS = "<img src=x onerror=alert(1)>"
+NAME = "x<br><b>bold<i>it.txt"  # a data-directory file whose name is HTML
+TEXT = (f"Rivers {XSS} run to the sea. <b>Mountains</b> <a href=https://evil.example>rise</a> high.\n\n"
+        "Another document about forests, lakes and \u202eevil\u200b hidden marks.\n\n") * 20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    port = _free_port()
+    cache = tmp_path_factory.mktemp("hostile-cache")
+    data = tmp_path_factory.mktemp("hostile-data")
+    (data / NAME).write_text(TEXT)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "ANISO_DATA_DIR": str(data),
+           "TOKENIZERS_PARALLELISM": "false"}
+    for k in ("ANISO_ALLOW_SERVER_PATHS", "ANISO_SHARED"):
+        env.pop(k, None)
+    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # no --server.address: the config binds 127.0.0.1
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while time.time() - t0 < 90 and proc.poll() is None:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            log.seek(0)
+            pytest.fail(f"streamlit did not start: {log.read()[-2000:]}")
+        log.seek(0)
+        assert "127.0.0.1" in log.read()  # "You can now view ... URL: http://127.0.0.1:PORT"
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        pg = b.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(240_000)
+        dialogs = []
+        pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+        requests = []
+        pg.on("request", lambda r: requests.append(r.url))
+        pg.dialogs, pg.requests = dialogs, requests
+        yield pg
+        b.close()
+
+
+def _shots(tmp_path) -> Path:
+    d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _no_injected_elements(page) -> None:
+    found = page.evaluate("""() => ({
+        img: document.querySelectorAll('img[src="x"], img[src*="evil.example"], img[src*="pixel"]').length,
+        a: document.querySelectorAll('a[href*="evil.example"]').length,
+        bold: Array.from(document.querySelectorAll('.js-plotly-plot b')).filter(
+              e => /bold|Mountains/.test(e.textContent)).length,
+    })""")
+    assert found == {"img": 0, "a": 0, "bold": 0}, found
+    assert not page.dialogs, page.dialogs
+    assert not [u for u in page.requests if "evil.example" in (urllib.parse.urlparse(u).hostname or "")]
+
+
+def test_markdown_and_paths_from_the_url(server, page, tmp_path):
+    q = urllib.parse.urlencode({"tokens": "[Your session expired](https://evil.example/login)",
+                                "metric": "![x](https://evil.example/pixel.png)", "corpus": "/etc/passwd",
+                                "sample": str(10**9)})
+    page.goto(f"{server}/?{q}")
+    page.get_by_text("is out of range").first.wait_for()
+    _settle(page)
+    body = page.inner_text("body")
+    assert "[Your session expired](https://evil.example/login)" in body  # shown literally
+    assert "not available here" in body and "/etc/passwd" in body
+    assert "no such file" not in body.lower() and "Traceback" not in body
+    _no_injected_elements(page)
+    page.screenshot(path=str(_shots(tmp_path) / "hostile-url.png"), full_page=True)
+
+
+def test_tokens_names_and_text_are_escaped_in_figures(server, page, tmp_path):
+    q = urllib.parse.urlencode({"corpus": f"data:{NAME}", "tokens": "800", "sample": "300"})
+    page.goto(f"{server}/?{q}")
+    page.get_by_role("button", name="Run").click()
+    page.get_by_text("computed in").first.wait_for()
+    _wait_plots(page, 2)
+    _settle(page)
+    legend = page.evaluate("() => Array.from(document.querySelectorAll('.legendtext')).map(e => e.textContent)")
+    assert any("<br><b>bold<i>it.txt" in t for t in legend), legend  # the file name, as text
+    _no_injected_elements(page)
+    page.screenshot(path=str(_shots(tmp_path) / "hostile-name-layers.png"), full_page=True)
+
+    _goto_page(page, "Projection")
+    q = urllib.parse.urlencode({"corpus": f"data:{NAME}", "tokens": "800", "sample": "300", "color": "search",
+                                "q": XSS})
+    page.goto(f"{server}/projection?{q}")
+    _wait_plots(page, 1)
+    _settle(page)
+    texts = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => (t.text || []).join(' '))")
+    joined = " ".join(texts)
+    assert "&lt;b&gt;" in joined or "&lt;" in joined  # contexts carry the tags, escaped
+    assert "\u202e" not in joined and "\u200b" not in joined  # (BERT's normaliser drops them; unit-tested)
+    titles = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot .gtitle, "
+                           ".js-plotly-plot .g-gtitle text')).map(e => e.textContent).join(' ')")
+    assert XSS in titles or "img src=x" in page.inner_text("body")
+    box = page.locator(".js-plotly-plot").first.bounding_box()
+    for fx, fy in ((0.3, 0.4), (0.5, 0.5), (0.6, 0.6), (0.4, 0.7)):  # hover a few points
+        page.mouse.move(box["x"] + box["width"] * fx, box["y"] + box["height"] * fy)
+        page.wait_for_timeout(300)
+    _no_injected_elements(page)
+    page.screenshot(path=str(_shots(tmp_path) / "hostile-projection.png"), full_page=True)
+
+
+def test_cross_origin_websockets_are_refused(server):
+    """Another site open in the same browser cannot drive the app (Streamlit checks the Origin)."""
+    import base64
+    import socket
+
+    host, port = server.split("//")[1].split(":")
+
+    def handshake(origin: str) -> str:
+        key = base64.b64encode(os.urandom(16)).decode()
+        req = (f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+               f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+               f"Sec-WebSocket-Protocol: streamlit\r\nOrigin: {origin}\r\n\r\n")
+        with socket.create_connection((host, int(port)), timeout=20) as s:
+            s.sendall(req.encode())
+            return s.recv(4096).decode(errors="replace").split("\r\n")[0]
+
+    assert " 101 " not in handshake("https://evil.example") + " "
+    assert " 101 " in handshake(server) + " "  # the app's own origin still connects
