@@ -75,7 +75,7 @@ def test_validation_messages():
 
 
 def test_specs_and_layers():
-    sel = Selection(models=("minilm-l6", "untrained-gpt2"), max_tokens=1234, sample=100, seed=3)
+    sel = Selection(models=("minilm-l6", "untrained-gpt2"), max_tokens=1234, sample=99, seed=3)
     specs = sel.specs()
     assert [s.model for s in specs] == ["minilm-l6", "untrained-gpt2", "untrained-gpt2@seed1", "untrained-gpt2@seed2"]
     assert specs[0] == RunSpec(model="minilm-l6", max_tokens=1234, sample=99, seed=3)
