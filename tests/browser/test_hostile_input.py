@@ -14,12 +14,23 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_default_flow import ARGS, CHROMIUM, ROOT, _free_port, _goto_page, _settle, _wait_plots
+from browser_helpers import ARGS, CHROMIUM, ROOT
+from test_default_flow import _goto_page, _settle, _wait_plots
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
 
 XSS = "<img src=x onerror=alert(1)>"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 NAME = "x<br><b>bold<i>it.txt"  # a data-directory file whose name is HTML
 TEXT = (f"Rivers {XSS} run to the sea. <b>Mountains</b> <a href=https://evil.example>rise</a> high.\n\n"
         "Another document about forests, lakes and \u202eevil\u200b hidden marks.\n\n") * 20
