@@ -3,6 +3,7 @@ Cancel button (the same stop probe as the Run button), and cached reads of what 
 
 from __future__ import annotations
 
+import math
 import time
 
 import streamlit as st
@@ -13,7 +14,26 @@ from core.errors import Cancelled, InputError
 from core.extract import Progress
 from core.train import TrainSpec, train
 
-from .run import _fmt_eta, _stop_requested
+
+def _stop_requested() -> bool:
+    """True once the browser asked for a rerun or a stop (Cancel or another widget was used).
+
+    Trainings still run inside the page's script run (not yet a job of the queue): any widget
+    stops them between steps, and the next Train resumes from the last checkpoint."""
+    try:
+        from streamlit.runtime.scriptrunner import get_script_run_ctx
+
+        ctx = get_script_run_ctx()
+        req = getattr(ctx, "script_requests", None)
+        return req is not None and getattr(req, "_state", None) is not None and req._state.name != "CONTINUE"
+    except Exception:  # noqa: BLE001 - internal API: never let the probe break a run
+        return False
+
+
+def _fmt_eta(s: float) -> str:
+    if not math.isfinite(s):
+        return "…"
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
 
 
 class _Bar:
