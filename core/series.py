@@ -57,3 +57,9 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
 def cached_steps(run: str, cache_dir=None, **kw) -> list[int]:
     """Steps whose results are already cached (no model loaded, no torch)."""
     return [s for s, spec in series_specs(run, cache_dir=cache_dir, **kw) if pipeline.is_cached(spec, cache_dir)]
+
+
+def job_series(params: dict, progress, cancel) -> dict:
+    """The "series" job: analyse (and cache) every checkpoint of `params["run"]`."""
+    got = analyze_series(params["run"], progress=progress, cancel=cancel, **(params.get("kw") or {}))
+    return {"run": params["run"], "steps": got["steps"]}

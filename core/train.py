@@ -540,3 +540,17 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
     shutil.rmtree(folder / "trainer", ignore_errors=True)  # the resumable state is not needed any more
     progress(Progress("done", spec.steps, spec.steps, message=f"trained {run}"))
     return rec
+
+
+def job_train(params: dict, progress, cancel) -> dict:
+    """The "train" job: train (or resume) `params["spec"]`; with `params["analyse"]`, then analyse
+    every checkpoint (`params["series"]`: keywords of `series.analyze_series`)."""
+    spec = TrainSpec.from_dict(params["spec"])
+    rec = train(spec, progress=progress, cancel=cancel)
+    out = {"run": rec["run"], "checkpoints": len(rec.get("checkpoints", []))}
+    if params.get("analyse"):
+        from . import series
+
+        series.analyze_series(rec["run"], progress=progress, cancel=cancel, **(params.get("series") or {}))
+        out["analysed"] = True
+    return out

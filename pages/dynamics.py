@@ -20,14 +20,14 @@ max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 2
 metric = c2.selectbox("Metric of the heatmap", list(METRICS), format_func=lambda k: METRICS[k][0], key="dyn_metric")
 kw = {"max_tokens": int(max_tokens)}
 
+training.panel()
 series = {}
 for run in chosen:
     ser = training.cached_series(run, **kw)
     if ser is None:
         st.caption(f":material/hourglass_empty: {run}: checkpoints not all analysed for these settings.")
         if st.button(f"Analyse every checkpoint of {run}", key=f"an_{run}", type="primary"):
-            if training.analyse(run, **kw):
-                st.rerun()
+            training.submit_series(run, **kw)
         continue
     series[run] = ser
 

@@ -48,11 +48,15 @@ if go or go_preset:
     except Exception as e:  # noqa: BLE001 - InputError from the spec, a missing file: say why
         st.error(str(e), icon=":material/error:")
     else:
-        names = training.train_and_analyse(runs, analyse=bool(go_preset))
-        if go_preset and len(names) == len(runs):
+        names = training.submit_training(runs, analyse=bool(go_preset))
+        if go_preset:
             st.session_state["dyn_runs"] = names
-            st.success("Preset trained and analysed: open **Dynamics** to see what the curves show.",
-                       icon=":material/check_circle:")
+        st.toast("Queued: the training runs as a job (navigating or closing the tab does not stop it).")
+
+training.panel()
+if st.session_state.get("dyn_runs") and go_preset:
+    st.info("When the preset's jobs are done, open **Dynamics** to see what the curves show.",
+            icon=":material/science:")
 
 st.subheader("Trained runs")
 runs_here = training.runs_on_disk()

@@ -196,13 +196,18 @@ def _progress(job, name: str) -> None:
                     f"ETA {jobs.fmt_seconds(job.eta_s)}")
         elif job.stage == "ablation" and job.total:
             text = f"{job.message} · ETA {jobs.fmt_seconds(_eta(job))}"
+        elif job.stage == "train" and job.total:
+            text = (f"step {job.done:,} / {job.total:,} · {job.tokens_per_s:,.0f} tokens/s · "
+                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
+        elif job.stage == "series" and job.total:
+            text = job.message or f"checkpoint {job.done + 1} / {job.total}"
         elif job.stage == "metrics":
             text = "per-layer metrics…"
         else:
             text = f"{job.message or job.stage or 'starting'}…"
         head.markdown(f"{name} · job `{job.id}`")
-        head.progress(job.fraction if job.stage in ("forward", "ablation") else (1.0 if job.stage == "metrics" else 0.0),
-                      text=text)
+        counted = job.stage in ("forward", "ablation", "train", "series")
+        head.progress(job.fraction if counted else (1.0 if job.stage == "metrics" else 0.0), text=text)
         if btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
                       help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
                            "closing the tab does not stop it."):

@@ -1,110 +1,102 @@
-"""The Train and Dynamics pages' work: train runs and analyse series with a progress bar and a
-Cancel button (the same stop probe as the Run button), and cached reads of what is on disk."""
+"""The Train and Dynamics pages' work: trainings and series analyses queued as jobs (progress,
+Cancel, Retry in a polling panel), and cached reads of what is on disk."""
 
 from __future__ import annotations
 
-import math
-import time
-
 import streamlit as st
 
+from core import jobs, trained
 from core import series as S
-from core import trained
-from core.errors import Cancelled, InputError
-from core.extract import Progress
-from core.train import TrainSpec, train
+from core.train import TrainSpec
+
+from . import run as run_ui
+from .page import md
+
+POLL_S = 1.0  # the training panel's refresh while a job of its kinds is queued or running
+KINDS = ("train", "series")
 
 
-def _stop_requested() -> bool:
-    """True once the browser asked for a rerun or a stop (Cancel or another widget was used).
+def submit_training(runs: dict[str, TrainSpec], analyse: bool = True, **series_kw) -> list[str]:
+    """Queue one "train" job per spec (then its series analysis when `analyse`). Returns run names.
 
-    Trainings still run inside the page's script run (not yet a job of the queue): any widget
-    stops them between steps, and the next Train resumes from the last checkpoint."""
-    try:
-        from streamlit.runtime.scriptrunner import get_script_run_ctx
-
-        ctx = get_script_run_ctx()
-        req = getattr(ctx, "script_requests", None)
-        return req is not None and getattr(req, "_state", None) is not None and req._state.name != "CONTINUE"
-    except Exception:  # noqa: BLE001 - internal API: never let the probe break a run
-        return False
+    Trainings are jobs of the queue: navigating, using a widget or closing the tab never stops
+    them; only their Cancel button does (a cancelled training resumes from its last checkpoint)."""
+    for label, spec in runs.items():
+        jobs.submit("train", {"spec": spec.to_dict(), "analyse": bool(analyse), "series": series_kw},
+                    label=f"training {label}")
+    run_ui._start_worker()
+    return [spec.run_name() for spec in runs.values()]
 
 
-def _fmt_eta(s: float) -> str:
-    if not math.isfinite(s):
-        return "…"
-    return f"{s:.0f} s" if s < 90 else f"{s / 60:.1f} min"
+def submit_series(run: str, **series_kw) -> str:
+    """Queue the analysis of every checkpoint of `run` (the Dynamics page's button)."""
+    jid = jobs.submit("series", {"run": run, "kw": series_kw}, label=f"analysing {run}")
+    run_ui._start_worker()
+    return jid
 
 
-class _Bar:
-    def __init__(self, label: str):
-        self.label = label
-        self.bar = st.progress(0.0, text=f"{label}: starting")
-        self.t = 0.0
-
-    def __call__(self, p: Progress) -> None:
-        now = time.perf_counter()
-        if 0 < p.done < p.total and now - self.t < 0.25:
-            return
-        self.t = now
-        if p.stage == "train" and p.total:
-            text = (f"{self.label}: step {p.done:,} / {p.total:,} · {p.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {_fmt_eta(p.eta_s)}")
-            self.bar.progress(min(1.0, p.done / p.total), text=text)
-        elif p.stage == "series" and p.total:
-            self.bar.progress(min(1.0, p.done / p.total), text=f"{self.label}: {p.message}")
-        elif p.stage != "forward":
-            self.bar.progress(0.0, text=f"{self.label}: {p.message or p.stage}…")
+def _recent() -> list:
+    """Training and series jobs: every active one (whoever queued it), and the last ended ones."""
+    got = jobs.list_jobs(kinds=KINDS)
+    active = [j for j in got if j.active]
+    ended = [j for j in got if not j.active][:3]
+    return active + ended
 
 
-def _cancel_button(key: str) -> None:
-    st.button("Cancel", key=key, icon=":material/stop_circle:",
-              help="Stop; a training keeps its resumable state (train again to continue), an analysis stores "
-                   "every checkpoint finished so far.")
+def panel() -> None:
+    """Live status of the training and series jobs; redraws the page when one ends."""
+    if any(j.active for j in _recent()):
+        _live_panel()
+    else:
+        _panel_body(polling=False)
 
 
-def train_and_analyse(runs: dict[str, TrainSpec], analyse: bool = True, **series_kw) -> list[str]:
-    """Train each spec (a finished one is reused), then analyse its series. Returns run names."""
-    names = []
-    with st.container(border=True):
-        _cancel_button("cancel_train")
-        for label, spec in runs.items():
-            try:
-                rec = train(spec, progress=_Bar(f"training {label}"), cancel=_stop_requested)
-                names.append(rec["run"])
-                if analyse:
-                    S.analyze_series(rec["run"], progress=_Bar(f"analysing {label}"), cancel=_stop_requested,
-                                     **series_kw)
-            except Cancelled as e:
-                st.warning(str(e), icon=":material/stop_circle:")
-                return names
-            except InputError as e:
-                st.error(str(e), icon=":material/error:")
-                return names
-    runs_on_disk.clear()
-    return names
+@st.fragment(run_every=POLL_S)
+def _live_panel() -> None:
+    _panel_body(polling=True)
 
 
-def analyse(run: str, **series_kw) -> bool:
-    with st.container(border=True):
-        _cancel_button("cancel_series")
-        try:
-            S.analyze_series(run, progress=_Bar(f"analysing {run}"), cancel=_stop_requested, **series_kw)
-            return True
-        except Cancelled:
-            st.warning("Analysis cancelled; the checkpoints finished so far are cached.", icon=":material/stop_circle:")
-        except InputError as e:
-            st.error(str(e), icon=":material/error:")
-    return False
+def _panel_body(polling: bool) -> None:
+    seen = st.session_state.setdefault("_train_jobs_active", set())
+    ended = False
+    for job in _recent():
+        name = md(job.label or job.kind)
+        if job.active:
+            seen.add(job.id)
+            run_ui._progress(job, f"**{name}**")
+            continue
+        if job.id in seen:
+            seen.discard(job.id)
+            ended = True
+        if job.status == jobs.FAILED:
+            run_ui._failed(job, f"{name} failed: {md(job.error or '')}")
+        elif job.status == jobs.CANCELLED:
+            st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
+                       "when queued again)")
+        elif job.status == jobs.DONE:
+            st.caption(f":material/check_circle: {name}: done")
+    if ended:
+        _runs_in.clear()
+        _record_in.clear()
+        st.rerun(scope="app")
+
+
+def runs_on_disk() -> list[str]:
+    """The trained runs of the current cache directory (cached a few seconds, keyed on the folder)."""
+    return _runs_in(str(trained.trained_dir()))
+
+
+def record(run: str) -> dict:
+    return _record_in(str(trained.trained_dir()), run)
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def runs_on_disk() -> list[str]:
+def _runs_in(folder: str) -> list[str]:
     return trained.list_runs()
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def record(run: str) -> dict:
+def _record_in(folder: str, run: str) -> dict:
     return trained.read_run(run)
 
 

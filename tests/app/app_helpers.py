@@ -17,17 +17,22 @@ TIMEOUT = 120
 
 def run_clicked(at, timeout: float = 900):
     """Press Run (it queues jobs), wait for the worker to finish every job, then rerun the page."""
+    at.sidebar.button(key="run").click().run()
+    wait_for_jobs(timeout)
+    at.run()
+    return at
+
+
+def wait_for_jobs(timeout: float = 900) -> None:
+    """Wait until the worker has finished every queued or running job."""
     import time
 
     from core import jobs
 
-    at.sidebar.button(key="run").click().run()
     t0 = time.monotonic()
     while any(j.active for j in jobs.list_jobs()):
         assert time.monotonic() - t0 < timeout, [j.describe() for j in jobs.list_jobs()]
         time.sleep(0.5)
-    at.run()
-    return at
 
 
 def no_exception(at) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_helpers import figures, no_exception, title
+from app_helpers import figures, no_exception, title, wait_for_jobs
 
-from core import trained
+from core import jobs, trained
 
 
 @pytest.fixture(scope="module")
@@ -31,9 +31,14 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file):
     for key, value in {"t_path": corpus_file, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
                        "t_batch": 4, "t_seq": 16, "t_vocab": 512}.items():
         _set(at, key, value)
-    at.button(key="FormSubmitter:train_form-Train").click().run(timeout=900)
+    at.button(key="FormSubmitter:train_form-Train").click().run(timeout=120)
     no_exception(at)
     assert not at.error and not at.warning, [e.value for e in list(at.error) + list(at.warning)]
+    queued = jobs.list_jobs(kinds=("train",))
+    assert queued and queued[0].kind == "train"  # a job of the queue, not the page's script run
+    wait_for_jobs(900)
+    assert jobs.status(queued[0].id).status == jobs.DONE, jobs.status(queued[0].id).error
+    at = app(page="pages/train.py")
     new = set(trained.list_runs()) - before
     assert len(new) == 1
     run = new.pop()
@@ -48,7 +53,9 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file):
     dyn.multiselect(key="dyn_pick").set_value([run]).run()
     dyn.number_input(key="dyn_tokens").set_value(1000).run()
     assert not figures(dyn)  # nothing analysed yet: a button, no figures
-    dyn.button(key=f"an_{run}").click().run(timeout=900)
+    dyn.button(key=f"an_{run}").click().run(timeout=120)
+    wait_for_jobs(900)
+    dyn.run(timeout=300)
     no_exception(dyn)
     titles = [title(f) for f in figures(dyn)]
     assert any("by layer over training" in t for t in titles)
