@@ -563,6 +563,14 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
 
 
 # ----------------------------------------------------------------------------- one document's maps
+def job_attention(params: dict, progress, cancel) -> dict:
+    """The "attention" job: the attention section of one run, into the cache (the run first if needed)."""
+    from .spec import RunSpec
+
+    sec = run_attention(RunSpec.from_dict(params["spec"]), progress=progress, cancel=cancel)
+    return {"blocks": len(sec.get("layers", [])) if isinstance(sec, dict) else 0}
+
+
 def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict:
     """Attention probabilities of every block and head for one window of the run, as the model
     computes them and with the outlier dims zeroed in every norm (`outliers.zeroed_dims`, the

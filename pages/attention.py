@@ -7,6 +7,7 @@ from core.drift import DriftSpec
 from core.errors import InputError
 from core.views import attention as AV
 from ui import data, page, state
+from ui import run as ui_run
 
 
 def _numbers(text: str) -> tuple[float, ...]:
@@ -63,10 +64,8 @@ if page.need_runs(runs):
         if st.button("Compute attention statistics", key="attn_compute", type="primary",
                      icon=":material/visibility:"):
             try:
-                with st.spinner("Computing attention statistics (loads the model, one pass over the corpus)…"):
-                    data.attention(run.spec)
-                data.attention_cached.clear()
-                st.rerun()
+                ui_run.submit_attention(run.spec)
+                st.rerun()  # the jobs panel above shows its progress; the page redraws when it ends
             except InputError as e:
                 st.error(str(e))
     else:

@@ -35,7 +35,7 @@ def ablation_params(spec) -> dict:
 @st.cache_data(ttl=60, max_entries=256, show_spinner=False)
 def job_id(kind: str, spec) -> str:
     """The id of the one job computing this (fingerprints the model and corpus: cached briefly)."""
-    return jobs.job_id(kind, analyze_params(spec) if kind == "analyze" else ablation_params(spec))
+    return jobs.job_id(kind, ablation_params(spec) if kind == "ablation" else analyze_params(spec))
 
 
 def _label(spec) -> str:
@@ -70,6 +70,13 @@ def submit_ablation(spec) -> str:
     return jid
 
 
+def submit_attention(spec) -> str:
+    """Queue the attention statistics of a run (the Attention page's button)."""
+    jid = jobs.submit("attention", analyze_params(spec), label=_label(spec))
+    _start_worker()
+    return jid
+
+
 def _start_worker() -> None:
     try:
         jobs.ensure_worker()
@@ -84,9 +91,10 @@ def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
     for spec in sel.specs():
         try:
             out.append((spec, "analyze", jobs.status(job_id("analyze", spec))))
-            ab = jobs.status(job_id("ablation", spec))
-            if ab is not None:
-                out.append((spec, "ablation", ab))
+            for kind in ("ablation", "attention"):
+                side = jobs.status(job_id(kind, spec))
+                if side is not None:
+                    out.append((spec, kind, side))
         except InputError:
             out.append((spec, "analyze", None))
     return out
@@ -127,8 +135,10 @@ def _panel_body(sel, polling: bool) -> None:
             ended = True
         if kind == "analyze":
             _run_status(spec, job, lg, f" (control, seed {spec.seed})" if spec.seed != sel.seed else "")
-        else:
+        elif kind == "ablation":
             _ablation_status(spec, job)
+        else:
+            _attention_status(spec, job)
     if polling and still_active:
         t = st.session_state.get("_jobs_worker_check", 0.0)
         if time.monotonic() - t > ENSURE_WORKER_S and any(j is not None and j.status == jobs.QUEUED
@@ -136,6 +146,7 @@ def _panel_body(sel, polling: bool) -> None:
             _start_worker()
     if ended or (polling and not still_active):
         data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
+        data.attention_cached.clear()
         st.rerun(scope="app")
 
 
@@ -179,6 +190,14 @@ def _ablation_status(spec, job) -> None:
         _progress(job, f"**Ablation** of {label}")
     elif job.status == jobs.FAILED and data.cached_ablation(spec) is None:
         _failed(job, f"{label}: the ablation failed: {md(job.error)}")
+
+
+def _attention_status(spec, job) -> None:
+    label = md(f"{describe_model(spec.model)['label']} · {views.corpus_display(spec.corpus, spec.text_column)}")
+    if job.active:
+        _progress(job, f"**Attention statistics** of {label}")
+    elif job.status == jobs.FAILED and not data.attention_cached(spec):
+        _failed(job, f"{label}: the attention statistics failed: {md(job.error)}")
 
 
 def _progress(job, name: str) -> None:

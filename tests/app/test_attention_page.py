@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_helpers import by_title, no_exception
+from app_helpers import by_title, no_exception, wait_for_jobs
 
+from core import jobs
 from core.attention import head_matrix, run_attention
 from core.attention import is_cached as attention_cached
 from core.pipeline import analyze
@@ -32,6 +33,12 @@ def test_attention_page_end_to_end(app, spec):
     at.button(key="attn_compute").click().run()
     no_exception(at)
     assert not at.error, [e.value for e in at.error]
+    queued = jobs.list_jobs(kinds=("attention",))
+    assert queued, "the button queues a job of the queue (a click elsewhere no longer stops it)"
+    wait_for_jobs(900)
+    assert jobs.status(queued[0].id).status == jobs.DONE, jobs.status(queued[0].id).error
+    at.run()
+    no_exception(at)
     assert attention_cached(spec)
     sec = run_attention(spec)
     heat = by_title(at, "Attention entropy per block and head")
