@@ -25,7 +25,9 @@ import json
 from dataclasses import dataclass
 
 # Modules whose code determines the streaming statistics (the extraction) ...
-STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config")
+STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config", "core.modalities.adapters",
+                 "core.modalities.items", "core.modalities.run", "core.convert.dinov2", "core.convert.whisper",
+                 "core.convert.mobilenet", "core.convert.ct2")
 # ... and those that turn statistics into results (results.json, what-ifs, baselines).
 RESULTS_MODULES = ("core.analysis", "core.metrics", "core.outliers", "core.postprocess", "core.config")
 # ... the attention statistics (their own pass over the corpus) and the controlled drift experiment.

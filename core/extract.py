@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from . import metrics as M
-from .batching import pad_batch, padding_fraction, plan_batches
+from .batching import padding_fraction, plan_batches
 from .config import CONFIG, AnalysisConfig
 from .corpora import TokenWindows
 from .errors import Cancelled, InputError
@@ -72,9 +72,14 @@ def token_frequencies(windows: TokenWindows, analysed: list[np.ndarray]) -> dict
 
 
 def analysed_masks(windows: TokenWindows, special_policy: str) -> list[np.ndarray]:
+    """Positions analysed: all but the special ones (unless included); never a position that does
+    not exist (`valid` of modality items, e.g. audio frames past the end of a clip, whatever the policy)."""
     if special_policy == "include":
-        return [np.ones(len(w), dtype=bool) for w in windows.ids]
-    return [~s for s in windows.special]
+        masks = [np.ones(len(w), dtype=bool) for w in windows.ids]
+    else:
+        masks = [~s for s in windows.special]
+    valid = getattr(windows, "valid", None)
+    return masks if valid is None else [m & v for m, v in zip(masks, valid)]
 
 
 def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: int = 0,
@@ -188,6 +193,8 @@ def plan_extraction(windows: TokenWindows, *, special_policy: str = "exclude", b
         edges[v] = [np.fmin(edges[v, 0], lf), np.fmax(edges[v, 1], lf)]
     tracked = (_tracked_ids(windows, analysed, freq, cfg) if layout is None
                else np.asarray(layout["tracked"], dtype=np.int64))
+    if not getattr(windows, "has_token_ids", True):  # images, audio: no vocabulary, no ids to track
+        tracked = tracked[:0]
     id_slot = np.full(max(vocab_hi, int(tracked.max()) + 1 if len(tracked) else 0), -1, dtype=np.int64)
     id_slot[tracked] = np.arange(len(tracked))
     id_slot = id_slot[:vocab_hi]
@@ -209,7 +216,7 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
                   cancel: Callable[[], bool] | None = None, layout: dict | None = None,
                   cfg: AnalysisConfig | None = None, layers: Sequence[int] | None = None,
                   shard: Callable[[list[np.ndarray], np.ndarray], list[np.ndarray]] | None = None,
-                  reduce: Callable[[dict], None] | None = None) -> tuple[dict, dict]:
+                  reduce: Callable[[dict], None] | None = None, adapter=None) -> tuple[dict, dict]:
     """Run `model` (a transformers base model) over `windows`; return (arrays, timing).
 
     arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
@@ -221,27 +228,30 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     `reduce(tensors)`, which combines the accumulators (and `sample`) of all processes in place
     before they leave the device: the torchrun path (`core.distributed`). Accumulators are sums
     unless listed in MAX_KEYS.
+    `adapter` (core.modalities.adapters) turns a batch into hidden states: token windows by default;
+    images, audio windows or CNN maps laid out as `core.modalities.items.Items`.
     """
     plan = plan_extraction(windows, special_policy=special_policy, batch_size=batch_size,
                            sample_size=sample_size, seed=seed, layout=layout, cfg=cfg)
     acc, sample, timing = _forward_loop(model, windows, plan, device=device, dtype=dtype, pad_id=pad_id,
                                         progress=progress or _noop, cancel=cancel, layers=layers, shard=shard,
-                                        reduce=reduce)
+                                        reduce=reduce, adapter=adapter)
     return _finalise(windows, plan, acc, sample), timing
 
 
 def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device: str, dtype: str, pad_id: int,
                   progress: Callable[[Progress], None], cancel: Callable[[], bool] | None,
-                  layers: Sequence[int] | None = None, shard=None, reduce=None):
+                  layers: Sequence[int] | None = None, shard=None, reduce=None, adapter=None):
     """The batch loop: forward, then every float64 accumulator and the sample rows, on the device."""
     import torch
 
     cfg = plan.cfg
     dev = torch.device(device)
     tdt = torch_dtype(dtype)
-    mcfg = model.config
-    d = int(getattr(mcfg, "hidden_size", 0) or mcfg.n_embd)
-    n_hidden = int(getattr(mcfg, "num_hidden_layers", 0) or mcfg.n_layer) + 1
+    from .modalities.adapters import TextAdapter
+
+    adapter = adapter or TextAdapter()
+    n_hidden, d = adapter.dims(model)
     kept = list(range(n_hidden)) if layers is None else sorted({int(x) for x in layers})
     if not kept or kept[0] < 0 or kept[-1] >= n_hidden:
         raise ValueError(f"layers must lie in 0..{n_hidden - 1}, got {layers!r}")
@@ -282,16 +292,13 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             b = queue.pop()
             if cancel is not None and cancel():
                 raise Cancelled("Cancelled by the user; nothing was stored.")
-            ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
-            T = ids.shape[1]
+            T = max(len(windows.ids[i]) for i in b)
             an = np.zeros((len(b), T), dtype=bool)
             for r, i in enumerate(b):
                 an[r, :len(windows.ids[i])] = plan.analysed[i]
-            ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
             try:
                 with torch.autocast(dev.type, dtype=tdt, enabled=use_autocast):
-                    out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
-                                output_hidden_states=True)
+                    out, ids_t = adapter.forward(model, windows, b, dev, pad_id)  # every hidden state, layer 0 first
             except torch.OutOfMemoryError:
                 if len(b) == 1:
                     raise
@@ -305,7 +312,9 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
                 progress(Progress("forward", done_tokens, N, message=f"out of memory: batch of {len(b)} split in two"))
                 continue
             # The kept layers, on the accumulators' device (with device_map="auto" they live on several GPUs).
-            hs = [out.hidden_states[i].to(dev) for i in kept]
+            hs = [out[i].to(dev) for i in kept]
+            if ids_t is None:  # no token ids (images, audio): pseudo id 0 everywhere
+                ids_t = torch.zeros((len(b), T), dtype=torch.long, device=dev)
             an_t = torch.as_tensor(an).to(dev, non_blocking=True)
             _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, docs)
             del out, hs

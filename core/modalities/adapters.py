@@ -1,0 +1,141 @@
+"""Modality adapters: one batch of items in, the hidden states of every layer out.
+
+Every adapter returns a list of (B, T, d) tensors (layer 0 first) on the positions its `Items`
+describe, so the streaming statistics, the sample and their exactness are the same code for
+text, images and audio.
+
+- `TextAdapter`: token windows through a transformers model (input_ids, attention_mask).
+- `ViTAdapter`: pictures resized to 224x224, ImageNet-normalised, through a ViT/DINOv2; position 0
+  is CLS, then the 16x16 patches row by row.
+- `WhisperEncoderAdapter`: 30 s log-mel windows through the Whisper encoder (1500 frames of 20 ms).
+- `CNNAdapter`: pictures through a CNN; at every stage the feature vectors (channels = dims) at the
+  7x7 grid of image locations (cell centres), zero-padded to the widest stage (zeros change no
+  cosine and no norm; `layer_dims` says how many channels each stage really has).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .items import CNN_GRID, WHISPER_SECONDS
+
+IMAGE_SIZE = 224
+
+
+def _pixels(pictures) -> np.ndarray:
+    from ..convert.dinov2 import preprocess
+
+    return np.stack([preprocess(p.pixels, IMAGE_SIZE) for p in pictures])
+
+
+class TextAdapter:
+    modality = "text"
+
+    def dims(self, model) -> tuple[int, int]:
+        cfg = model.config
+        return (int(getattr(cfg, "num_hidden_layers", 0) or cfg.n_layer) + 1,
+                int(getattr(cfg, "hidden_size", 0) or cfg.n_embd))
+
+    def forward(self, model, windows, b, dev, pad_id: int = 0):
+        import torch
+
+        from ..batching import pad_batch
+
+        ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
+        ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
+        out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
+                    output_hidden_states=True)
+        return out.hidden_states, ids_t
+
+
+class ViTAdapter:
+    modality = "image"
+
+    def dims(self, model) -> tuple[int, int]:
+        return int(model.config.num_hidden_layers) + 1, int(model.config.hidden_size)
+
+    @staticmethod
+    def layout(model) -> tuple[int, int, tuple[int, int]]:
+        """(positions, prefix tokens, patch grid) of one 224x224 image."""
+        g = IMAGE_SIZE // int(model.config.patch_size)
+        prefix = 1 + int(getattr(model.config, "num_register_tokens", 0) or 0)
+        return prefix + g * g, prefix, (g, g)
+
+    def forward(self, model, items, b, dev, pad_id: int = 0):
+        import torch
+
+        x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)
+        out = model(pixel_values=x, output_hidden_states=True)
+        return out.hidden_states, None
+
+
+class WhisperEncoderAdapter:
+    modality = "audio"
+
+    def dims(self, model) -> tuple[int, int]:
+        return int(model.config.encoder_layers) + 1, int(model.config.d_model)
+
+    def forward(self, model, items, b, dev, pad_id: int = 0):
+        import torch
+
+        from ..convert.whisper import log_mel
+
+        feats = []
+        for i in b:
+            clip, start = items.payload[i]
+            a = clip.load()
+            lo = int(start * 16000)
+            feats.append(log_mel(a[lo:lo + int(WHISPER_SECONDS * 16000)]))
+        x = torch.as_tensor(np.stack(feats)).to(dev)
+        out = model(input_features=x, output_hidden_states=True)
+        return out.hidden_states, None
+
+
+class CNNAdapter:
+    modality = "image"
+
+    def __init__(self, model):
+        from .zoo import model_channels
+
+        self.channels = model_channels(model)
+
+    def dims(self, model) -> tuple[int, int]:
+        return len(self.channels), max(self.channels)
+
+    @staticmethod
+    def layout(model=None) -> tuple[int, int, tuple[int, int]]:
+        return CNN_GRID * CNN_GRID, 0, (CNN_GRID, CNN_GRID)
+
+    def maps(self, model, x) -> list:
+        from ..convert.mobilenet import MobileNetV2
+
+        if isinstance(model, MobileNetV2):
+            return model.stage_outputs(x)
+        return list(model(pixel_values=x, output_hidden_states=True).hidden_states)
+
+    def forward(self, model, items, b, dev, pad_id: int = 0):
+        import torch
+
+        x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)
+        D = max(self.channels)
+        hs = []
+        for m in self.maps(model, x):  # (B, C, H, W)
+            B, C, H, W = m.shape
+            rows = ((np.arange(CNN_GRID) + 0.5) * H / CNN_GRID).astype(int)
+            cols = ((np.arange(CNN_GRID) + 0.5) * W / CNN_GRID).astype(int)
+            g = m[:, :, rows][:, :, :, cols]  # (B, C, G, G): the cell centres
+            g = g.flatten(2).transpose(1, 2)  # (B, G*G, C)
+            hs.append(torch.nn.functional.pad(g, (0, D - C)) if C < D else g)
+        return hs, None
+
+
+def adapter_for(model):
+    """The adapter of a loaded model (by its class)."""
+    name = type(model).__name__
+    if name in ("Dinov2Model", "ViTModel", "DeiTModel", "BeitModel", "Dinov2WithRegistersModel"):
+        return ViTAdapter()
+    if name == "WhisperEncoder":
+        return WhisperEncoderAdapter()
+    if name in ("MobileNetV2", "ResNetModel"):
+        return CNNAdapter(model)
+    return TextAdapter()

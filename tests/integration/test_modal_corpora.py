@@ -1,0 +1,121 @@
+"""Image and speech corpora: real files read offline, resampled to 16 kHz, laid out as items."""
+
+import io
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+
+from core.errors import InputError
+from core.modalities import audio as A
+from core.modalities import corpus_modality, load_pictures
+from core.modalities.items import WHISPER_FRAMES, audio_items, image_items, position_meta
+
+
+def test_sample_photographs_and_crops_are_deterministic():
+    pics = load_pictures("images-natural")
+    assert len(pics) == 22 and len({p.source for p in pics}) == 22
+    assert all(p.pixels.dtype == np.uint8 and p.pixels.ndim == 3 and p.pixels.shape[2] == 3 for p in pics)
+    crops = load_pictures("images-crops")
+    assert len(crops) == 22 * 24
+    again = load_pictures("images-crops")
+    assert all(np.array_equal(a.pixels, b.pixels) and a.name == b.name for a, b in zip(crops[:30], again[:30]))
+    assert {c.source for c in crops} == {p.source for p in pics}  # a crop keeps its photograph as source
+    assert all(c.pixels.shape[0] == c.pixels.shape[1] for c in crops)
+
+
+def test_uploaded_images_zip_and_errors(tmp_path):
+    from PIL import Image
+
+    z = tmp_path / "imgs.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        for i in range(3):
+            buf = io.BytesIO()
+            Image.fromarray(np.full((20, 30, 3), 40 * i, dtype=np.uint8)).save(buf, "PNG")
+            f.writestr(f"d/{i}.png", buf.getvalue())
+        f.writestr("notes.txt", "not an image")
+    assert corpus_modality(str(z)) == "image"
+    pics = load_pictures(str(z))
+    assert [p.name for p in pics] == ["d/0.png", "d/1.png", "d/2.png"] and pics[2].pixels[0, 0, 0] == 80
+    bad = tmp_path / "bad.zip"
+    with zipfile.ZipFile(bad, "w") as f:
+        f.writestr("x.png", b"garbage")
+    with pytest.raises(InputError, match="not a readable image"):
+        load_pictures(str(bad))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(InputError, match="holds no images"):
+        load_pictures(str(tmp_path / "empty"))
+
+
+def test_image_items_layout_and_metadata():
+    pics = load_pictures("images-natural")
+    it = image_items(pics, positions=257, prefix=1, grid=(16, 16), max_tokens=600, seed=0)
+    assert len(it.ids) == 3 and it.n_content_tokens == 768  # whole images until the budget is met
+    assert it.special[0][0] and not it.special[0][1:].any()
+    meta = position_meta(it, np.array([0, 1]), np.array([0, 1 + 16 * 2 + 5]))
+    assert meta["row"] == [-1, 2] and meta["col"] == [-1, 5] and "CLS" in meta["text"][0]
+
+
+def test_beckett_and_uploaded_audio_resampled(tmp_path):
+    import soundfile as sf
+
+    b = A.beckett_clip()
+    a = b.load()
+    assert a.dtype == np.float32 and abs(len(a) / 16000 - b.seconds) < 1e-3 and 9 < b.seconds < 11
+    t = np.arange(44100) / 44100
+    tone = (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    z = tmp_path / "clips.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        for fmt in ("WAV", "FLAC", "OGG"):
+            buf = io.BytesIO()
+            sf.write(buf, np.stack([tone, tone], 1), 44100, format=fmt)  # stereo, 44.1 kHz
+            f.writestr(f"tone.{fmt.lower()}", buf.getvalue())
+    assert corpus_modality(str(z)) == "audio"
+    clips = A.read_audio_files(z)
+    assert [c.name for c in clips] == ["tone.flac", "tone.ogg", "tone.wav"]
+    for c in clips:
+        x = c.load()
+        assert abs(len(x) - 16000) <= 2 and abs(c.seconds - 1.0) < 1e-3
+        spec = np.abs(np.fft.rfft(x[:16000]))
+        assert abs(np.argmax(spec) * 16000 / len(x[:16000]) - 440) < 3  # the tone survives resampling
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(b"RIFF0000garbage")
+    with pytest.raises(InputError, match="not readable audio"):
+        A.read_audio_files(bad)
+
+
+def test_audio_items_mask_frames_past_the_end():
+    sr = 16000
+    clips = [A.Clip("short", 0, 2.5, data=np.zeros(int(2.5 * sr), np.float32)),
+             A.Clip("long", 1, 70.0, data=np.zeros(70 * sr, np.float32))]
+    it = audio_items(clips, max_tokens=10**9, seed=0)
+    by_name = dict(zip(it.names, it.valid))
+    assert by_name["short"].sum() == 125 and len(by_name["short"]) == WHISPER_FRAMES  # 50 frames per second
+    longs = [v.sum() for n, v in by_name.items() if n.startswith("long")]
+    assert sorted(longs) == [500, 1500, 1500]  # 30 + 30 + 10 s, windows never cross clips
+    assert it.n_content_tokens == 125 + 3500
+    w = it.names.index("long [30-60 s]")
+    assert position_meta(it, np.array([w]), np.array([100]))["time_s"] == [32.0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not A.ALSA_DIR.is_dir() or not A.KLETTRES_DIR.is_dir(),
+                    reason="Debian's alsa-utils / klettres-data are not installed (./dev.sh installs them as root)")
+def test_human_recordings_from_debian():
+    clips = A.human_clips()
+    assert len(clips) == 1836 + 8 + 1
+    alsa = [c for c in clips if c.name.startswith("alsa:")]
+    x = alsa[0].load()  # 48 kHz on disk
+    assert abs(len(x) / 16000 - alsa[0].seconds) < 1e-3
+    assert {c.source for c in clips} == set(range(len(clips)))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("flite") is None, reason="Debian's flite is not installed (./dev.sh installs it as root)")
+def test_synthetic_speech_is_labelled(tmp_path):
+    clips = A.synthetic_clips(tmp_path, n=3)
+    assert len(clips) == 3 and all(c.synthetic and c.name.startswith("synthetic (flite)") for c in clips)
+    assert all(1.0 < c.seconds < 30 and np.abs(c.load()).max() > 0.05 for c in clips)
+    again = A.synthetic_clips(tmp_path, n=3)  # reused from the cache folder, identical
+    assert all(np.array_equal(a.load(), b.load()) for a, b in zip(clips, again))
