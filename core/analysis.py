@@ -69,6 +69,28 @@ def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
     return out
 
 
+# Metrics defined on token ids: "not applicable" for images and audio (never an empty chart).
+TOKEN_ID_METRICS = ("self_similarity", "frequency_correlation", "frequency_binned_cosine")
+
+
+def has_token_ids(stats) -> bool:
+    return stats.manifest.get("modality", "text") == "text"
+
+
+def layer_widths(stats) -> np.ndarray:
+    """(L+1,) the real width of each layer: d, or a CNN stage's channel count (the rest of its
+    rows is zero padding, which changes no cosine or norm but would bias per-dimension rules)."""
+    a = stats.arrays
+    if "layer_dims" in a:
+        return np.asarray(a["layer_dims"], dtype=np.int64)
+    return np.full(stats.n_layers, stats.d_model, dtype=np.int64)
+
+
+def layer_sample(stats, layer: int) -> np.ndarray:
+    """(K, d_l) the sample at `layer`, without a CNN stage's zero padding."""
+    return stats.sample(layer)[:, :int(layer_widths(stats)[layer])]
+
+
 def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
     """The per-layer metrics over the whole analysed corpus (streaming) and the sample.
 
@@ -79,7 +101,10 @@ def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
     n = int(a["n"])
     S = a["group_sum_u"].sum(1)
     ccs = cosine_contributions(stats)
-    act = O.activation_outliers(mean_abs(stats))
+    widths = layer_widths(stats)
+    ma = mean_abs(stats)
+    act = [O.activation_outliers(ma[l:l + 1, :int(widths[l])])[0] for l in range(stats.n_layers)]
+    has_ids = has_token_ids(stats)
     fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"], a["bin_u_sq"][l]) for l in range(stats.n_layers)]
     rows = []
     ids = stats.layer_ids
@@ -90,7 +115,7 @@ def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
         intra = float(a["intra_sum"][l] / a["intra_n"][l]) if a["intra_n"][l] > 0 else math.nan
         selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], a["id_seq_sq"][l], a["id_seq_n_sq"])
                    if len(a["id_counts"]) else math.nan)
-        sm = sample_metrics(stats.sample(l))
+        sm = sample_metrics(layer_sample(stats, l))
         rows.append({
             "layer": int(ids[l]),
             "n_tokens": n,
@@ -114,7 +139,7 @@ def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
             **{f"{k}_isotropic": (isotropic or {}).get(k) for k in M.BASELINE_METRICS},
             "outlier_dims": act[l],
             "cosine_contribution": M.top_contributions(ccs[l], CONFIG.top_k_contributions),
-            "frequency_binned_cosine": fbins[l].tolist(),
+            "frequency_binned_cosine": fbins[l].tolist() if has_ids else None,
         })
     return rows
 
@@ -137,7 +162,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
     """Both outlier definitions side by side, their agreement, and massive activations."""
     a = stats.arrays
     act = [r["outlier_dims"] for r in rows]
-    med = np.asarray([np.median(np.abs(stats.sample(l))) for l in range(stats.n_layers)])
+    med = np.asarray([np.median(np.abs(layer_sample(stats, l))) for l in range(stats.n_layers)])
     out = {
         "activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; persistent in "
                                f">= {CONFIG.activation_persistence:.0%} of layers",
@@ -160,6 +185,9 @@ def outlier_report(stats, rows: list[dict]) -> dict:
 
 
 def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
+    if not has_token_ids(stats):
+        return {"not_applicable": f"{stats.manifest.get('modality')} inputs have no token ids, so no token "
+                                  "frequency: the frequency link is defined for text only"}
     rep = O.frequency_correlation(frequency_r(stats), O.run_outlier_dims(outliers), seed=seed)
     rep["layers"] = _relabel(rep["layers"], stats.layer_ids)
     rep["variable"] = "Pearson r between log corpus frequency of the token and |x_d|, over all analysed tokens"
@@ -188,6 +216,7 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
         "layers": rows,
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
+        "not_applicable": ([] if has_token_ids(stats) else list(TOKEN_ID_METRICS)),
         "frequency_bins": {"rule": f"token types sorted by corpus frequency, cut at each 1/{CONFIG.freq_bins} of the "
                                    "tokens",
                            "log_freq_range": stats.arrays["bin_edges"].tolist(),
@@ -197,5 +226,6 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
 
 def postprocessed_rows(stats, post: PostProcess) -> list[dict]:
     """Sample-based metrics of every layer after `post` (the before/after what-if)."""
-    return json_safe([{"layer": int(stats.layer_ids[l]), "post": post.label(), **sample_metrics(stats.sample(l), post)}
+    return json_safe([{"layer": int(stats.layer_ids[l]), "post": post.label(),
+                        **sample_metrics(layer_sample(stats, l), post)}
                       for l in range(stats.n_layers)])

@@ -167,20 +167,32 @@ def _write(path: str, obj) -> None:
 def cmd_models(a) -> int:
     from .models import list_models
 
-    for m in list_models():
-        note = f"  [{m['note']}]" if m["note"] else ""
-        print(f"{m['id']:<22} {m['description']}{note}")
-    print("(also: a local model folder, or a hub identifier[@revision] where the hub is reachable)")
+    models = list_models()
+    for modality in ("text", "image", "audio"):
+        print(f"# {modality}")
+        for m in (m for m in models if m.get("modality", "text") == modality):
+            note = f"  [{m['note']}]" if m["note"] else ""
+            print(f"{m['id']:<24} {m['description']}{note}")
+    print("(also: a local model folder, or a hub identifier[@revision] where the hub is reachable, e.g. "
+          "google/byt5-small)")
     return 0
 
 
 def cmd_corpora(a) -> int:
     from .corpora import list_corpora
+    from .modalities import list_modal_corpora
 
+    print("# text")
     for c in list_corpora():
-        print(f"{c['id']:<16} {c['description']}")
+        print(f"{c['id']:<18} {c['description']}")
     print("(also: a .txt/.md file, documents separated by blank lines, or .csv/.tsv/.jsonl/.parquet "
           "with --text-column)")
+    for modality in ("image", "audio"):
+        print(f"# {modality}")
+        for c in list_modal_corpora():
+            if c["modality"] == modality:
+                print(f"{c['id']:<18} {c['description']}")
+    print("(also: a folder or .zip of images (png/jpg/...) or of audio files (wav/flac/ogg), or one such file)")
     return 0
 
 

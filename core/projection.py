@@ -86,7 +86,10 @@ def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | 
     stats = get_stats(spec, cache_dir)
     if not 0 <= layer < stats.n_layers:
         raise ValueError(f"layer must be in 0..{stats.n_layers - 1}, got {layer}")
-    X = post.apply(stats.sample(layer)) if not post.is_identity else stats.sample(layer).astype(np.float64)
+    S = stats.sample(layer)
+    if "layer_dims" in stats.arrays:  # a CNN stage: drop the zero padding beyond its channels
+        S = S[:, :int(stats.arrays["layer_dims"][layer])]
+    X = post.apply(S) if not post.is_identity else S.astype(np.float64)
     t0 = time.perf_counter()
     meta = {"method": method, "params": params, "layer": layer, "post": post.label(), "n_points": int(len(X))}
     if method == "pca":
@@ -105,7 +108,7 @@ def sample_table(stats):
     import pandas as pd
 
     a = stats.arrays
-    return pd.DataFrame({
+    df = pd.DataFrame({
         "token": stats.meta["sample_tokens"],
         "context": stats.meta["sample_context"],
         "token_id": a["sample_token_id"],
@@ -114,3 +117,10 @@ def sample_table(stats):
         "frequency": a["sample_freq"],
         "log_frequency": np.log(np.maximum(a["sample_freq"], 1)),
     })
+    # Other modalities: what each position is (image + patch, clip + time) instead of a token
+    for k in ("sample_patch_row", "sample_patch_col", "sample_time_s"):
+        if k in a:
+            df[k[len("sample_"):]] = a[k]
+    if "sample_item" in stats.meta:
+        df["item"] = stats.meta["sample_item"]
+    return df

@@ -118,3 +118,8 @@ def pictures_fingerprint(pictures: list[Picture]) -> str:
         h.update(p.pixels.tobytes())
         h.update(str(p.source).encode())
     return h.hexdigest()
+
+
+def load_pictures_for_tests(n: int) -> list[Picture]:
+    """The first n sample photographs (a small, real corpus for tests)."""
+    return sample_photographs()[:n]
