@@ -33,6 +33,9 @@ MAX_MODELS = 4
 MAX_CORPORA = 4  # the main corpus and up to 3 more, each run with every model
 MAX_RUNS = 6  # (model, corpus) runs at once
 MAX_CONTROL_SEEDS = 5
+# Godey et al. 2023's comparison across modalities (Compare page preset): a text, an image, a speech
+# Transformer and a CNN, read by relative depth.
+GODEY_PRESET = ("minilm-l6", "dinov2-vits14", "whisper-tiny-en", "mobilenet-v2")
 UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU cores
 
 # Metric keys of results["layers"], in menu order, with a label and what the y axis shows.
@@ -174,6 +177,8 @@ class Selection:
     # -- the run (shared by every page; each model gives one RunSpec)
     models: tuple[str, ...] = ("minilm-l6",)
     corpus: str = "wiki-en"  # a built-in id or an upload id (core.uploads: "upload:<sha256>.<ext>"), never a path
+    image_corpus: str = "images-crops"  # the corpus of image models (ViT, CNN): a built-in or an upload id (zip)
+    audio_corpus: str = "speech-human"  # the corpus of speech models
     text_column: str | None = None
     # More corpora to compare (wiki-en vs wiki-fr vs uniform-random...): every model runs on each. An upload
     # table names its text column after '#': "upload:<sha256>.csv#text".
@@ -263,9 +268,24 @@ class Selection:
         self.spec(models[0])  # validates the run options once, with RunSpec's messages
 
     # ------------------------------------------------------------------ runs
+    def corpus_for(self, model: str) -> str | None:
+        """The image or speech corpus of a model of that modality; None for a text model."""
+        from .models import model_modality
+
+        return {"image": self.image_corpus, "audio": self.audio_corpus}.get(model_modality(model))
+
+    def corpora_of(self, model: str) -> tuple:
+        """The corpora a model runs on: every text corpus for a text model, its modality's one otherwise."""
+        return self.corpora if self.corpus_for(model) is None else (None,)
+
     def spec(self, model: str, corpus: str | None = None) -> RunSpec:
-        """The run of `model` on `corpus` (default: the main corpus, with the selection's text column)."""
-        corpus, col = (self.corpus, self.text_column) if corpus in (None, self.corpus) else split_corpus(corpus)
+        """The run of `model` on `corpus` (default: the main corpus, with the selection's text column).
+        An image or speech model always reads the corpus of its modality."""
+        modal = self.corpus_for(model)
+        if modal is not None:
+            corpus, col = modal, None
+        else:
+            corpus, col = (self.corpus, self.text_column) if corpus in (None, self.corpus) else split_corpus(corpus)
         # An upload is named by its id (URL, widgets); the run reads its saved file.
         path = str(resolve(corpus)) if is_upload_id(corpus) else corpus
         return RunSpec(model=model, corpus=path, text_column=col or None,
@@ -279,8 +299,8 @@ class Selection:
 
     def specs(self) -> list[RunSpec]:
         """Every (model, corpus) run, model by model, then the extra seeds of the untrained controls."""
-        main = [self.spec(m, c) for m in self.models for c in self.corpora]
-        return main + [s for m in self.models for c in self.corpora for s in self.control_specs(m, c)]
+        main = [self.spec(m, c) for m in self.models for c in self.corpora_of(m)]
+        return main + [s for m in self.models for c in self.corpora_of(m) for s in self.control_specs(m, c)]
 
     def control_specs(self, model: str, corpus: str | None = None) -> list[RunSpec]:
         """The runs of an untrained control with its other seeds (none for a trained model)."""
@@ -333,7 +353,8 @@ DEFAULT = Selection()
 
 # URL key -> Selection field, for the scalar fields (the post-processing keys are "pp_*").
 _KEYS = {
-    "models": "models", "corpus": "corpus", "col": "text_column", "vs": "more_corpora", "tokens": "max_tokens",
+    "models": "models", "corpus": "corpus", "icorpus": "image_corpus", "acorpus": "audio_corpus",
+    "col": "text_column", "vs": "more_corpora", "tokens": "max_tokens",
     "seqlen": "max_seq_len", "batch": "batch_size", "device": "device", "dtype": "dtype",
     "special": "special_tokens", "sample": "sample", "seed": "seed", "focus": "focus", "focus_corpus": "focus_corpus",
     "metric": "metric", "x": "x_axis", "layer_by": "layer_by", "layer": "layer", "depth": "depth",

@@ -23,7 +23,7 @@ from .models import default_cache_dir
 from .settings import current as current_settings
 
 ID_PREFIX = "upload:"
-_SUFFIXES = "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES)
+_SUFFIXES = "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES + (".zip",))  # zip: images or audio
 _ID_RE = re.compile(rf"^{ID_PREFIX}([0-9a-f]{{64}}\.(?:{_SUFFIXES}))$")
 _SHA_NAME_RE = re.compile(rf"^([0-9a-f]{{64}})\.(?:{_SUFFIXES})$")
 MAX_NAME_CHARS = 80
@@ -96,9 +96,10 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
     """Write `data` once as <cache>/uploads/<sha256>.<ext>, remember its name (`name`, else the file's
     own name), return the path."""
     suffix = Path(filename).suffix.lower()
-    if suffix not in TEXT_SUFFIXES + TABLE_SUFFIXES:
+    allowed = TEXT_SUFFIXES + TABLE_SUFFIXES + (".zip",)  # .zip: a folder of images or audio files
+    if suffix not in allowed:
         raise InputError(f"{clean_name(filename)}: unsupported file type {suffix or '(none)'}; use one of "
-                         f"{', '.join(TEXT_SUFFIXES + TABLE_SUFFIXES)}.")
+                         f"{', '.join(allowed)}.")
     if not data:
         raise InputError(f"{clean_name(filename)} is empty.")
     limit = current_settings().max_upload_bytes

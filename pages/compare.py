@@ -1,15 +1,22 @@
 """Compare: two or more runs (models, corpora, or both), aligned by relative depth (layer / L), with the
-bootstrap interval of the difference of two runs' mean cosine per layer."""
+bootstrap interval of the difference of two runs' mean cosine per layer. Text, image and speech models
+each read the corpus of their modality (Godey et al. 2023's all-modalities figure is a preset)."""
 
 import streamlit as st
 
 from core import views
 from core.postprocess import PostProcess
-from core.selection import METRICS
+from core.selection import GODEY_PRESET, METRICS
 from core.views import attention as AV
 from ui import data, page, state
 
 sel, runs = page.header("Compare runs")
+if st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",
+             icon=":material/auto_graph:",
+             help="MiniLM (text), DINOv2 ViT-S/14 (images), Whisper tiny.en encoder (speech) and MobileNetV2 (CNN), "
+                  "mean cosine by relative depth. Press Run in the sidebar to compute what is not cached."):
+    state.apply_preset(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth")
+    st.rerun()
 if page.need_runs(runs):
     if len(runs) < 2:
         st.info("Add a second model (e.g. an untrained control) or a second corpus (*Compare with more corpora*: "

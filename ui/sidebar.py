@@ -25,14 +25,21 @@ SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
 UPLOAD_TYPES = [s.lstrip(".") for s in TEXT_SUFFIXES + TABLE_SUFFIXES]
 
 
+MODALITY_TAGS = {"text": "text", "image": "image", "audio": "speech"}
+
+
 def _model_label(ident: str) -> str:
     e = BUILTIN_MODELS.get(ident)
-    return f"{e.label}{' (untrained)' if not e.trained and 'untrained' not in e.label else ''}" if e else ident
+    if not e:
+        return ident
+    return (f"[{MODALITY_TAGS[e.modality]}{' CNN' if e.architecture == 'cnn' else ''}] {e.label}"
+            f"{' (untrained)' if not e.trained and 'untrained' not in e.label else ''}")
 
 
 def _models(sel) -> tuple[str, ...]:
-    here = list(BUILTIN_MODELS) + data.trained_checkpoints()  # checkpoints of the Train page too
-    options = here + [m for m in sel.models if m not in here]
+    order = {"text": 0, "image": 1, "audio": 2}  # listed by modality
+    here = sorted(BUILTIN_MODELS, key=lambda k: order[BUILTIN_MODELS[k].modality]) + data.trained_checkpoints()
+    options = here + [m for m in sel.models if m not in here]  # checkpoints of the Train page too
     chosen = st.multiselect(
         "Models (up to 4)", options, default=list(sel.models), format_func=_model_label, key="w_models",
         max_selections=MAX_MODELS, accept_new_options=True, select_all=False,  # no silent cut to MAX_MODELS
@@ -174,6 +181,32 @@ def _more_corpora(sel, corpus: str, col: str | None) -> tuple[str, ...]:
     return tuple(chosen)
 
 
+def _modal_corpora(sel, models) -> dict:
+    """The image and the speech corpus, shown when an image or speech model is selected."""
+    from core.modalities import MODAL_CORPORA
+
+    out = {}
+    for modality, fieldname, title in (("image", "image_corpus", "Image corpus"),
+                                       ("audio", "audio_corpus", "Speech corpus")):
+        if not any(describe_model(m).get("modality") == modality for m in models):
+            continue
+        ids = [k for k, c in MODAL_CORPORA.items() if c.modality == modality]
+        cur = getattr(sel, fieldname)
+        extra = [] if cur in ids else [cur]  # an uploaded folder/zip from the URL
+        cid = st.selectbox(title, ids + extra, index=(ids + extra).index(cur), key=f"w_{fieldname}",
+                           format_func=lambda i: MODAL_CORPORA[i].label if i in MODAL_CORPORA else display_name(i))
+        st.caption(MODAL_CORPORA[cid].description if cid in MODAL_CORPORA else "uploaded files")
+        up = st.file_uploader(f"…or upload a zip of {'images' if modality == 'image' else 'WAV/FLAC/OGG files'}",
+                              type=["zip"], key=f"w_up_{fieldname}")
+        if up is not None:
+            try:
+                cid = upload_id(save_upload(up.getvalue(), up.name))  # an id, like the text uploads
+            except InputError as e:
+                st.error(str(e))
+        out[fieldname] = cid
+    return out
+
+
 def _advanced(sel) -> dict:
     with st.expander("Advanced options"):
         kw = dict(
@@ -204,6 +237,7 @@ def render(sel):
         models = _models(sel)
         corpus, col = _corpus(sel)
         more = _more_corpora(sel, corpus, col)
+        modal = _modal_corpora(sel, models)
         tokens = st.number_input("Token budget (tokens analysed per model)", *LIMITS["max_tokens"], sel.max_tokens,
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
@@ -211,12 +245,12 @@ def render(sel):
         new = sel
         try:
             new = sel.replace(models=models, corpus=corpus, text_column=col, more_corpora=more, max_tokens=int(tokens),
-                              **adv)
+                              **modal, **adv)
         except (InputError, ValueError) as e:
             st.error(markdown_text(str(e)))
         if new != sel:
             new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "more_corpora",
-                                                                 "max_tokens", *adv)})
+                                                                 "max_tokens", "image_corpus", "audio_corpus", *adv)})
         specs = new.specs()
         n_cached = 0
         for s in specs:

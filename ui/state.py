@@ -85,3 +85,11 @@ def update(**fields) -> Selection:
         st.session_state[KEY] = new
     sync_url(new)
     return new
+
+
+def apply_preset(**fields) -> Selection:
+    """Set fields from a preset button: the sidebar's widgets then start again from the selection
+    (a widget keeps its own value across reruns, which would undo the preset)."""
+    for k in ("w_models", "w_image_corpus", "w_audio_corpus"):
+        st.session_state.pop(k, None)
+    return update(**fields)

@@ -34,6 +34,22 @@ class View:
     notes: list[str] = field(default_factory=list)
 
 
+def modality(results) -> str:
+    """'text', 'image' or 'audio': what the run read (results written before modalities are text)."""
+    return as_results(results).raw["manifest"].get("modality", "text")
+
+
+def not_applicable(name: str, title: str, runs, why: str) -> View:
+    """A view that says plainly that its metric does not apply to these runs (never an empty chart)."""
+    rows = [{"run": as_results(r).run_name, "modality": modality(r), "status": "not applicable"} for r in runs]
+    return View(name, title, None, pd.DataFrame(rows), {"view": name, "not_applicable": why},
+                caption=f"Not applicable: {why}", notes=[f"Not applicable: {why}"])
+
+
+TOKEN_ID_WHY = ("images and audio have no token ids, hence no token frequency: this metric is defined "
+                "for text runs only")
+
+
 # ----------------------------------------------------------------------------- labels (dict or Results)
 def corpus_label(results) -> str:
     return as_results(results).corpus_label

@@ -14,7 +14,19 @@ from ..config import CONFIG
 from ..metrics import BASELINE_METRICS, DEFINITIONS, pairwise_cosine_histogram
 from ..reference import reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
-from .common import View, _corpora, _fmt_n, _layer_dtick, _manifest, _nan, _sizes, as_results
+from .common import (
+    TOKEN_ID_WHY,
+    View,
+    _corpora,
+    _fmt_n,
+    _layer_dtick,
+    _manifest,
+    _nan,
+    _sizes,
+    as_results,
+    modality,
+    not_applicable,
+)
 
 
 def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str = "layer", reference: bool = True,
@@ -26,6 +38,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     depth = x_axis == "depth"
     series, rows, notes = [], [], []
     for i, res in enumerate(runs):
+        if metric.startswith("self_similarity") and modality(res) != "text":
+            notes.append(f"{res.run_name}: {label} is not applicable ({TOKEN_ID_WHY}).")
+            continue
         L = res.last_layer
         layers = [r["layer"] for r in res.layers]
         xs = [l / L for l in layers] if depth else layers
@@ -175,6 +190,11 @@ def pairwise_histogram(stats_list: Sequence, runs: Sequence[dict], layers: Seque
 def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
     """Mean cosine among tokens of each corpus-frequency decile (1 = rarest), at one layer per run."""
     runs = [as_results(r) for r in runs]
+    skipped = [r.run_name for r in runs if modality(r) != "text"]
+    keep = [(r, l) for r, l in zip(runs, layers) if modality(r) == "text"]
+    if not keep:
+        return not_applicable("frequency_deciles", "Mean cosine by frequency decile", runs, TOKEN_ID_WHY)
+    runs, layers = [r for r, _ in keep], [l for _, l in keep]
     series, rows = [], []
     for i, (res, l) in enumerate(zip(runs, layers)):
         vals = [_nan(v) for v in res.layers[l]["frequency_binned_cosine"]]
@@ -198,4 +218,5 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
                        y_title="mean cos within the decile", x_range=(0.5, 10.5), x_dtick=1)
     return View("frequency_deciles", "Mean cosine by frequency decile", fig, pd.DataFrame(rows),
                 _manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
-                caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.")
+                caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.",
+                notes=[f"Not shown (not applicable, no token ids): {', '.join(skipped)}"] if skipped else [])

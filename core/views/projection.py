@@ -38,15 +38,26 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
         xy = np.asarray(proj["xy"], dtype=float)
         n = len(xy)
         t = table.iloc[:n]
-        hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>doc {doc} · position {pos} · corpus frequency {int(fq)}"
-                 for tok, ctx, doc, pos, fq in zip(t["token"], t["context"], t["document"], t["position"], t["frequency"])]
+        modal = "item" in t.columns  # an image or audio run: no tokens, no frequency
+        if modal:  # the image and its patch, or the clip and the time
+            hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>source {doc} · position {pos}"
+                     for tok, ctx, doc, pos in zip(t["token"], t["context"], t["document"], t["position"])]
+        else:
+            hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>doc {doc} · position {pos} · corpus frequency {int(fq)}"
+                     for tok, ctx, doc, pos, fq in zip(t["token"], t["context"], t["document"], t["position"],
+                                                       t["frequency"])]
         xt, yt = _axis_titles(proj)
         L = res.n_layers - 1
         title = f"{res.model_label}, layer {proj['layer']}/{L}, {proj['post']}"
         p = {"title": title, "x": xy[:, 0], "y": xy[:, 1], "hover": hover, "x_title": xt, "y_title": yt}
         match = np.zeros(n, dtype=bool)
         if mode == "continuous":
-            p["color"] = t[color_by].to_numpy(dtype=float)
+            col = color_by
+            if modal and color_by == "log_frequency":  # colour by the metadata that exists
+                col = "time_s" if "time_s" in t.columns else "position"
+                notes.append(f"{res.model_label}: no token frequency for {('audio' if col == 'time_s' else 'images')}"
+                             f"; coloured by {'time in the clip' if col == 'time_s' else 'patch position'} instead.")
+            p["color"] = t[col].to_numpy(dtype=float)
         elif mode == "discrete":
             docs = t["document"].to_numpy()
             _, rank = np.unique(docs, return_inverse=True)

@@ -25,8 +25,15 @@ DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequ
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",
                "isoscore", "partition_isotropy", "outlier_dims", "cosine_contribution")
 EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13, "untrained-gpt2": 13,
-                   "untrained-smollm2": 31, "untrained-llama-1b": 17, "untrained-llama-8b": 33}
-SLOW_MODELS = {"smollm2-135m", "untrained-smollm2"}  # the first load dequantizes SmolLM2's GGUF (~15 s)
+                   "untrained-smollm2": 31, "untrained-byt5-small": 13, "dinov2-vits14": 13, "whisper-tiny-en": 5,
+                   "whisper-base": 7, "mobilenet-v2": 19, "untrained-vit-s14": 13, "untrained-whisper-tiny": 5,
+                   "untrained-mobilenet-v2": 19, "untrained-resnet50": 5, "untrained-llama-1b": 17,
+                   "untrained-llama-8b": 33}
+# the first load dequantizes SmolLM2's GGUF (~15 s) or converts ONNX / CTranslate2 weights; big random models
+SLOW_MODELS = {"smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "dinov2-vits14", "whisper-tiny-en",
+               "whisper-base", "mobilenet-v2", "untrained-vit-s14", "untrained-whisper-tiny",
+               "untrained-mobilenet-v2", "untrained-resnet50"}
+CORPUS_OF = {"text": "wiki-en", "image": "images-natural", "audio": "speech-human"}
 
 
 def _finite_numbers(obj):
@@ -41,9 +48,12 @@ def _finite_numbers(obj):
         yield obj
 
 
-def assert_layer_rows_complete(layers):
+def assert_layer_rows_complete(layers, not_applicable=()):
     for row in layers:
         for key in DESIGN_KEYS:
+            if key in not_applicable:
+                assert row[key] is None, key  # stated as not applicable, never a number
+                continue
             assert key in row, key
             vals = list(_finite_numbers(row[key]))
             assert all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
@@ -64,7 +74,8 @@ def test_every_registry_model_is_covered():
 @pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if m in SLOW_MODELS else [])
                                    for m, e in BUILTIN_MODELS.items() if not e.large])  # large: test_large_models.py
 def test_builtin_model_runs_offline(model, cache_dir):
-    res = analyze(RunSpec(model=model, corpus="wiki-en", max_tokens=300, max_seq_len=64, sample=200,
+    modality = BUILTIN_MODELS[model].modality
+    res = analyze(RunSpec(model=model, corpus=CORPUS_OF[modality], max_tokens=300, max_seq_len=64, sample=200,
                           device="cpu"), cache_dir)
     json.dumps(res, allow_nan=False)  # strict JSON
     m = res["manifest"]
@@ -73,7 +84,9 @@ def test_builtin_model_runs_offline(model, cache_dir):
     assert 300 <= m["tokens"]["analysed"] and m["tokens"]["sample"] == 200
     assert len(res["layers"]) == EXPECTED_LAYERS[model] == m["layers"]["n"]
     assert [r["layer"] for r in res["layers"]] == list(range(EXPECTED_LAYERS[model]))
-    assert_layer_rows_complete(res["layers"])
+    na = res["not_applicable"]
+    assert (na == []) if modality == "text" else ("self_similarity" in na and "not_applicable" in res["frequency"])
+    assert_layer_rows_complete(res["layers"], not_applicable=na)
     assert res["layers"][0]["n_sequences"] >= 2
 
 

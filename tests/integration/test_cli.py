@@ -11,6 +11,7 @@ import pytest
 from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
 
 from core.corpora import BUILTIN_CORPORA
+from core.modalities import MODAL_CORPORA
 from core.models import BUILTIN_MODELS
 
 DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequence_cosine",
@@ -27,17 +28,21 @@ def _strict_json(text):
 def test_models_lists_every_registry_entry():
     r = run_cli("models")
     assert r.returncode == 0, r.stderr
-    listed = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("(")]
-    assert listed == list(BUILTIN_MODELS)
+    listed = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(("(", "#"))]
+    by_modality = [k for m in ("text", "image", "audio") for k, e in BUILTIN_MODELS.items() if e.modality == m]
+    assert listed == by_modality  # every model, grouped by modality under "# text", "# image", "# audio"
+    assert [line for line in r.stdout.splitlines() if line.startswith("#")] == ["# text", "# image", "# audio"]
     assert "4-bit" in r.stdout  # SmolLM2's dequantized weights are stated
 
 
 def test_corpora_lists_every_registry_entry():
     r = run_cli("corpora")
     assert r.returncode == 0, r.stderr
-    listed = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith("(")]
-    assert listed == list(BUILTIN_CORPORA)
-    assert "--text-column" in r.stdout
+    listed = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(("(", "#"))]
+    by_modality = list(BUILTIN_CORPORA) + [k for m in ("image", "audio") for k, c in MODAL_CORPORA.items()
+                                            if c.modality == m]
+    assert listed == by_modality
+    assert "--text-column" in r.stdout and "SYNTHETIC" in r.stdout  # synthetic speech is labelled
 
 
 # ----------------------------------------------------------------------------- bad inputs
