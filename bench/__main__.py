@@ -30,7 +30,8 @@ from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, load
 from bench.load import keep_load_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
-SECTION_ORDER = ["overhead", "peers", "memory", "cache", "projection", "batching", "postproc", "attention"]
+SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
+                 "attention"]
 
 
 def build_parser() -> argparse.ArgumentParser:

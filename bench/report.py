@@ -517,8 +517,15 @@ def replace_gpu(existing: str | None, gpu_block: str, header: str) -> str:
     return header + "\n\n" + gpu_block + "\n"
 
 
+def _render_modalities(o: dict) -> str:
+    from bench.modalities import render_modalities
+
+    return render_modalities(o)
+
+
 RENDERERS = {
-    "overhead": render_overhead, "peers": render_peers, "memory": render_memory, "cache": render_cache,
+    "overhead": render_overhead,
+    "modalities": _render_modalities, "peers": render_peers, "memory": render_memory, "cache": render_cache,
     "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
     "attention": render_attention,
 }

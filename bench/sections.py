@@ -65,6 +65,9 @@ class Sizes:
     app_page_reps: int = 3
     attention_tokens: dict = field(default_factory=lambda: {"minilm-l6": 40_000, "smollm2-135m": 40_000})
     attention_reps: int = 2
+    modal_image_tokens: int = 10_240  # 40 crops of 256 patches (ViT-S/14)
+    modal_audio_tokens: int = 10_000  # ~100 clips of speech-human, 30 s windows each
+    modal_reps: int = 4
 
     @classmethod
     def full(cls, smollm_tokens: int = 40_000) -> "Sizes":
@@ -78,7 +81,8 @@ class Sizes:
                    memory_tokens=(400, 2_500), cache_minilm_tokens=600, cache_smollm_tokens=200, cache_reps=2,
                    umap_points=600, umap_cold=False, umap_reps=1, batching_tokens=600, batch_sizes=(1, 16),
                    batching_reps=1, post_reps=2, app_page_reps=1,
-                   attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1)
+                   attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1,
+                   modal_image_tokens=256, modal_audio_tokens=100, modal_reps=1)
 
 
 @dataclass
@@ -580,8 +584,12 @@ def section_attention(ctx: Ctx) -> dict:
     return out
 
 
+
+from bench.modalities import section_modalities  # noqa: E402 - a section of its own module
+
 SECTIONS = {
     "overhead": section_overhead,
+    "modalities": section_modalities,
     "peers": section_peers,
     "memory": section_memory,
     "cache": section_cache,

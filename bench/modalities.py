@@ -1,0 +1,101 @@
+"""Bench section "modalities": extraction vs bare forward for the ViT-S (DINOv2) and the Whisper
+tiny.en encoder on CPU, the same items, batches and input preparation for both.
+
+Bare = pixels / log-mel features prepared as the adapter does, then `model(...)` under
+`torch.inference_mode()` with no hidden states kept; tool = `core.extract.extract_stats` with the
+modality adapter (every streaming accumulator, the shared sample, metadata).
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.common import log, median
+
+MODELS = (("dinov2-vits14", "images-crops"), ("whisper-tiny-en", "speech-human"))
+BATCH = 8
+SEED = 0
+
+
+def _bare(model, adapter, items, batches) -> float:
+    import numpy as np
+    import torch
+
+    from core.convert.whisper import log_mel
+    from core.modalities.adapters import _pixels
+
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            if adapter.modality == "image":
+                model(pixel_values=torch.as_tensor(_pixels([items.payload[i] for i in b])))
+            else:
+                feats = [log_mel(c.load()[int(s * 16000):int((s + 30) * 16000)]) for c, s in (items.payload[i] for i in b)]
+                model(input_features=torch.as_tensor(np.stack(feats)))
+    return time.perf_counter() - t0
+
+
+def _tool(model, adapter, items, sample: int) -> float:
+    from core.extract import extract_stats
+
+    t0 = time.perf_counter()
+    extract_stats(model, items, batch_size=BATCH, sample_size=sample, seed=SEED, adapter=adapter)
+    return time.perf_counter() - t0
+
+
+def section_modalities(ctx) -> dict:
+    from core.batching import plan_batches
+    from core.modalities.adapters import adapter_for
+    from core.modalities.run import build_items, load_payloads
+
+    sizes = ctx.sizes
+    out = {"goal": 0.90, "order": "alternating A B B A: bare, tool, tool, bare, ...", "models": []}
+    for ident, corpus in MODELS:
+        lm = ctx.model(ident)
+        adapter = adapter_for(lm.base)
+        modality = "image" if adapter.modality == "image" else "audio"
+        tokens = sizes.modal_image_tokens if modality == "image" else sizes.modal_audio_tokens
+        items = build_items(modality, load_payloads(modality, corpus, ctx.cache), adapter, lm.base, tokens, SEED)
+        batches = plan_batches(items, BATCH)
+        n = items.n_content_tokens
+        reps = sizes.modal_reps
+        log(f"modalities: {ident} on {corpus}, {n:,} analysed positions in {len(items.ids)} items, {reps} reps")
+        _bare(lm.base, adapter, items, batches[:1])  # warm-up, untimed
+        _tool(lm.base, adapter, items, 500)
+        bare_s, tool_s = [], []
+        for r in range(reps):
+            for which in (("bare", "tool") if r % 2 == 0 else ("tool", "bare")):
+                if which == "bare":
+                    bare_s.append(_bare(lm.base, adapter, items, batches))
+                else:
+                    tool_s.append(_tool(lm.base, adapter, items, 5000))
+                log(f"  rep {r + 1} {which}: {(bare_s if which == 'bare' else tool_s)[-1]:.2f} s")
+        ratio = median(bare_s) / median(tool_s)
+        pair = [b / t for b, t in zip(bare_s, tool_s)]
+        out["models"].append({"model": ident, "label": lm.info.get("label", ident), "corpus": corpus,
+                              "items": len(items.ids), "positions_fed": int(items.n_tokens_total),
+                              "positions_analysed": int(n), "batch_size": BATCH, "reps": reps,
+                              "bare_s": bare_s, "tool_s": tool_s, "bare_per_s": n / median(bare_s),
+                              "tool_per_s": n / median(tool_s), "ratio": ratio, "pair_ratio_min": min(pair),
+                              "pair_ratio_max": max(pair), "met": ratio >= 0.90})
+    return out
+
+
+def render_modalities(o: dict) -> str:
+    from bench.report import fi, fr, ftps, met, table
+
+    out = ["## Other modalities: extraction overhead for a vision and a speech Transformer", "",
+           "Same items (images-crops resized to 224x224: CLS + 256 patches each; speech-human clips in 30 s "
+           "windows of 1500 frames, frames past the end of a clip not analysed), same batches (8 items), same "
+           "input preparation (pixels / log-mel features), CPU, float32. Bare = `model(pixel_values | "
+           "input_features)` under `torch.inference_mode()`, no hidden states kept. Tool = "
+           "`core.extract.extract_stats` with the modality adapter (every streaming accumulator in float64, "
+           f"the shared 5000-position sample). Repetitions {o.get('order')}, after one untimed warm-up. Ratio = "
+           "median bare time / median tool time.", ""]
+    rows = [[m["label"], m["corpus"], f"{fi(m['positions_analysed'])} ({fi(m['positions_fed'])} fed)", m["items"],
+             m["reps"], ftps(m["bare_per_s"]), ftps(m["tool_per_s"]),
+             f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})", met(m["met"])]
+            for m in o.get("models", [])]
+    out.append(table(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s",
+                      "Ratio (range)", "Goal >= 0.90"], rows))
+    return "\n".join(out)
