@@ -16,7 +16,18 @@ import pandas as pd
 
 from .. import dimension as D
 from .. import figures as F
-from .common import View, _fmt_n, _layer_dtick, _manifest, _nan, as_results, model_label, run_name
+from .common import (
+    TOKEN_ID_WHY,
+    View,
+    _fmt_n,
+    _layer_dtick,
+    _manifest,
+    _nan,
+    as_results,
+    model_label,
+    not_applicable,
+    run_name,
+)
 
 
 def _n_tokens(results) -> int:
@@ -40,6 +51,8 @@ def frequency_correlation(results: dict, R: np.ndarray | None = None) -> View:
     band spans the stored random dims.
     """
     fr = as_results(results).frequency
+    if "not_applicable" in fr:  # images, audio: no token ids
+        return not_applicable("frequency_correlation", "Frequency correlation of outlier dims", [results], TOKEN_ID_WHY)
     dims = fr["outlier_dims"]
     L1 = len(fr["layers"])
     xs = list(range(L1))
@@ -86,6 +99,8 @@ def frequency_correlation(results: dict, R: np.ndarray | None = None) -> View:
 
 def frequency_r_table(results: dict, R: np.ndarray) -> View:
     """One row per outlier dim: its signed r over the layers in brief, and how often it beats the baseline."""
+    if "not_applicable" in as_results(results).frequency:  # images, audio: no token ids
+        return not_applicable("frequency_r_table", "Pearson r per outlier dimension", [results], TOKEN_ID_WHY)
     fr = as_results(results).frequency
     df = D.r_summary(R, fr["outlier_dims"], fr["random_dims"])
     df.insert(0, "model", model_label(results))
@@ -107,6 +122,8 @@ def dimension_tokens(results: dict, x_d: np.ndarray, table: pd.DataFrame, dim: i
 
 def dimension_scatter(results: dict, x_d: np.ndarray, table: pd.DataFrame, dim: int, layer: int) -> View:
     """|x_d| against log corpus frequency over the token sample at one layer."""
+    if "not_applicable" in as_results(results).frequency:  # images, audio: no token ids
+        return not_applicable("dimension_scatter", "Frequency vs |x_d|", [results], TOKEN_ID_WHY)
     f, a, r = D.frequency_scatter(x_d, table)
     t = table.iloc[: len(a)]
     hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>|x_{dim}| = {v:.3g} · corpus frequency {int(fq):,}"
@@ -125,6 +142,8 @@ def dimension_scatter(results: dict, x_d: np.ndarray, table: pd.DataFrame, dim: 
 
 def dimension_r(results: dict, R: np.ndarray, dim: int, outlier_dims: Sequence[int]) -> View:
     """Signed r per layer for one dim, its Fisher 95% interval, against the other dims' range."""
+    if "not_applicable" in as_results(results).frequency:  # images, audio: no token ids
+        return not_applicable("dimension_r", "Pearson r of one dimension by layer", [results], TOKEN_ID_WHY)
     n = _n_tokens(results)
     df = D.r_profile(R, dim, outlier_dims, n)
     xs = df["layer"].tolist()
