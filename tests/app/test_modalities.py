@@ -17,7 +17,7 @@ from core.selection import GODEY_PRESET, Selection
 pytestmark = pytest.mark.slow
 
 MODELS = ("minilm-l6", "untrained-vit-s14", "untrained-whisper-tiny")
-QUERY = {"tokens": "600", "sample": "300"}
+QUERY = {"tokens": "600", "sample": "300", "seeds": "1"}  # one seed per control: no band to compute
 PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
 
 
@@ -42,7 +42,7 @@ def app(cache_dir):
 
 @pytest.fixture(scope="module")
 def computed(cache_dir):
-    sel = Selection(models=MODELS, max_tokens=600, sample=300)
+    sel = Selection(models=MODELS, max_tokens=600, sample=300, control_seeds=1)
     out = {s.model: analyze(s, cache_dir) for s in sel.specs()}
     assert [s.corpus for s in sel.specs()] == ["wiki-en", "images-crops", "speech-human"]
     return out
