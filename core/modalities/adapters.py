@@ -17,9 +17,22 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InputError
 from .items import CNN_GRID, WHISPER_SECONDS
 
 IMAGE_SIZE = 224
+
+
+def hidden_states_of(out):
+    """The per-layer hidden states of a forward's output, or a clear error when it has none."""
+    hs = getattr(out, "hidden_states", None)
+    if hs is None and isinstance(out, dict):
+        hs = out.get("hidden_states")
+    if not hs:
+        raise InputError("The model returned no hidden states (asked with output_hidden_states=True): the "
+                         "workbench reads the output of every layer, so it needs a model whose forward returns "
+                         "`hidden_states` (transformers base models do; a custom head or an exported graph may not).")
+    return hs
 
 
 def _pixels(pictures) -> np.ndarray:
@@ -45,7 +58,7 @@ class TextAdapter:
         ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
         out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
                     output_hidden_states=True)
-        return out.hidden_states, ids_t
+        return hidden_states_of(out), ids_t
 
 
 class ViTAdapter:
@@ -66,7 +79,7 @@ class ViTAdapter:
 
         x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)
         out = model(pixel_values=x, output_hidden_states=True)
-        return out.hidden_states, None
+        return hidden_states_of(out), None
 
 
 class WhisperEncoderAdapter:
@@ -88,7 +101,7 @@ class WhisperEncoderAdapter:
             feats.append(log_mel(a[lo:lo + int(WHISPER_SECONDS * 16000)]))
         x = torch.as_tensor(np.stack(feats)).to(dev)
         out = model(input_features=x, output_hidden_states=True)
-        return out.hidden_states, None
+        return hidden_states_of(out), None
 
 
 class CNNAdapter:
@@ -111,7 +124,7 @@ class CNNAdapter:
 
         if isinstance(model, MobileNetV2):
             return model.stage_outputs(x)
-        return list(model(pixel_values=x, output_hidden_states=True).hidden_states)
+        return list(hidden_states_of(model(pixel_values=x, output_hidden_states=True)))
 
     def forward(self, model, items, b, dev, pad_id: int = 0):
         import torch
