@@ -398,7 +398,8 @@ def planted_gpt2(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, computed, planted_gpt2, tmp_path):
+def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, computed, planted_gpt2, tmp_path,
+                                                                        monkeypatch):
     """Run ablation queues a job; its result is shown, goes into results.json (CLI), the report
     zip and the URL (`ablate=1`), and a fresh session opened on that URL shows it again."""
     import io
@@ -411,7 +412,9 @@ def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, co
     from core.report import build_report
 
     q = {"tokens": "800", "sample": "200", "seqlen": "64"}
-    at = app(models=(str(planted_gpt2),), page="pages/outliers.py", **q)
+    monkeypatch.setenv("ANISO_DATA_DIR", str(planted_gpt2.parent))  # the URL names folders in the data dir
+    model = f"data:{planted_gpt2.name}"
+    at = app(models=(model,), page="pages/outliers.py", **q)
     run_clicked(at)
     no_exception(at)
     at.button(key="ablate").click().run()
@@ -430,7 +433,7 @@ def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, co
     qp = {k: (v if isinstance(v, str) else v[-1]) for k, v in at.query_params.items()}
     assert qp.get("ablate") == "1"
     # A fresh session on the shared URL: the ablation is there, nothing recomputed.
-    again = app(models=(str(planted_gpt2),), page="pages/outliers.py", ablate="1", **q)
+    again = app(models=(model,), page="pages/outliers.py", ablate="1", **q)
     no_exception(again)
     assert by_title(again, "zeroed in every norm")
     sel = Selection(models=(str(planted_gpt2),), max_tokens=800, sample=200, max_seq_len=64)
