@@ -81,22 +81,28 @@ def _panel_body(polling: bool) -> None:
         st.rerun(scope="app")
 
 
+def _last_end() -> float:
+    """When the last training/series job ended: a listing older than that is stale."""
+    return max((j.finished or 0.0 for j in jobs.list_jobs(kinds=KINDS) if not j.active), default=0.0)
+
+
 def runs_on_disk() -> list[str]:
-    """The trained runs of the current cache directory (cached a few seconds, keyed on the folder)."""
-    return _runs_in(str(trained.trained_dir()))
+    """The trained runs of the current cache directory (cached a few seconds, keyed on the folder
+    and on the end of the last training job, so a finished training shows in every session)."""
+    return _runs_in(str(trained.trained_dir()), _last_end())
 
 
 def record(run: str) -> dict:
-    return _record_in(str(trained.trained_dir()), run)
+    return _record_in(str(trained.trained_dir()), run, _last_end())
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def _runs_in(folder: str) -> list[str]:
+def _runs_in(folder: str, stamp: float) -> list[str]:
     return trained.list_runs()
 
 
 @st.cache_data(ttl=5, show_spinner=False)
-def _record_in(folder: str, run: str) -> dict:
+def _record_in(folder: str, run: str, stamp: float) -> dict:
     return trained.read_run(run)
 
 
