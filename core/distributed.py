@@ -226,6 +226,22 @@ def torchrun_command(spec, nproc: int, out: str, cache_dir: str | None = None, q
     return cmd
 
 
+NPROC_ENV = "ANISO_TORCHRUN_NPROC"  # deployment setting: run each analysis job under torchrun with this many processes
+
+
+def torchrun_nproc() -> int:
+    """The setting ANISO_TORCHRUN_NPROC: processes of each analysis job of the queue (0 or unset: one
+    process, no torchrun)."""
+    raw = os.environ.get(NPROC_ENV, "").strip()
+    try:
+        n = int(raw or 0)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise InputError(f"{NPROC_ENV} must be a number of processes (e.g. the number of GPUs), got {raw!r}.")
+    return n
+
+
 def default_nproc(spec) -> int:
     """Processes of a local torchrun job: one per GPU on CUDA, 2 on the CPU."""
     if spec.resolved_device() == "cuda":

@@ -541,8 +541,14 @@ def job_analyze_key(params: dict) -> str:
 
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
+    from .distributed import job_torchrun, torchrun_nproc
+
+    spec = RunSpec.from_dict(params["spec"])
+    nproc = torchrun_nproc()  # the setting ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of this many processes
+    if nproc > 1 and not is_cached(spec):
+        job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
     progress(stage="load", message="reading the corpus")  # until the pipeline reports the model load
-    res = analyze(RunSpec.from_dict(params["spec"]), progress=progress, cancel=cancel)
+    res = analyze(spec, progress=progress, cancel=cancel)
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
             "cache_hit": bool(m.get("cache_hit"))}

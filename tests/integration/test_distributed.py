@@ -14,9 +14,9 @@ from foundation_helpers import ROOT, cli_env, make_documents, write_txt
 
 from core.cache import CacheStore
 from core.distributed import job_torchrun, torchrun_command
-from core.errors import Cancelled
+from core.errors import Cancelled, InputError
 from core.extract import MAX_KEYS, SUM_KEYS
-from core.pipeline import analyze, run_key
+from core.pipeline import analyze, job_analyze, run_key
 from core.spec import RunSpec
 
 pytestmark = pytest.mark.slow
@@ -139,8 +139,8 @@ def test_a_failing_rank_fails_the_run_and_nothing_is_cached(tiny_bert_dir, corpu
     assert CacheStore(tmp_path / "cache").keys() == []
 
 
-def test_the_torchrun_job_kind_runs_and_cancels(tiny_bert_dir, corpus, tmp_path, monkeypatch):
-    """core.jobs' "analyze-torchrun" kind: the same entry as the 1-process run; a cancel stores nothing."""
+def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypatch):
+    """core.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" jobs torchrun jobs."""
     for k, v in _env().items():
         monkeypatch.setenv(k, v)
     spec = _spec(tiny_bert_dir, corpus, 64)
@@ -148,9 +148,14 @@ def test_the_torchrun_job_kind_runs_and_cancels(tiny_bert_dir, corpus, tmp_path,
     with pytest.raises(Cancelled):
         job_torchrun({"spec": spec.to_dict(), "nproc": 2, "cache_dir": str(tmp_path / "c1")}, seen.append, lambda: True)
     assert CacheStore(tmp_path / "c1").keys() == []
-    got = job_torchrun({"spec": spec.to_dict(), "nproc": 2, "cache_dir": str(tmp_path / "c2")}, seen.append,
-                       lambda: False)
-    assert got["world_size"] == 2 and got["cache_key"] == run_key(spec, tmp_path / "c2")
-    res = analyze(spec, cache_dir=tmp_path / "c2")  # read back from the job's cache entry
-    assert res["manifest"]["cache_hit"] and res["manifest"]["distributed"]["world_size"] == 2
     assert seen[0].message == "torchrun: 2 processes"
+    # The queue's "analyze" job under the setting ANISO_TORCHRUN_NPROC runs as a torchrun job.
+    monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "2")
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "c2"))
+    got = job_analyze({"spec": spec.to_dict()}, lambda *a, **k: None, lambda: False)
+    assert got["cache_key"] == run_key(spec, tmp_path / "c2") and got["cache_hit"]  # rank 0 stored it
+    res = analyze(spec, cache_dir=tmp_path / "c2")
+    assert res["manifest"]["cache_hit"] and res["manifest"]["distributed"]["world_size"] == 2
+    monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "two")
+    with pytest.raises(InputError, match="ANISO_TORCHRUN_NPROC must be a number of processes"):
+        job_analyze({"spec": spec.to_dict()}, lambda *a, **k: None, lambda: False)
