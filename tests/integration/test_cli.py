@@ -25,8 +25,8 @@ def _strict_json(text):
     return json.loads(text, parse_constant=no_constants)
 
 
-def test_models_lists_every_registry_entry():
-    r = run_cli("models")
+def test_models_lists_every_registry_entry(tmp_path):
+    r = run_cli("models", ANISO_CACHE_DIR=str(tmp_path))  # a fresh cache: no checkpoints trained by other tests
     assert r.returncode == 0, r.stderr
     listed = [line.split()[0] for line in r.stdout.splitlines() if line and not line.startswith(("(", "#"))]
     by_modality = [k for m in ("text", "image", "audio") for k, e in BUILTIN_MODELS.items() if e.modality == m]
