@@ -453,6 +453,9 @@ def cmd_series(a) -> int:
         print("- " + line, file=sys.stderr)
     print(f"{len(ser['steps'])} checkpoints of {a.run} analysed ({time.perf_counter() - t0:.1f} s) -> {a.out}",
           file=sys.stderr)
+    return 0
+
+
 def cmd_worker(a) -> int:
     from . import jobs
 

@@ -527,8 +527,8 @@ def worker_pid(cache_dir=None) -> int | None:
     """The pid of the worker serving this cache directory, or None when none runs."""
     path = _worker_lock_path(cache_dir)
     with open(path, "a+") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        try:  # a shared probe: two probes never block each other, the worker's exclusive lock blocks them
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             f.seek(0)
             try:
@@ -605,8 +605,18 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     os.environ["ANISO_CACHE_DIR"] = str(root)  # job kinds and the pipeline use this cache
     path = _worker_lock_path(root)
     f = open(path, "a+")
-    try:
-        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    try:  # a probe (worker_pid) may hold a shared lock for an instant: retry briefly before giving up
+        for _ in range(100):
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                f.seek(0)
+                if f.read().strip():  # a worker wrote its pid: it holds the lock for good
+                    raise
+                time.sleep(0.05)
+        else:
+            raise BlockingIOError
     except BlockingIOError:
         f.seek(0)
         print(f"a worker already serves {root} (pid {f.read().strip() or '?'})", file=sys.stderr)

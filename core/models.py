@@ -12,6 +12,7 @@ import hashlib
 import importlib.metadata as md
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -524,13 +525,25 @@ def _dequantize_smollm2(out: Path) -> Path:
     return out
 
 
+_LOAD_LOCK = threading.Lock()
+
+
 def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_dir: Path | None = None,
                trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
     """Load a model by identifier (built-in, local folder or hub id). The only loader in the project.
 
     device_map="auto": the model is spread over the GPUs of this node (accelerate; all on the CPU
     where there is none) instead of being moved to `device`.
+
+    One load at a time per process: transformers builds models under process-wide patches (the
+    meta-device init), so two threads of one worker loading at once got meta tensors.
     """
+    with _LOAD_LOCK:
+        return _load_model(ident, device, dtype, cache_dir, trust_remote_code, device_map)
+
+
+def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, trust_remote_code: bool,
+                device_map: str | None) -> LoadedModel:
     import torch
     import transformers as tf
 
