@@ -52,6 +52,7 @@ SUM_KEYS = ("n_q", "sum_entropy", "n_entropy", "sum_first", "sum_special", "sum_
             "link_n", "link_a", "link_a2", "link_s", "link_s2", "link_as",
             "qk_n", "sum_q", "sum_qnorm", "sum_qu", "sum_k", "sum_knorm", "sum_ku",
             "pairs", "pair_q", "pair_k", "pair_qk")
+MAX_KEYS: tuple[str, ...] = ()  # maxima (merge by max); a torchrun run reduces every key by one of the two rules
 
 
 # ----------------------------------------------------------------------------- architecture
@@ -334,11 +335,16 @@ def pick_dims(outlier_dims: list[int], d: int, n_random: int = CONFIG.attention_
 def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_policy: str = "exclude",
                       batch_size: int = 16, device: str = "cpu", dtype: str = "float32", pad_id: int = 0,
                       progress: Callable[[Progress], None] | None = None,
-                      cancel: Callable[[], bool] | None = None) -> tuple[dict, dict, Arch]:
+                      cancel: Callable[[], bool] | None = None,
+                      shard: Callable[[list[np.ndarray], np.ndarray], list[np.ndarray]] | None = None,
+                      reduce: Callable[[dict], None] | None = None) -> tuple[dict, dict, Arch]:
     """Run `model` (a transformers base model) over `windows` with the statistics' hooks.
 
     Returns (sums as numpy arrays, timing, arch). The model's attention implementation is
     switched to eager for the call and restored afterwards.
+    `shard(batches, window_lengths)` -> the batches this process runs, and `reduce(sums)`, which
+    adds up (in place, on the device) the sums of every process: the torchrun path
+    (`core.distributed`). Every statistic is per window, so any split of the batches is exact.
     """
     import torch
 
@@ -350,6 +356,9 @@ def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_
     N = int(sum(int(m.sum()) for m in analysed))
     acc = AttentionAccumulator(arch, dims, dev, head_dim=_head_dim(model, arch))
     batches = plan_batches(windows, batch_size)
+    if shard is not None:  # this process's share; each batch's forward is the single process's
+        batches = shard(batches, np.asarray([len(w) for w in windows.ids]))
+        N = int(sum(int(analysed[i].sum()) for b in batches for i in b))
     use_autocast = dev.type == "cuda" and tdt != torch.float32
     t0, done = time.perf_counter(), 0
     progress(Progress("attention", 0, N, message=f"{len(batches)} batches"))
@@ -380,6 +389,11 @@ def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_
             rate = done / el if el > 0 else 0.0
             progress(Progress("attention", done, N, rate, (N - done) / rate if rate else float("nan"),
                               f"batch {bi + 1}/{len(batches)}"))
+    if reduce is not None:  # every process's sums into each (the torchrun path)
+        unknown = sorted(set(acc.acc) - set(SUM_KEYS) - set(MAX_KEYS))
+        if unknown:
+            raise RuntimeError(f"attention accumulators {unknown} are in neither SUM_KEYS nor MAX_KEYS")
+        reduce(acc.acc)
     el = time.perf_counter() - t0
     return acc.numpy(), {"forward_s": el, "tokens_per_s": N / el if el > 0 else 0.0}, arch
 
@@ -506,17 +520,18 @@ def is_cached(spec, cache_dir=None) -> bool:
 
 def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
                   cancel: Callable[[], bool] | None = None, force: bool = False,
-                  n_random: int = CONFIG.attention_random_dims) -> dict:
+                  n_random: int = CONFIG.attention_random_dims, group=None) -> dict | None:
     """The `attention` section of results.json for `spec`, cached apart from the run's results
-    (which are computed first if needed: the outlier dims come from them)."""
-    from pathlib import Path
+    (which are computed first if needed: the outlier dims come from them).
 
-    from .analysis import json_safe
-    from .corpora import load_documents, tokenize_budget
-    from .errors import InputError
-    from .models import load_model
-    from .pipeline import _effective_seq_len, analyze, get_store
+    With a `core.distributed.Group` (torchrun), every rank runs its share of the batches, the sums
+    are added up across ranks, and rank 0 alone reads and writes the cache and returns the section
+    (the other ranks return None).
+    """
+    from .pipeline import analyze, get_store
 
+    if group is not None:
+        return _run_attention_group(spec, cache_dir, progress, cancel, force, n_random, group)
     res = analyze(spec, cache_dir, progress, cancel)
     store = get_store(cache_dir)
     key = attention_key(res, n_random)
@@ -527,39 +542,83 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
         got = None if force else store.get_json(key)
         if got is not None:
             return {**got, "cache_hit": True}
-        import torch
-
-        m = res["manifest"]
-        device, dtype = m["device"], m["dtype"]
-        docs = load_documents(spec.corpus, spec.text_column)
-        if progress:
-            progress(Progress("load", 0, 1, message=f"loading {spec.model} for attention statistics"))
-        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                        trust_remote_code=spec.trust_remote_code)
-        windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
-                                  spec.corpus)
-        d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
-        outl, rand = pick_dims(link_dims(res), d, n_random, spec.seed)
-        try:
-            sums, timing, arch = extract_attention(
-                lm.base, windows, outl + rand, special_policy=spec.special_tokens, batch_size=spec.batch_size,
-                device=device, dtype=dtype, pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress,
-                cancel=cancel)
-        except ValueError as e:
-            raise InputError(f"Attention statistics are not available for {m['model']['label']}: {e}") from None
-        except torch.OutOfMemoryError:
-            raise InputError(f"Out of memory on {device} computing attention with batch size {spec.batch_size}: "
-                             f"lower it (attention probabilities take B x heads x T x T per layer).") from None
-        info = {"n_blocks": len(arch.layers), "n_heads": arch.n_heads, "n_kv_heads": arch.n_kv_heads,
-                "head_dim": int(sums["sum_q"].shape[-1]), "causal": bool(arch.layers[0].causal),
-                "projections": "query/key projection outputs before any rotary position embedding",
-                "blocks": "block l reads hidden_states[l-1] (layer 0 = embeddings) and writes hidden_states[l]",
-                "link_hidden_state": "hidden_states[l-1], the residual stream block l reads",
-                "run_key": m["cache_key"], **cache_identity("attention"), "timing": timing,
-                "special_tokens": spec.special_tokens, "n_windows": len(windows.ids)}
-        got = json_safe(finish(sums, info, outl, rand))
+        got = _attention_section(spec, res["manifest"], link_dims(res), cache_dir, progress, cancel, n_random)
         store.put(key, got)
     return {**got, "cache_hit": False}
+
+
+def _run_attention_group(spec, cache_dir, progress, cancel, force: bool, n_random: int, group) -> dict | None:
+    import contextlib
+
+    from .pipeline import analyze, get_store
+
+    res = analyze(spec, cache_dir, progress, cancel, group=group)  # rank 0: the results; others None
+
+    def look() -> dict:  # rank 0: what every rank needs to know (the run's manifest and dims, or a cache hit)
+        key = attention_key(res, n_random)
+        return {"key": key, "hit": not force and key in get_store(cache_dir), "manifest": res["manifest"],
+                "dims": link_dims(res)}
+
+    seen = group.share(look)
+    if seen["hit"]:
+        return run_attention(spec, cache_dir, progress, cancel, n_random=n_random) if group.is_main else None
+    import functools
+
+    reduce = functools.partial(group.reduce, max_keys=MAX_KEYS)
+    with contextlib.ExitStack() as stack:
+        if group.is_main:
+            store = get_store(cache_dir)
+            stack.enter_context(store.lock(seen["key"]))
+        got = group.run(lambda: _attention_section(spec, seen["manifest"], seen["dims"], cache_dir, progress, cancel,
+                                                   n_random, device=group.device, shard=group.shard, reduce=reduce))
+        if not group.is_main:
+            return None
+        got["distributed"] = {"world_size": group.world, "backend": group.backend}
+        store.put(seen["key"], got)
+    return {**got, "cache_hit": False}
+
+
+def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, cancel, n_random: int,
+                       device: str | None = None, shard=None, reduce=None) -> dict:
+    """Compute the attention section of the run whose manifest is `m` (outlier dims `dims`)."""
+    from pathlib import Path
+
+    import torch
+
+    from .analysis import json_safe
+    from .corpora import load_documents, tokenize_budget
+    from .errors import InputError
+    from .models import load_model
+    from .pipeline import _effective_seq_len
+
+    device, dtype = device or m["device"], m["dtype"]
+    docs = load_documents(spec.corpus, spec.text_column)
+    if progress:
+        progress(Progress("load", 0, 1, message=f"loading {spec.model} for attention statistics"))
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                    trust_remote_code=spec.trust_remote_code)
+    windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
+                              spec.corpus)
+    d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
+    outl, rand = pick_dims(dims, d, n_random, spec.seed)
+    try:
+        sums, timing, arch = extract_attention(
+            lm.base, windows, outl + rand, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+            device=device, dtype=dtype, pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress,
+            cancel=cancel, shard=shard, reduce=reduce)
+    except ValueError as e:
+        raise InputError(f"Attention statistics are not available for {m['model']['label']}: {e}") from None
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} computing attention with batch size {spec.batch_size}: "
+                         f"lower it (attention probabilities take B x heads x T x T per layer).") from None
+    info = {"n_blocks": len(arch.layers), "n_heads": arch.n_heads, "n_kv_heads": arch.n_kv_heads,
+            "head_dim": int(sums["sum_q"].shape[-1]), "causal": bool(arch.layers[0].causal),
+            "projections": "query/key projection outputs before any rotary position embedding",
+            "blocks": "block l reads hidden_states[l-1] (layer 0 = embeddings) and writes hidden_states[l]",
+            "link_hidden_state": "hidden_states[l-1], the residual stream block l reads",
+            "run_key": m["cache_key"], **cache_identity("attention"), "timing": timing,
+            "special_tokens": spec.special_tokens, "n_windows": len(windows.ids)}
+    return json_safe(finish(sums, info, outl, rand))
 
 
 # ----------------------------------------------------------------------------- one document's maps

@@ -18,6 +18,7 @@ Errors print one clear line and exit non-zero, without a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -251,18 +252,26 @@ def _group(spec):
     return group_from_env(spec)
 
 
-def _analyze(a, spec):
+@contextlib.contextmanager
+def _ranks(spec):
+    """The torchrun job this process is a rank of, for the duration (None for a plain run)."""
+    group = _group(spec)
+    try:
+        yield group
+    finally:
+        if group is not None:
+            group.close()
+
+
+def _quiet(a, group) -> bool:
+    return a.quiet or (group is not None and not group.is_main)  # rank 0 alone shows progress
+
+
+def _analyze(a, spec, group=None):
     """analyze() alone or as one rank of a torchrun job (None on ranks other than 0)."""
     from .pipeline import analyze
 
-    group = _group(spec)
-    if group is None:
-        return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
-    try:
-        return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet or not group.is_main), force=a.force,
-                       group=group)
-    finally:
-        group.close()
+    return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force, group=group)
 
 
 def _validate(a) -> RunSpec:
@@ -290,7 +299,13 @@ def cmd_analyze(a) -> int:
     t0 = time.perf_counter()
     if world_size_from_env() <= 1:
         _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
-    res = _analyze(a, spec)
+    with _ranks(spec) as group:
+        res = _analyze(a, spec, group)
+        if a.attention:  # under torchrun the ranks share the attention statistics' batches too
+            from .attention import run_attention
+
+            att = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
+                                group=group)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
         return 0
     from .pipeline import cached_ablation
@@ -299,9 +314,7 @@ def cmd_analyze(a) -> int:
     if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
         res["ablation"] = ab
     if a.attention:
-        from .attention import run_attention
-
-        res["attention"] = run_attention(_spec(a), cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+        res["attention"] = att
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -318,7 +331,8 @@ def cmd_outliers(a) -> int:
     spec = _validate(a)
     if world_size_from_env() <= 1:
         _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
-    res = _analyze(a, spec)
+    with _ranks(spec) as group:
+        res = _analyze(a, spec, group)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes (and runs the ablation)
         return 0
     out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
@@ -442,9 +456,12 @@ def cmd_series(a) -> int:
 
     t0 = time.perf_counter()
     a.run = a.run.removeprefix("trained/").split("@")[0]
-    ser = analyze_series(a.run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), corpus=a.corpus,
-                         text_column=a.text_column, max_tokens=a.max_tokens, sample=a.sample, seed=a.seed,
-                         batch_size=a.batch_size, device=a.device, dtype=a.dtype)
+    with _ranks(RunSpec(device=a.device, dtype=a.dtype)) as group:  # under torchrun: each checkpoint shared
+        ser = analyze_series(a.run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), corpus=a.corpus,
+                             text_column=a.text_column, max_tokens=a.max_tokens, sample=a.sample, seed=a.seed,
+                             batch_size=a.batch_size, device=a.device, dtype=a.dtype, group=group)
+    if ser is None:  # a rank other than 0 of a torchrun job: rank 0 writes
+        return 0
     _Bar.end_line()
     summ = summary(ser)
     _write(a.out, {"run": ser["run"], "steps": ser["steps"], "record": ser["record"], "summary": summ,
@@ -503,8 +520,13 @@ def cmd_attention(a) -> int:
     from .pipeline import analyze
 
     spec = _spec(a)
-    res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet))
-    sec = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    _check_out(a.out)
+    with _ranks(spec) as group:  # under torchrun: every rank runs its share of the batches, rank 0 writes
+        res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), group=group)
+        sec = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
+                            group=group)
+    if res is None:
+        return 0
     _write(a.out, {"manifest": res["manifest"], "attention": sec})
     _Bar.end_line()
     hit = "cache hit" if sec.get("cache_hit") else "computed"
@@ -594,7 +616,9 @@ def build_parser() -> argparse.ArgumentParser:
     tr.set_defaults(fn=cmd_train)
 
     se = sub.add_parser("series", help="analyse every checkpoint of a trained run (cached per checkpoint)")
-    se.add_argument("--run", required=True, help="a trained run (see `models`: trained/<run>@step-N)")
+    se.add_argument("--run", "--training", dest="run", required=True,
+                    help="a trained run (see `models`: trained/<run>@step-N); under torchrun write --training "
+                         "(torchrun takes --run for an abbreviation of its own --run-path)")
     se.add_argument("--corpus", default=None, help="analysis corpus (default: the run's training corpus)")
     se.add_argument("--text-column", default=None)
     se.add_argument("--max-tokens", type=int, default=SERIES_MAX_TOKENS)

@@ -128,22 +128,39 @@ class Group:
     def shard(self, batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
         return shard_batches(batches, lengths, self.world, self.rank)
 
-    def reduce(self, tensors: dict) -> None:
-        """All-reduce the accumulators in place: MAX for `extract.MAX_KEYS`, SUM for every other
-        key (sums, and the sample whose rows come from one rank each). Starts with `agree()`."""
+    def reduce(self, tensors: dict, max_keys: tuple[str, ...] | None = None) -> None:
+        """All-reduce the accumulators in place: MAX for `max_keys` (default `extract.MAX_KEYS`), SUM
+        for every other key (sums, and the sample whose rows come from one rank each). Starts with
+        `agree()`."""
         import torch.distributed as dist
 
-        from .extract import MAX_KEYS
+        if max_keys is None:
+            from .extract import MAX_KEYS as max_keys
 
         self.agree(None)
         for k in sorted(tensors):  # the same order on every rank
-            op = dist.ReduceOp.MAX if k in MAX_KEYS else dist.ReduceOp.SUM
+            op = dist.ReduceOp.MAX if k in max_keys else dist.ReduceOp.SUM
             dist.all_reduce(tensors[k], op=op)
 
     def close(self) -> None:
+        """Leave the job: every rank waits here for the others (rank 0 writes after the last
+        reduction), then the process group is destroyed.
+
+        The barrier keeps a rank from exiting while another still works. Without it, rank 1 (done
+        right after the last reduction) once died with SIGABRT, "terminate called without an active
+        exception", in a whole-suite run on a loaded machine, as rank 0 finished writing. The likely
+        cause: gloo's worker threads release the tensors of a finished collective (Python-owned, so
+        the GIL is needed) a moment after the caller has woken up; a thread that does so while the
+        interpreter is finalizing is ended mid-unwind. After the barrier the last collective of
+        every rank holds no Python tensor, and every rank leaves only once rank 0 is done.
+        """
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if not dist.is_initialized():
+            return
+        try:
+            dist.barrier()
+        finally:
             dist.destroy_process_group()
 
 
@@ -209,14 +226,18 @@ def spec_args(spec) -> list[str]:
     return out
 
 
+def torchrun_prefix(nproc: int) -> list[str]:
+    """argv up to the command of a one-node torchrun job of `python -m core` with `nproc` processes."""
+    if nproc < 1:
+        raise InputError(f"the number of processes must be at least 1, got {nproc}")
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "-m", "core"]
+
+
 def torchrun_command(spec, nproc: int, out: str, cache_dir: str | None = None, quiet: bool = True,
                      force: bool = False) -> list[str]:
     """argv of a one-node torchrun job of `analyze` for `spec` with `nproc` processes (the job
     queue and the tests launch this; a cluster uses its own torchrun line, see README)."""
-    if nproc < 1:
-        raise InputError(f"the number of processes must be at least 1, got {nproc}")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-           "-m", "core", "analyze", *spec_args(spec), "--out", str(out)]
+    cmd = torchrun_prefix(nproc) + ["analyze", *spec_args(spec), "--out", str(out)]
     if cache_dir:
         cmd += ["--cache-dir", str(cache_dir)]
     if quiet:
@@ -224,22 +245,6 @@ def torchrun_command(spec, nproc: int, out: str, cache_dir: str | None = None, q
     if force:
         cmd.append("--force")
     return cmd
-
-
-NPROC_ENV = "ANISO_TORCHRUN_NPROC"  # deployment setting: run each analysis job under torchrun with this many processes
-
-
-def torchrun_nproc() -> int:
-    """The setting ANISO_TORCHRUN_NPROC: processes of each analysis job of the queue (0 or unset: one
-    process, no torchrun)."""
-    raw = os.environ.get(NPROC_ENV, "").strip()
-    try:
-        n = int(raw or 0)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise InputError(f"{NPROC_ENV} must be a number of processes (e.g. the number of GPUs), got {raw!r}.")
-    return n
 
 
 def default_nproc(spec) -> int:

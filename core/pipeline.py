@@ -132,7 +132,7 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
     read and tokenized once for all of them (same tokenizer, same windows), only forwards repeat.
     """
     if group is not None:
-        return _get_stats_group(spec, cache_dir, progress, cancel, force, group)
+        return _get_stats_group(spec, cache_dir, progress, cancel, force, group, memo)
     store = get_store(cache_dir)
     key, parts = _spec_key(spec, cache_dir)
     n_events = len(store.events)
@@ -151,7 +151,8 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
 
-def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, group) -> RunStats | None:
+def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, group,
+                     memo: dict | None = None) -> RunStats | None:
     key, parts = _spec_key(spec, cache_dir)  # on every rank: a bad spec fails everywhere alike
     if group.share(lambda: not force and key in get_store(cache_dir)):
         return get_stats(spec, cache_dir, progress, cancel) if group.is_main else None
@@ -160,7 +161,7 @@ def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, gr
             store = get_store(cache_dir)
             n_events = len(store.events)
             stack.enter_context(store.lock(key))
-        manifest, meta, arrays = group.run(lambda: _compute(spec, parts, cache_dir, progress, cancel, group))
+        manifest, meta, arrays = group.run(lambda: _compute(spec, parts, cache_dir, progress, cancel, group, memo))
         if not group.is_main:
             return None
         store.put(key, {"manifest": manifest, "meta": meta}, arrays)
@@ -388,7 +389,7 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     if group is not None:
         stale = group.share(lambda: force or key not in get_store(cache_dir))
         if stale:
-            stats = get_stats(spec, cache_dir, progress, cancel, force, group=group)
+            stats = get_stats(spec, cache_dir, progress, cancel, force, group=group, memo=memo)
         if not group.is_main:
             return None
         if not stale:
@@ -541,10 +542,11 @@ def job_analyze_key(params: dict) -> str:
 
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
-    from .distributed import job_torchrun, torchrun_nproc
+    from . import settings
+    from .distributed import job_torchrun
 
     spec = RunSpec.from_dict(params["spec"])
-    nproc = torchrun_nproc()  # the setting ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of this many processes
+    nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of K processes
     if nproc > 1 and not is_cached(spec):
         job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
     progress(stage="load", message="reading the corpus")  # until the pipeline reports the model load

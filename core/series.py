@@ -39,15 +39,22 @@ def series_specs(run: str, corpus: str | None = None, text_column: str | None = 
 
 
 def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-                   cancel: Callable[[], bool] | None = None, **kw) -> dict:
-    """Results of every checkpoint of `run` (each cached under its own spec), in step order."""
+                   cancel: Callable[[], bool] | None = None, group=None, **kw) -> dict | None:
+    """Results of every checkpoint of `run` (each cached under its own spec), in step order.
+
+    With a `core.distributed.Group` (torchrun), each checkpoint is analysed by all ranks together
+    as `pipeline.analyze` does it (batches shared, sums reduced, rank 0 stores); rank 0 returns the
+    series and the other ranks None.
+    """
     specs = series_specs(run, cache_dir=cache_dir, **kw)
     memo: dict = {}  # the corpus and its token windows, shared by every checkpoint
     out = []
     for i, (step, spec) in enumerate(specs):
         if progress:
             progress(Progress("series", i, len(specs), message=f"checkpoint {i + 1}/{len(specs)} (step {step})"))
-        out.append(pipeline.analyze(spec, cache_dir, progress, cancel, memo=memo))
+        out.append(pipeline.analyze(spec, cache_dir, progress, cancel, memo=memo, group=group))
+    if group is not None and not group.is_main:
+        return None
     if progress:
         progress(Progress("series", len(specs), len(specs), message="series analysed"))
     return {"run": run, "record": trained.read_run(run, cache_dir), "steps": [s for s, _ in specs],

@@ -17,6 +17,9 @@ ANISO_MAX_UPLOAD_MB            200        largest upload accepted (refused befor
 ANISO_CACHE_SIZE_GB            20         disk cache size; least recently stored entries go first
 ANISO_HUB_TIMEOUT_S            2          how long to wait for the model hub before calling it
                                           unreachable
+ANISO_TORCHRUN_NPROC           0          K > 1: the job queue runs each extraction as a local
+                                          torchrun job of K processes (e.g. one per GPU);
+                                          0 or 1: in the worker's own process
 =============================  =========  =====================================================
 
 Settings are read at call time (`current()`), so a test or a server restart sees a change.
@@ -59,6 +62,19 @@ def _number(name: str, default: float, lo: float) -> float:
     return v
 
 
+def _count(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    try:
+        v = int(raw)
+    except ValueError:
+        v = -1
+    if v < 0:
+        raise InputError(f"{name} must be a whole number of processes (0: no torchrun), got {raw!r}.")
+    return v
+
+
 @dataclass(frozen=True)
 class Settings:
     data_dir: Path | None = None
@@ -68,6 +84,7 @@ class Settings:
     max_upload_bytes: int = 200 * 2**20
     cache_size_bytes: int = 20 * 2**30
     hub_timeout_s: float = 2.0
+    torchrun_nproc: int = 0
 
     @property
     def max_upload_mb(self) -> int:
@@ -87,4 +104,5 @@ def current() -> Settings:
         max_upload_bytes=int(_number("ANISO_MAX_UPLOAD_MB", 200, 1) * 2**20),
         cache_size_bytes=int(_number("ANISO_CACHE_SIZE_GB", 20, 0.001) * 2**30),
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
+        torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),
     )
