@@ -148,17 +148,79 @@ def eager_attention(model) -> Iterator[None]:
 # ----------------------------------------------------------------------------- accumulation
 @dataclass
 class _Batch:
-    """Per-batch masks shared by the hooks (B, T)."""
+    """Per-batch masks shared by the hooks (B, T), and the weights derived from them once per batch
+    (not once per layer): `weights(causal)`."""
 
     real: object
     analysed: object
     special: object
     n_real: object  # (B,) float64
     stash: dict = field(default_factory=dict)
+    _derived: dict = field(default_factory=dict)
+
+    def weights(self, causal: bool) -> dict:
+        """Float64 (B, T) weights of the reductions (zeros where a position does not count):
+        `an` analysed queries, `ent` analysed queries with >= 2 visible keys divided by
+        log(n_visible), `see` 1 / (number of real queries that see key t) on real keys; float32
+        `real` (B, T) and `first_special` (B, T, 2: position 0, special tokens) for the matrix
+        products with the probabilities; `sp0` (B,) whether position 0 is special; `n_an`, `n_ent`
+        counts. Per analysed position in (window, position) order (N,): `win` its window, `start`
+        the index of its window's first analysed position, `rank` its 1-based rank among its
+        window's analysed positions, `rank_rev` = n - rank + 1, `n_an_row` n (the window's
+        number of analysed positions)."""
+        got = self._derived.get(causal)
+        if got is not None:
+            return got
+        import torch
+
+        B, T = self.real.shape
+        pos = torch.arange(T, device=self.real.device, dtype=torch.float64)
+        n_vis = (pos + 1).expand(B, T) if causal else self.n_real[:, None].expand(B, T)
+        n_see = (self.n_real[:, None] - pos[None, :]) if causal else self.n_real[:, None].expand(B, T)
+        ent_ok = self.analysed & (n_vis >= 2)
+        got = {
+            "an": self.analysed.to(torch.float64),
+            "ent": ent_ok.to(torch.float64) / torch.log(n_vis.clamp_min(2)),
+            "see": self.real.to(torch.float64) / n_see.clamp_min(1),
+            "real": self.real.to(torch.float32),
+            "first_special": torch.stack([torch.nn.functional.one_hot(torch.zeros(B, dtype=torch.long, device=pos.device),
+                                                                      T).to(torch.float32),
+                                          self.special.to(torch.float32)], -1),
+            "sp0": self.special[:, 0].to(torch.float64),
+            "n_an": self.analysed.sum(), "n_ent": ent_ok.sum(),
+        }
+        n_row = self.analysed.sum(1)  # (B,)
+        win = torch.repeat_interleave(torch.arange(B, device=pos.device), n_row)
+        first_row = torch.cumsum(n_row, 0) - n_row  # index of each window's first analysed position
+        rank = torch.cumsum(self.analysed.to(torch.float64), 1)[self.analysed]
+        got.update(win=win, start=first_row[win], rank=rank, rank_rev=n_row[win].to(torch.float64) - rank + 1,
+                   n_an_row=n_row[win].to(torch.float64))
+        self._derived[causal] = got
+        return got
 
 
 class AttentionAccumulator:
-    """Float64 sums of one run's attention statistics, updated by hooks during the forward."""
+    """Float64 sums of one run's attention statistics, updated by hooks during the forward.
+
+    The fields (`acc`, all sums over tokens, merged by addition: SUM_KEYS), per block l of L,
+    query head h of H, key/value head of Hkv, head dim dh, tracked dim of D, key set s of
+    KEY_SETS:
+
+    - n_q (L): analysed queries; sum_entropy (L, H) and n_entropy (L): normalised entropies of the
+      analysed queries with >= 2 visible keys; sum_first, sum_special, sum_special_nf (L, H):
+      attention of analysed queries to position 0, to special tokens, to special tokens after 0;
+    - link_n (L, 2), link_a, link_a2 (L, 2, D), link_s, link_s2 (L, 2, H), link_as (L, 2, H, D):
+      the Pearson sums of |x_d| and S_t over real key positions of set s;
+    - qk_n (L): analysed positions; sum_q, sum_qu (L, H, dh) and sum_qnorm (L, H): q, q/||q||,
+      ||q||; sum_k, sum_ku (L, Hkv, dh), sum_knorm (L, Hkv) the same for k;
+    - pairs (L): visible (query, key) pairs of analysed positions; pair_q (L, H, dh): q summed
+      once per visible key; pair_k (L, Hkv, dh): k summed once per query that sees it; pair_qk
+      (L, H): q.k summed over those pairs.
+
+    The hooks reduce in the dtype of the tensors they get (float32) over one row or column of a
+    window (at most T terms) and accumulate in float64; nothing of size B x H x T x T is kept
+    beyond one layer's call except a reused scratch buffer.
+    """
 
     def __init__(self, arch: Arch, dims: list[int], device, head_dim: int | None = None):
         import torch
@@ -178,9 +240,9 @@ class AttentionAccumulator:
             "pairs": z(L), "pair_q": z(L, H, dh), "pair_k": z(L, Hkv, dh), "pair_qk": z(L, H),
         }
         self.dims_t = torch.as_tensor(self.dims, dtype=torch.long, device=device)
-        self.kv_of = torch.arange(H, device=device) // max(1, H // Hkv)
         self.batch: _Batch | None = None
-        self.received: list = [None] * L  # S_t of the current batch, per layer (B, H, T)
+        self.received: list = [None] * L  # S_t of the current batch, per layer (B, H, T) float64
+        self._scratch = None  # float32 buffer for x log x, reused by every layer and batch
 
     # -- hooks
     def _proj_hook(self, l: int, which: str):
@@ -216,10 +278,12 @@ class AttentionAccumulator:
         finally:
             for h in handles:
                 h.remove()
+            self._scratch = None
 
     # -- per layer
     def _qk(self, l: int):
-        """(q (B, T, H, dh), k (B, T, Hkv, dh)) in float64, as the projections output them."""
+        """(q (N, H, dh), k (N, Hkv, dh)) in float64 at the N analysed positions of the batch, in
+        (window, position) order, as the projections output them."""
         import torch
 
         b = self.batch
@@ -229,88 +293,107 @@ class AttentionAccumulator:
             q, k = q[..., :d], q[..., d:2 * d]
         else:
             k = b.stash.pop((l, "k"))
-        B, T = q.shape[:2]
+        sel = b.analysed
         H, Hkv = self.arch.n_heads, self.arch.n_kv_heads
-        return (q.to(torch.float64).reshape(B, T, H, -1), k.to(torch.float64).reshape(B, T, Hkv, -1))
+        return (q[sel].to(torch.float64).view(-1, H, q.shape[-1] // H),
+                k[sel].to(torch.float64).view(-1, Hkv, k.shape[-1] // Hkv))
+
+    def _entropy(self, A):
+        """-sum_k a log a of every row of A (B, H, T, T) float32, as (B, H, T) float64 nats.
+
+        Rows go through a reused float32 buffer in chunks of about 2^18 values (clamp to 1e-38 so
+        that 0 log 0 = 0, log, times a, sum), so the passes stay in the CPU's cache and nothing of
+        A's size is allocated."""
+        import torch
+
+        B, H, T, _ = A.shape
+        rows = A.view(-1, T)
+        step = max(1, (1 << 18) // max(T, 1))
+        if self._scratch is None or self._scratch.numel() < step * T or self._scratch.device != A.device:
+            self._scratch = torch.empty(step * T, dtype=torch.float32, device=A.device)
+        out = torch.empty(rows.shape[0], dtype=torch.float32, device=A.device)
+        for i in range(0, rows.shape[0], step):
+            r = rows[i:i + step]
+            buf = self._scratch[:r.numel()].view(r.shape)
+            torch.clamp(r, min=1e-38, out=buf)
+            buf.log_().mul_(r)
+            torch.sum(buf, -1, out=out[i:i + step])
+        return out.view(B, H, T).double().neg_()
 
     def _attention(self, l: int, w) -> None:
         import torch
 
         a, b = self.acc, self.batch
-        A = w.float()  # (B, H, T, T); padded keys carry exactly 0
-        B, H, T, _ = A.shape
-        causal = self.arch.layers[l].causal
-        pos = torch.arange(T, device=A.device, dtype=torch.float64)
-        n_vis = (pos + 1).expand(B, T) if causal else b.n_real[:, None].expand(B, T)  # (B, T) visible keys
-        an = b.analysed
-        an_f = an.to(torch.float64)
-        ent_ok = an & (n_vis >= 2)
-        ent = torch.special.entr(A).sum(-1, dtype=torch.float64)  # (B, H, T) nats
-        ent = ent / torch.log(n_vis.clamp_min(2))[:, None, :]
-        a["sum_entropy"][l] += torch.where(ent_ok[:, None, :], ent, 0.0).sum((0, 2))
-        a["n_entropy"][l] += ent_ok.sum()
-        a["n_q"][l] += an.sum()
-        a["sum_first"][l] += (A[..., 0].double() * an_f[:, None, :]).sum((0, 2))
-        sp = b.special.to(A.dtype)
-        sp_nf = sp.clone()
-        sp_nf[:, 0] = 0
-        a["sum_special"][l] += (torch.einsum("bhqk,bk->bhq", A, sp).double() * an_f[:, None, :]).sum((0, 2))
-        a["sum_special_nf"][l] += (torch.einsum("bhqk,bk->bhq", A, sp_nf).double() * an_f[:, None, :]).sum((0, 2))
-        # Received attention S_t: mean over the real queries that see t.
-        real_f = b.real.to(A.dtype)
-        recv = torch.einsum("bhqk,bq->bhk", A, real_f).double()
-        n_see = (b.n_real[:, None] - pos[None, :]) if causal else b.n_real[:, None].expand(B, T)
-        self.received[l] = torch.where(b.real[:, None, :], recv / n_see.clamp_min(1)[:, None, :], 0.0)
+        A = w if w.dtype == torch.float32 else w.float()  # (B, H, T, T); padded keys carry exactly 0
+        if not A.is_contiguous():
+            A = A.contiguous()
+        wt = b.weights(self.arch.layers[l].causal)
+        a["sum_entropy"][l] += torch.einsum("bht,bt->h", self._entropy(A), wt["ent"])
+        a["n_entropy"][l] += wt["n_ent"]
+        a["n_q"][l] += wt["n_an"]
+        # One product gives each query's attention to position 0 and to the special tokens.
+        fs = torch.matmul(A, wt["first_special"][:, None]).double()  # (B, H, T, 2)
+        first, spec = fs[..., 0], fs[..., 1]
+        a["sum_first"][l] += torch.einsum("bht,bt->h", first, wt["an"])
+        a["sum_special"][l] += torch.einsum("bht,bt->h", spec, wt["an"])
+        a["sum_special_nf"][l] += torch.einsum("bht,bt->h", spec - first * wt["sp0"][:, None, None], wt["an"])
+        # Received attention S_t: the mean over the real queries that see t (0 on padding).
+        recv = torch.matmul(wt["real"][:, None, None, :], A)[:, :, 0].double()  # (B, H, T)
+        self.received[l] = recv * wt["see"][:, None, :]
 
     def _geometry(self, l: int) -> None:
+        """Query/key sums over the analysed positions only (selected first, then float64)."""
         import torch
 
         a, b = self.acc, self.batch
-        q, k = self._qk(l)  # (B, T, H, dh), (B, T, Hkv, dh)
-        an = b.analysed.to(torch.float64)[..., None, None]
-        q, k = q * an, k * an
-        qn, kn = q.norm(dim=-1), k.norm(dim=-1)  # (B, T, H)
-        a["qk_n"][l] += b.analysed.sum()
-        a["sum_q"][l] += q.sum((0, 1))
-        a["sum_k"][l] += k.sum((0, 1))
-        a["sum_qnorm"][l] += qn.sum((0, 1))
-        a["sum_knorm"][l] += kn.sum((0, 1))
-        a["sum_qu"][l] += (q / qn.clamp_min(1e-30)[..., None]).sum((0, 1))
-        a["sum_ku"][l] += (k / kn.clamp_min(1e-30)[..., None]).sum((0, 1))
-        # Visible pairs (query i, key j) of analysed positions in one window.
-        anb = b.analysed.to(torch.float64)  # (B, T)
+        wt = b.weights(self.arch.layers[l].causal)
+        q, k = self._qk(l)  # (N, H, dh), (N, Hkv, dh) float64, analysed positions in (window, position) order
+        N, H, dh = q.shape
+        Hkv = k.shape[1]
+        qn, kn = q.norm(dim=-1), k.norm(dim=-1)  # (N, H)
+        a["qk_n"][l] += N
+        a["sum_q"][l] += q.sum(0)
+        a["sum_k"][l] += k.sum(0)
+        a["sum_qnorm"][l] += qn.sum(0)
+        a["sum_knorm"][l] += kn.sum(0)
+        a["sum_qu"][l] += (q / qn.clamp_min(1e-30)[..., None]).sum(0)
+        a["sum_ku"][l] += (k / kn.clamp_min(1e-30)[..., None]).sum(0)
+        # Visible pairs (query i, key j) of analysed positions in one window; query head h reads
+        # key head h // (H / Hkv), so the query heads are grouped by their key head.
+        qg = q.view(N, Hkv, H // Hkv, dh)
         if self.arch.layers[l].causal:
-            v = torch.cumsum(anb, 1) * anb  # keys visible to i
-            c = (anb.sum(1, keepdim=True) - torch.cumsum(anb, 1) + anb) * anb  # queries that see j
-            kc = torch.cumsum(k, 1)[:, :, self.kv_of]  # (B, T, H, dh): sum of keys j <= i
-            a["pair_qk"][l] += torch.einsum("bthd,bthd->h", q, kc)
+            v, c = wt["rank"], wt["rank_rev"]  # (N,): keys visible to i, queries that see j
+            kc = torch.cumsum(k, 0)  # running sum over the batch, minus what the earlier windows added
+            kc -= torch.cat([torch.zeros_like(kc[:1]), kc[:-1]])[wt["start"]]
+            a["pair_qk"][l] += (qg * kc[:, :, None, :]).sum((0, 3)).reshape(H)
         else:
-            v = anb.sum(1, keepdim=True) * anb
-            c = v
-            a["pair_qk"][l] += torch.einsum("bhd,bhd->h", q.sum(1), k.sum(1)[:, self.kv_of])
+            v = c = wt["n_an_row"]  # (N,): analysed positions of the row's window
+            win, B = wt["win"], b.real.shape[0]  # window (batch row) of each analysed position
+            qs = torch.zeros(B, H, dh, dtype=q.dtype, device=q.device).index_add_(0, win, q)
+            ks = torch.zeros(B, Hkv, dh, dtype=k.dtype, device=k.device).index_add_(0, win, k)
+            a["pair_qk"][l] += (qs.view(B, Hkv, H // Hkv, dh) * ks[:, :, None, :]).sum((0, 3)).reshape(H)
         a["pairs"][l] += v.sum()
-        a["pair_q"][l] += torch.einsum("bt,bthd->hd", v, q)
-        a["pair_k"][l] += torch.einsum("bt,bthd->hd", c, k)
+        a["pair_q"][l] += (v[None] @ q.reshape(N, H * dh)).view(H, dh)
+        a["pair_k"][l] += (c[None] @ k.reshape(N, Hkv * dh)).view(Hkv, dh)
 
     def link(self, hidden_states) -> None:
         """Outlier-link sums of the current batch (hidden_states: the model's, block l reads [l])."""
         import torch
 
         a, b = self.acc, self.batch
-        sets = (b.real, b.real & ~b.special)
+        sets = torch.stack([b.real, b.real & ~b.special]).to(torch.float64)  # (2, B, T)
+        n_set = sets.sum((1, 2))
         for l in range(len(self.arch.layers)):
             x = hidden_states[l].index_select(-1, self.dims_t).to(torch.float64).abs()  # (B, T, D)
             S = self.received[l]  # (B, H, T)
-            for si, m in enumerate(sets):
-                mf = m.to(torch.float64)
-                xm = x * mf[..., None]
-                Sm = S * mf[:, None, :]
-                a["link_n"][l, si] += mf.sum()
-                a["link_a"][l, si] += xm.sum((0, 1))
-                a["link_a2"][l, si] += (xm * xm).sum((0, 1))
-                a["link_s"][l, si] += Sm.sum((0, 2))
-                a["link_s2"][l, si] += (Sm * Sm).sum((0, 2))
-                a["link_as"][l, si] += torch.einsum("bht,btd->hd", Sm, xm)
+            xm = sets[..., None] * x  # (2, B, T, D)
+            Sm = sets[:, :, None, :] * S  # (2, B, H, T)
+            a["link_n"][l] += n_set
+            a["link_a"][l] += xm.sum((1, 2))
+            a["link_a2"][l] += (xm * xm).sum((1, 2))
+            a["link_s"][l] += Sm.sum((1, 3))
+            a["link_s2"][l] += (Sm * Sm).sum((1, 3))
+            a["link_as"][l] += torch.einsum("sbht,sbtd->shd", Sm, xm)
             self.received[l] = None
 
     def numpy(self) -> dict[str, np.ndarray]:
