@@ -545,6 +545,9 @@ def section_attention(ctx: Ctx) -> dict:
     out = {"goal": 0.80, "order": "alternating: sdpa, eager+output_attentions, tool, then reversed", "models": []}
     for ident in ("minilm-l6", "smollm2-135m"):
         tokens = int(ctx.sizes.attention_tokens.get(ident, 40_000))
+        if tokens <= 0:  # --set 'attention_tokens={"smollm2-135m": 0, ...}': this model is skipped
+            log(f"attention: {ident} skipped (0 tokens)")
+            continue
         lm = ctx.model(ident)
         w = ctx.windows(ident, tokens)
         batches = plan_batches(w, BATCH)
