@@ -1,8 +1,9 @@
 """Streamed attention statistics per layer and head (Godey et al. 2023/2024; Puccetti et al. 2022).
 
 The model runs with eager attention, so that every attention module returns its probabilities;
-a forward hook on each attention module reduces them to float64 sums at once and drops them, so
-no attention matrix outlives its layer (memory is flat in the corpus size). Hooks on the query
+a forward hook on each attention module reduces them at once (float32 over one row or column,
+float64 sums) and drops them, so no attention matrix outlives its layer (memory is flat in the
+corpus size). Hooks on the query
 and key projections capture q and k as the projections output them: BEFORE any rotary position
 embedding (LLaMA-type models rotate them afterwards), with grouped-query attention's key heads
 as they are (query head h reads key head h // (H / H_kv)).
