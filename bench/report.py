@@ -425,7 +425,8 @@ def render_postproc(p: dict) -> str:
 def render_attention(a: dict) -> str:
     out = ["## 8. Attention statistics", "",
            "`core.attention.extract_attention` (eager attention; hooks reduce each layer's probabilities and the "
-           "pre-rotary q/k projections to float64 sums per head: entropy, sinks, received attention and the outlier "
+           "pre-rotary q/k projections per head, in float32 per row or column, into float64 sums: entropy, sinks, "
+           "received attention and the outlier "
            "link for 10 dims, query/key geometry) against the bare forward with the model's default SDPA attention "
            "and the bare forward with eager attention and `output_attentions=True`; same windows, same batches "
            f"(batch 16), CPU, float32. Goal: at least {a.get('goal')} of the latter. Order: {a.get('order')}; "
