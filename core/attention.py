@@ -708,9 +708,16 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
 # ----------------------------------------------------------------------------- one document's maps
 def job_attention(params: dict, progress, cancel) -> dict:
     """The "attention" job: the attention section of one run, into the cache (the run first if needed)."""
+    from . import settings
     from .spec import RunSpec
 
-    sec = run_attention(RunSpec.from_dict(params["spec"]), progress=progress, cancel=cancel)
+    spec = RunSpec.from_dict(params["spec"])
+    nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: a torchrun job of K processes computes it
+    if nproc > 1 and not is_cached(spec):
+        from .distributed import run_torchrun, spec_args
+
+        run_torchrun(["attention", *spec_args(spec)], nproc, progress, cancel)  # rank 0 stores run and section
+    sec = run_attention(spec, progress=progress, cancel=cancel)
     return {"blocks": len(sec.get("layers", [])) if isinstance(sec, dict) else 0}
 
 

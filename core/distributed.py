@@ -256,12 +256,13 @@ def default_nproc(spec) -> int:
     return 2
 
 
-def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[], bool]) -> dict:
-    """Job kind "analyze-torchrun" of `core.jobs`: `analyze` as a torchrun job on this machine.
+def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], cancel: Callable[[], bool]) -> dict:
+    """`torchrun --standalone --nproc-per-node nproc -m core ARGS --out <tmp> --quiet` on this
+    machine, as (part of) a job of `core.jobs`; returns the JSON that rank 0 wrote.
 
-    params: {"spec": RunSpec.to_dict(), "nproc": processes (default `default_nproc`), "cache_dir":
-    optional}. Polls `cancel()` while the job runs: a cancel ends every rank (nothing is stored,
-    rank 0 writes the cache entry only once every rank has finished). Returns the run's cache key.
+    Polls `cancel()` while it runs: a cancel ends every rank (nothing is stored: rank 0 writes the
+    cache only once every rank has finished). A failure raises InputError with the ranks' message.
+    The ranks inherit this process's environment (ANISO_CACHE_DIR: the worker's cache).
     """
     import json
     import signal
@@ -272,14 +273,11 @@ def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[
 
     from .errors import Cancelled
     from .extract import Progress
-    from .spec import RunSpec
 
-    spec = RunSpec.from_dict(params["spec"])
-    nproc = int(params.get("nproc") or default_nproc(spec))
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="aniso-torchrun-") as tmp:
-        out, log = Path(tmp) / "results.json", Path(tmp) / "stderr.txt"
-        cmd = torchrun_command(spec, nproc, str(out), cache_dir=params.get("cache_dir"))
+        out, log = Path(tmp) / "out.json", Path(tmp) / "stderr.txt"
+        cmd = torchrun_prefix(nproc) + [*args, "--out", str(out), "--quiet"]
         progress(Progress("forward", 0, 1, message=f"torchrun: {nproc} processes"))
         with open(log, "w") as err:
             p = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)
@@ -303,5 +301,20 @@ def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[
                              f"torchrun exited with status {p.returncode}: {' '.join(lines[-3:])[-300:]}")
         res = json.loads(out.read_text())
     progress(Progress("done", 1, 1, message=f"torchrun: {nproc} processes"))
+    return res
+
+
+def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[], bool]) -> dict:
+    """Job kind "analyze-torchrun" of `core.jobs`: `analyze` as a torchrun job on this machine.
+
+    params: {"spec": RunSpec.to_dict(), "nproc": processes (default `default_nproc`), "cache_dir":
+    optional}. A cancel ends every rank and stores nothing (`run_torchrun`). Returns the run's cache key.
+    """
+    from .spec import RunSpec
+
+    spec = RunSpec.from_dict(params["spec"])
+    nproc = int(params.get("nproc") or default_nproc(spec))
+    args = ["analyze", *spec_args(spec)] + (["--cache-dir", str(params["cache_dir"])] if params.get("cache_dir") else [])
+    res = run_torchrun(args, nproc, progress, cancel)
     return {"cache_key": res["manifest"]["cache_key"], "n_tokens": res["manifest"]["tokens"]["analysed"],
             "world_size": nproc}

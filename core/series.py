@@ -67,6 +67,18 @@ def cached_steps(run: str, cache_dir=None, **kw) -> list[int]:
 
 
 def job_series(params: dict, progress, cancel) -> dict:
-    """The "series" job: analyse (and cache) every checkpoint of `params["run"]`."""
-    got = analyze_series(params["run"], progress=progress, cancel=cancel, **(params.get("kw") or {}))
+    """The "series" job: analyse (and cache) every checkpoint of `params["run"]`.
+
+    With the setting ANISO_TORCHRUN_NPROC = K > 1, the checkpoints not cached yet are analysed by a
+    local torchrun job of K processes first (rank 0 stores them); the series is then read back."""
+    from . import settings
+
+    kw = params.get("kw") or {}
+    nproc = settings.current().torchrun_nproc
+    if nproc > 1 and len(cached_steps(params["run"], **kw)) < len(series_specs(params["run"], **kw)):
+        from .distributed import run_torchrun
+
+        flags = [x for k, v in kw.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
+        run_torchrun(["series", "--training", params["run"], *flags], nproc, progress, cancel)
+    got = analyze_series(params["run"], progress=progress, cancel=cancel, **kw)
     return {"run": params["run"], "steps": got["steps"]}

@@ -17,9 +17,9 @@ ANISO_MAX_UPLOAD_MB            200        largest upload accepted (refused befor
 ANISO_CACHE_SIZE_GB            20         disk cache size; least recently stored entries go first
 ANISO_HUB_TIMEOUT_S            2          how long to wait for the model hub before calling it
                                           unreachable
-ANISO_TORCHRUN_NPROC           0          K > 1: the job queue runs each extraction as a local
-                                          torchrun job of K processes (e.g. one per GPU);
-                                          0 or 1: in the worker's own process
+ANISO_TORCHRUN_NPROC           0          K > 1: the job queue runs each analysis, attention
+                                          pass and series as a local torchrun job of K processes
+                                          (e.g. one per GPU); 0 or 1: in the worker's process
 =============================  =========  =====================================================
 
 Settings are read at call time (`current()`), so a test or a server restart sees a change.

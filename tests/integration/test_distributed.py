@@ -13,7 +13,7 @@ import pytest
 from foundation_helpers import ROOT, cli_env, make_documents, write_txt
 
 from core.cache import CacheStore
-from core.distributed import job_torchrun, torchrun_command, torchrun_prefix
+from core.distributed import job_torchrun, torchrun_command
 from core.errors import Cancelled, InputError
 from core.extract import MAX_KEYS, SUM_KEYS
 from core.pipeline import analyze, job_analyze, run_key
@@ -140,7 +140,8 @@ def test_a_failing_rank_fails_the_run_and_nothing_is_cached(tiny_bert_dir, corpu
 
 
 def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypatch):
-    """core.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" jobs torchrun jobs."""
+    """core.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" and "attention" jobs
+    torchrun jobs."""
     for k, v in _env().items():
         monkeypatch.setenv(k, v)
     spec = _spec(tiny_bert_dir, corpus, 64)
@@ -156,6 +157,13 @@ def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypat
     assert got["cache_key"] == run_key(spec, tmp_path / "c2") and got["cache_hit"]  # rank 0 stored it
     res = analyze(spec, cache_dir=tmp_path / "c2")
     assert res["manifest"]["cache_hit"] and res["manifest"]["distributed"]["world_size"] == 2
+    # The "attention" job under the setting: a torchrun job of `attention` computes and stores the section.
+    from core.attention import job_attention, run_attention
+
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "c3"))
+    assert job_attention({"spec": spec.to_dict()}, lambda *a, **k: None, lambda: False)["blocks"] == 2
+    sec = run_attention(spec, cache_dir=tmp_path / "c3")
+    assert sec["cache_hit"] and sec["distributed"]["world_size"] == 2
     monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "two")
     with pytest.raises(InputError, match="ANISO_TORCHRUN_NPROC must be a whole number of processes"):
         job_analyze({"spec": spec.to_dict()}, lambda *a, **k: None, lambda: False)
@@ -204,14 +212,16 @@ def test_series_under_torchrun_equals_one_process(corpus, tmp_path, monkeypatch)
     ref = series.analyze_series("dist-series", cache_dir=one, **kw)
     assert ref["steps"] == [0, 1, 2]
 
-    out = tmp_path / "series.json"
-    cmd = torchrun_prefix(2) + ["series", "--training", "dist-series", "--max-tokens", "600", "--sample", "100",
-                                "--batch-size", "4", "--device", "cpu", "--dtype", "float32", "--cache-dir", str(two),
-                                "--out", str(out), "--quiet"]
-    p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
-    assert p.returncode == 0, p.stderr[-3000:]
-    got = json.loads(out.read_text())
-    assert got["steps"] == [0, 1, 2]
+    # The queue's "series" job under the setting runs `torchrun ... -m core series --training R ...`.
+    for k, v in _env().items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(two))
+    monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "2")
+    seen = []
+    assert series.job_series({"run": "dist-series", "kw": kw}, seen.append, lambda: False)["steps"] == [0, 1, 2]
+    assert seen[0].message == "torchrun: 2 processes"
+    got = series.analyze_series("dist-series", cache_dir=two, **kw)  # read back: every checkpoint is a cache hit
+    assert all(r["manifest"]["cache_hit"] for r in got["results"])
     for a, b in zip(ref["results"], got["results"]):
         assert b["manifest"]["distributed"] == {"world_size": 2, "backend": "gloo"}
         assert a["manifest"]["cache_key"] == b["manifest"]["cache_key"]
