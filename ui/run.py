@@ -18,6 +18,7 @@ from core.errors import InputError
 from core.models import describe_model
 
 from . import data, state
+from .jobs_panel import failed, progress, start_worker
 from .page import md
 
 POLL_S = 1.0  # how often an active panel reads the job records
@@ -60,29 +61,21 @@ def run(sel) -> None:
     if not queued:
         st.toast("Everything selected is already computed: loaded from cache.")
         return
-    _start_worker()
+    start_worker()
 
 
 def submit_ablation(spec) -> str:
     """Queue the ablation of a computed run (the Outliers page's button)."""
     jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec))
-    _start_worker()
+    start_worker()
     return jid
 
 
 def submit_attention(spec) -> str:
     """Queue the attention statistics of a run (the Attention page's button)."""
     jid = jobs.submit("attention", analyze_params(spec), label=_label(spec))
-    _start_worker()
+    start_worker()
     return jid
-
-
-def _start_worker() -> None:
-    try:
-        jobs.ensure_worker()
-    except OSError as e:  # a read-only cache directory, no fork allowed...
-        st.error(f"Could not start the job worker ({e}). Start one with `python -m core worker`.")
-    st.session_state["_jobs_worker_check"] = time.monotonic()
 
 
 def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
@@ -143,7 +136,7 @@ def _panel_body(sel, polling: bool) -> None:
         t = st.session_state.get("_jobs_worker_check", 0.0)
         if time.monotonic() - t > ENSURE_WORKER_S and any(j is not None and j.status == jobs.QUEUED
                                                          for _, _, j in rows):
-            _start_worker()
+            start_worker()
     if ended or (polling and not still_active):
         data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
         data.attention_cached.clear()
@@ -159,7 +152,7 @@ def _run_status(spec, job, lg, extra: str = "") -> None:
         st.error(f"{md(info['label'])}: {md(lg.errors[rid])}", icon=":material/error:")
         return
     if job is not None and job.active:
-        _progress(job, name)
+        progress(job, name)
         return
     try:
         cached = data.is_cached(spec)
@@ -175,7 +168,7 @@ def _run_status(spec, job, lg, extra: str = "") -> None:
             how = f"computed in {job.finished - job.started:.1f} s"
         st.caption(f":material/check_circle: {name}: {how} · {n:,} tokens · {len(res['layers'])} layers{note}")
     elif job is not None and job.status == jobs.FAILED:
-        _failed(job, f"{md(info['label'])}: the extraction failed: {md(job.error)}")
+        failed(job, f"{md(info['label'])}: the extraction failed: {md(job.error)}")
     elif job is not None and job.status == jobs.CANCELLED:
         st.caption(f":material/stop_circle: {name}: the last run was cancelled; nothing partial was stored. "
                    f"Press **Run** to start it again{note}")
@@ -187,70 +180,14 @@ def _run_status(spec, job, lg, extra: str = "") -> None:
 def _ablation_status(spec, job) -> None:
     label = md(f"{describe_model(spec.model)['label']} · {views.corpus_display(spec.corpus, spec.text_column)}")
     if job.active:
-        _progress(job, f"**Ablation** of {label}")
+        progress(job, f"**Ablation** of {label}")
     elif job.status == jobs.FAILED and data.cached_ablation(spec) is None:
-        _failed(job, f"{label}: the ablation failed: {md(job.error)}")
+        failed(job, f"{label}: the ablation failed: {md(job.error)}")
 
 
 def _attention_status(spec, job) -> None:
     label = md(f"{describe_model(spec.model)['label']} · {views.corpus_display(spec.corpus, spec.text_column)}")
     if job.active:
-        _progress(job, f"**Attention statistics** of {label}")
+        progress(job, f"**Attention statistics** of {label}")
     elif job.status == jobs.FAILED and not data.attention_cached(spec):
-        _failed(job, f"{label}: the attention statistics failed: {md(job.error)}")
-
-
-def _progress(job, name: str) -> None:
-    """One job's progress bar: stage, tokens done / total, tokens/s, ETA; Cancel."""
-    with st.container(border=True, key=f"job_{job.id}"):
-        head, btn = st.columns([6, 1], vertical_alignment="center")
-        if job.cancel_requested:
-            text = "cancelling: stops after the current batch…"
-        elif job.status == jobs.QUEUED:
-            text = "queued: waiting for the worker…"
-        elif job.stage == "forward" and job.total and job.done == 0:
-            text = f"starting the forward pass ({job.total:,} tokens)…"
-        elif job.stage == "forward" and job.total:
-            text = (f"{job.done:,} / {job.total:,} tokens · {job.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
-        elif job.stage == "ablation" and job.total:
-            text = f"{job.message} · ETA {jobs.fmt_seconds(_eta(job))}"
-        elif job.stage == "train" and job.total:
-            text = (f"step {job.done:,} / {job.total:,} · {job.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
-        elif job.stage == "series" and job.total:
-            text = job.message or f"checkpoint {job.done + 1} / {job.total}"
-        elif job.stage == "metrics":
-            text = "per-layer metrics…"
-        else:
-            text = f"{job.message or job.stage or 'starting'}…"
-        head.markdown(f"{name} · job `{job.id}`")
-        counted = job.stage in ("forward", "ablation", "train", "series")
-        head.progress(job.fraction if counted else (1.0 if job.stage == "metrics" else 0.0), text=text)
-        if btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
-                      help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
-                           "closing the tab does not stop it."):
-            try:
-                jobs.cancel(job.id)
-            except InputError:
-                pass  # it ended meanwhile
-
-
-def _eta(job) -> float | None:
-    """ETA of a job that counts steps (ablation passes): time per finished step times steps left."""
-    if not job.started or not job.done:
-        return None
-    return (time.time() - job.started) / job.done * (job.total - job.done)
-
-
-def _failed(job, message: str) -> None:
-    c1, c2 = st.columns([6, 1], vertical_alignment="center")
-    c1.error(message, icon=":material/error:")
-    if c2.button("Retry", key=f"retry_{job.id}", icon=":material/refresh:",
-                 help="Queue this job again with the same settings."):
-        try:
-            jobs.retry(job.id)
-        except InputError:
-            pass
-        _start_worker()
-        st.rerun(scope="app")
+        failed(job, f"{label}: the attention statistics failed: {md(job.error)}")

@@ -9,7 +9,7 @@ from core import jobs, trained
 from core import series as S
 from core.train import TrainSpec
 
-from . import run as run_ui
+from . import jobs_panel
 from .page import md
 
 POLL_S = 1.0  # the training panel's refresh while a job of its kinds is queued or running
@@ -24,14 +24,14 @@ def submit_training(runs: dict[str, TrainSpec], analyse: bool = True, **series_k
     for label, spec in runs.items():
         jobs.submit("train", {"spec": spec.to_dict(), "analyse": bool(analyse), "series": series_kw},
                     label=f"training {label}")
-    run_ui._start_worker()
+    jobs_panel.start_worker()
     return [spec.run_name() for spec in runs.values()]
 
 
 def submit_series(run: str, **series_kw) -> str:
     """Queue the analysis of every checkpoint of `run` (the Dynamics page's button)."""
     jid = jobs.submit("series", {"run": run, "kw": series_kw}, label=f"analysing {run}")
-    run_ui._start_worker()
+    jobs_panel.start_worker()
     return jid
 
 
@@ -63,13 +63,13 @@ def _panel_body(polling: bool) -> None:
         name = md(job.label or job.kind)
         if job.active:
             seen.add(job.id)
-            run_ui._progress(job, f"**{name}**")
+            jobs_panel.progress(job, f"**{name}**")
             continue
         if job.id in seen:
             seen.discard(job.id)
             ended = True
         if job.status == jobs.FAILED:
-            run_ui._failed(job, f"{name} failed: {md(job.error or '')}")
+            jobs_panel.failed(job, f"{name} failed: {md(job.error or '')}")
         elif job.status == jobs.CANCELLED:
             st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
                        "when queued again)")
