@@ -604,9 +604,10 @@ def is_cached(spec, cache_dir=None) -> bool:
 
 def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
                   cancel: Callable[[], bool] | None = None, force: bool = False,
-                  n_random: int = CONFIG.attention_random_dims, group=None) -> dict | None:
+                  n_random: int = CONFIG.attention_random_dims, group=None, memo: dict | None = None) -> dict | None:
     """The `attention` section of results.json for `spec`, cached apart from the run's results
-    (which are computed first if needed: the outlier dims come from them).
+    (which are computed first if needed: the outlier dims come from them). `memo`: a dict shared
+    by the checkpoints of a series (core/series.py): the corpus and its token windows are kept there.
 
     With a `core.distributed.Group` (torchrun), every rank runs its share of the batches, the sums
     are added up across ranks, and rank 0 alone reads and writes the cache and returns the section
@@ -626,7 +627,8 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
         got = None if force else store.get_json(key)
         if got is not None:
             return {**got, "cache_hit": True}
-        got = _attention_section(spec, res["manifest"], link_dims(res), cache_dir, progress, cancel, n_random)
+        got = _attention_section(spec, res["manifest"], link_dims(res), cache_dir, progress, cancel, n_random,
+                                 memo=memo)
         store.put(key, got)
     return {**got, "cache_hit": False}
 
@@ -663,7 +665,7 @@ def _run_attention_group(spec, cache_dir, progress, cancel, force: bool, n_rando
 
 
 def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, cancel, n_random: int,
-                       device: str | None = None, shard=None, reduce=None) -> dict:
+                       device: str | None = None, shard=None, reduce=None, memo: dict | None = None) -> dict:
     """Compute the attention section of the run whose manifest is `m` (outlier dims `dims`)."""
     from pathlib import Path
 
@@ -673,16 +675,24 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
     from .corpora import load_documents, tokenize_budget
     from .errors import InputError
     from .models import load_model
-    from .pipeline import _effective_seq_len
+    from .pipeline import _effective_seq_len, _tokenizer_identity
 
     device, dtype = device or m["device"], m["dtype"]
-    docs = load_documents(spec.corpus, spec.text_column)
+    memo = {} if memo is None else memo  # the same keys as pipeline's: a series tokenizes once
+    dkey = ("documents", spec.corpus, spec.text_column, m["corpus"].get("sha256"))
+    if dkey not in memo:
+        memo.clear()
+        memo[dkey] = load_documents(spec.corpus, spec.text_column, getattr(spec, "encoding", None))
+    docs = memo[dkey]
     if progress:
         progress(Progress("load", 0, 1, message=f"loading {spec.model} for attention statistics"))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
                     trust_remote_code=spec.trust_remote_code)
-    windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
-                              spec.corpus)
+    seq_len = _effective_seq_len(spec, lm)
+    wkey = ("windows", _tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
+    if wkey not in memo:
+        memo[wkey] = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
+    windows = memo[wkey]
     d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
     outl, rand = pick_dims(dims, d, n_random, spec.seed)
     try:

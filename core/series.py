@@ -1,10 +1,12 @@
 """A series: the checkpoints of one training, analysed alike and cached one by one.
 
-    analyze_series(run, corpus=...) -> {"run", "record", "steps", "results": [results.json, ...]}
+    analyze_series(run, corpus=...) -> {"run", "record", "steps", "results": [results.json, ...],
+                                        "attention": [attention section, ...] | None}
 
 Every checkpoint is a model (`trained/<run>@step-<N>`), so each one's results are the ordinary
-cached results of `pipeline.analyze`; the corpus is read and tokenized once for the whole series
-(all checkpoints share the run's tokenizer), so only the forward passes repeat.
+cached results of `pipeline.analyze`, and its attention statistics (query/key drift, sinks...)
+the ordinary cached section of `attention.run_attention`; the corpus is read and tokenized once
+for the whole series (all checkpoints share the run's tokenizer), so only the forward passes repeat.
 """
 
 from __future__ import annotations
@@ -39,31 +41,45 @@ def series_specs(run: str, corpus: str | None = None, text_column: str | None = 
 
 
 def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None] | None = None,
-                   cancel: Callable[[], bool] | None = None, group=None, **kw) -> dict | None:
-    """Results of every checkpoint of `run` (each cached under its own spec), in step order.
+                   cancel: Callable[[], bool] | None = None, group=None, attention: bool = True,
+                   **kw) -> dict | None:
+    """Results of every checkpoint of `run` (each cached under its own spec), in step order; with
+    `attention`, each checkpoint's attention statistics too (cached under their own key).
 
     With a `core.distributed.Group` (torchrun), each checkpoint is analysed by all ranks together
     as `pipeline.analyze` does it (batches shared, sums reduced, rank 0 stores); rank 0 returns the
     series and the other ranks None.
     """
+    from . import attention as A
+
     specs = series_specs(run, cache_dir=cache_dir, **kw)
     memo: dict = {}  # the corpus and its token windows, shared by every checkpoint
-    out = []
+    out, att = [], []
     for i, (step, spec) in enumerate(specs):
         if progress:
             progress(Progress("series", i, len(specs), message=f"checkpoint {i + 1}/{len(specs)} (step {step})"))
         out.append(pipeline.analyze(spec, cache_dir, progress, cancel, memo=memo, group=group))
+        if attention:
+            att.append(A.run_attention(spec, cache_dir, progress, cancel, memo=memo) if group is None
+                       else A.run_attention(spec, cache_dir, progress, cancel, group=group))
     if group is not None and not group.is_main:
         return None
     if progress:
         progress(Progress("series", len(specs), len(specs), message="series analysed"))
     return {"run": run, "record": trained.read_run(run, cache_dir), "steps": [s for s, _ in specs],
-            "specs": [sp.to_dict() for _, sp in specs], "results": out}
+            "specs": [sp.to_dict() for _, sp in specs], "results": out, "attention": att if attention else None}
 
 
-def cached_steps(run: str, cache_dir=None, **kw) -> list[int]:
-    """Steps whose results are already cached (no model loaded, no torch)."""
-    return [s for s, spec in series_specs(run, cache_dir=cache_dir, **kw) if pipeline.is_cached(spec, cache_dir)]
+def cached_steps(run: str, cache_dir=None, attention: bool = True, **kw) -> list[int]:
+    """Steps whose results (and, with `attention`, attention statistics) are already cached (no
+    model loaded, no torch)."""
+    from . import attention as A
+
+    got = []
+    for s, spec in series_specs(run, cache_dir=cache_dir, **kw):
+        if pipeline.is_cached(spec, cache_dir) and (not attention or A.is_cached(spec, cache_dir)):
+            got.append(s)
+    return got
 
 
 def job_series(params: dict, progress, cancel) -> dict:

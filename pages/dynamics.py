@@ -43,5 +43,8 @@ if series:
         page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
         page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
         page.show(D.loss_curves(ser), f"dyn_loss_{run}")
+        if D.has_attention(ser):  # query/key drift of the attention statistics, per block and head
+            for stat in D.DRIFT_STATS:
+                page.show(D.qk_drift(ser, stat), f"dyn_{stat}_{run}")
         page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
         page.show(D.outlier_identity(ser), f"dyn_ident_{run}")

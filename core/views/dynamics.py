@@ -5,6 +5,8 @@
     outlier_counts(series)          how many persistent outlier dims each checkpoint has
     outlier_identity(series)        which dims, from which step on
     loss_curves(series)             training loss (logged) and held-out loss (at each checkpoint)
+    qk_drift(series, stat)          query/key drift ||mu_Q|| / E||q||, ||mu_K|| / E||k|| or cos(mu_Q, mu_K)
+                                    over steps, per block (mean over heads) and per head
     compare_runs(by_label, metric)  the last layer's metric over steps, runs overlaid (presets)
     summary(series) / compare_findings(...)  what the measured curves show, in sentences
 
@@ -25,6 +27,13 @@ from ..selection import METRICS
 from .common import View, _manifest
 
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
+# The query/key statistics of core/attention.py shown over training: key -> (label, what it is).
+DRIFT_STATS = {
+    "q_drift": ("query drift ||μ_Q|| / E||q||",
+                "norm of the mean query over the mean query norm (0: queries cancel out, 1: all queries equal)"),
+    "k_drift": ("key drift ||μ_K|| / E||k||", "norm of the mean key over the mean key norm"),
+    "cos_mu_qk": ("cos(μ_Q, μ_K)", "signed cosine between the mean query and the mean key of each head"),
+}
 
 
 def _steps(series: dict) -> list[int]:
@@ -167,6 +176,55 @@ def loss_curves(series: dict) -> View:
                 caption="Training loss as logged by the Trainer and held-out loss at every checkpoint.")
 
 
+def has_attention(series: dict) -> bool:
+    """Whether the series carries each checkpoint's attention statistics (`analyze_series(attention=True)`)."""
+    att = series.get("attention")
+    return bool(att) and len(att) == len(series["results"]) and all(a.get("layers") for a in att)
+
+
+def _drift(series: dict, stat: str) -> np.ndarray:
+    """(n_steps, n_blocks, n_heads) values of a per-head query/key statistic (NaN where undefined)."""
+    return np.asarray([[[math.nan if v is None else float(v) for v in row[stat]] for row in a["layers"]]
+                       for a in series["attention"]], dtype=float)
+
+
+def qk_drift(series: dict, stat: str = "q_drift") -> View:
+    """A query/key statistic of the attention issue over training: one line per block (mean over
+    heads), and each head dotted."""
+    if stat not in DRIFT_STATS:
+        raise ValueError(f"Unknown statistic {stat!r}; one of {', '.join(DRIFT_STATS)}.")
+    if not has_attention(series):
+        raise ValueError("This series has no attention statistics: analyse it with attention=True.")
+    label, what = DRIFT_STATS[stat]
+    v = _drift(series, stat)
+    steps = _steps(series)
+    n_steps, n_blocks, n_heads = v.shape
+    x = list(range(n_steps))
+    with np.errstate(invalid="ignore"):
+        mean = np.nanmean(v, axis=2) if np.isfinite(v).any() else np.full((n_steps, n_blocks), np.nan)
+    lines, rows = [], []
+    for b in range(n_blocks):
+        lines.append({"name": f"block {b + 1} (mean of {n_heads} heads)", "x": x, "y": mean[:, b].tolist(), "color": b,
+                      "group": f"block {b + 1}",
+                      "hover": [f"block {b + 1}, step {s:,}<br>{label} = {m:.4g} (mean over heads)"
+                                for s, m in zip(steps, mean[:, b])]})
+        for h in range(n_heads if n_heads > 1 else 0):
+            lines.append({"name": f"block {b + 1} head {h}", "x": x, "y": v[:, b, h].tolist(), "color": b,
+                          "dash": "dot", "group": f"block {b + 1}",
+                          "hover": [f"block {b + 1}, head {h}, step {s:,}<br>{label} = {val:.4g}"
+                                    for s, val in zip(steps, v[:, b, h])]})
+        rows += [{"run": series["run"], "step": s, "block": b + 1, "head": h, stat: v[j, b, h]}
+                 for j, s in enumerate(steps) for h in range(n_heads)]
+    fig = F.line_chart(lines, title=f"{label} over training", subtitle=_sub(series, what),
+                       x_title="training step", y_title=F.esc(label))
+    _tick_axis(fig, steps)
+    return View(f"dynamics_{stat}", f"{label} over training", fig, pd.DataFrame(rows),
+                _manifest("dynamics_qk", {"statistic": stat, "steps": steps}, series["results"]),
+                caption=f"{label} at each checkpoint: block l reads hidden state l-1; q and k as the projections "
+                        "output them (before any rotary embedding), over the analysed positions. Solid: mean over "
+                        "heads; dotted: each head.")
+
+
 def compare_runs(by_label: dict[str, dict], metric: str = "mean_cosine", layer: str = "last") -> View:
     """One metric over steps for several runs (a preset's runs), at the last (or middle) layer."""
     label, what = METRICS[metric]
@@ -208,6 +266,7 @@ def summary(series: dict) -> dict:
         "held_out_loss_first": ck[0]["held_out_loss"] if ck else None,
         "held_out_loss_last": ck[-1]["held_out_loss"] if ck else None,
         "frequency": _freq_summary(freq),
+        "qk": _qk_summary(series) if has_attention(series) else None,
     }
     out["findings"] = _findings(out)
     return out
@@ -217,6 +276,17 @@ def _peak(mc: np.ndarray, steps: list[int]) -> dict:
     """Where mean cosine was highest over the whole run (layer, step, value)."""
     l, j = np.unravel_index(int(np.nanargmax(mc)), mc.shape)
     return {"layer": int(l), "step": int(steps[j]), "value": float(mc[l, j])}
+
+
+def _qk_summary(series: dict) -> dict:
+    """Per block (mean over heads) query/key drift and cos(mu_Q, mu_K) at the first and last checkpoint."""
+    out = {}
+    for stat in DRIFT_STATS:
+        v = _drift(series, stat)
+        with np.errstate(invalid="ignore"):
+            m = np.nanmean(v, axis=2) if np.isfinite(v).any() else np.full(v.shape[:2], np.nan)
+        out[stat] = {"first": m[0].tolist(), "last": m[-1].tolist()}
+    return out
 
 
 def _freq_summary(freq: dict) -> dict | None:
@@ -256,6 +326,13 @@ def _findings(s: dict) -> list[str]:
     else:
         out.append(f"Persistent activation outlier dims first appear at step {s['first_outlier_step']:,}; at the "
                    f"end: {s['persistent_outliers_last'] or 'none'}.")
+    qk = s.get("qk")
+    if qk:
+        b = len(qk["q_drift"]["last"])
+        out.append(f"Query/key drift of the last block ({b}, mean over heads) from step 0 to step {steps[-1]:,}: "
+                   f"||μ_Q||/E||q|| {qk['q_drift']['first'][-1]:.3f} → {qk['q_drift']['last'][-1]:.3f}, "
+                   f"||μ_K||/E||k|| {qk['k_drift']['first'][-1]:.3f} → {qk['k_drift']['last'][-1]:.3f}, "
+                   f"cos(μ_Q, μ_K) {qk['cos_mu_qk']['first'][-1]:+.3f} → {qk['cos_mu_qk']['last'][-1]:+.3f}.")
     f = s.get("frequency")
     if f and f.get("baseline_abs_r") is not None:
         out.append(f"Frequency link at the end: the strongest outlier dim has |r| = {f['outlier_abs_r']:.2f} "

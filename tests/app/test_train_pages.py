@@ -61,8 +61,11 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file):
     assert any("by layer over training" in t for t in titles)
     assert any("loss over training" in t.lower() for t in titles)
     assert any("Persistent outlier dimensions over training" in t for t in titles)
+    for stat in ("query drift", "key drift", "cos(μ_Q, μ_K)"):  # the attention statistics over training
+        assert any(t.startswith(stat) and "over training" in t for t in titles), (stat, titles)
     text = " ".join(m.value for m in dyn.markdown)
     assert "Held-out loss went from" in text and "Mean cosine of the last layer" in text
+    assert "Query/key drift of the last block" in text
 
 
 def test_pages_without_runs(app, tmp_path, monkeypatch):

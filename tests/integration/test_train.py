@@ -185,16 +185,19 @@ def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, ca
         return real(*a, **k)
 
     monkeypatch.setattr(pipeline, "tokenize_budget", counting)
+    monkeypatch.setattr(corpora, "tokenize_budget", counting)  # the attention statistics' import
     kw = dict(max_tokens=600, sample=200)
     assert series.cached_steps("series-test", **kw) == []
     ser = series.analyze_series("series-test", **kw)
     assert ser["steps"] == [0, 1, 2] and len(ser["results"]) == 3
-    assert calls["n"] == 1  # the corpus was tokenized once for the three checkpoints
+    assert calls["n"] == 1  # the corpus was tokenized once for the three checkpoints (and their attention)
     assert series.cached_steps("series-test", **kw) == [0, 1, 2]
+    assert len(ser["attention"]) == 3 and not any(a["cache_hit"] for a in ser["attention"])
     keys = {r["manifest"]["cache_key"] for r in ser["results"]}
     assert len(keys) == 3  # one cache entry per checkpoint
     again = series.analyze_series("series-test", **kw)
     assert all(r["manifest"]["cache_hit"] for r in again["results"])
+    assert all(a["cache_hit"] for a in again["attention"])  # cached per checkpoint too
     assert calls["n"] == 1
 
     from core.views import dynamics
@@ -205,6 +208,23 @@ def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, ca
     assert heat.data["step"].tolist().count(2) == len(again["results"][0]["layers"])
     for view in (dynamics.cosine_curves(again), dynamics.outlier_counts(again), dynamics.loss_curves(again)):
         assert view.figure is not None and len(view.data)
+    # query/key drift over training: one row per (step, block, head), equal to each checkpoint's section
+    from core.views.common import View
+
+    n_blocks, n_heads = len(again["attention"][0]["layers"]), len(again["attention"][0]["layers"][0]["q_drift"])
+    for stat in dynamics.DRIFT_STATS:
+        view = dynamics.qk_drift(again, stat)
+        assert isinstance(view, View) and len(view.data) == 3 * n_blocks * n_heads
+        got = view.data.set_index(["step", "block", "head"])[stat]
+        for step, sec in zip(again["steps"], again["attention"]):
+            for row in sec["layers"]:
+                np.testing.assert_allclose(got.loc[step, row["layer"]].to_numpy(), row[stat], equal_nan=True)
+        assert len(view.figure.data) == n_blocks * (1 + n_heads)  # a mean line and a dotted line per head
+    assert any("Query/key drift of the last block" in line for line in s["findings"])
+    assert s["qk"]["q_drift"]["last"][-1] == pytest.approx(
+        np.nanmean(again["attention"][-1]["layers"][-1]["q_drift"]))
+    with pytest.raises(ValueError, match="no attention statistics"):
+        dynamics.qk_drift({**again, "attention": None})
     ident = dynamics.outlier_identity(again)
     assert list(ident.data.columns) == ["run", "dim", "first_step", "n_checkpoints"]
     assert len(ident.data) == len(set().union(*(r["outliers"]["activation"]["persistent"] for r in again["results"])))
