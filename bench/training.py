@@ -60,7 +60,7 @@ def throughput(spec, reps: int) -> dict:
 
     data = build_data(spec, make_tokenizer(spec))
     tokens = spec.steps * spec.batch_size * spec.seq_len
-    tool, tool_nockpt, bare = [], [], []
+    tool, tool_nockpt, tool_loop, bare, parts = [], [], [], [], []
     for r in range(reps):  # alternate: drift of a shared machine falls on both sides
         for which in (("tool", "bare") if r % 2 == 0 else ("bare", "tool")):
             if which == "bare":
@@ -68,13 +68,17 @@ def throughput(spec, reps: int) -> dict:
             else:
                 d = tempfile.mkdtemp(prefix="aniso-bench-train-")
                 rec = train(spec.replace(name=f"bench-{r}"), cache_dir=d)
-                tool.append(tokens / rec["timing"]["train_s"])
-                tool_nockpt.append(tokens / (rec["timing"]["train_s"] - rec["timing"]["checkpoint_s"]))
+                t = rec["timing"]
+                tool.append(tokens / t["train_s"])
+                tool_nockpt.append(tokens / (t["train_s"] - t["checkpoint_s"]))
+                tool_loop.append(tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]))
+                parts.append({k: t[k] for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s")})
                 shutil.rmtree(d, ignore_errors=True)
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
     return {"tokens": tokens, "tool": med(tool), "tool_without_checkpoints": med(tool_nockpt), "bare": med(bare),
-            "ratio": med(tool) / med(bare), "ratio_without_checkpoints": med(tool_nockpt) / med(bare),
-            "reps": reps, "all_tool": tool, "all_bare": bare}
+            "tool_loop": med(tool_loop), "ratio": med(tool) / med(bare),
+            "ratio_without_checkpoints": med(tool_nockpt) / med(bare), "ratio_loop": med(tool_loop) / med(bare),
+            "reps": reps, "all_tool": tool, "all_bare": bare, "timing": parts}
 
 
 def series_cost(spec, max_tokens: int) -> dict:
@@ -88,7 +92,8 @@ def series_cost(spec, max_tokens: int) -> dict:
     n = len(rec["checkpoints"])
     shutil.copytree(root / "a" / "trained", root / "b" / "trained")
     t0 = time.perf_counter()
-    analyze_series("bench-series", cache_dir=root / "a", max_tokens=max_tokens)
+    # attention=False: the separate analyses below compute no attention statistics either
+    analyze_series("bench-series", cache_dir=root / "a", max_tokens=max_tokens, attention=False)
     t_series = time.perf_counter() - t0
     os.environ["ANISO_CACHE_DIR"] = str(root / "b")
     specs = series_specs("bench-series", cache_dir=root / "b", max_tokens=max_tokens)
@@ -101,9 +106,9 @@ def series_cost(spec, max_tokens: int) -> dict:
             "ratio": t_series / t_sep, "saved_per_checkpoint_s": (t_sep - t_series) / max(n - 1, 1)}
 
 
-def render(thr: dict, ser: dict, spec, cmd: str) -> str:
+def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
     load = os.getloadavg()
-    return "\n".join([
+    lines = [
         "## Training (`" + cmd + "`)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, load average at the end "
         f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: see the note), torch threads "
@@ -112,11 +117,21 @@ def render(thr: dict, ser: dict, spec, cmd: str) -> str:
         f"vocabulary {spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, "
         f"median of {thr['reps']} alternating runs.", "",
         "| | tokens/s | ratio to the bare loop |", "|---|---|---|",
-        f"| bare PyTorch loop (same model, batches, AdamW, cosine schedule, clipping) | {thr['bare']:,.0f} | 1 |",
+        f"| bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping) | {thr['bare']:,.0f} | 1 |",
         f"| `core.train.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss) | {thr['tool']:,.0f} | "
         f"**{thr['ratio']:.2f}** (goal >= 0.9) |",
-        f"| the same without the checkpoint saves and held-out evaluations | {thr['tool_without_checkpoints']:,.0f} | "
-        f"{thr['ratio_without_checkpoints']:.2f} |", "",
+        f"| the same without the log-spaced checkpoints (saves + held-out loss) | {thr['tool_without_checkpoints']:,.0f} | "
+        f"{thr['ratio_without_checkpoints']:.2f} |",
+        f"| the Trainer's steps alone (also without its resumable checkpoints) | {thr['tool_loop']:,.0f} | "
+        f"{thr['ratio_loop']:.2f} |", "",
+        "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
+            f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which "
+            f"held-out loss {p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
+            for i, p in enumerate(thr["timing"])) + ".", "",
+    ]
+    if ser is None:
+        return "\n".join(lines)
+    return "\n".join(lines + [
         f"Series: {ser['checkpoints']} checkpoints analysed on {ser['max_tokens']:,} tokens of the training corpus each.",
         "", "| | seconds |", "|---|---|",
         f"| `analyze_series` (corpus read and tokenized once) | {ser['series_s']:.1f} |",
@@ -130,6 +145,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true")
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
+    p.add_argument("--no-series", action="store_true", help="measure the training throughput only")
     a = p.parse_args(argv)
     from core.train import TrainSpec
 
@@ -144,9 +160,10 @@ def main(argv=None) -> int:
                                 vocab_size=512, eval_tokens=512, device="cpu")
         max_tokens = 20_000
     thr = throughput(spec, 1 if a.quick else a.reps)
-    ser = series_cost(series_spec, max_tokens)
+    ser = None if a.no_series else series_cost(series_spec, max_tokens)
     cmd = "python -m bench.training" + (" --quick" if a.quick else "") + \
-          (f" --steps {a.steps}" if a.steps != 64 else "") + (f" --reps {a.reps}" if a.reps != 2 else "")
+          (f" --steps {a.steps}" if a.steps != 64 else "") + (f" --reps {a.reps}" if a.reps != 2 else "") + \
+          (" --no-series" if a.no_series else "")
     print(render(thr, ser, spec, cmd))
     return 0
 

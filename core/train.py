@@ -345,8 +345,10 @@ class _Rows:
         return {"input_ids": self.rows[i]}
 
 
-def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int = 64) -> list[dict]:
-    """Fixed evaluation batches (the masked positions drawn once, from a seeded generator)."""
+def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int | None = None) -> list[dict]:
+    """Fixed evaluation batches (the masked positions drawn once, from a seeded generator), of the
+    training batch size by default (batches of 64 rows were slower on CPU: 64 x seq_len x vocab logits)."""
+    batch_size = batch_size or spec.batch_size
     import torch
 
     g = torch.Generator().manual_seed(spec.seed + 7)
@@ -453,7 +455,9 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
     trained.write_run(run, {**rec, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])}, cache_dir)
     eval_batches = held_out_batches(data, spec)
     tokens_per_step = spec.batch_size * spec.seq_len
-    timing = {"checkpoint_s": 0.0}
+    # where the time outside the training steps goes: log-spaced checkpoints (saving, held-out loss)
+    # and the Trainer's resumable checkpoints (model, optimizer, RNG states)
+    timing = {"checkpoint_s": 0.0, "held_out_s": 0.0, "resume_save_s": 0.0}
     log: list[dict] = list(rec.get("log", []))
 
     def save(step: int, model_) -> None:
@@ -466,8 +470,10 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
         shutil.rmtree(out, ignore_errors=True)
         os.replace(tmp, out)
         last_train = next((e["loss"] for e in reversed(log) if e["step"] <= step and "loss" in e), None)
-        done_ckpts[step] = {"step": step, "model": trained.ident_of(run, step),
-                            "held_out_loss": held_out_loss(model_, eval_batches, device, spec.masked),
+        t1 = time.perf_counter()
+        loss = held_out_loss(model_, eval_batches, device, spec.masked)
+        timing["held_out_s"] += time.perf_counter() - t1
+        done_ckpts[step] = {"step": step, "model": trained.ident_of(run, step), "held_out_loss": loss,
                             "train_loss": last_train, "tokens_seen": step * tokens_per_step,
                             "sha256": _sha256(out / "model.safetensors")}
         trained.write_run(run, {**rec, "log": log, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])},
@@ -478,6 +484,7 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
         def __init__(self):
             self.t0 = time.perf_counter()
             self.step0 = 0
+            self.t_step_end = self.t0
 
         def on_train_begin(self, args, state, control, model=None, **kw):
             self.step0 = state.global_step
@@ -489,7 +496,7 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
             s = state.global_step
             if s in schedule and s not in done_ckpts:
                 save(s, model)
-            el = time.perf_counter() - self.t0 - timing["checkpoint_s"]
+            el = time.perf_counter() - self.t0 - timing["checkpoint_s"] - timing["resume_save_s"]
             rate = (s - self.step0) * tokens_per_step / max(el, 1e-9)
             progress(Progress("train", s, spec.steps, tokens_per_s=rate,
                               eta_s=(spec.steps - s) * tokens_per_step / rate if rate else float("nan"),
@@ -497,7 +504,11 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
             if cancel is not None and cancel():
                 control.should_training_stop = True
                 control.should_save = True  # a resumable Trainer checkpoint at this step
+            self.t_step_end = time.perf_counter()
             return control
+
+        def on_save(self, args, state, control, **kw):  # the Trainer saved its resumable state just now
+            timing["resume_save_s"] += time.perf_counter() - self.t_step_end
 
         def on_log(self, args, state, control, logs=None, **kw):
             if logs and "loss" in logs:
@@ -527,6 +538,7 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
     rec.update(log=log, checkpoints=sorted(done_ckpts.values(), key=lambda c: c["step"]))
     ran = steps_done - (int(resume.rsplit("-", 1)[1]) if resume else 0)
     rec["timing"] = {"train_s": round(wall, 3), "checkpoint_s": round(timing["checkpoint_s"], 3),
+                     "held_out_s": round(timing["held_out_s"], 3), "resume_save_s": round(timing["resume_save_s"], 3),
                      "steps": ran, "tokens_per_s": round(ran * tokens_per_step / max(wall, 1e-9), 1),
                      "train_runtime_s": float(out.metrics.get("train_runtime", wall))}
     if steps_done < spec.steps:
