@@ -465,7 +465,7 @@ def cmd_series(a) -> int:
     _Bar.end_line()
     summ = summary(ser)
     _write(a.out, {"run": ser["run"], "steps": ser["steps"], "record": ser["record"], "summary": summ,
-                   "results": ser["results"]})
+                   "results": ser["results"], "attention": ser.get("attention")})
     for line in summ["findings"]:
         print("- " + line, file=sys.stderr)
     print(f"{len(ser['steps'])} checkpoints of {a.run} analysed ({time.perf_counter() - t0:.1f} s) -> {a.out}",

@@ -228,6 +228,11 @@ def test_series_under_torchrun_equals_one_process(corpus, tmp_path, monkeypatch)
         _close(a["layers"], b["layers"])
         for k in ("outliers", "frequency", "frequency_bins"):
             _close(a[k], b[k], k)
-    # Rank 0 stored one statistics and one results entry per checkpoint.
+    for a, b in zip(ref["attention"], got["attention"]):  # each checkpoint's query/key drift statistics too
+        assert b["distributed"] == {"world_size": 2, "backend": "gloo"}
+        for row_a, row_b in zip(a["layers"], b["layers"]):
+            for k in ("q_drift", "k_drift", "cos_mu_qk", "entropy"):
+                _close(row_a[k], row_b[k], k)
+    # Rank 0 stored one statistics, one results and one attention entry per checkpoint.
     kinds = [k.split(":")[0] for k in CacheStore(two).keys()]
-    assert sorted(kinds) == ["results"] * 3 + ["stats"] * 3
+    assert sorted(kinds) == ["attention"] * 3 + ["results"] * 3 + ["stats"] * 3
