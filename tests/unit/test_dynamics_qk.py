@@ -1,0 +1,59 @@
+"""Query/key drift over training (core/views/dynamics.py) on a synthetic series: numbers in, the
+same numbers out of the figure's data, per step, block and head."""
+
+import math
+
+import numpy as np
+import pytest
+
+from core.views import dynamics as D
+
+STEPS = [0, 1, 2, 4]
+N_BLOCKS, N_HEADS = 2, 3
+
+
+def _series(attention=True):
+    rng = np.random.default_rng(0)
+    results = [{"manifest": {"tokens": {"analysed": 500}, "corpus": {"id": "wiki-en"}, "cache_key": f"k{s}"},
+                "layers": [{"layer": l, "mean_cosine": 0.1 * l} for l in range(N_BLOCKS + 1)]} for s in STEPS]
+    att = [{"layers": [{"layer": b + 1, **{k: rng.uniform(-1, 1, N_HEADS).tolist() for k in D.DRIFT_STATS}}
+                       for b in range(N_BLOCKS)]} for _ in STEPS]
+    att[1]["layers"][0]["q_drift"][2] = None  # an undefined head (no analysed position) stays a gap
+    return {"run": "synthetic", "steps": STEPS, "results": results, "attention": att if attention else None,
+            "record": {"spec": {"arch": "gpt2", "n_layers": N_BLOCKS, "d_model": 16, "tokenizer": "bpe"}}}
+
+
+@pytest.mark.parametrize("stat", list(D.DRIFT_STATS))
+def test_qk_drift_data_are_the_sections_numbers(stat):
+    ser = _series()
+    view = D.qk_drift(ser, stat)
+    assert len(view.data) == len(STEPS) * N_BLOCKS * N_HEADS
+    got = view.data.set_index(["step", "block", "head"])[stat]
+    for step, sec in zip(STEPS, ser["attention"]):
+        for row in sec["layers"]:
+            for h, v in enumerate(row[stat]):
+                x = got.loc[(step, row["layer"], h)]
+                assert (math.isnan(x) if v is None else x == pytest.approx(v))
+    # one solid line per block (mean over its heads, NaN heads left out) and a dotted line per head
+    assert len(view.figure.data) == N_BLOCKS * (1 + N_HEADS)
+    mean_b1 = np.asarray(view.figure.data[0].y, dtype=float)
+    want = [np.nanmean([np.nan if v is None else v for v in sec["layers"][0][stat]]) for sec in ser["attention"]]
+    np.testing.assert_allclose(mean_b1, want)
+    assert view.figure.data[1].line.dash == "dot"
+
+
+def test_qk_summary_and_sentence():
+    ser = _series()
+    qk = D._qk_summary(ser)
+    last_block = ser["attention"][-1]["layers"][-1]
+    assert qk["cos_mu_qk"]["last"][-1] == pytest.approx(np.mean(last_block["cos_mu_qk"]))
+    assert len(qk["q_drift"]["first"]) == N_BLOCKS
+
+
+def test_a_series_without_attention_says_so():
+    ser = _series(attention=False)
+    assert not D.has_attention(ser)
+    with pytest.raises(ValueError, match="no attention statistics"):
+        D.qk_drift(ser)
+    with pytest.raises(ValueError, match="Unknown statistic"):
+        D.qk_drift(_series(), "v_drift")
