@@ -8,6 +8,7 @@ file and become float32 here (exact: every float16 is a float32).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -36,6 +37,16 @@ def _split(v: dict, src: str, dsts: list[str], out: dict, d: int) -> None:
             out[f"{dst}.bias"] = b[j * d:(j + 1) * d]
 
 
+def _block(v: dict, s: str, t: str, out: dict, d: int) -> None:
+    """Self-attention and feed-forward of one layer (the part encoder and decoder layers share)."""
+    _split(v, f"{s}/self_attention/linear_0", [f"{t}.self_attn.{p}_proj" for p in "qkv"], out, d)
+    _lin(v, f"{s}/self_attention/linear_1", f"{t}.self_attn.out_proj", out)
+    _ln(v, f"{s}/self_attention/layer_norm", f"{t}.self_attn_layer_norm", out)
+    _lin(v, f"{s}/ffn/linear_0", f"{t}.fc1", out)
+    _lin(v, f"{s}/ffn/linear_1", f"{t}.fc2", out)
+    _ln(v, f"{s}/ffn/layer_norm", f"{t}.final_layer_norm", out)
+
+
 def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict, dict]:
     """(transformers state dict as float32 numpy, WhisperConfig kwargs) from CT2 variables."""
     n_enc, n_dec = (1 + max(int(m.group(1)) for k in v if (m := re.match(rf"{s}/layer_(\d+)/", k)))
@@ -48,28 +59,17 @@ def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict, dict]:
     out[f"{e}.embed_positions.weight"] = v["encoder/position_encodings/encodings"]
     _ln(v, "encoder/layer_norm", f"{e}.layer_norm", out)
     for i in range(n_enc):
-        s, t = f"encoder/layer_{i}", f"{e}.layers.{i}"
-        _split(v, f"{s}/self_attention/linear_0", [f"{t}.self_attn.{p}_proj" for p in "qkv"], out, d)
-        _lin(v, f"{s}/self_attention/linear_1", f"{t}.self_attn.out_proj", out)
-        _ln(v, f"{s}/self_attention/layer_norm", f"{t}.self_attn_layer_norm", out)
-        _lin(v, f"{s}/ffn/linear_0", f"{t}.fc1", out)
-        _lin(v, f"{s}/ffn/linear_1", f"{t}.fc2", out)
-        _ln(v, f"{s}/ffn/layer_norm", f"{t}.final_layer_norm", out)
+        _block(v, f"encoder/layer_{i}", f"{e}.layers.{i}", out, d)
     out[f"{dd}.embed_tokens.weight"] = v["decoder/embeddings/weight"]
     out[f"{dd}.embed_positions.weight"] = v["decoder/position_encodings/encodings"]
     _ln(v, "decoder/layer_norm", f"{dd}.layer_norm", out)
     for i in range(n_dec):
         s, t = f"decoder/layer_{i}", f"{dd}.layers.{i}"
-        _split(v, f"{s}/self_attention/linear_0", [f"{t}.self_attn.{p}_proj" for p in "qkv"], out, d)
-        _lin(v, f"{s}/self_attention/linear_1", f"{t}.self_attn.out_proj", out)
-        _ln(v, f"{s}/self_attention/layer_norm", f"{t}.self_attn_layer_norm", out)
+        _block(v, s, t, out, d)
         _lin(v, f"{s}/attention/linear_0", f"{t}.encoder_attn.q_proj", out)
         _split(v, f"{s}/attention/linear_1", [f"{t}.encoder_attn.{p}_proj" for p in "kv"], out, d)
         _lin(v, f"{s}/attention/linear_2", f"{t}.encoder_attn.out_proj", out)
         _ln(v, f"{s}/attention/layer_norm", f"{t}.encoder_attn_layer_norm", out)
-        _lin(v, f"{s}/ffn/linear_0", f"{t}.fc1", out)
-        _lin(v, f"{s}/ffn/linear_1", f"{t}.fc2", out)
-        _ln(v, f"{s}/ffn/layer_norm", f"{t}.final_layer_norm", out)
     heads = int(v["encoder/num_heads"])
     cfg = dict(vocab_size=int(vocab), d_model=int(d), encoder_layers=n_enc, decoder_layers=n_dec,
                encoder_attention_heads=heads, decoder_attention_heads=int(v["decoder/num_heads"]),
@@ -114,7 +114,7 @@ def build_whisper(model_bin: Path | list, out_dir: Path | None = None):
     return model
 
 
-@__import__("functools").lru_cache(maxsize=1)
+@functools.lru_cache(maxsize=1)
 def _fe():
     from transformers import WhisperFeatureExtractor
 

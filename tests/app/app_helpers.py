@@ -15,6 +15,24 @@ SMALL = {"tokens": "2000", "sample": "500", "seeds": "1"}
 TIMEOUT = 120
 
 
+def app_factory(timeout: float = TIMEOUT):
+    """make(models=[...], page=None, **query) -> an AppTest after its first run (and the page's)."""
+    from streamlit.testing.v1 import AppTest
+
+    def make(models=("minilm-l6",), page: str | None = None, **query):
+        at = AppTest.from_file(APP, default_timeout=timeout)
+        for k, v in {**SMALL, **query}.items():
+            at.query_params[k] = v
+        if tuple(models) != ("minilm-l6",):
+            at.query_params["models"] = list(models)
+        at.run()
+        if page:
+            at.switch_page(page).run()
+        return at
+
+    return make
+
+
 def run_clicked(at, timeout: float = 900):
     """Press Run (it queues jobs), wait for the worker to finish every job, then rerun the page."""
     at.sidebar.button(key="run").click().run()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from app_helpers import APP, SMALL, TIMEOUT
+from app_helpers import app_factory
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -39,17 +39,4 @@ def _job_worker(cache_dir):
 @pytest.fixture
 def app(cache_dir):
     """A factory: app(models=[...], **query) -> AppTest after its first run."""
-    from streamlit.testing.v1 import AppTest
-
-    def make(models=("minilm-l6",), page: str | None = None, **query):
-        at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-        for k, v in {**SMALL, **query}.items():
-            at.query_params[k] = v
-        if tuple(models) != ("minilm-l6",):
-            at.query_params["models"] = list(models)
-        at.run()
-        if page:
-            at.switch_page(page).run()
-        return at
-
-    return make
+    return app_factory()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from app_helpers import APP, SMALL, TIMEOUT, figures, no_exception
+from app_helpers import TIMEOUT, app_factory, figures, no_exception
 
 from core.pipeline import analyze
 from core.selection import GODEY_PRESET, Selection
@@ -24,20 +24,7 @@ PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/c
 @pytest.fixture
 def app(cache_dir):
     """As tests/app/conftest.py's factory, with room for three models on a busy machine."""
-    from streamlit.testing.v1 import AppTest
-
-    def make(models=("minilm-l6",), page: str | None = None, **query):
-        at = AppTest.from_file(APP, default_timeout=TIMEOUT * 4)
-        for k, v in {**SMALL, **query}.items():
-            at.query_params[k] = v
-        if tuple(models) != ("minilm-l6",):
-            at.query_params["models"] = list(models)
-        at.run()
-        if page:
-            at.switch_page(page).run()
-        return at
-
-    return make
+    return app_factory(TIMEOUT * 4)
 
 
 @pytest.fixture(scope="module")
