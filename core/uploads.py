@@ -121,6 +121,35 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
     return out
 
 
+def bundle_files(files: list[tuple[str, bytes]], suffixes: tuple[str, ...]) -> bytes:
+    """Several uploaded files (a folder's images or recordings) as one zip, the way a zip upload is
+    saved: entries sorted by name, fixed timestamps, so the same files give the same id. A zip among
+    them is opened and its members taken (only `suffixes`). InputError when nothing fits.
+    """
+    import io
+    import zipfile
+
+    members: dict[str, bytes] = {}
+    for name, data in files:
+        if Path(name).suffix.lower() == ".zip":
+            try:
+                with zipfile.ZipFile(io.BytesIO(data)) as z:
+                    for info in z.infolist():
+                        if not info.is_dir() and Path(info.filename).suffix.lower() in suffixes:
+                            members[f"{Path(name).stem}/{info.filename}"] = z.read(info)
+            except zipfile.BadZipFile:
+                raise InputError(f"{clean_name(name)} is not a valid zip archive.") from None
+        elif Path(name).suffix.lower() in suffixes:
+            members[clean_name(name)] = data
+    if not members:
+        raise InputError(f"None of the {len(files)} files is one of {', '.join(suffixes)}.")
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as z:
+        for name in sorted(members):
+            z.writestr(zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0)), members[name])
+    return out.getvalue()
+
+
 def save_pasted_text(text: str, cache_dir: str | Path | None = None) -> Path:
     """Pasted text as a .txt corpus (documents separated by blank lines), named by its first words."""
     if not text or not text.strip():

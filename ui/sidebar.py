@@ -13,10 +13,22 @@ from core import pipeline, report, settings
 from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
 from core.errors import InputError
 from core.escape import markdown_text
+from core.modalities.audio import AUDIO_SUFFIXES
+from core.modalities.images import IMAGE_SUFFIXES
 from core.models import BUILTIN_MODELS, describe_model
 from core.selection import LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
 from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
-from core.uploads import detect_text_column, display_name, is_upload_id, rename, resolve, save_pasted_text, save_upload, upload_id
+from core.uploads import (
+    bundle_files,
+    detect_text_column,
+    display_name,
+    is_upload_id,
+    rename,
+    resolve,
+    save_pasted_text,
+    save_upload,
+    upload_id,
+)
 
 from . import data, state
 from .page import md
@@ -196,11 +208,19 @@ def _modal_corpora(sel, models) -> dict:
         cid = st.selectbox(title, ids + extra, index=(ids + extra).index(cur), key=f"w_{fieldname}",
                            format_func=lambda i: MODAL_CORPORA[i].label if i in MODAL_CORPORA else display_name(i))
         st.caption(MODAL_CORPORA[cid].description if cid in MODAL_CORPORA else "uploaded files")
-        up = st.file_uploader(f"…or upload a zip of {'images' if modality == 'image' else 'WAV/FLAC/OGG files'}",
-                              type=["zip"], key=f"w_up_{fieldname}")
-        if up is not None:
+        suffixes = IMAGE_SUFFIXES if modality == "image" else AUDIO_SUFFIXES
+        ups = st.file_uploader(f"…or upload {'images' if modality == 'image' else 'WAV/FLAC/OGG files'}: several "
+                               "files, a folder's files or a zip", type=[x[1:] for x in suffixes + (".zip",)],
+                               accept_multiple_files=True, key=f"w_up_{fieldname}",
+                               max_upload_size=settings.current().max_upload_mb)
+        if ups:
             try:
-                cid = upload_id(save_upload(up.getvalue(), up.name))  # an id, like the text uploads
+                if len(ups) == 1 and ups[0].name.lower().endswith(".zip"):
+                    data, name = ups[0].getvalue(), ups[0].name
+                else:  # the files become one zip, saved like a zip upload (same files, same id)
+                    data = bundle_files([(u.name, u.getvalue()) for u in ups], suffixes)
+                    name = f"{len(ups)} {'images' if modality == 'image' else 'recordings'}.zip"
+                cid = upload_id(save_upload(data, name))  # an id, like the text uploads
             except InputError as e:
                 st.error(str(e))
         out[fieldname] = cid

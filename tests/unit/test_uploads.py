@@ -60,3 +60,27 @@ def test_preview_warns_on_degenerate_input(tmp_path):
     assert any("Only about" in w for w in tiny.warnings) and any("One document" in w for w in tiny.warnings)
     with pytest.raises(InputError, match="empty"):
         U.save_pasted_text(" \n\t ", tmp_path)
+
+
+def test_several_files_become_one_zip_whatever_their_order(tmp_path):
+    import io
+    import zipfile
+
+    from core.modalities import corpus_modality
+
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("sub/c.wav", b"RIFF-c")
+        z.writestr("notes.txt", b"not a recording")
+    files = [("b.flac", b"fLaC-b"), ("a.wav", b"RIFF-a"), ("more.zip", inner.getvalue()), ("readme.md", b"x")]
+    one = U.bundle_files(files, (".wav", ".flac"))
+    assert one == U.bundle_files(list(reversed(files)), (".wav", ".flac"))  # same files, same bytes, same id
+    with zipfile.ZipFile(io.BytesIO(one)) as z:
+        assert z.namelist() == ["a.wav", "b.flac", "more/sub/c.wav"]
+        assert z.read("more/sub/c.wav") == b"RIFF-c"
+    path = U.save_upload(one, "3 recordings.zip", tmp_path)
+    assert corpus_modality(str(path)) == "audio"
+    with pytest.raises(InputError, match="None of the 1 files"):
+        U.bundle_files([("readme.md", b"x")], (".png",))
+    with pytest.raises(InputError, match="not a valid zip"):
+        U.bundle_files([("bad.zip", b"PK no")], (".png",))
