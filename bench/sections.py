@@ -66,7 +66,7 @@ class Sizes:
     attention_tokens: dict = field(default_factory=lambda: {"minilm-l6": 40_000, "smollm2-135m": 40_000})
     attention_reps: int = 2
     modal_image_tokens: int = 10_240  # 40 crops of 256 patches (ViT-S/14)
-    modal_audio_tokens: int = 10_000  # ~100 clips of speech-human, 30 s windows each
+    modal_audio_tokens: int = 3_000  # ~50 clips of speech-human (mostly 1-3 s), one 30 s window each
     modal_reps: int = 4
 
     @classmethod

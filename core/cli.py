@@ -175,7 +175,7 @@ def cmd_models(a) -> int:
             note = f"  [{m['note']}]" if m["note"] else ""
             print(f"{m['id']:<24} {m['description']}{note}")
     print("(also: a local model folder, or a hub identifier[@revision] where the hub is reachable, e.g. "
-          "google/byt5-small)")
+          "google/byt5-small (its encoder) or google/canine-s)")
     return 0
 
 

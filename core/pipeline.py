@@ -197,6 +197,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         raise InputError(f"--layers {spec.layers[-1]} is beyond {spec.model}'s hidden-state layers "
                          f"(0..{n_hidden - 1}; 0 = embeddings).")
     seq_len = _effective_seq_len(spec, lm)
+    from .modalities.adapters import adapter_for
+
     wkey = ("windows", _tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
     if wkey not in memo:
         memo[wkey] = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
@@ -214,7 +216,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
             lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
             pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel, layers=spec.layers,
-            shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None)
+            shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None,
+            adapter=adapter_for(lm.base))
     except torch.OutOfMemoryError:
         raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
                          f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "

@@ -5,6 +5,8 @@ describe, so the streaming statistics, the sample and their exactness are the sa
 text, images and audio.
 
 - `TextAdapter`: token windows through a transformers model (input_ids, attention_mask).
+- `CanineAdapter`: characters through CANINE, whose deep layers run on molecules (blocks of 4
+  characters): every character reads the molecule CANINE itself gives it when it upsamples.
 - `ViTAdapter`: pictures resized to 224x224, ImageNet-normalised, through a ViT/DINOv2; position 0
   is CLS, then the 16x16 patches row by row.
 - `WhisperEncoderAdapter`: 30 s log-mel windows through the Whisper encoder (1500 frames of 20 ms).
@@ -59,6 +61,28 @@ class TextAdapter:
         out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
                     output_hidden_states=True)
         return hidden_states_of(out), ids_t
+
+
+class CanineAdapter(TextAdapter):
+    """CANINE (Clark et al. 2022): positions are characters (Unicode code points) at every layer.
+
+    Its hidden states are: the character embeddings and the initial local character layer (one
+    state per character), the 12 deep layers' input and outputs on *molecules* (the [CLS] molecule,
+    then one per block of `downsampling_rate` characters, from a strided convolution), then the
+    upsampled projection and the final character layer (one state per character again). A deep
+    state is read, for each character, at the molecule the model itself repeats onto that
+    character before its final layer (`CanineModel._repeat_molecules`): the statistics of every
+    layer are over the same analysed characters, and a molecule counts once per character it
+    covers. 2 + (layers + 1) + 2 hidden states in all.
+    """
+
+    def dims(self, model) -> tuple[int, int]:
+        return int(model.config.num_hidden_layers) + 5, int(model.config.hidden_size)
+
+    def forward(self, model, windows, b, dev, pad_id: int = 0):
+        hs, ids_t = super().forward(model, windows, b, dev, pad_id)
+        T = ids_t.shape[1]
+        return [h if h.shape[1] == T else model._repeat_molecules(h, char_seq_length=T) for h in hs], ids_t
 
 
 class ViTAdapter:
@@ -151,4 +175,6 @@ def adapter_for(model):
         return WhisperEncoderAdapter()
     if name in ("MobileNetV2", "ResNetModel"):
         return CNNAdapter(model)
+    if name == "CanineModel":
+        return CanineAdapter()
     return TextAdapter()
