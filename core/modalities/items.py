@@ -38,6 +38,7 @@ class Items:
     has_token_ids: bool = False
     grid: tuple[int, int] | None = None  # image: patch rows, cols
     n_prefix: int = 0  # image: CLS/register positions before the patches
+    unit: str = "patch"  # image: what a grid position is ("patch" of a ViT, "cell" of a CNN's 7x7 grid)
     offsets_s: list[float] = field(default_factory=list)  # audio: start of each window in its clip (s)
     next_position: int = 0
 
@@ -47,7 +48,7 @@ def _order(n: int, seed: int) -> np.ndarray:
 
 
 def image_items(pictures: list[Picture], positions: int, prefix: int, grid: tuple[int, int], max_tokens: int,
-                seed: int) -> Items:
+                seed: int, unit: str = "patch") -> Items:
     """Pictures in a seeded order until `max_tokens` analysed positions (prefix tokens excluded)."""
     chosen = []
     content = 0
@@ -61,7 +62,7 @@ def image_items(pictures: list[Picture], positions: int, prefix: int, grid: tupl
     valid = [np.ones(positions, dtype=bool) for _ in chosen]
     return Items("image", ids, special, valid, np.asarray([p.source for p in chosen]), chosen,
                  [p.name for p in chosen], len({p.source for p in chosen}), positions * len(chosen), content,
-                 grid=grid, n_prefix=prefix)
+                 grid=grid, n_prefix=prefix, unit=unit)
 
 
 def audio_items(clips: list[Clip], max_tokens: int, seed: int) -> Items:
@@ -99,7 +100,7 @@ def position_meta(items: Items, window: np.ndarray, position: np.ndarray) -> dic
         p = position - items.n_prefix
         row = np.where(p >= 0, p // cols, -1)
         col = np.where(p >= 0, p % cols, -1)
-        text = [f"{n} · CLS" if r < 0 else f"{n} · patch row {r}, col {c}" for n, r, c in zip(names, row, col)]
+        text = [f"{n} · CLS" if r < 0 else f"{n} · {items.unit} row {r}, col {c}" for n, r, c in zip(names, row, col)]
         return {"text": text, "row": row.tolist(), "col": col.tolist()}
     t = np.asarray([items.offsets_s[int(w)] for w in window]) + position * FRAME_SECONDS
     text = [f"{n} · {s:.2f} s" for n, s in zip(names, t)]

@@ -34,7 +34,8 @@ def build_items(modality: str, payloads: list, adapter, model, max_tokens: int, 
 
     if modality == "image":
         positions, prefix, grid = adapter.layout(model)
-        return image_items(payloads, positions, prefix, grid, max_tokens, seed)
+        unit = "cell" if hasattr(adapter, "channels") else "patch"  # a CNN's grid cells are not patches
+        return image_items(payloads, positions, prefix, grid, max_tokens, seed, unit)
     return audio_items(payloads, max_tokens, seed)
 
 
@@ -47,7 +48,7 @@ def sample_metadata(items, arrays: dict) -> tuple[dict, dict]:
     if items.modality == "image":
         extra["sample_patch_row"] = np.asarray(pm["row"], dtype=np.int64)
         extra["sample_patch_col"] = np.asarray(pm["col"], dtype=np.int64)
-        labels = ["CLS" if r < 0 else f"patch ({r},{c})" for r, c in zip(pm["row"], pm["col"])]
+        labels = ["CLS" if r < 0 else f"{items.unit} ({r},{c})" for r, c in zip(pm["row"], pm["col"])]
     else:
         extra["sample_time_s"] = np.asarray(pm["time_s"], dtype=np.float64)
         labels = [f"{t:.2f} s" for t in pm["time_s"]]

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
-from .common import View, _corpora, _fmt_n, _manifest, as_results
+from .common import View, _corpora, _fmt_n, _manifest, as_results, modality
 
 
 def _norm_token(t: str) -> str:
@@ -32,7 +32,7 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     q = _norm_token(search)
     mode = {"log_frequency": "continuous", "position": "continuous", "document": "discrete",
             "search": "highlight"}[color_by]
-    out_panels, rows, notes, parts = [], [], [], []
+    out_panels, rows, notes, parts, used = [], [], [], [], []
     for res, proj, table in panels:
         res = as_results(res)
         xy = np.asarray(proj["xy"], dtype=float)
@@ -55,9 +55,12 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
             col = color_by
             if modal and color_by == "log_frequency":  # colour by the metadata that exists
                 col = "time_s" if "time_s" in t.columns else "position"
+                cnn = t["token"].astype(str).str.startswith("cell").any()  # a CNN's 7x7 grid cells
+                where = "time in the clip" if col == "time_s" else ("grid cell" if cnn else "patch") + " position"
                 notes.append(f"{res.model_label}: no token frequency for {('audio' if col == 'time_s' else 'images')}"
-                             f"; coloured by {'time in the clip' if col == 'time_s' else 'patch position'} instead.")
+                             f"; coloured by {where} instead.")
             p["color"] = t[col].to_numpy(dtype=float)
+            used.append(col)
         elif mode == "discrete":
             docs = t["document"].to_numpy()
             _, rank = np.unique(docs, return_inverse=True)
@@ -76,12 +79,21 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
                                   "frequency": t["frequency"].to_numpy(), "match": match}))
     first = panels[0][1]
     method = "PCA" if first["method"] == "pca" else "UMAP (" + ", ".join(f"{k}={v}" for k, v in first["params"].items()) + ")"
-    ctitle = {"log_frequency": "log corpus<br>frequency", "position": "position in<br>sequence"}.get(color_by, "")
+    titles = {"log_frequency": "log corpus<br>frequency", "position": "position in<br>sequence",
+              "time_s": "time in<br>the clip (s)"}
+    if color_by == "log_frequency" and used and set(used) != {"log_frequency"}:  # image/audio panels among them
+        if any(modality(p[0]) == "image" for p in panels):
+            titles["position"] = "patch<br>position"
+        ctitle = " / ".join(titles[c] for c in dict.fromkeys(used))
+        colour = " / ".join(titles[c].replace("<br>", " ") for c in dict.fromkeys(used))
+    else:
+        ctitle = titles.get(color_by, "")
+        colour = color_by.replace("_", " ")
     runs = [as_results(p[0]) for p in panels]
     fig = F.scatter_panels(out_panels, title=f"{method} of sampled token representations",
                            subtitle=F.esc(" · ".join(dict.fromkeys(parts)) + f" · {_corpora(runs)} · colour: "
                                           + (f"tokens matching {search!r}" if color_by == "search"
-                                             else color_by.replace("_", " "))),
+                                             else colour)),
                            color_mode=mode, color_title=ctitle)
     if mode == "discrete":
         notes.append("Colours cycle over documents (8 colours): hover a point for its document.")
