@@ -25,13 +25,14 @@ DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequ
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",
                "isoscore", "partition_isotropy", "outlier_dims", "cosine_contribution")
 EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13, "untrained-gpt2": 13,
-                   "untrained-smollm2": 31, "untrained-byt5-small": 13, "dinov2-vits14": 13, "whisper-tiny-en": 5,
+                   "untrained-smollm2": 31, "untrained-byt5-small": 13, "untrained-minilm-l6": 7,
+                   "untrained-canine-s": 17, "dinov2-vits14": 13, "whisper-tiny-en": 5,
                    "whisper-base": 7, "mobilenet-v2": 19, "untrained-vit-s14": 13, "untrained-whisper-tiny": 5,
                    "untrained-mobilenet-v2": 19, "untrained-resnet50": 5, "untrained-llama-1b": 17,
                    "untrained-llama-8b": 33}
 # the first load dequantizes SmolLM2's GGUF (~15 s) or converts ONNX / CTranslate2 weights; big random models
-SLOW_MODELS = {"smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "dinov2-vits14", "whisper-tiny-en",
-               "whisper-base", "mobilenet-v2", "untrained-vit-s14", "untrained-whisper-tiny",
+SLOW_MODELS = {"smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "untrained-canine-s", "dinov2-vits14",
+               "whisper-tiny-en",               "whisper-base", "mobilenet-v2", "untrained-vit-s14", "untrained-whisper-tiny",
                "untrained-mobilenet-v2", "untrained-resnet50"}
 CORPUS_OF = {"text": "wiki-en", "image": "images-natural", "audio": "speech-human"}
 
