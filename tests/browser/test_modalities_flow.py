@@ -98,3 +98,23 @@ def test_compare_with_every_modality_and_the_godey_preset(site, page, tmp_path):
     assert page.get_by_test_id("stException").count() == 0
     goto_page(page, "Layers")  # the preset's runs are not computed here: the page says so, no error
     assert page.get_by_test_id("stException").count() == 0
+
+
+def test_several_image_files_upload_as_one_corpus(site, page, tmp_path):
+    """A folder's images, selected at once in the sidebar's image uploader, become one image corpus."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(3):
+        p = tmp_path / f"photo{i}.png"
+        Image.fromarray(rng.integers(0, 255, (40, 56, 3), dtype=np.uint8)).save(p)
+        paths.append(str(p))
+    _open(page, site, "layers")
+    uploader = page.get_by_test_id("stFileUploader").filter(has_text="upload images")
+    uploader.locator("input[type=file]").set_input_files(paths)
+    settle(page)
+    assert page.get_by_test_id("stException").count() == 0
+    sidebar = page.get_by_test_id("stSidebar").inner_text()
+    assert "3 images.zip" in sidebar, sidebar[:3000]
