@@ -103,8 +103,37 @@ _BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
          (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
 
 
+def _sniff_utf16_32(raw: bytes) -> str | None:
+    """The encoding of UTF-16/UTF-32 text written without a byte-order mark, or None.
+
+    Text in these encodings has NUL bytes in a fixed lane of every 2 (4) bytes wherever a
+    character is ASCII or Latin-1 (spaces, digits, punctuation, most letters of European
+    languages). A lane that is at least 40% NUL while the other lanes are almost never NUL, and a
+    decoding that is valid and printable, names it; binary data fails one of the two.
+    """
+    head = raw[:8192]
+    for width, names in ((4, ("utf-32-le", "utf-32-be")), (2, ("utf-16-le", "utf-16-be"))):
+        n = len(head) // width * width
+        if n < 4 * width:
+            continue
+        lanes = [head[i:n:width].count(0) / (n // width) for i in range(width)]
+        # LE: the NULs are in the high lanes (1 for UTF-16, 1-3 for UTF-32); BE: the low ones.
+        for enc, nul, text in ((names[0], lanes[width - 1], lanes[0]), (names[1], lanes[0], lanes[width - 1])):
+            if nul < 0.4 or text > 0.05:
+                continue
+            try:
+                sample = head[:n].decode(enc)
+            except UnicodeDecodeError:
+                continue
+            printable = sum(c.isprintable() or c in "\n\r\t" for c in sample)
+            if printable >= 0.95 * len(sample):
+                return enc
+    return None
+
+
 def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
-    """Bytes of a text file -> str. A byte-order mark decides (UTF-8/16/32); else `encoding`, else UTF-8.
+    """Bytes of a text file -> str. A byte-order mark decides (UTF-8/16/32); else `encoding`; else
+    UTF-16/32 recognised without a mark (`_sniff_utf16_32`); else UTF-8.
 
     Binary data and text in another encoding are refused with a message naming the way out.
     """
@@ -115,8 +144,6 @@ def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
             except UnicodeDecodeError:
                 raise InputError(f"{name} starts with a {enc.upper()} byte-order mark but is not valid "
                                  f"{enc.upper()} text.") from None
-    if b"\x00" in raw[:8192]:
-        raise InputError(f"{name} is not a text file (it contains binary data).")
     if encoding:
         import codecs
 
@@ -128,6 +155,17 @@ def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
             return raw.decode(encoding)
         except UnicodeDecodeError as e:
             raise InputError(f"{name} is not valid {encoding} text (byte {e.start}).") from None
+    if b"\x00" in raw[:8192]:
+        enc = _sniff_utf16_32(raw)
+        if enc is None:
+            raise InputError(f"{name} is not a text file (it contains binary data). If it is UTF-16 or UTF-32 "
+                             "text, give its encoding: --encoding utf-16-le (or utf-16-be, utf-32-le, ...) in "
+                             "the CLI.")
+        try:
+            return raw.decode(enc)
+        except UnicodeDecodeError as e:
+            raise InputError(f"{name} looks like {enc.upper()} text without a byte-order mark but is not valid "
+                             f"{enc.upper()} at byte {e.start}: give its encoding with --encoding.") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as e:

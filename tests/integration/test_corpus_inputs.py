@@ -29,6 +29,27 @@ def test_utf16_with_a_bom_is_decoded(tmp_path):
     assert table_columns(str(p)) == ["text", "n"]  # no "\ufefftext" column
 
 
+def test_utf16_and_utf32_without_a_bom_are_recognised_binary_is_not(tmp_path):
+    text = "Grüße aus Köln, am Rhein.\n\nZweites Dokument: 3 Zeilen, ein Ende."
+    for enc in ("utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"):
+        p = tmp_path / f"{enc}.txt"
+        p.write_bytes(text.encode(enc))
+        assert load_documents(str(p)) == ["Grüße aus Köln, am Rhein.", "Zweites Dokument: 3 Zeilen, ein Ende."], enc
+    greek = tmp_path / "greek.txt"  # no NUL lane at all: the sniffing needs none, an explicit encoding decides
+    greek.write_bytes("Καλημέρα κόσμε".encode("utf-16-le"))
+    assert load_documents(str(greek), encoding="utf-16-le") == ["Καλημέρα κόσμε"]
+    import numpy as np
+
+    blob = tmp_path / "model.txt"  # binary with NULs: refused, naming the way out for real UTF-16 text
+    blob.write_bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8).tobytes() + b"\x00" * 64)
+    with pytest.raises(InputError, match="binary data.*--encoding utf-16-le"):
+        load_documents(str(blob))
+    halves = tmp_path / "ints.txt"  # little-endian int16 data: a NUL lane like UTF-16, but not printable text
+    halves.write_bytes(np.tile(np.arange(256, dtype="<i2"), 8).tobytes())
+    with pytest.raises(InputError, match="binary data"):
+        load_documents(str(halves))
+
+
 def test_latin1_needs_its_encoding_named(tmp_path):
     p = tmp_path / "latin1.txt"
     p.write_bytes("café crème\n\nbrûlée".encode("latin-1"))
