@@ -22,8 +22,12 @@ Cancel button or `python -m core jobs cancel ID` asked: stop between steps by ra
 is derived from it (analyze uses the cache key of the run, so one spec is one job).
 
 Liveness: the worker writes a heartbeat into the running job's record every few seconds. A
-running job whose worker process is gone (same host) or whose heartbeat is older than
-`STALE_S` (any host) is reported failed ("the worker stopped ...") and can be retried.
+running job whose worker process is gone (same host: its pid, checked with the process's start
+time so that a reused pid does not count) or, on another host, whose heartbeat is older than
+`STALE_S` is reported failed ("the worker stopped ...") and can be retried. On the worker's own
+host a late heartbeat never fails a job: a niced worker starved of CPU by a busy machine is slow,
+not gone. Marking a job failed re-reads its record under a lock and writes only when it is still
+the same attempt of the same worker, so that it never overwrites a newer attempt (a Retry).
 """
 
 from __future__ import annotations
@@ -309,7 +313,8 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
         if st.put_if_empty(f"claim:{jid}:{attempt}", b"1"):
             new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
                       message="waiting for a worker")
-            _write(new, cache_dir)
+            with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
+                _write(new, cache_dir)
             _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
             return jid
         time.sleep(0.05)  # another process claimed this attempt: its record is being written
@@ -324,18 +329,50 @@ def status(jid: str, cache_dir=None) -> Job | None:
     if job.status == RUNNING:
         dead = _worker_gone(job)
         if dead:
-            job.status, job.error, job.finished = FAILED, dead, time.time()
-            job.message = "failed"
-            _write(job, cache_dir)
+            job = _mark_failed(job, dead, cache_dir)
     if job.active:
         job.cancel_requested = _store(cache_dir).has_data_for_key(_cancel_key(jid, job.attempt))
     return job
 
 
+@contextlib.contextmanager
+def _record_lock(cache_dir=None):
+    """Serialises read-check-write of job records between the processes of this host."""
+    with open(jobs_dir(cache_dir) / "records.lock", "a+") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _mark_failed(seen: Job, why: str, cache_dir=None) -> Job:
+    """Record `seen` as failed unless its record changed meanwhile (a retry, the worker's last write)."""
+    with _record_lock(cache_dir):
+        now = _read(seen.id, cache_dir)
+        if now is None or (now.attempt, now.status, now.worker) != (seen.attempt, RUNNING, seen.worker):
+            return now if now is not None else seen
+        now.status, now.error, now.finished, now.message = FAILED, why, time.time(), "failed"
+        _write(now, cache_dir)
+        return now
+
+
+def _proc_start(pid: int) -> int | None:
+    """The start time of process `pid` (clock ticks since boot; /proc), or None where unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def _worker_gone(job: Job) -> str:
     """Why the running job's worker is gone ('' while it lives)."""
-    host, pid = job.worker.get("host"), job.worker.get("pid")
-    if host == socket.gethostname() and pid and not pid_alive(int(pid)):
+    host, pid, start = job.worker.get("host"), job.worker.get("pid"), job.worker.get("start")
+    if host == socket.gethostname() and pid:
+        alive = pid_alive(int(pid)) and (start is None or _proc_start(int(pid)) in (None, start))
+        if alive:
+            return ""  # same host: the process decides, however late its heartbeat (a starved worker)
         return (f"the worker (pid {pid}) stopped while running this job: killed, out of memory or shut "
                 "down. Nothing partial was stored; retry it.")
     if job.heartbeat and time.time() - job.heartbeat > STALE_S:
@@ -473,7 +510,8 @@ def _run_job(jid: str, attempt: int) -> None:
     if job is None or job.attempt != attempt or job.status != QUEUED:
         return  # cancelled before it started, or superseded by a newer attempt
     job.status, job.started, job.message = RUNNING, time.time(), "starting"
-    job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "thread": threading.current_thread().name}
+    job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": _proc_start(os.getpid()),
+                  "thread": threading.current_thread().name}
     run = _Running(job, cache_dir)
     run.write()
     with _in_flight_lock:

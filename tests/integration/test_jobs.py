@@ -218,3 +218,49 @@ def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
     finally:
         assert jobs.stop_worker(cache)
     assert jobs.worker_pid(cache) is None
+
+
+def _running_record(cache, worker: dict, heartbeat: float, attempt: int = 1) -> jobs.Job:
+    jid = jobs.job_id("test-steps", {"n": 1})
+    job = jobs.Job(jid, "test-steps", {"n": 1}, "x", jobs.RUNNING, attempt, created=time.time(),
+                   started=time.time(), heartbeat=heartbeat, worker=worker)
+    jobs._write(job, cache)
+    return job
+
+
+def test_a_starved_worker_on_this_host_is_alive_a_dead_or_reused_pid_is_not(cache):
+    """Same host: the pid (and its start time) decides, never a late heartbeat (a niced worker on a busy
+    machine was once reported dead, and its job failed while it ran); another host: the heartbeat."""
+    import socket
+
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": jobs._proc_start(os.getpid())}
+    job = _running_record(cache, me, heartbeat=time.time() - 10 * jobs.STALE_S)
+    assert jobs.status(job.id, cache).status == jobs.RUNNING
+    reused = {**me, "start": me["start"] - 1}  # this pid, but another process's start time: the worker is gone
+    _running_record(cache, reused, heartbeat=time.time())
+    st = jobs.status(job.id, cache)
+    assert st.status == jobs.FAILED and "stopped while running" in st.error
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    _running_record(cache, {"host": socket.gethostname(), "pid": dead.pid}, heartbeat=time.time())
+    assert jobs.status(job.id, cache).status == jobs.FAILED
+    other = {"host": "another-host.invalid", "pid": os.getpid()}
+    _running_record(cache, other, heartbeat=time.time())
+    assert jobs.status(job.id, cache).status == jobs.RUNNING
+    _running_record(cache, other, heartbeat=time.time() - 2 * jobs.STALE_S)
+    st = jobs.status(job.id, cache)
+    assert st.status == jobs.FAILED and "has not reported" in st.error
+
+
+def test_marking_a_dead_job_failed_never_overwrites_a_newer_attempt(cache):
+    """The read-check-write of status() re-reads under a lock: a Retry written meanwhile stays."""
+    import socket
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    seen = _running_record(cache, {"host": socket.gethostname(), "pid": dead.pid}, heartbeat=time.time())
+    retried = _running_record(cache, {"host": socket.gethostname(), "pid": os.getpid()}, heartbeat=time.time(),
+                              attempt=2)
+    out = jobs._mark_failed(seen, "gone", cache)  # what a poll that read attempt 1 just before the Retry does
+    assert (out.attempt, out.status) == (2, jobs.RUNNING)
+    assert (jobs.status(retried.id, cache).attempt, jobs.status(retried.id, cache).status) == (2, jobs.RUNNING)
