@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "DEFINITIONS",
     "mean_cosine",
     "cross_sequence_cosine",
     "cosine_contribution",
@@ -45,30 +44,6 @@ __all__ = [
     "isotropic_baseline",
     "BASELINE_METRICS",
 ]
-
-
-# One-line exact definitions (hover texts, tables); docs/metrics.md has the long form.
-DEFINITIONS: dict[str, str] = {
-    "mean_cosine": "mean of cos(x_i, x_j) over all ordered pairs i != j of analysed tokens: "
-                   "(||sum u||^2 - N) / (N (N - 1)), exact (Ethayarajh 2019; Godey et al. 2023)",
-    "mean_cosine_ci": "95% percentile bootstrap over groups of whole documents; a token is never paired with its "
-                      "own copy",
-    "cross_sequence_cosine": "mean cos over pairs of tokens from different documents (two windows of one "
-                             "document are one context)",
-    "intra_sentence_similarity": "mean over sequences of mean_t cos(x_t, mean of the sequence) (Ethayarajh 2019)",
-    "intra_sentence_adjusted": "intra-sentence similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
-    "self_similarity": "per tracked token id, mean cos over pairs of its occurrences in different sequences; "
-                       "unweighted mean over the 200 most frequent ids seen in >= 5 sequences (Ethayarajh 2019)",
-    "self_similarity_adjusted": "self-similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
-    "mean_norm": "mean of ||x_t|| over analysed tokens",
-    "sample_mean_cosine": "mean cos over all ordered pairs of the token sample (exact on the sample)",
-    "pc1_variance_ratio": "top eigenvalue / trace of the covariance of the centred sample",
-    "effective_rank": "exp of the entropy of the normalised singular values of the centred sample "
-                      "(Roy & Vetterli 2007)",
-    "isoscore": "IsoScore of the sample (Rudman et al. 2022): 1 = isotropic, 0 = one direction",
-    "partition_isotropy": "min_c Z(c) / max_c Z(c), Z(c) = sum_t exp(c . w_t), c the eigenvectors of W^T W, "
-                          "W = sample rescaled to unit mean norm (Mu & Viswanath 2018)",
-}
 
 
 # --------------------------------------------------------------------------- validation

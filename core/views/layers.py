@@ -11,7 +11,8 @@ import pandas as pd
 
 from .. import figures as F
 from ..config import CONFIG
-from ..metrics import BASELINE_METRICS, DEFINITIONS, pairwise_cosine_histogram
+from ..definitions import short as short_definition
+from ..metrics import BASELINE_METRICS, pairwise_cosine_histogram
 from ..reference import reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import (
@@ -48,7 +49,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
         sample_metric = metric in SAMPLE_METRICS and metric != "mean_cosine"
         n_txt = f"K = {_fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {_fmt_n(res.n_tokens)} tokens"
         name = f"{res.run_name} (N = {_fmt_n(res.n_tokens)})"
-        definition = F.esc(DEFINITIONS.get(metric, ""))
+        definition = F.esc(short_definition(metric))
         hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(label)} = {y:.4g}"
                  f"<br>{n_txt}<br><i>{definition}</i>" for l, y in zip(layers, ys)]
         band = None

@@ -236,3 +236,17 @@ def test_problems_never_carry_raw_newlines_or_huge_values(no_settings):
     _, problems = from_query_params({"metric": ["x\n\n# big\u202e" + "y" * 5000]})
     assert len(problems) == 1 and "\n" not in problems[0] and len(problems[0]) < 600
     assert "<U+202E>" in problems[0]
+
+
+def test_every_metric_of_the_picker_has_one_definition_with_its_one_line_form():
+    """core.definitions is the only copy of the metric texts: each metric the app offers has its hover line,
+    formula, reading and paper there, and the hover line states what the docs' heading names."""
+    from core.definitions import DEFINITIONS, docs_section, short
+    from core.selection import METRICS
+
+    assert set(METRICS) <= set(DEFINITIONS), set(METRICS) - set(DEFINITIONS)
+    for key, d in DEFINITIONS.items():
+        assert d.short and d.formula and d.high and d.low and d.paper, key
+        assert short(key) == d.short and "\n" not in d.short
+        assert docs_section(key), f"docs/metrics.md has no section naming `{key}`"
+    assert short("no-such-metric") == ""
