@@ -17,6 +17,8 @@ import threading
 import time
 from pathlib import Path
 
+from core.procfs import meminfo, status_bytes
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "BENCH_RESULT "
 _T0 = time.monotonic()
@@ -54,34 +56,16 @@ def _cpu_model() -> str:
 
 
 def _mem_total() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return meminfo("MemTotal")
 
 
 def vm_hwm() -> int:
     """Peak resident set size of this process image (VmHWM), bytes."""
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return status_bytes("VmHWM")
 
 
 def mem_available() -> int:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    return meminfo("MemAvailable")
 
 
 def loadavg() -> list[float]:

@@ -49,16 +49,9 @@ def _free_port() -> int:
 
 
 def _rss(pid: int | None) -> int:
-    if not pid:
-        return 0
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    from core.procfs import status_bytes
+
+    return status_bytes("VmRSS", pid) if pid else 0
 
 
 class MemoryProbe:

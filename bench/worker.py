@@ -28,11 +28,9 @@ def _preimport():
 
 
 def _vm_size() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmSize:"):
-                return int(line.split()[1]) * 1024
-    return 0
+    from core.procfs import status_bytes
+
+    return status_bytes("VmSize")
 
 
 # ----------------------------------------------------------------------------- tasks

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Callable
 
 from .errors import Cancelled, InputError
+from .procfs import stat_fields
 
 log = logging.getLogger(__name__)
 
@@ -358,11 +359,11 @@ def _mark_failed(seen: Job, why: str, cache_dir=None) -> Job:
 
 
 def _proc_start(pid: int) -> int | None:
-    """The start time of process `pid` (clock ticks since boot; /proc), or None where unknown."""
+    """The start time of process `pid` (clock ticks since boot), or None where unknown."""
+    st = stat_fields(pid)
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            return int(f.read().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
+        return int(st[19]) if st else None
+    except (IndexError, ValueError):
         return None
 
 
@@ -389,11 +390,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except (OSError, IndexError):
-        return True
+    st = stat_fields(pid)
+    return st is None or st[0] != "Z"
 
 
 def list_jobs(cache_dir=None, kinds: tuple[str, ...] | None = None) -> list[Job]:

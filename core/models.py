@@ -443,13 +443,9 @@ def available_memory(device: str) -> int:
 
     if device.startswith("cuda"):
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
+    from .procfs import meminfo
+
+    return meminfo("MemAvailable") or int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
 
 def _build_large(ident: str, device: str, tdt, device_map: str | None):

@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 
 from .errors import InputError
@@ -99,7 +98,9 @@ class RunSpec:
         if self.device != "auto":
             return self.device
         # Probe without importing torch (a cache hit must not pay for it) before asking torch.
-        if not (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")):
+        from .procfs import nvidia_driver_present
+
+        if not nvidia_driver_present():
             return "cpu"
         import torch
 

@@ -133,7 +133,9 @@ def _device_class(device: str) -> str:
     """cpu and cuda give different weights; auto is whatever the machine has."""
     if device != "auto":
         return device
-    return "cuda" if (os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")) else "cpu"
+    from .procfs import nvidia_driver_present
+
+    return "cuda" if nvidia_driver_present() else "cpu"
 
 
 # ----------------------------------------------------------------------------- presets

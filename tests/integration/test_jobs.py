@@ -22,6 +22,7 @@ from job_helpers import ROOT, wait_for, worker, worker_env
 
 from core import jobs
 from core.pipeline import analyze, get_store, is_cached, run_key
+from core.procfs import stat_fields
 from core.spec import RunSpec
 
 
@@ -101,7 +102,7 @@ def test_a_restarted_worker_picks_up_queued_jobs(cache):
     b = jobs.submit("test-steps", _steps(n=3))
     assert jobs.worker_pid(cache) is None and jobs.status(a).status == jobs.QUEUED  # no worker: they wait
     with worker(cache) as proc:
-        nice = int(open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[16])
+        nice = int(stat_fields(proc.pid)[16])
         assert nice >= min(19, os.nice(0) + 10)  # jobs yield the CPU to the app
         assert jobs.wait(a, timeout=60).status == jobs.DONE
         assert jobs.wait(b, timeout=60).status == jobs.DONE
