@@ -663,8 +663,7 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     f.write(str(os.getpid()))
     f.flush()
     workers = int(workers or os.environ.get(WORKERS_ENV) or 1)
-    with contextlib.suppress(OSError, ValueError):  # jobs yield the CPU to the app's page renders
-        os.nice(int(os.environ.get(NICE_ENV, "10")))
+    _lower_priority(int(os.environ.get(NICE_ENV, "10") or 0))
     _load_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
@@ -681,6 +680,25 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
     return 0
+
+
+def _lower_priority(nice: int) -> None:
+    """Let jobs yield the CPU to the app's page renders.
+
+    `os.nice` alone is not enough on Linux with autogroups (sched_autogroup_enabled=1, the default
+    of most distributions): CPU time is first shared equally between sessions, and niceness only
+    counts inside one. The worker the app starts is its own session, so it would still take an
+    equal share against the app server (a page took 10-20 s to draw while a job ran). A worker
+    that leads its session therefore also nices its autogroup; one started by hand in a terminal
+    shares the terminal's autogroup and leaves it alone.
+    """
+    if nice <= 0:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        os.nice(nice)
+    if os.getsid(0) == os.getpid():
+        with contextlib.suppress(OSError, ValueError), open("/proc/self/autogroup", "w") as f:
+            f.write(str(min(19, nice)))
 
 
 def _idle_watch(consumer, h, idle_exit: float) -> None:

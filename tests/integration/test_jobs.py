@@ -216,6 +216,12 @@ def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
         wait_for(lambda: jobs.worker_pid(cache) == pids[0], timeout=60, what="the worker to take its lock")
         jid = jobs.submit("test-steps", _steps(n=2))
         assert jobs.wait(jid, timeout=60).status == jobs.DONE  # the auto-started worker serves the queue
+        # It leads its own session: its autogroup is niced too, or it would take an equal share of the CPU
+        # against the app server whatever its own niceness (Linux autogroups share CPU per session first).
+        if os.path.exists(f"/proc/{pids[0]}/autogroup"):
+            group = open(f"/proc/{pids[0]}/autogroup").read()
+            assert group.split()[-1] == "10", group  # "/autogroup-123 nice 10"
+            assert group.split()[0] != open("/proc/self/autogroup").read().split()[0]
     finally:
         assert jobs.stop_worker(cache)
     assert jobs.worker_pid(cache) is None
