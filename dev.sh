@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One entry point for a fresh machine. Idempotent: a second run skips what is done.
 #   ./dev.sh run    set up .venv and open the dashboard (MiniLM + Wikipedia by default)
-#   ./dev.sh test   set up .venv (and Debian's chromium when root) and run the whole test suite
+#   ./dev.sh test   set up .venv (and Debian's chromium, redis-server and speech packages when root) and run
+#                   the whole test suite
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -42,6 +43,18 @@ need_chromium() {
   fi
 }
 
+need_redis_server() {
+  # The test of the shared job queue (ANISO_QUEUE_URL=redis://...) runs a real Redis on loopback.
+  command -v redis-server >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "==> installing Debian's redis-server (for the test of the shared job queue)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    # Debian's package may start a system service on port 6379: the tests start their own.
+  else
+    echo "note: redis-server is missing (sudo apt-get install redis-server): the Redis queue test skips." >&2
+  fi
+}
+
 AUDIO_DEBS="klettres-data alsa-utils flite espeak-ng"
 
 need_audio_debs() {
@@ -73,6 +86,7 @@ case "${1:-}" in
     setup
     need_chromium
     need_audio_debs || true
+    need_redis_server || true
     export HF_HUB_OFFLINE=1
     shift
     exec .venv/bin/python -m pytest "$@"
