@@ -1,0 +1,155 @@
+"""What a change costs in extraction throughput: the tool at two git revisions, in one run.
+
+    python -m bench.ab --base 0853774                 # that revision vs the working tree
+    python -m bench.ab --base 0853774 --head main --model smollm2-135m --tokens 20000 --rounds 3
+
+Each revision is exported (`git archive`) to a temporary folder and measured in its own fresh
+processes, alternating base, head, head, base, ... (`--rounds` pairs). Every process loads the model,
+tokenizes the same corpus with its own code, warms up, then times the bare forward and that
+revision's `core.extract.extract_stats` alternately on the same windows and batches. The figure is
+each revision's tool/bare throughput ratio (median over its processes), so the machine's speed
+cancels out; the cost of the change is 1 - head ratio / base ratio. Written for issue 10's
+"the extra sums cost at most 3% of throughput"; prints a markdown table (and --json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from bench.common import ROOT, loadavg, log
+
+# Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
+CHILD = r'''
+import json, sys, time
+import numpy as np
+import torch
+from core.models import load_model
+from core.corpora import load_documents, tokenize_budget
+from core.extract import extract_stats
+try:
+    from core.batching import plan_batches
+except ImportError:  # older revisions
+    from core.extract import plan_batches
+a = json.loads(sys.argv[1])
+torch.set_num_threads(a["threads"])
+lm = load_model(a["model"], device="cpu", dtype="float32", cache_dir=a["cache"])
+w = tokenize_budget(load_documents("wiki-en"), lm.tokenizer, a["tokens"], 512, 0, "wiki-en")
+batches = plan_batches(w, 16)
+pad = int(lm.tokenizer.pad_token_id or 0)
+n = int(sum(int((~s).sum()) for s in w.special))
+
+def bare():
+    t0 = time.perf_counter()
+    with torch.inference_mode():
+        for b in batches:
+            seqs = [w.ids[i] for i in b]
+            T = max(len(s) for s in seqs)
+            ids = np.full((len(seqs), T), pad, dtype=np.int64)
+            att = np.zeros((len(seqs), T), dtype=np.int64)
+            for r, s in enumerate(seqs):
+                ids[r, :len(s)] = s
+                att[r, :len(s)] = 1
+            lm.base(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(att))
+    return time.perf_counter() - t0
+
+def tool():
+    t0 = time.perf_counter()
+    extract_stats(lm.base, w, special_policy="exclude", batch_size=16, sample_size=5000, seed=0, device="cpu",
+                  dtype="float32", pad_id=pad)
+    return time.perf_counter() - t0
+
+bare(); tool()  # warm-up: allocator, oneDNN primitives
+b, t = [], []
+for r in range(a["reps"]):
+    for which in (("bare", "tool") if r % 2 == 0 else ("tool", "bare")):
+        (b if which == "bare" else t).append(bare() if which == "bare" else tool())
+print("RESULT " + json.dumps({"n": n, "windows": len(w.ids), "bare_s": b, "tool_s": t}))
+'''
+
+
+def export(rev: str, dest: Path) -> Path:
+    """The tree of `rev` ("WORKTREE": the working tree as it is, tracked and untracked files) in dest."""
+    dest.mkdir(parents=True)
+    if rev == "WORKTREE":
+        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
+                               capture_output=True).stdout.split(b"\0")
+        for f in filter(None, files):
+            src, dst = ROOT / f.decode(), dest / f.decode()
+            if src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                dst.write_bytes(src.read_bytes())
+    else:
+        tar = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+    return dest
+
+
+def measure(tree: Path, args: dict) -> dict:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(tree),
+           "OMP_NUM_THREADS": str(args["threads"]), "ANISO_CACHE_DIR": args["cache"]}
+    p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=tree, env=env, capture_output=True,
+                       text=True, timeout=1800)
+    line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+    if p.returncode != 0 or not line:
+        raise RuntimeError(f"measuring {tree.name} failed (exit {p.returncode}): {p.stderr[-2000:]}")
+    return json.loads(line[-1][7:])
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
+    p.add_argument("--base", required=True, help="git revision measured as the reference")
+    p.add_argument("--head", default="WORKTREE", help="git revision measured against it (default: the working tree)")
+    p.add_argument("--model", default="minilm-l6")
+    p.add_argument("--tokens", type=int, default=20_000)
+    p.add_argument("--rounds", type=int, default=2, help="base/head process pairs, alternating order (default 2)")
+    p.add_argument("--reps", type=int, default=2, help="bare/tool repetitions inside each process (default 2)")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    if not (1 <= a.rounds <= 10 and 1 <= a.reps <= 10 and 1_000 <= a.tokens <= 400_000):
+        print("error: --rounds and --reps in 1-10, --tokens in 1,000-400,000", file=sys.stderr)
+        return 2
+    root = Path(tempfile.mkdtemp(prefix="aniso-ab-"))
+    try:
+        trees = {"base": export(a.base, root / "base"), "head": export(a.head, root / "head")}
+    except subprocess.CalledProcessError as e:
+        print(f"error: cannot export a revision: {e.stderr.decode(errors='replace').strip()}", file=sys.stderr)
+        return 2
+    (root / "cache").mkdir()
+    args = {"model": a.model, "tokens": a.tokens, "reps": a.reps, "threads": a.threads, "cache": str(root / "cache")}
+    load0 = loadavg()
+    runs: dict[str, list[dict]] = {"base": [], "head": []}
+    for r in range(a.rounds):
+        for which in (("base", "head") if r % 2 == 0 else ("head", "base")):
+            res = measure(trees[which], args)
+            ratio = statistics.median(res["bare_s"]) / statistics.median(res["tool_s"])
+            log(f"round {r + 1} {which}: {res['n']:,} tokens, bare {res['bare_s']}, tool {res['tool_s']}, "
+                f"ratio {ratio:.3f}")
+            runs[which].append({**res, "ratio": ratio})
+    ratio = {k: statistics.median(x["ratio"] for x in v) for k, v in runs.items()}
+    cost = 1 - ratio["head"] / ratio["base"]
+    out = {"base": a.base, "head": a.head, "model": a.model, "tokens": a.tokens, "rounds": a.rounds, "reps": a.reps,
+           "threads": a.threads, "loadavg_start": load0, "loadavg_end": loadavg(), "runs": runs, "ratio": ratio,
+           "cost": cost}
+    rows = [f"| {k} ({a.base if k == 'base' else a.head}) | {runs[k][0]['n']:,} | "
+            f"{', '.join(f'{x:.3f}' for x in (y['ratio'] for y in runs[k]))} | **{ratio[k]:.3f}** |" for k in runs]
+    print("\n".join([f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} "
+                     f"--rounds {a.rounds} --reps {a.reps} --threads {a.threads}`; load average {load0} at the start, "
+                     f"{out['loadavg_end']} at the end.", "",
+                     "| revision | tokens analysed | tool/bare per process | median |", "|---|---|---|---|", *rows, "",
+                     f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of "
+                     "throughput."]))
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
