@@ -21,31 +21,21 @@ import datetime as dt
 import os
 import platform
 import re
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+from bench.appserver import CHROMIUM, ROOT, app_server
+from bench.appserver import CHROMIUM_ARGS as ARGS
+
 PAGES = {"Layers": 1, "Outliers": 1, "Projection": 1, "Compare": 1}  # page -> figures drawn before it counts as shown
 QUERY = "tokens=4000&sample=1000"
 JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 cores
 LOAD_START = "<!-- bench:load:start -->"
 LOAD_END = "<!-- bench:load:end -->"
 PAGE_TIMEOUT_S = 120
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _rss(pid: int | None) -> int:
@@ -144,10 +134,8 @@ def _summary(times: list, errors: list) -> dict:
 
 
 def run(users: int, seconds: float) -> dict:
-    from core import jobs
     from core.pipeline import analyze
     from core.selection import from_query_params
-    from core.spec import RunSpec
 
     users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
     cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
@@ -156,55 +144,43 @@ def run(users: int, seconds: float) -> dict:
     sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
     print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
     analyze(sel.spec(sel.models[0]))
-    port = _free_port()
-    log = open(cache / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
-                             "--server.port", str(port), "--server.headless", "true",
-                             "--browser.gatherUsageStats", "false"], cwd=ROOT, env=env, stdout=log,
-                            stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    probe = MemoryProbe(proc.pid, cache)
     out = {"users": users, "seconds": seconds, "load_before": os.getloadavg()}
-    try:
-        t0 = time.time()
-        while time.time() - t0 < 120:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        probe.t.start()
-        print("warm-up: one user opens every page once (not timed)", file=sys.stderr)
-        asyncio.run(_phase(url, 1, 5.0))
-        probe.reset()
-        print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
-        out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds)))
-        out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
-        probe.reset()
-        spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
-        jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
-        jobs.ensure_worker()
-        t1 = time.time()
-        while time.time() - t1 < 300 and not (jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0):
-            time.sleep(0.5)
-        print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
-        out["job"] = _summary(*asyncio.run(_phase(url, users, seconds)))
-        j = jobs.status(jid)
-        out["job"].update(peak_server=probe.peak_server, peak_worker=probe.peak_worker, load=os.getloadavg(),
-                          job_status=j.status, job_tokens_per_s=j.tokens_per_s, job_done=j.done)
-        if j.active:
-            jobs.cancel(jid)
-            jobs.wait(jid, timeout=120)
-    finally:
-        probe.stop.set()
-        jobs.stop_worker(cache)
-        proc.terminate()
+    with app_server(cache, cache / "streamlit.log", env=env) as (url, proc):
+        probe = MemoryProbe(proc.pid, cache)
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+            _phases(url, users, seconds, probe, out)
+        finally:
+            probe.stop.set()
     return out
+
+
+def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
+    """Warm-up, then phase 1 (browsing, no job) and phase 2 (the same while a long job runs)."""
+    from core import jobs
+    from core.spec import RunSpec
+
+    probe.t.start()
+    print("warm-up: one user opens every page once (not timed)", file=sys.stderr)
+    asyncio.run(_phase(url, 1, 5.0))
+    probe.reset()
+    print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
+    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+    out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
+    probe.reset()
+    spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
+    jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
+    jobs.ensure_worker()
+    t1 = time.time()
+    while time.time() - t1 < 300 and not (jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0):
+        time.sleep(0.5)
+    print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
+    out["job"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+    j = jobs.status(jid)
+    out["job"].update(peak_server=probe.peak_server, peak_worker=probe.peak_worker, load=os.getloadavg(),
+                      job_status=j.status, job_tokens_per_s=j.tokens_per_s, job_done=j.done)
+    if j.active:
+        jobs.cancel(jid)
+        jobs.wait(jid, timeout=120)
 
 
 def render(r: dict, command: str) -> str:

@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
-        "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+from bench.appserver import CHROMIUM, ROOT  # noqa: F401 - shared with bench.load; re-exported for the tests
+from bench.appserver import CHROMIUM_ARGS as ARGS  # noqa: F401
 
 
 def plots_with_traces(page) -> list[int]:

@@ -6,29 +6,20 @@ page; a server path in the URL is refused. Screenshots go to $ANISO_SCREENSHOT_D
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARGS, CHROMIUM, ROOT
+from browser_helpers import ARGS, CHROMIUM
 from test_default_flow import _goto_page, _settle, _wait_plots
+
+from bench.appserver import app_server
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
 
 XSS = "<img src=x onerror=alert(1)>"
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 NAME = "x<br><b>bold<i>it.txt"  # a data-directory file whose name is HTML
@@ -38,40 +29,17 @@ TEXT = (f"Rivers {XSS} run to the sea. <b>Mountains</b> <a href=https://evil.exa
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    port = _free_port()
     cache = tmp_path_factory.mktemp("hostile-cache")
     data = tmp_path_factory.mktemp("hostile-data")
     (data / NAME).write_text(TEXT)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "ANISO_DATA_DIR": str(data),
-           "TOKENIZERS_PARALLELISM": "false"}
-    for k in ("ANISO_ALLOW_SERVER_PATHS", "ANISO_SHARED"):
-        env.pop(k, None)
-    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w+")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless", "true"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)  # no --server.address: the config binds 127.0.0.1
-    url = f"http://127.0.0.1:{port}"
-    try:
-        t0 = time.time()
-        while time.time() - t0 < 90 and proc.poll() is None:
-            try:
-                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
-        else:
-            log.seek(0)
-            pytest.fail(f"streamlit did not start: {log.read()[-2000:]}")
-        log.seek(0)
-        assert "127.0.0.1" in log.read()  # "You can now view ... URL: http://127.0.0.1:PORT"
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+    log = tmp_path_factory.mktemp("log") / "streamlit.log"
+    try:  # no --server.address: the config binds 127.0.0.1
+        with app_server(cache, log, env={"ANISO_DATA_DIR": str(data)},
+                        drop_env=("ANISO_ALLOW_SERVER_PATHS", "ANISO_SHARED"), bind_flag=False) as (url, _):
+            assert "127.0.0.1" in log.read_text()  # "You can now view ... URL: http://127.0.0.1:PORT"
+            yield url
+    except RuntimeError as e:
+        pytest.fail(str(e))
 
 
 @pytest.fixture(scope="module")

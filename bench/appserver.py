@@ -1,0 +1,74 @@
+"""Start the dashboard (`streamlit run app.py`) on a free loopback port and stop it: one helper for
+the load benchmark and the browser tests.
+
+    with app_server(cache_dir, log_path) as (url, proc):
+        ...  # http://127.0.0.1:PORT answers /_stcore/health
+
+On the way out it stops the worker the app started for `cache_dir` (if any), then the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+from typing import Iterator
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: tuple[str, ...] = (),
+               bind_flag: bool = True, start_timeout: float = 90) -> Iterator[tuple[str, subprocess.Popen]]:
+    """The app on 127.0.0.1 with its own cache directory; raises RuntimeError with the log's tail when it
+    does not answer within `start_timeout` s. `bind_flag=False` leaves the address to .streamlit/config.toml."""
+    port = free_port()
+    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false",
+                **(env or {})}
+    for k in drop_env:
+        full_env.pop(k, None)
+    cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless",
+           "true", "--browser.gatherUsageStats", "false"]
+    if bind_flag:
+        cmd += ["--server.address", "127.0.0.1"]
+    log = open(log_path, "w+")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        t0 = time.time()
+        while True:
+            try:
+                urllib.request.urlopen(url + "/_stcore/health", timeout=2)
+                break
+            except OSError:
+                if proc.poll() is not None or time.time() - t0 > start_timeout:
+                    log.seek(0)
+                    raise RuntimeError(f"streamlit did not start within {start_timeout:.0f} s "
+                                       f"(exit code {proc.poll()}): {log.read()[-3000:]}") from None
+                time.sleep(0.5)
+        yield url, proc
+    finally:
+        from core import jobs
+
+        jobs.stop_worker(cache)  # the app may have started a worker process for this cache
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
