@@ -48,13 +48,29 @@ def progress(job, name: str) -> None:
         head.markdown(f"{name} · job `{job.id}`")
         counted = job.stage in ("forward", "ablation", "train", "series")
         head.progress(job.fraction if counted else (1.0 if job.stage == "metrics" else 0.0), text=text)
-        if btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
-                      help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
-                           "closing the tab does not stop it."):
-            try:
-                jobs.cancel(job.id)
-            except InputError:
-                pass  # it ended meanwhile
+        btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
+                   help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
+                        "closing the tab does not stop it.", on_click=_cancel, args=(job.id,))
+
+
+# The panel's buttons act in on_click callbacks: Streamlit runs a callback before whichever run the
+# click starts. Read as a return value instead, a click could be consumed by a run that does not
+# draw the button (a polling fragment's run at that instant) and be lost: Retry then did nothing.
+def _cancel(jid: str) -> None:
+    try:
+        jobs.cancel(jid)
+    except InputError:
+        pass  # it ended meanwhile
+
+
+def _retry(jid: str) -> None:
+    from .page import md
+
+    try:
+        jobs.retry(jid)
+    except InputError as e:  # it was queued again meanwhile (another tab, the CLI): say so
+        st.toast(md(str(e)), icon=":material/info:")
+    start_worker()
 
 
 def eta(job) -> float | None:
@@ -67,11 +83,5 @@ def eta(job) -> float | None:
 def failed(job, message: str) -> None:
     c1, c2 = st.columns([6, 1], vertical_alignment="center")
     c1.error(message, icon=":material/error:")
-    if c2.button("Retry", key=f"retry_{job.id}", icon=":material/refresh:",
-                 help="Queue this job again with the same settings."):
-        try:
-            jobs.retry(job.id)
-        except InputError:
-            pass
-        start_worker()
-        st.rerun(scope="app")
+    c2.button("Retry", key=f"retry_{job.id}", icon=":material/refresh:",
+              help="Queue this job again with the same settings.", on_click=_retry, args=(job.id,))

@@ -93,18 +93,15 @@ def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
     return out
 
 
-def any_active(sel) -> bool:
-    return any(j is not None and j.active for _, _, j in _jobs_of(sel))
-
-
 def panel(sel) -> None:
     """The status of every selected run (and its jobs). Polls while a job is queued or running."""
-    active = any_active(sel)
+    rows = _jobs_of(sel)  # read once per page run; the polling fragment reads them again at each poll
+    active = any(j is not None and j.active for _, _, j in rows)
     state.log().jobs_active = active
     if active:
         _live_panel(sel)
     else:
-        _panel_body(sel, polling=False)
+        _panel_body(sel, polling=False, rows=rows)
 
 
 @st.fragment(run_every=POLL_S)
@@ -112,9 +109,9 @@ def _live_panel(sel) -> None:
     _panel_body(sel, polling=True)
 
 
-def _panel_body(sel, polling: bool) -> None:
+def _panel_body(sel, polling: bool, rows=None) -> None:
     lg = state.log()
-    rows = _jobs_of(sel)
+    rows = _jobs_of(sel) if rows is None else rows
     still_active = False
     seen = st.session_state.setdefault("_jobs_seen_active", set())
     ended = False
