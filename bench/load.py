@@ -21,6 +21,7 @@ import datetime as dt
 import os
 import platform
 import re
+import signal
 import sys
 import tempfile
 import threading
@@ -261,6 +262,9 @@ def main(argv=None) -> int:
     p.add_argument("--seconds", type=float, default=60)
     p.add_argument("--out", default=None, help="markdown file whose load section is replaced (default BENCHMARKS.md)")
     a = p.parse_args(argv)
+    # `timeout` or a Ctrl-C in another terminal sends SIGTERM: exit through the finally blocks, so that
+    # the app server and the worker it started (a 400k-token job) do not outlive the benchmark.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if not Path(CHROMIUM).exists():
         print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
         return 2
