@@ -47,7 +47,7 @@ batches = plan_batches(w, 16)
 pad = int(lm.tokenizer.pad_token_id or 0)
 n = int(sum(int((~s).sum()) for s in w.special))
 
-def bare():
+def bare():  # pads by hand, not with core.batching.pad_batch: identical in both revisions (older ones lack it)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in batches:
