@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import io
 import os
-import time
 from pathlib import Path
 
 import pytest
 from browser_helpers import CHROMIUM
+from browser_helpers import goto_page as _goto_page  # noqa: F401 - the other browser modules import these from here
+from browser_helpers import plots_with_traces as _plots_with_traces  # noqa: F401
+from browser_helpers import settle as _settle
+from browser_helpers import wait_plots as _wait_plots
 
 # Budget of the flow: small enough for a loaded 2-core machine, large enough for real curves.
 QUERY = os.environ.get("ANISO_FLOW_QUERY", "tokens=4000&sample=1500")
@@ -31,30 +34,6 @@ def _shots_dir(tmp_path) -> Path:
     d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
     d.mkdir(parents=True, exist_ok=True)
     return d
-
-
-def _plots_with_traces(page) -> list[int]:
-    """Number of traces of every drawn Plotly figure on the page."""
-    return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
-                                .map(el => (el.data || []).length)""")
-
-
-def _wait_plots(page, n: int, timeout_s: float = 240) -> list[int]:
-    t0 = time.time()
-    got = []
-    while time.time() - t0 < timeout_s:
-        got = _plots_with_traces(page)
-        if len([g for g in got if g > 0]) >= n:
-            return got
-        page.wait_for_timeout(500)
-    raise AssertionError(f"expected {n} drawn figures, got traces {got}")
-
-
-def _settle(page) -> None:
-    """Wait until Streamlit is idle (no 'Running...' status widget)."""
-    page.wait_for_timeout(500)
-    page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=240_000)
-    page.wait_for_timeout(800)
 
 
 def _screenshot(page, path: Path) -> None:
@@ -76,12 +55,6 @@ def _screenshot(page, path: Path) -> None:
     img = Image.open(io.BytesIO(raw)).convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT)
     img.save(path, optimize=True)
     page.set_viewport_size({"width": 1400, "height": 1000})
-
-
-def _goto_page(page, title: str) -> None:
-    page.get_by_test_id("stSidebarNav").get_by_text(title, exact=True).click()
-    page.wait_for_timeout(500)
-    _settle(page)
 
 
 def test_deep_link_on_a_fresh_server_goes_through_the_app(server, browser):
