@@ -58,19 +58,28 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
     return d
 
 
-@pytest.fixture(scope="session")
-def tiny_llama_dir(tmp_path_factory) -> Path:
-    """A tiny randomly initialised LLaMA causal LM (RMSNorm, rotary) as a local folder (GPT-2 BPE tokenizer)."""
+def _tiny_llama(d: Path, seed: int, heads: int, kv_heads: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from core.models import _gpt2_tokenizer
 
-    d = tmp_path_factory.mktemp("tiny-llama")
-    torch.manual_seed(0)
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=2, vocab_size=50257, max_position_embeddings=128,
+    torch.manual_seed(seed)
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=heads,
+                      num_key_value_heads=kv_heads, vocab_size=50257, max_position_embeddings=128,
                       bos_token_id=50256, eos_token_id=50256, pad_token_id=50256)
     LlamaForCausalLM(cfg).save_pretrained(d)
     _gpt2_tokenizer().save_pretrained(d)
     return d
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    """A tiny randomly initialised LLaMA causal LM (RMSNorm, rotary) as a local folder (GPT-2 BPE tokenizer)."""
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama"), seed=0, heads=2, kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_gqa_dir(tmp_path_factory) -> Path:
+    """A tiny random LLaMA with grouped-query attention (4 query heads, 2 key/value heads)."""
+    return _tiny_llama(tmp_path_factory.mktemp("tiny-llama-gqa"), seed=1, heads=4, kv_heads=2)

@@ -11,13 +11,13 @@ import hashlib
 import io
 import shutil
 import subprocess
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from .files import member_files
 
 SAMPLE_RATE = 16_000
 AUDIO_SUFFIXES = (".wav", ".flac", ".ogg", ".oga")
@@ -193,24 +193,7 @@ def synthetic_clips(cache_dir: Path | None = None, n: int = SYNTH_SENTENCES) -> 
 
 def read_audio_files(path: Path) -> list[Clip]:
     """Every WAV/FLAC/OGG file of a folder (recursively, sorted) or a zip archive."""
-    items: list[tuple[str, bytes]] = []
-    if path.is_dir():
-        for p in sorted(path.rglob("*")):
-            if p.is_file() and p.suffix.lower() in AUDIO_SUFFIXES:
-                items.append((str(p.relative_to(path)), p.read_bytes()))
-    elif path.suffix.lower() == ".zip":
-        try:
-            with zipfile.ZipFile(path) as z:
-                for info in sorted(z.infolist(), key=lambda i: i.filename):
-                    if not info.is_dir() and Path(info.filename).suffix.lower() in AUDIO_SUFFIXES \
-                            and not Path(info.filename).name.startswith("."):
-                        items.append((info.filename, z.read(info)))
-        except zipfile.BadZipFile:
-            raise InputError(f"{path.name} is not a valid zip archive.") from None
-    elif path.suffix.lower() in AUDIO_SUFFIXES:
-        items.append((path.name, path.read_bytes()))
-    if not items:
-        raise InputError(f"{path.name} holds no audio files ({', '.join(AUDIO_SUFFIXES)}).")
+    items = member_files(path, AUDIO_SUFFIXES, "audio files")
     out = []
     for i, (n, raw) in enumerate(items):
         a = read_audio(n, raw)  # uploads are small: decode now, so a bad file fails before the model loads

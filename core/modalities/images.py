@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import io
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from .files import member_files
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
 # scikit-image's sample images that are photographs or micrographs, available without a download
@@ -91,22 +91,7 @@ def _decode(name: str, raw: bytes) -> np.ndarray:
 
 def read_image_files(path: Path) -> list[Picture]:
     """Every image in a folder (recursively, sorted by path) or a zip archive."""
-    items: list[tuple[str, bytes]] = []
-    if path.is_dir():
-        for p in sorted(path.rglob("*")):
-            if p.is_file() and p.suffix.lower() in IMAGE_SUFFIXES:
-                items.append((str(p.relative_to(path)), p.read_bytes()))
-    elif path.suffix.lower() == ".zip":
-        try:
-            with zipfile.ZipFile(path) as z:
-                for info in sorted(z.infolist(), key=lambda i: i.filename):
-                    if not info.is_dir() and Path(info.filename).suffix.lower() in IMAGE_SUFFIXES \
-                            and not Path(info.filename).name.startswith("."):
-                        items.append((info.filename, z.read(info)))
-        except zipfile.BadZipFile:
-            raise InputError(f"{path.name} is not a valid zip archive.") from None
-    if not items:
-        raise InputError(f"{path.name} holds no images ({', '.join(IMAGE_SUFFIXES)}).")
+    items = member_files(path, IMAGE_SUFFIXES, "images")
     return [Picture(n, _decode(n, raw), i) for i, (n, raw) in enumerate(items)]
 
 

@@ -24,23 +24,6 @@ SEED = 3
 TOL = 1e-6
 
 
-@pytest.fixture(scope="session")
-def tiny_llama_gqa_dir(tmp_path_factory):
-    """A tiny random LLaMA with grouped-query attention (4 query heads, 2 key/value heads)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from core.models import _gpt2_tokenizer
-
-    d = tmp_path_factory.mktemp("tiny-llama-gqa")
-    torch.manual_seed(1)
-    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, vocab_size=50257, max_position_embeddings=128,
-                      bos_token_id=50256, eos_token_id=50256, pad_token_id=50256)
-    LlamaForCausalLM(cfg).save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
-    return d
-
-
 def _spec(model_dir, corpus, policy):
     return RunSpec(model=str(model_dir), corpus=str(corpus), max_tokens=100_000, max_seq_len=SEQ, batch_size=4,
                    device="cpu", dtype="float32", special_tokens=policy, sample=100_000, seed=SEED)

@@ -119,3 +119,25 @@ def test_synthetic_speech_is_labelled(tmp_path):
     assert all(1.0 < c.seconds < 30 and np.abs(c.load()).max() > 0.05 for c in clips)
     again = A.synthetic_clips(tmp_path, n=3)  # reused from the cache folder, identical
     assert all(np.array_equal(a.load(), b.load()) for a, b in zip(clips, again))
+
+
+def test_member_files_reads_folders_archives_and_single_files_alike(tmp_path):
+    from core.modalities.files import member_files
+
+    folder = tmp_path / "pics"
+    (folder / "sub").mkdir(parents=True)
+    for name in ("b.PNG", "sub/a.jpg", ".hidden.png", "notes.txt"):
+        (folder / name).write_bytes(name.encode())
+    z = tmp_path / "pics.zip"
+    with zipfile.ZipFile(z, "w") as f:
+        for name in ("b.PNG", "sub/a.jpg", "sub/.hidden.png", "notes.txt"):
+            f.writestr(name, name.encode())
+    suffixes = (".png", ".jpg")
+    assert [n for n, _ in member_files(folder, suffixes, "images")] == ["b.PNG", "sub/a.jpg"]
+    assert member_files(z, suffixes, "images") == [("b.PNG", b"b.PNG"), ("sub/a.jpg", b"sub/a.jpg")]
+    assert member_files(folder / "b.PNG", suffixes, "images") == [("b.PNG", b"b.PNG")]
+    with pytest.raises(InputError, match="holds no images"):
+        member_files(folder / "notes.txt", suffixes, "images")
+    (tmp_path / "broken.zip").write_bytes(b"PK not really")
+    with pytest.raises(InputError, match="not a valid zip"):
+        member_files(tmp_path / "broken.zip", suffixes, "images")
