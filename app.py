@@ -9,7 +9,7 @@ import streamlit as st
 from ui import data, sidebar, state
 
 st.set_page_config(page_title="Anisotropy workbench", page_icon=":material/scatter_plot:", layout="wide")
-data.warmup()  # numba compiles umap in the background, once per process
+data.warmup()  # a process of its own compiles umap's kernels now and fits every UMAP (core.projection)
 
 nav = st.navigation([
     st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", default=True, url_path="home"),

@@ -1,13 +1,23 @@
 """2-D projections of the sampled token cloud (PCA, UMAP), cached by (run, layer, method, params).
 
-umap-learn is imported lazily; its numba kernels take tens of seconds to compile in a fresh
-process, so the app calls `warmup_umap()` in a background thread at start.
+umap-learn is imported lazily; its numba kernels take a minute or more to compile in a fresh
+process, and compiling (like fitting) holds the interpreter. The app therefore fits UMAP in a
+separate process of its own (`start_warmup()`: one spawned worker that compiles the kernels at
+once); the app server stays free to draw pages meanwhile. Without that process (CLI, benchmarks,
+tests) `umap_2d` fits in the calling process.
 """
 
 from __future__ import annotations
 
+import contextlib
+import multiprocessing
+import os
+import sys
 import threading
 import time
+import types
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
@@ -16,7 +26,10 @@ from .spec import RunSpec, stable_hash
 
 PROJECTION_VERSION = 1
 METHODS = ("pca", "umap")
-_warm = threading.Event()
+_warm = threading.Event()  # set once the kernels are compiled where umap_2d fits (this process or its UMAP process)
+_process: ProcessPoolExecutor | None = None
+_process_lock = threading.Lock()
+UMAP_PROCESS_NICE = 10  # behind the app server's own threads: pages stay quick while it compiles or fits
 
 
 def pca_2d(X: np.ndarray) -> tuple[np.ndarray, list[float]]:
@@ -33,6 +46,22 @@ def pca_2d(X: np.ndarray) -> tuple[np.ndarray, list[float]]:
 
 def umap_2d(X: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.1, metric: str = "cosine",
             seed: int = 0) -> np.ndarray:
+    """(K, 2) UMAP coordinates, seeded; fitted in the UMAP process when the app started one."""
+    params = dict(n_neighbors=n_neighbors, min_dist=min_dist, metric=metric, seed=seed)
+    if _process is None:
+        return _umap_fit(X, **params)
+    for attempt in (1, 2):
+        try:
+            return _umap_executor().submit(_umap_fit, X, **params).result()
+        except BrokenProcessPool:  # killed (out of memory, by hand): start a fresh one once
+            _forget_process()
+            if attempt == 2:
+                raise RuntimeError("The UMAP process stopped during the fit (out of memory?). "
+                                   "Try fewer sampled points or PCA.") from None
+    raise AssertionError("unreachable")
+
+
+def _umap_fit(X: np.ndarray, n_neighbors: int, min_dist: float, metric: str, seed: int) -> np.ndarray:
     try:
         import umap
     except ImportError:  # pragma: no cover - umap-learn is in requirements.txt
@@ -51,15 +80,89 @@ def warmup_umap() -> None:
     if _warm.is_set():
         return
     rng = np.random.default_rng(0)
-    # Above 4096 points umap switches to NN-descent, whose kernels compile separately: warm both.
-    umap_2d(rng.normal(size=(4200, 8)).astype(np.float32), n_neighbors=15)
+    # Up to 4096 points umap finds neighbours exactly, above it by NN-descent: the kernels differ, warm both.
+    for n in (300, 4200):
+        _umap_fit(rng.normal(size=(n, 8)).astype(np.float32), n_neighbors=15, min_dist=0.1, metric="cosine", seed=0)
     _warm.set()
 
 
-def start_warmup() -> threading.Thread:
-    t = threading.Thread(target=warmup_umap, name="umap-warmup", daemon=True)
-    t.start()
-    return t
+def _lower_priority(nice: int) -> None:
+    with contextlib.suppress(OSError):
+        os.nice(nice)
+
+
+def _umap_executor() -> ProcessPoolExecutor:
+    global _process
+    with _process_lock:
+        if _process is None:
+            # spawn, not fork: the app server is multi-threaded (tornado, job pollers)
+            _process = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                           initializer=_lower_priority, initargs=(UMAP_PROCESS_NICE,))
+            # At exit, stop it at once: the executor's own exit hook would wait for a running fit or
+            # warm-up (a minute). Registered after that hook, so it runs before it.
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                with contextlib.suppress(RuntimeError):  # already shutting down
+                    register(_terminate_process)
+            with _no_main_module():
+                _process.submit(os.getpid)  # starts the process now, while __main__ is hidden
+        return _process
+
+
+@contextlib.contextmanager
+def _no_main_module():
+    """Hide `__main__` while a spawned process starts.
+
+    multiprocessing's spawn re-runs the parent's `__main__` in the child. Under Streamlit that is the
+    app script itself (a script run installs it as `__main__`), so the child would start the app
+    again. A bare module (no file, no spec) gives the child nothing to re-run."""
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _terminate_process() -> None:
+    with _process_lock:
+        ex = _process
+    if ex is not None:
+        for proc in list((getattr(ex, "_processes", None) or {}).values()):
+            with contextlib.suppress(OSError, ValueError, AttributeError):
+                proc.terminate()
+    _forget_process()
+
+
+def umap_process_pids() -> list[int]:
+    """The pid of the UMAP process, if the app started one (tests, diagnostics)."""
+    ex = _process
+    return [p.pid for p in (getattr(ex, "_processes", None) or {}).values()] if ex is not None else []
+
+
+def _forget_process() -> None:
+    global _process
+    with _process_lock:
+        if _process is not None:
+            _process.shutdown(wait=False, cancel_futures=True)
+            _process = None
+            _warm.clear()
+
+
+def start_warmup() -> Future:
+    """From now on fit UMAP in a separate process, and compile its kernels there now (the app, once).
+
+    Returns the warm-up's future; `_warm` is set in this process when it is done."""
+    _warm.clear()
+    fut = _umap_executor().submit(warmup_umap)
+    fut.add_done_callback(lambda f: _warm.set() if f.exception() is None else None)
+    return fut
+
+
+def stop_process() -> None:
+    """Fit in this process again (tests); the UMAP process is stopped."""
+    _terminate_process()
 
 
 def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | None = None,

@@ -20,7 +20,7 @@ from core.spec import RunSpec
 
 @st.cache_resource(max_entries=1, show_spinner=False)
 def warmup():
-    """Compile umap's numba kernels once per process, in the background."""
+    """Start the UMAP process once per server; it compiles umap's kernels in the background."""
     return P.start_warmup()
 
 

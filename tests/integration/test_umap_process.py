@@ -1,0 +1,37 @@
+"""The app fits UMAP in a process of its own, so that compiling and fitting never hold the server."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from core import projection as P
+
+
+@pytest.fixture
+def umap_process():
+    P.stop_process()
+    yield
+    P.stop_process()
+
+
+@pytest.mark.slow
+def test_umap_fits_in_its_process_alike_and_survives_its_death(umap_process):
+    X = np.random.default_rng(3).normal(size=(120, 6)).astype(np.float32)
+    expected = P._umap_fit(X, n_neighbors=10, min_dist=0.1, metric="cosine", seed=0)  # in this process
+    pid = P._umap_executor().submit(os.getpid).result()  # once it answers, it has run its initializer
+    assert P.umap_process_pids() == [pid]
+    assert pid != os.getpid()
+    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16] == str(P.UMAP_PROCESS_NICE)  # niced
+    os.kill(pid, signal.SIGKILL)  # killed (out of memory, by hand): the next fit starts a fresh process
+    deadline = time.monotonic() + 10
+    while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z" \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    got = P.umap_2d(X, n_neighbors=10, seed=0)
+    assert P.umap_process_pids() and P.umap_process_pids() != [pid]
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # seeded: the same in either process
+    P.stop_process()
+    assert P._process is None and np.allclose(P.umap_2d(X, n_neighbors=10, seed=0), expected, atol=1e-5)
