@@ -158,9 +158,10 @@ def run(users: int, seconds: float) -> dict:
 def _warm_up(url: str, fast_s: float = 1.0, limit_s: float = 300.0) -> None:
     """One user browses in 10 s rounds until a round's last 4 page views each took under `fast_s`.
 
-    A fresh server compiles umap's numba kernels in a background thread for its first minutes
-    (core.projection.warmup_umap), which holds its interpreter: a phase that starts meanwhile
-    measures the server's start, not its steady state (p50 5-9 s instead of 0.3 s in one run).
+    A fresh server starts its UMAP process, which compiles umap's numba kernels for its first
+    minute or two (core.projection.start_warmup); when that compiled in the server's own
+    interpreter, a phase that started meanwhile measured the server's start (p50 5-9 s instead of
+    0.3 s in one run). The process is niced, but it still takes a core of the two.
     """
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:

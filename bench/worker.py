@@ -191,7 +191,7 @@ def task_apptest(a: dict) -> dict:
 
     The runs of the app's default selection are already on disk (task analyze_specs). A fresh
     process, so the first render reads the disk cache; re-renders then use the app's in-memory caches. The app
-    compiles UMAP in a background thread at start: re-renders are timed after it finished.
+    starts its UMAP process at start, which compiles umap's kernels: re-renders are timed after it finished.
     """
     from streamlit.testing.v1 import AppTest
 
