@@ -5,9 +5,12 @@ presets that put the papers' questions to the data. Every checkpoint becomes a m
 import streamlit as st
 
 from core.corpora import BUILTIN_CORPORA
+from core.modalities import corpus_modality
+from core.selection import check_corpus, split_corpus
 from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
 from core.trained import ident_of
-from ui import page, training
+from core.uploads import display_name
+from ui import page, state, training
 
 page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
 st.title("Train a model from scratch")
@@ -18,9 +21,17 @@ st.caption("A small GPT-2-, LLaMA- or BERT-style Transformer trained with transf
 d = TrainSpec()
 with st.form("train_form"):
     c1, c2, c3 = st.columns(3)
-    corpus = c1.selectbox("Corpus", list(BUILTIN_CORPORA)[:4], format_func=lambda i: BUILTIN_CORPORA[i].label,
-                          key="t_corpus")
-    path = c1.text_input("…or a text file on this machine (.txt/.md/.csv/.jsonl/.parquet)", "", key="t_path")
+    # The built-in text corpora, then the sidebar's own text corpora (uploads, data-directory files) by their names
+    own = [e for e in dict.fromkeys(state.selection().corpora)
+           if split_corpus(e)[0] not in BUILTIN_CORPORA and corpus_modality(split_corpus(e)[0]) == "text"]
+    corpus = c1.selectbox("Corpus", list(BUILTIN_CORPORA)[:4] + own, key="t_corpus",
+                          format_func=lambda e: BUILTIN_CORPORA[e].label if e in BUILTIN_CORPORA
+                          else display_name(*split_corpus(e)),
+                          help="Your own corpus: upload it (or name it) in the sidebar first; it is listed here.")
+    path = c1.text_input("…or a file in the data directory (data:<file>)", "", key="t_path",
+                         help="The same rule as the sidebar: built-in and uploaded corpora, and files in the "
+                              "server's data directory (ANISO_DATA_DIR). Any other file: `python -m core train "
+                              "--corpus PATH`.")
     arch = c1.selectbox("Architecture", list(ARCHS), format_func=ARCHS.get, key="t_arch")
     tok = c2.selectbox("Tokenisation", list(TOKENIZERS), format_func=TOKENIZERS.get, key="t_tok")
     vocab = c2.number_input("BPE vocabulary size", 512, 50_000, d.vocab_size, step=512, key="t_vocab")
@@ -41,7 +52,10 @@ with st.form("train_form"):
 
 if go or go_preset:
     try:
-        spec = TrainSpec(corpus=path.strip() or corpus, arch=arch, tokenizer=tok, vocab_size=int(vocab),
+        name, column = split_corpus(corpus)
+        if path.strip():
+            name, column = check_corpus(path), None
+        spec = TrainSpec(corpus=name, text_column=column, arch=arch, tokenizer=tok, vocab_size=int(vocab),
                          n_layers=int(layers), d_model=int(width), n_heads=int(heads), seq_len=int(seq),
                          batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
         runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from app_helpers import figures, no_exception, title, wait_for_jobs
@@ -24,11 +26,12 @@ def _set(at, key, value):
 
 
 @pytest.mark.slow
-def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file):
+def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypatch):
+    monkeypatch.setenv("ANISO_DATA_DIR", str(Path(corpus_file).parent))  # the form names files in the data directory
     at = app(page="pages/train.py")
     no_exception(at)
     before = set(trained.list_runs())
-    for key, value in {"t_path": corpus_file, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
+    for key, value in {"t_path": "data:" + Path(corpus_file).name, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
                        "t_batch": 4, "t_seq": 16, "t_vocab": 512}.items():
         _set(at, key, value)
     at.button(key="FormSubmitter:train_form-Train").click().run(timeout=120)
@@ -74,3 +77,34 @@ def test_pages_without_runs(app, tmp_path, monkeypatch):
         at = app(page=p)
         no_exception(at)
         assert any("No trained run yet" in i.value for i in at.info)
+
+
+def test_train_form_names_no_server_file_outside_the_data_directory(app, tmp_path, corpus_file, monkeypatch):
+    """A lab server's Train form takes the sidebar's rule: no path outside the data directory."""
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tmp_path / "data"))
+    (tmp_path / "data").mkdir()
+    at = app(page="pages/train.py")
+    for path in (corpus_file, "/etc/passwd", "data:../../etc/passwd"):
+        at.text_input(key="t_path").set_value(path)
+        at.button(key="FormSubmitter:train_form-Train").click().run(timeout=60)
+        no_exception(at)
+        assert any("is not available here" in e.value for e in at.error), [e.value for e in at.error]
+    assert not jobs.list_jobs(kinds=("train",))  # nothing was queued
+
+
+def test_train_form_lists_the_sidebars_own_corpus_by_its_name(app, tmp_path, monkeypatch):
+    from core import uploads
+
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    uid = uploads.upload_id(uploads.save_upload(b"Some words of our own. " * 50, "my lab notes.txt"))
+    at = app(page="pages/train.py", corpus=uid)
+    no_exception(at)
+    box = at.selectbox(key="t_corpus")
+    assert "my lab notes.txt" in box.options, box.options  # shown by its own name
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")  # queued, not run: the job's parameters are what counts
+    box.set_value("my lab notes.txt")
+    at.button(key="FormSubmitter:train_form-Train").click().run(timeout=60)
+    no_exception(at)
+    (job,) = jobs.list_jobs(kinds=("train",))
+    assert job.params["spec"]["corpus"] == uid, job.params
