@@ -18,9 +18,13 @@ if st.button("Preset: Godey et al. 2023, all modalities by relative depth", key=
     state.apply_preset(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth")
     st.rerun()
 if page.need_runs(runs):
-    if len(runs) < 2:
+    if len(runs) < 2 and len(sel.specs()) > 1:  # the others are not computed yet (a job, or Run not pressed)
+        st.info("The comparison appears here as soon as a second selected run is computed (progress above; "
+                "press Run in the sidebar for runs that are not queued).", icon=":material/hourglass_top:")
+    elif len(runs) < 2:
         st.info("Add a second model (e.g. an untrained control) or a second corpus (*Compare with more corpora*: "
-                "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.", icon="➕")
+                "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.",
+                icon=":material/add:")
     results = [r.results for r in runs]
     metric = st.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
                           format_func=lambda k: METRICS[k][0], key="c_metric")

@@ -148,6 +148,14 @@ def test_compare_single_model_invites_a_second(app, computed):
     assert figures(at)
 
 
+def test_compare_with_a_second_model_not_computed_says_it_waits(app, computed):
+    at = app(models=("minilm-l6", "untrained-minilm-l6"), page="pages/compare.py")  # only MiniLM is computed
+    no_exception(at)
+    assert any("as soon as a second selected run is computed" in i.value for i in at.info), \
+        [i.value for i in at.info]
+    assert not any("Add a second model" in i.value for i in at.info)  # it is selected already
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_two_models_every_page(app, computed, page):
     at = app(models=TWO, page=page)
