@@ -56,6 +56,9 @@ SUM_KEYS = ("n_q", "sum_entropy", "n_entropy", "sum_first", "sum_special", "sum_
 MAX_KEYS: tuple[str, ...] = ()  # maxima (merge by max); a torchrun run reduces every key by one of the two rules
 
 
+_CHUNK = 1 << 18  # float32 values per pass of the entropy: a chunk stays in the CPU's cache
+_TINY = 1.1754943508222875e-38  # torch.finfo(torch.float32).tiny: clamping zeros to a subnormal slows log ~6x
+
 # ----------------------------------------------------------------------------- architecture
 @dataclass
 class AttnLayer:
@@ -162,10 +165,10 @@ class _Batch:
     def weights(self, causal: bool) -> dict:
         """Float64 (B, T) weights of the reductions (zeros where a position does not count):
         `an` analysed queries, `ent` analysed queries with >= 2 visible keys divided by
-        log(n_visible), `see` 1 / (number of real queries that see key t) on real keys; float32
-        `real` (B, T) and `first_special` (B, T, 2: position 0, special tokens) for the matrix
-        products with the probabilities; `sp0` (B,) whether position 0 is special; `n_an`, `n_ent`
-        counts. Per analysed position in (window, position) order (N,): `win` its window, `start`
+        log(n_visible), `see` 1 / (number of real queries that see key t) on real keys, `special`
+        and `special_nf` the special keys (the latter without position 0); float32 `cols`
+        (B, 1, 2, T: real queries, analysed queries) for the one matrix product with the
+        probabilities that sums each key's column over those queries; `n_an`, `n_ent` counts. Per analysed position in (window, position) order (N,): `win` its window, `start`
         the index of its window's first analysed position, `rank` its 1-based rank among its
         window's analysed positions, `rank_rev` = n - rank + 1, `n_an_row` n (the window's
         number of analysed positions)."""
@@ -183,11 +186,9 @@ class _Batch:
             "an": self.analysed.to(torch.float64),
             "ent": ent_ok.to(torch.float64) / torch.log(n_vis.clamp_min(2)),
             "see": self.real.to(torch.float64) / n_see.clamp_min(1),
-            "real": self.real.to(torch.float32),
-            "first_special": torch.stack([torch.nn.functional.one_hot(torch.zeros(B, dtype=torch.long, device=pos.device),
-                                                                      T).to(torch.float32),
-                                          self.special.to(torch.float32)], -1),
-            "sp0": self.special[:, 0].to(torch.float64),
+            "cols": torch.stack([self.real, self.analysed], 1).to(torch.float32)[:, None],
+            "special": self.special.to(torch.float64),
+            "special_nf": torch.cat([torch.zeros_like(self.special[:, :1]), self.special[:, 1:]], 1).to(torch.float64),
             "n_an": self.analysed.sum(), "n_ent": ent_ok.sum(),
         }
         n_row = self.analysed.sum(1)  # (B,)
@@ -299,27 +300,43 @@ class AttentionAccumulator:
         return (q[sel].to(torch.float64).view(-1, H, q.shape[-1] // H),
                 k[sel].to(torch.float64).view(-1, Hkv, k.shape[-1] // Hkv))
 
-    def _entropy(self, A):
+    def _entropy(self, A, causal: bool):
         """-sum_k a log a of every row of A (B, H, T, T) float32, as (B, H, T) float64 nats.
 
-        Rows go through a reused float32 buffer in chunks of about 2^18 values (clamp to 1e-38 so
-        that 0 log 0 = 0, log, times a, sum), so the passes stay in the CPU's cache and nothing of
-        A's size is allocated."""
+        Rows go through a reused float32 buffer in chunks of about 2^18 values (clamp to the
+        smallest normal float32 so that 0 log 0 = 0, log, times a, sum), so the passes stay in the
+        CPU's cache and nothing of A's size is allocated. Causal: a chunk of rows [r0, r1) reads the
+        keys before r1 only (the rest of those rows is exactly 0), so about half of A is skipped."""
         import torch
 
         B, H, T, _ = A.shape
-        rows = A.view(-1, T)
-        step = max(1, (1 << 18) // max(T, 1))
-        if self._scratch is None or self._scratch.numel() < step * T or self._scratch.device != A.device:
-            self._scratch = torch.empty(step * T, dtype=torch.float32, device=A.device)
-        out = torch.empty(rows.shape[0], dtype=torch.float32, device=A.device)
-        for i in range(0, rows.shape[0], step):
-            r = rows[i:i + step]
+        BH = B * H
+        need = max(_CHUNK, BH * T)
+        if self._scratch is None or self._scratch.numel() < need or self._scratch.device != A.device:
+            self._scratch = torch.empty(need, dtype=torch.float32, device=A.device)
+        out = torch.empty(B, H, T, dtype=torch.float32, device=A.device)
+        if not causal:
+            rows, flat = A.view(-1, T), out.view(-1)
+            step = max(1, _CHUNK // max(T, 1))
+            for i in range(0, rows.shape[0], step):
+                r = rows[i:i + step]
+                buf = self._scratch[:r.numel()].view(r.shape)
+                torch.clamp(r, min=_TINY, out=buf)  # the smallest normal float: log of a subnormal is ~6x slower
+                buf.log_().mul_(r)
+                torch.sum(buf, -1, out=flat[i:i + step])
+            return out.double().neg_()
+        c = _CHUNK / BH  # rows r0..r0+n of every (window, head) with keys < r0 + n: n (r0 + n) <= c
+        r0 = 0
+        while r0 < T:
+            n = max(1, int((math.sqrt(r0 * r0 + 4 * c) - r0) / 2))
+            r1 = min(T, r0 + n)
+            r = A[:, :, r0:r1, :r1]
             buf = self._scratch[:r.numel()].view(r.shape)
-            torch.clamp(r, min=1e-38, out=buf)
+            torch.clamp(r, min=_TINY, out=buf)
             buf.log_().mul_(r)
-            torch.sum(buf, -1, out=out[i:i + step])
-        return out.view(B, H, T).double().neg_()
+            out[:, :, r0:r1] = buf.sum(-1)
+            r0 = r1
+        return out.double().neg_()
 
     def _attention(self, l: int, w) -> None:
         import torch
@@ -328,19 +345,21 @@ class AttentionAccumulator:
         A = w if w.dtype == torch.float32 else w.float()  # (B, H, T, T); padded keys carry exactly 0
         if not A.is_contiguous():
             A = A.contiguous()
-        wt = b.weights(self.arch.layers[l].causal)
-        a["sum_entropy"][l] += torch.einsum("bht,bt->h", self._entropy(A), wt["ent"])
+        causal = self.arch.layers[l].causal
+        wt = b.weights(causal)
+        a["sum_entropy"][l] += torch.einsum("bht,bt->h", self._entropy(A, causal), wt["ent"])
         a["n_entropy"][l] += wt["n_ent"]
         a["n_q"][l] += wt["n_an"]
-        # One product gives each query's attention to position 0 and to the special tokens.
-        fs = torch.matmul(A, wt["first_special"][:, None]).double()  # (B, H, T, 2)
-        first, spec = fs[..., 0], fs[..., 1]
-        a["sum_first"][l] += torch.einsum("bht,bt->h", first, wt["an"])
-        a["sum_special"][l] += torch.einsum("bht,bt->h", spec, wt["an"])
-        a["sum_special_nf"][l] += torch.einsum("bht,bt->h", spec - first * wt["sp0"][:, None, None], wt["an"])
+        # One product sums each key's column over the real queries and over the analysed queries:
+        # the first gives the received attention, the second the attention paid to position 0 and
+        # to the special tokens.
+        C = torch.matmul(wt["cols"], A).double()  # (B, H, 2, T)
+        an_cols = C[:, :, 1]
+        a["sum_first"][l] += an_cols[:, :, 0].sum(0)
+        a["sum_special"][l] += torch.einsum("bht,bt->h", an_cols, wt["special"])
+        a["sum_special_nf"][l] += torch.einsum("bht,bt->h", an_cols, wt["special_nf"])
         # Received attention S_t: the mean over the real queries that see t (0 on padding).
-        recv = torch.matmul(wt["real"][:, None, None, :], A)[:, :, 0].double()  # (B, H, T)
-        self.received[l] = recv * wt["see"][:, None, :]
+        self.received[l] = C[:, :, 0] * wt["see"][:, None, :]
 
     def _geometry(self, l: int) -> None:
         """Query/key sums over the analysed positions only (selected first, then float64)."""

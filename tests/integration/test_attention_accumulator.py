@@ -94,9 +94,14 @@ def _naive(real, special, analysed, A, q, k, x, causal, rep):
     return out
 
 
-@pytest.mark.parametrize("causal,H,Hkv,T", [(False, 2, 2, 40), (True, 4, 2, 40), (True, 2, 1, 300)],
-                         ids=["bidirectional", "causal-gqa", "causal-long-rows"])
-def test_accumulator_equals_float64_per_window(causal, H, Hkv, T):
+@pytest.mark.parametrize("causal,H,Hkv,T,chunk", [(False, 2, 2, 40, None), (True, 4, 2, 40, None),
+                                                   (True, 2, 1, 300, None), (False, 2, 2, 40, 300),
+                                                   (True, 4, 2, 40, 300)],
+                         ids=["bidirectional", "causal-gqa", "causal-long-rows", "bidirectional-small-chunks",
+                              "causal-small-chunks"])
+def test_accumulator_equals_float64_per_window(causal, H, Hkv, T, chunk, monkeypatch):
+    if chunk is not None:  # the entropy's passes over many small chunks (one row or a few rows each)
+        monkeypatch.setattr("core.attention._CHUNK", chunk)
     real, special, analysed, logits, mask, g = _batch(causal, T, seed=T + H)
     B, dh, D = real.shape[0], 8, 3
     scores = (torch.randn(B, H, T, T, generator=g) * 2).masked_fill(~mask, float("-inf"))
