@@ -3,6 +3,7 @@ window's attention map beside its ablated twin, and the controlled drift experim
 
 import streamlit as st
 
+from core import jobs
 from core.drift import DriftSpec
 from core.errors import InputError
 from core.views import attention as AV
@@ -59,10 +60,16 @@ if page.need_runs(runs):
     lg = state.log()
     rid = state.run_id(run.spec)
     if not data.attention_cached(run.spec):
-        st.info(f"Attention statistics of {run.label} are not computed yet for these settings.",
-                icon=":material/hourglass_empty:")
-        if st.button("Compute attention statistics", key="attn_compute", type="primary",
-                     icon=":material/visibility:"):
+        job = jobs.status(ui_run.job_id("attention", run.spec))
+        if job is not None and job.active:
+            st.info(f"Computing the attention statistics of {run.label}: the progress is shown at the top of the "
+                    "page; the figures appear here when the job ends (other pages stay usable meanwhile).",
+                    icon=":material/hourglass_top:")
+        else:
+            st.info(f"Attention statistics of {run.label} are not computed yet for these settings.",
+                    icon=":material/hourglass_empty:")
+        if (job is None or not job.active) and st.button("Compute attention statistics", key="attn_compute",
+                                                         type="primary", icon=":material/visibility:"):
             try:
                 ui_run.submit_attention(run.spec)
                 st.rerun()  # the jobs panel above shows its progress; the page redraws when it ends
@@ -81,9 +88,15 @@ if page.need_runs(runs):
             page.show(AV.attention_curves(pairs, stat), "attn_curve")
 
         st.subheader("Outlier link (Puccetti et al. 2022)")
-        ks = st.radio("Key positions", ["excluded", "included"], horizontal=True, key="attn_keys",
+        c1, c2 = st.columns(2)
+        ks = c1.radio("Key positions", ["excluded", "included"], horizontal=True, key="attn_keys",
                       format_func=lambda k: f"special tokens {k}")
-        page.show(AV.link_grid(res, sec, ks), "attn_link")
+        how = c2.radio("Summary over each panel's dims", list(AV.LINK_SUMMARIES), horizontal=True,
+                       key="attn_link_summary", format_func=AV.LINK_SUMMARIES.get,
+                       help="mean |r|: how strongly the dims track the received attention, whatever the sign "
+                            "(a signed mean lets dims of opposite signs cancel); r of the strongest dim: the "
+                            "dim with the largest |r| in that block and head (hover names it).")
+        page.show(AV.link_grid(res, sec, ks, how), "attn_link")
         with st.expander("By block: outlier dims vs random dims (mean and max |r|)"):
             page.show(AV.link_table(res, sec), "attn_link_table")
 

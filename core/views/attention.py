@@ -72,26 +72,49 @@ def head_heatmap(res: dict, sec: dict, key: str) -> View:
                 caption=f"{label} ({unit}) per block and head; {PRE_ROTARY if qk else _queries(res, sec)}.")
 
 
-def link_grid(res: dict, sec: dict, key_set: str = "excluded") -> View:
-    """Puccetti's outlier link: Pearson r between |x_d| and received attention, blocks x heads,
-    mean over the outlier dims beside the mean over the random dims."""
+LINK_SUMMARIES = {  # how the link grid summarises the tracked dims of each kind, per block and head
+    "mean_abs": "mean |r|",
+    "strongest": "r of the strongest dim",
+    "mean": "mean r (signed)",
+}
+
+
+def link_grid(res: dict, sec: dict, key_set: str = "excluded", summary: str = "mean_abs") -> View:
+    """Puccetti's outlier link: Pearson r between |x_d| and received attention, blocks x heads, the
+    outlier dims beside the random dims, each summarised over its dims by `summary` (LINK_SUMMARIES):
+    mean |r| (default: a signed mean lets dims of opposite signs cancel), the signed r of the dim with
+    the largest |r|, or the signed mean."""
+    if summary not in LINK_SUMMARIES:
+        raise ValueError(f"unknown summary {summary!r}: one of {sorted(LINK_SUMMARIES)}")
     outl, rand = sec["outlier_dims"], sec["random_dims"]
     ro = link_matrix(sec, key_set, "outlier_r")  # (L, H, D_o)
     rr = link_matrix(sec, key_set, "random_r")
     L, H = ro.shape[:2]
+    how = LINK_SUMMARIES[summary]
     notes = []
     panels, rows = [], []
     for name, r, dims in (("outlier dims", ro, outl), ("random non-outlier dims", rr, rand)):
+        best = np.full((L, H), -1)
         if not dims:
             notes.append(f"No {name}: that panel is empty.")
             z = np.full((L, H), np.nan)
+        elif not np.isfinite(r).any():
+            z = np.full((L, H), np.nan)
         else:
             with np.errstate(all="ignore"):
-                z = np.nanmean(r, axis=2) if np.isfinite(r).any() else np.full((L, H), np.nan)
-        hover = np.asarray([[f"block {l + 1}, head {h}<br>mean r = {z[l, h]:.3f}<br>"
+                if summary == "mean_abs":
+                    z = np.nanmean(np.abs(r), axis=2)
+                elif summary == "mean":
+                    z = np.nanmean(r, axis=2)
+                else:
+                    a = np.where(np.isfinite(r), np.abs(r), -1.0)
+                    best = a.argmax(axis=2)
+                    z = np.take_along_axis(r, best[..., None], axis=2)[..., 0]
+        hover = np.asarray([[f"block {l + 1}, head {h}<br>{how} = {z[l, h]:.3f}"
+                             + (f" (dim {dims[best[l, h]]})" if best[l, h] >= 0 else "") + "<br>"
                              + "<br>".join(f"dim {d}: r = {r[l, h, j]:.3f}" for j, d in enumerate(dims[:12]))
                              for h in range(H)] for l in range(L)], dtype=object)
-        panels.append({"z": z, "title": f"{name} ({len(dims)}): mean r", "x_title": "head",
+        panels.append({"z": z, "title": f"{name} ({len(dims)}): {how}", "x_title": "head",
                        "y_title": "block (1 = first)", "y_labels": [str(l + 1) for l in range(L)], "hover": hover})
         for l in range(L):
             for h in range(H):
@@ -100,13 +123,18 @@ def link_grid(res: dict, sec: dict, key_set: str = "excluded") -> View:
                                  "kind": name, "block": l + 1, "head": h, "dim": d, "r": r[l, h, j]})
     n_keys = sec["layers"][0]["link"][key_set]["n_keys"] if sec["layers"] else 0
     sub = (f"{F.esc(run_name(res))} · Pearson r between |x_d| (residual stream the block reads) and the attention "
-           f"each key position receives · {_fmt_n(n_keys)} key positions, special tokens {key_set}")
+           f"each key position receives · {_fmt_n(n_keys)} key positions, special tokens {key_set} · {how} "
+           f"over each panel's dims")
+    signed = summary != "mean_abs"
     fig = F.heat_panels(panels, title="Outlier link (Puccetti et al.): |x_d| vs received attention", subtitle=sub,
-                        colorbar_title="Pearson r", zmin=-1, zmax=1, diverging=True)
-    return View(f"attention_link_{key_set}", "Outlier link: |x_d| vs received attention", fig, pd.DataFrame(rows),
-                _sec_manifest("attention_link", {"key_positions": key_set}, [res], [sec]),
+                        colorbar_title="Pearson r" if signed else "|Pearson r|", zmin=-1 if signed else 0, zmax=1,
+                        diverging=signed)
+    return View(f"attention_link_{key_set}_{summary}", "Outlier link: |x_d| vs received attention", fig,
+                pd.DataFrame(rows), _sec_manifest("attention_link", {"key_positions": key_set, "summary": summary},
+                                                  [res], [sec]),
                 caption=f"Pearson r per block and head between |x_d| and the received attention S_t, over key "
-                        f"positions with special tokens {key_set}; outlier dims {outl}, random dims {rand}.",
+                        f"positions with special tokens {key_set}, summarised as {how} over the dims of each "
+                        f"panel; outlier dims {outl}, random dims {rand}. The CSV has every dim's r.",
                 notes=notes)
 
 
@@ -144,12 +172,14 @@ def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str =
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
     sub = f"{F.esc(_corpora(runs))} · mean over heads · " + F.esc(
         PRE_ROTARY if qk else "queries: analysed positions, padding masked")
-    fig = F.line_chart(series, title=f"{label} by block", subtitle=sub,
+    fig = F.line_chart(series, title=f"{label} by {'relative depth' if depth else 'block'}", subtitle=sub,
                        x_title="relative depth (block / L)" if depth else "block (1 = first)", y_title=unit,
                        x_range=(-0.03, 1.03) if depth else None)
-    return View(f"attention_curve_{key}", f"{label} by block", fig, pd.DataFrame(rows),
+    return View(f"attention_curve_{key}", f"{label} by {'relative depth' if depth else 'block'}", fig,
+                pd.DataFrame(rows),
                 _sec_manifest("attention_curves", {"statistic": key, "x_axis": x_axis}, runs, [p[1] for p in pairs]),
-                caption=f"{label} ({unit}), mean over heads, per block.")
+                caption=f"{label} ({unit}), mean over heads, per block"
+                        + (" (x = block / L: the last block at 1)." if depth else "."))
 
 
 def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
@@ -174,8 +204,13 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
         notes.append("This run has no persistent outlier dims: there is nothing to zero.")
     shown = f"first {n} of {maps['n_positions']} positions" if maps["n_positions"] > n else f"{n} positions"
     sub = f"{F.esc(run_name(res))} · window {maps['window']} (document {maps['document']}) · {shown} · block {block}, head {head}"
+    # One colour scale for both maps, from 0 to the largest entry of either (a 0-1 scale leaves a map
+    # that is not dominated by one sink almost uniformly dark).
+    top = float(np.nanmax([np.nanmax(a), np.nanmax(z) if dims and np.isfinite(z).any() else 0.0]))
+    top = top if np.isfinite(top) and top > 0 else 1.0
+    sub += f" · colour scale 0 to {top:.3g} (the largest entry of {'either map' if dims else 'the map'})"
     fig = F.heat_panels(panels, title="Attention map of one window", subtitle=sub, colorbar_title="attention",
-                        zmin=0.0, zmax=1.0, height=620)
+                        zmin=0.0, zmax=top, height=620)
     rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "attention": float(a[i, j]),
              "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,

@@ -35,6 +35,11 @@ def test_attention_page_end_to_end(app, spec):
     assert not at.error, [e.value for e in at.error]
     queued = jobs.list_jobs(kinds=("attention",))
     assert queued, "the button queues a job of the queue (a click elsewhere no longer stops it)"
+    at.run()  # while the job is queued or running: no second Compute button, a line saying it is computing
+    no_exception(at)
+    assert not [b for b in at.button if b.key == "attn_compute"] or jobs.status(queued[0].id).status == jobs.FAILED
+    assert attention_cached(spec) or any("Computing the attention statistics" in i.value for i in at.info), \
+        [i.value for i in at.info]
     wait_for_jobs(900)
     assert jobs.status(queued[0].id).status == jobs.DONE, jobs.status(queued[0].id).error
     at.run()
@@ -54,7 +59,11 @@ def test_attention_page_end_to_end(app, spec):
     heat = by_title(at, "cos(mean query, mean key) per block and head")
     np.testing.assert_allclose(heat["data"][0]["z"], head_matrix(sec, "cos_mu_qk"), rtol=1e-9)
     at.radio(key="attn_keys").set_value("included").run()
-    assert "special tokens included" in by_title(at, "Outlier link")["layout"]["title"]["subtitle"]["text"]
+    link = by_title(at, "Outlier link")
+    assert "special tokens included" in link["layout"]["title"]["subtitle"]["text"]
+    assert "mean |r|" in link["layout"]["title"]["subtitle"]["text"]  # the default summary over the dims
+    at.radio(key="attn_link_summary").set_value("strongest").run()
+    assert "r of the strongest dim" in by_title(at, "Outlier link")["layout"]["title"]["subtitle"]["text"]
 
     # One window, block 2, head 3: the map and its twin with the outlier dims zeroed.
     at.number_input(key="attn_win").set_value(1)
@@ -75,7 +84,7 @@ def test_attention_page_end_to_end(app, spec):
     # Compare shows the per-block means by relative depth once attention is computed.
     at.switch_page("pages/compare.py").run()  # the selection (tokens) stays in the session
     no_exception(at)
-    cmp_ = by_title(at, "Attention entropy by block")
+    cmp_ = by_title(at, "Attention entropy by relative depth")
     np.testing.assert_allclose(cmp_["data"][0]["x"][-1], 1.0)
     np.testing.assert_allclose(cmp_["data"][0]["y"], np.nanmean(head_matrix(sec, "entropy"), axis=1), rtol=1e-9)
 

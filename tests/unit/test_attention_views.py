@@ -74,11 +74,24 @@ def test_head_heatmaps(case, key):
 
 def test_link_grid_and_curves(case):
     res, sec, _, _ = case
-    v = AV.link_grid(res, sec, "included")
+    v = AV.link_grid(res, sec, "included", "mean")
     assert len(v.figure.data) == 2 and v.figure.layout.coloraxis.cmin == -1
     assert set(v.data["kind"]) == {"outlier dims", "random non-outlier dims"}
+    r = AV.link_matrix(sec, "included", "outlier_r")
+    with np.errstate(all="ignore"):
+        np.testing.assert_allclose(v.figure.data[0].z, np.nanmean(r, axis=2))
+        a = AV.link_grid(res, sec, "included")  # default: mean |r| on a 0-1 scale (signs cannot cancel)
+        np.testing.assert_allclose(a.figure.data[0].z, np.nanmean(np.abs(r), axis=2))
+    assert a.figure.layout.coloraxis.cmin == 0 and "mean |r|" in a.figure.layout.annotations[0].text
+    s = AV.link_grid(res, sec, "included", "strongest")  # the signed r of the dim with the largest |r|
+    z = np.asarray(s.figure.data[0].z, dtype=float)
+    ok = np.isfinite(z)
+    np.testing.assert_allclose(np.abs(z[ok]), np.nanmax(np.abs(r), axis=2)[ok])
+    with pytest.raises(ValueError):
+        AV.link_grid(res, sec, "included", "median")
     c = AV.attention_curves([(res, sec), (res, sec)], "sink_first", "depth")
     assert len(c.figure.data) == 2 and c.figure.data[0].x[-1] == 1.0
+    assert "by relative depth" in c.figure.layout.title.text
     assert AV.link_table(res, sec).figure is None
 
 
@@ -95,6 +108,8 @@ def test_attention_map_escapes_tokens(case):
     assert list(v.figure.layout.xaxis.tickvals) == [0, 1, 2, 3]  # repeated tokens stay apart
     assert "<script>" not in "".join(str(h) for h in np.ravel(v.figure.data[0].customdata))
     assert "first 4 of 9 positions" in v.figure.layout.title.subtitle.text
+    top = max(maps["maps"][1, 1].max(), maps["zeroed"][1, 1].max())  # one scale for both maps, 0 to their maximum
+    assert v.figure.layout.coloraxis.cmin == 0 and v.figure.layout.coloraxis.cmax == pytest.approx(top)
     html = export.figure_bytes(v, "html").decode()
     assert "<script>alert(1)" not in html
     assert list(v.data["key_token"][:4]) == toks  # the data keep the raw tokens
