@@ -1,11 +1,14 @@
-"""The Attention page in Debian's chromium: with the run and its attention statistics in the
-server's cache, the heatmap, curve and outlier-link grid are drawn; one window's map beside its
-ablated twin and the controlled experiment are drawn after their buttons. Screenshots go to
-$ANISO_SCREENSHOT_DIR or a temporary folder."""
+"""The Attention page in Debian's chromium, as a researcher uses it: with the run in the server's
+cache, "Compute attention statistics" queues the job (its progress panel at the top, no second
+button meanwhile, other pages usable), and when it ends the page draws the heatmap and curve (with
+axis titles), the outlier-link grid (mean |r| by default), one window's map beside its ablated twin
+(on a shared 0-to-max scale) and the controlled experiment; Compare draws the attention curve by
+relative depth. Screenshots go to $ANISO_SCREENSHOT_DIR or a temporary folder."""
 
 from __future__ import annotations
 
 from test_default_flow import (
+    _goto_page,
     _screenshot,
     _settle,
     _shots_dir,
@@ -14,33 +17,63 @@ from test_default_flow import (
 )
 
 QUERY = "tokens=1500&sample=500"
+LAYOUTS = """() => Array.from(document.querySelectorAll('.js-plotly-plot')).map(el => {
+    const L = el.layout || {}, ax = k => ((L[k] || {}).title || {}).text || '';
+    return {title: (L.title || {}).text || '', subtitle: ((L.title || {}).subtitle || {}).text || '',
+            x: ax('xaxis'), y: ax('yaxis'), cmax: (L.coloraxis || {}).cmax}; })"""
+
+
+def _figure(page, title: str) -> dict:
+    got = [f for f in page.evaluate(LAYOUTS) if f["title"].startswith(title)]
+    assert got, f"no figure titled {title!r}: {[f['title'] for f in page.evaluate(LAYOUTS)]}"
+    return got[0]
 
 
 def test_attention_page(server, browser, tmp_path):
-    from core.attention import run_attention
+    from core import jobs
     from core.pipeline import analyze
     from core.selection import Selection
 
     url, cache = server
     spec = Selection(models=("minilm-l6",), max_tokens=1500, sample=500).spec("minilm-l6")
-    analyze(spec, cache)  # as after Run and "Compute attention statistics" (the app test presses them)
-    run_attention(spec, cache)
+    analyze(spec, cache)  # as after Run; the attention statistics are computed from the page
     shots = _shots_dir(tmp_path)
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(240_000)
     try:
         page.goto(f"{url}/attention?{QUERY}")
-        page.get_by_text("loaded from cache").first.wait_for(timeout=120_000)
-        # heatmap, curve, outlier-link grid (two panels in one figure)
-        got = _wait_plots(page, 3, timeout_s=300)
+        page.get_by_text("not computed yet").wait_for()
+        page.get_by_role("button", name="Compute attention statistics").click()
+        page.get_by_role("button", name="Cancel").wait_for()  # the job's progress panel
+        [job] = jobs.list_jobs(cache, kinds=("attention",))
+        if jobs.status(job.id, cache).active:  # unless it already ended: no second button, a line instead
+            page.get_by_text("Computing the attention statistics").wait_for(timeout=30_000)
+            assert not page.get_by_role("button", name="Compute attention statistics").count()
+        _goto_page(page, "Compare", wait=False)  # clicking around meanwhile: the job goes on
+        page.wait_for_timeout(1500)
+        _goto_page(page, "Attention", wait=False)
+        got = _wait_plots(page, 3, timeout_s=600)  # heatmap, curve, outlier-link grid (two panels in one figure)
+        assert jobs.status(job.id, cache).status == jobs.DONE
         assert sorted(got)[-1] >= 2, got
         _settle(page)
+        heat = _figure(page, "Attention entropy per block and head")
+        assert (heat["x"], heat["y"]) == ("head", "block (1 = first)"), heat
+        assert _figure(page, "Attention entropy by block")["y"] == "H(a_q) / log(visible keys)"
+        link = _figure(page, "Outlier link")
+        assert "mean |r|" in link["subtitle"] and link["y"] == "block (1 = first)", link
         page.get_by_role("button", name="Show attention map").click()
         _wait_plots(page, 4, timeout_s=600)
         _settle(page)
+        amap = _figure(page, "Attention map of one window")
+        assert (amap["x"], amap["y"]) == ("key position", "query position") and 0 < amap["cmax"] <= 1, amap
         page.get_by_role("button", name="Run experiment").click()
         _wait_plots(page, 6, timeout_s=300)
         _settle(page)
         assert not page.get_by_test_id("stException").count()
         _screenshot(page, shots / "attention.png")
+        _goto_page(page, "Compare")
+        _wait_plots(page, 3, timeout_s=300)
+        assert _figure(page, "Attention entropy by relative depth")["x"] == "relative depth (block / L)"
+        assert not page.get_by_test_id("stException").count()
     finally:
         page.close()
