@@ -169,9 +169,10 @@ class _Batch:
         and `special_nf` the special keys (the latter without position 0); float32 `cols`
         (B, 1, 2, T: real queries, analysed queries) for the one matrix product with the
         probabilities that sums each key's column over those queries; `n_an`, `n_ent` counts.
-        Per analysed position in (window, position) order (N,): `win` its window, `start` the index of its window's first analysed position, `rank` its 1-based rank among its
-        window's analysed positions, `rank_rev` = n - rank + 1, `n_an_row` n (the window's
-        number of analysed positions)."""
+        Per analysed position in (window, position) order (N,): `win` its window, `start` the
+        index of its window's first analysed position, `rank` its 1-based rank among its window's
+        analysed positions, `rank_rev` = n - rank + 1, `n_an_row` n (the window's number of
+        analysed positions)."""
         got = self._derived.get(causal)
         if got is not None:
             return got
