@@ -169,10 +169,9 @@ class _Batch:
         and `special_nf` the special keys (the latter without position 0); float32 `cols`
         (B, 1, 2, T: real queries, analysed queries) for the one matrix product with the
         probabilities that sums each key's column over those queries; `n_an`, `n_ent` counts.
-        Per analysed position in (window, position) order (N,): `win` its window, `start` the
-        index of its window's first analysed position, `rank` its 1-based rank among its window's
-        analysed positions, `rank_rev` = n - rank + 1, `n_an_row` n (the window's number of
-        analysed positions)."""
+        For the query/key sums, float32 (B, T): `an32` the analysed positions, and (B, 2, T)
+        `vc_q` = [an32, visible analysed keys of each analysed query], `vc_k` = [an32, analysed
+        queries that see each analysed key]; `n_pairs` the visible (query, key) pairs."""
         got = self._derived.get(causal)
         if got is not None:
             return got
@@ -192,12 +191,15 @@ class _Batch:
             "special_nf": torch.cat([torch.zeros_like(self.special[:, :1]), self.special[:, 1:]], 1).to(torch.float64),
             "n_an": self.analysed.sum(), "n_ent": ent_ok.sum(),
         }
-        n_row = self.analysed.sum(1)  # (B,)
-        win = torch.repeat_interleave(torch.arange(B, device=pos.device), n_row)
-        first_row = torch.cumsum(n_row, 0) - n_row  # index of each window's first analysed position
-        rank = torch.cumsum(self.analysed.to(torch.float64), 1)[self.analysed]
-        got.update(win=win, start=first_row[win], rank=rank, rank_rev=n_row[win].to(torch.float64) - rank + 1,
-                   n_an_row=n_row[win].to(torch.float64))
+        an32 = self.analysed.to(torch.float32)
+        n_row = an32.sum(1, keepdim=True)  # (B, 1) analysed positions per window (exact in float32)
+        if causal:
+            rank = torch.cumsum(an32, 1) * an32  # 1-based rank among the window's analysed positions
+            v, c = rank, (n_row - rank + 1) * an32  # keys visible to query i; queries that see key j
+        else:
+            v = c = n_row * an32
+        got.update(an32=an32, vc_q=torch.stack([an32, v], 1), vc_k=torch.stack([an32, c], 1),
+                   n_pairs=v.to(torch.float64).sum())
         self._derived[causal] = got
         return got
 
@@ -285,8 +287,7 @@ class AttentionAccumulator:
 
     # -- per layer
     def _qk(self, l: int):
-        """(q (N, H, dh), k (N, Hkv, dh)) in float64 at the N analysed positions of the batch, in
-        (window, position) order, as the projections output them."""
+        """(q (B, T, H, dh), k (B, T, Hkv, dh)) float32 of the batch, as the projections output them."""
         import torch
 
         b = self.batch
@@ -296,10 +297,10 @@ class AttentionAccumulator:
             q, k = q[..., :d], q[..., d:2 * d]
         else:
             k = b.stash.pop((l, "k"))
-        sel = b.analysed
+        B, T = b.real.shape
         H, Hkv = self.arch.n_heads, self.arch.n_kv_heads
-        return (q[sel].to(torch.float64).view(-1, H, q.shape[-1] // H),
-                k[sel].to(torch.float64).view(-1, Hkv, k.shape[-1] // Hkv))
+        return (q.to(torch.float32).reshape(B, T, H, q.shape[-1] // H),
+                k.to(torch.float32).reshape(B, T, Hkv, k.shape[-1] // Hkv))
 
     def _entropy(self, A, causal: bool):
         """-sum_k a log a of every row of A (B, H, T, T) float32, as (B, H, T) float64 nats.
@@ -363,39 +364,46 @@ class AttentionAccumulator:
         self.received[l] = C[:, :, 0] * wt["see"][:, None, :]
 
     def _geometry(self, l: int) -> None:
-        """Query/key sums over the analysed positions only (selected first, then float64)."""
+        """Query/key sums over the analysed positions: each window's sum over its positions (at most
+        T terms) in float32, by one batched product with the (B, T) weights; windows added in float64."""
         import torch
 
         a, b = self.acc, self.batch
         wt = b.weights(self.arch.layers[l].causal)
-        q, k = self._qk(l)  # (N, H, dh), (N, Hkv, dh) float64, analysed positions in (window, position) order
-        N, H, dh = q.shape
-        Hkv = k.shape[1]
-        qn, kn = q.norm(dim=-1), k.norm(dim=-1)  # (N, H)
-        a["qk_n"][l] += N
-        a["sum_q"][l] += q.sum(0)
-        a["sum_k"][l] += k.sum(0)
-        a["sum_qnorm"][l] += qn.sum(0)
-        a["sum_knorm"][l] += kn.sum(0)
-        a["sum_qu"][l] += (q / qn.clamp_min(1e-30)[..., None]).sum(0)
-        a["sum_ku"][l] += (k / kn.clamp_min(1e-30)[..., None]).sum(0)
+        q, k = self._qk(l)  # (B, T, H, dh), (B, T, Hkv, dh) float32, every position
+        B, T, H, dh = q.shape
+        Hkv = k.shape[2]
+        an = wt["an32"][:, None]  # (B, 1, T)
+        qn, kn = torch.linalg.vector_norm(q, dim=-1), torch.linalg.vector_norm(k, dim=-1)  # (B, T, H|Hkv)
+        qf, kf = q.reshape(B, T, H * dh), k.reshape(B, T, Hkv * dh)
+
+        def win_sum(w, x):  # (B, r, T) @ (B, T, C): per window in float32, then over windows in float64
+            return torch.bmm(w, x).to(torch.float64).sum(0)
+
+        sq, sk = win_sum(wt["vc_q"], qf), win_sum(wt["vc_k"], kf)  # rows: [analysed sum, pair-weighted sum]
+        a["qk_n"][l] += wt["n_an"]
+        a["sum_q"][l] += sq[0].view(H, dh)
+        a["pair_q"][l] += sq[1].view(H, dh)
+        a["sum_k"][l] += sk[0].view(Hkv, dh)
+        a["pair_k"][l] += sk[1].view(Hkv, dh)
+        a["sum_qnorm"][l] += win_sum(an, qn)[0]
+        a["sum_knorm"][l] += win_sum(an, kn)[0]
+        a["sum_qu"][l] += win_sum(an, (q / qn.clamp_min(1e-30)[..., None]).view(B, T, H * dh))[0].view(H, dh)
+        a["sum_ku"][l] += win_sum(an, (k / kn.clamp_min(1e-30)[..., None]).view(B, T, Hkv * dh))[0].view(Hkv, dh)
         # Visible pairs (query i, key j) of analysed positions in one window; query head h reads
         # key head h // (H / Hkv), so the query heads are grouped by their key head.
-        qg = q.view(N, Hkv, H // Hkv, dh)
-        if self.arch.layers[l].causal:
-            v, c = wt["rank"], wt["rank_rev"]  # (N,): keys visible to i, queries that see j
-            kc = torch.cumsum(k, 0)  # running sum over the batch, minus what the earlier windows added
-            kc -= torch.cat([torch.zeros_like(kc[:1]), kc[:-1]])[wt["start"]]
-            a["pair_qk"][l] += (qg * kc[:, :, None, :]).sum((0, 3)).reshape(H)
-        else:
-            v = c = wt["n_an_row"]  # (N,): analysed positions of the row's window
-            win, B = wt["win"], b.real.shape[0]  # window (batch row) of each analysed position
-            qs = torch.zeros(B, H, dh, dtype=q.dtype, device=q.device).index_add_(0, win, q)
-            ks = torch.zeros(B, Hkv, dh, dtype=k.dtype, device=k.device).index_add_(0, win, k)
-            a["pair_qk"][l] += (qs.view(B, Hkv, H // Hkv, dh) * ks[:, :, None, :]).sum((0, 3)).reshape(H)
-        a["pairs"][l] += v.sum()
-        a["pair_q"][l] += (v[None] @ q.reshape(N, H * dh)).view(H, dh)
-        a["pair_k"][l] += (c[None] @ k.reshape(N, Hkv * dh)).view(Hkv, dh)
+        rep = H // Hkv
+        if self.arch.layers[l].causal:  # q_i . (sum of the analysed k_j, j <= i), summed over analysed i
+            # In float64: the running sums of drifted keys are large and mean_term_share divides by
+            # this sum's mean, which can be near 0 (float32 left 2e-6 relative error there).
+            kc = torch.cumsum(kf.to(torch.float64) * wt["an"][..., None], 1).view(B, T, Hkv, 1, dh)
+            dots = (q.view(B, T, Hkv, rep, dh) * kc).sum(-1).view(B, T, H)  # float64 (type promotion)
+            a["pair_qk"][l] += torch.einsum("bth,bt->h", dots, wt["an"])
+        else:  # (sum of the window's analysed q) . (sum of its analysed k), per window
+            qs = torch.bmm(an, qf).to(torch.float64).view(B, Hkv, rep, dh)
+            ks = torch.bmm(an, kf).to(torch.float64).view(B, Hkv, 1, dh)
+            a["pair_qk"][l] += (qs * ks).sum((0, 3)).reshape(H)
+        a["pairs"][l] += wt["n_pairs"]
 
     def link(self, hidden_states) -> None:
         """Outlier-link sums of the current batch (hidden_states: the model's, block l reads [l])."""
