@@ -55,30 +55,55 @@ def bare_loop(spec, data, steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def throughput(spec, reps: int) -> dict:
-    from core.train import build_data, make_tokenizer, train
+def one_run(spec, which: str) -> dict:
+    """One timed run in this process: "tool" (core.train.train), "bare" (the plain loop) or
+    "bare-steady" (the plain loop after the tool's malloc setting, core.train.steady_malloc)."""
+    from core.train import build_data, make_tokenizer, steady_malloc, train
 
-    data = build_data(spec, make_tokenizer(spec))
     tokens = spec.steps * spec.batch_size * spec.seq_len
-    tool, tool_nockpt, tool_loop, bare, parts = [], [], [], [], []
-    for r in range(reps):  # alternate: drift of a shared machine falls on both sides
-        for which in (("tool", "bare") if r % 2 == 0 else ("bare", "tool")):
-            if which == "bare":
-                bare.append(tokens / bare_loop(spec, data, spec.steps))
-            else:
-                d = tempfile.mkdtemp(prefix="aniso-bench-train-")
-                rec = train(spec.replace(name=f"bench-{r}"), cache_dir=d)
-                t = rec["timing"]
-                tool.append(tokens / t["train_s"])
-                tool_nockpt.append(tokens / (t["train_s"] - t["checkpoint_s"]))
-                tool_loop.append(tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]))
-                parts.append({k: t[k] for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s")})
-                shutil.rmtree(d, ignore_errors=True)
+    if which == "tool":
+        d = tempfile.mkdtemp(prefix="aniso-bench-train-")
+        try:
+            t = train(spec.replace(name="bench"), cache_dir=d)["timing"]
+        finally:
+            shutil.rmtree(d, ignore_errors=True)
+        return {"tool": tokens / t["train_s"], "tool_without_checkpoints": tokens / (t["train_s"] - t["checkpoint_s"]),
+                "tool_loop": tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]),
+                "timing": {k: t[k] for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s")}}
+    data = build_data(spec, make_tokenizer(spec))
+    if which == "bare-steady":
+        steady_malloc()
+    return {which: tokens / bare_loop(spec, data, spec.steps)}
+
+
+def throughput(spec, reps: int) -> dict:
+    """Every run in a fresh interpreter (what one run of the tool or of a user's script sees: no
+    allocator or thread state left by the previous run), alternating the order between reps."""
+    import json
+    import subprocess
+    import sys
+
+    runs: dict[str, list] = {"tool": [], "bare": [], "bare-steady": []}
+    parts = []
+    for r in range(reps):  # alternate: drift of a shared machine falls on all sides
+        for which in (("tool", "bare", "bare-steady") if r % 2 == 0 else ("bare-steady", "bare", "tool")):
+            cmd = [sys.executable, "-m", "bench.training", "--one", which, "--spec", json.dumps(spec.to_dict())]
+            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+            if out.returncode:
+                raise RuntimeError(f"bench run {which} failed: {out.stderr[-2000:]}")
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            runs[which].append(got)
+            if which == "tool":
+                parts.append(got["timing"])
     med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
-    return {"tokens": tokens, "tool": med(tool), "tool_without_checkpoints": med(tool_nockpt), "bare": med(bare),
-            "tool_loop": med(tool_loop), "ratio": med(tool) / med(bare),
-            "ratio_without_checkpoints": med(tool_nockpt) / med(bare), "ratio_loop": med(tool_loop) / med(bare),
-            "reps": reps, "all_tool": tool, "all_bare": bare, "timing": parts}
+    tool = {k: med([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
+    bare, steady = med([g["bare"] for g in runs["bare"]]), med([g["bare-steady"] for g in runs["bare-steady"]])
+    tokens = spec.steps * spec.batch_size * spec.seq_len
+    return {"tokens": tokens, **tool, "bare": bare, "bare_steady": steady, "ratio": tool["tool"] / bare,
+            "ratio_without_checkpoints": tool["tool_without_checkpoints"] / bare, "ratio_loop": tool["tool_loop"] / bare,
+            "ratio_steady": tool["tool"] / steady, "reps": reps, "all_tool": [g["tool"] for g in runs["tool"]],
+            "all_bare": [g["bare"] for g in runs["bare"]], "all_bare_steady": [g["bare-steady"] for g in runs["bare-steady"]],
+            "timing": parts}
 
 
 def series_cost(spec, max_tokens: int) -> dict:
@@ -118,12 +143,16 @@ def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
         f"median of {thr['reps']} alternating runs.", "",
         "| | tokens/s | ratio to the bare loop |", "|---|---|---|",
         f"| bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping) | {thr['bare']:,.0f} | 1 |",
+        f"| the same bare loop after the tool's malloc setting (`core.train.steady_malloc`) | {thr['bare_steady']:,.0f} | "
+        f"{thr['bare_steady'] / thr['bare']:.2f} |",
         f"| `core.train.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss) | {thr['tool']:,.0f} | "
         f"**{thr['ratio']:.2f}** (goal >= 0.9) |",
         f"| the same without the log-spaced checkpoints (saves + held-out loss) | {thr['tool_without_checkpoints']:,.0f} | "
         f"{thr['ratio_without_checkpoints']:.2f} |",
         f"| the Trainer's steps alone (also without its resumable checkpoints) | {thr['tool_loop']:,.0f} | "
         f"{thr['ratio_loop']:.2f} |", "",
+        f"Against the bare loop with the same malloc setting, the tool reaches {thr['ratio_steady']:.2f}. "
+        "Every run is a fresh interpreter (`--one`), in alternating order.", "",
         "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
             f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which "
             f"held-out loss {p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
@@ -146,8 +175,16 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--no-series", action="store_true", help="measure the training throughput only")
+    p.add_argument("--one", choices=("tool", "bare", "bare-steady"), help=argparse.SUPPRESS)  # one run, JSON out
+    p.add_argument("--spec", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     from core.train import TrainSpec
+
+    if a.one:
+        import json
+
+        print(json.dumps(one_run(TrainSpec.from_dict(json.loads(a.spec)), a.one)))
+        return 0
 
     if a.quick:
         spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,

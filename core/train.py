@@ -365,7 +365,7 @@ def held_out_loss(model, batches: list[dict], device: str, masked: bool) -> floa
     was_training = model.training
     model.eval()
     tot, n = 0.0, 0
-    with torch.no_grad():
+    with torch.inference_mode():
         for b in batches:
             labels = b["labels"]
             k = int((labels != -100).sum()) if masked else int(labels[:, 1:].numel())  # causal: shifted
@@ -524,10 +524,12 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
         save_strategy="steps", save_steps=max(50, spec.steps // 10), save_total_limit=1,
         report_to="none", seed=spec.seed, data_seed=spec.seed, use_cpu=device == "cpu", bf16=bf16,
         dataloader_num_workers=0, disable_tqdm=True, remove_unused_columns=False)
-    trainer = tf.Trainer(model=model, args=args, train_dataset=_Rows(data.train),
+    trainer = _trainer_class(tf)(model=model, args=args, train_dataset=_Rows(data.train),
                          data_collator=Collator(spec.masked, data.mask_id, data.content_ids),
                          callbacks=[Checkpoints()])
     trainer.remove_callback(tf.trainer_callback.PrinterCallback)  # our progress callback reports instead
+    if device == "cpu":
+        rec["steady_malloc"] = steady_malloc()
     resume = get_last_checkpoint(str(folder / "trainer")) if (folder / "trainer").is_dir() else None
     progress(Progress("train", 0, spec.steps, message="training" + (" (resumed)" if resume else "")))
     t0 = time.perf_counter()
@@ -554,6 +556,50 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
     shutil.rmtree(folder / "trainer", ignore_errors=True)  # the resumable state is not needed any more
     progress(Progress("done", spec.steps, spec.steps, message=f"trained {run}"))
     return rec
+
+
+MMAP_THRESHOLD = 32 << 20  # glibc's largest allowed value (64-bit)
+TRIM_THRESHOLD = 256 << 20
+
+
+def steady_malloc() -> bool:
+    """Let glibc's malloc keep freed memory for reuse (Linux only; True when set). With its defaults,
+    blocks over ~128 KiB to a few MiB (the logits, activations and gradients of every step) are
+    mmap-ed and unmapped at each step, and every fresh page faults on first touch: ~6,000 page
+    faults per step of the default model on CPU. Here blocks below 32 MiB come from the heap and
+    up to 256 MiB of freed memory stays mapped: the same arithmetic, fewer page faults. It applies to
+    the whole process from now on (glibc cannot report the previous, dynamic setting to restore)."""
+    import ctypes
+    import ctypes.util
+    import platform
+
+    if platform.system() != "Linux":
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        m_trim, m_mmap = -1, -3  # M_TRIM_THRESHOLD, M_MMAP_THRESHOLD (malloc.h)
+        return bool(libc.mallopt(m_mmap, MMAP_THRESHOLD)) and bool(libc.mallopt(m_trim, TRIM_THRESHOLD))
+    except (OSError, AttributeError):  # not glibc (musl...): nothing to tune
+        return False
+
+
+def _trainer_class(tf):
+    """transformers' Trainer, less per-step work that does not change the run: its FLOP count for
+    the logs recounts the model's parameters at every step (a walk over every module); here the
+    count is taken once (the same number: 6 x input tokens x non-embedding parameters)."""
+
+    class _Trainer(tf.Trainer):
+        _flops_per_token = None
+
+        def floating_point_ops(self, inputs):
+            ids = inputs.get(getattr(self.model, "main_input_name", "input_ids")) if isinstance(inputs, dict) else None
+            if ids is None or not hasattr(self.model, "num_parameters"):
+                return super().floating_point_ops(inputs)
+            if self._flops_per_token is None:
+                self._flops_per_token = 6 * self.model.num_parameters(exclude_embeddings=True)
+            return ids.numel() * self._flops_per_token
+
+    return _Trainer
 
 
 def job_train(params: dict, progress, cancel) -> dict:
