@@ -6,6 +6,7 @@
     python -m core outliers --model M --corpus C [--ablate] [...] --out outliers.json
     python -m core train [--preset P] [--arch A] [--tokenizer T] [...] [--analyze] [--out run.json]
     python -m core series --run R [--corpus C] [...] --out series.json
+    python -m core series --hub ORG/NAME --revisions step0,step1000,... [...] --out series.json
     python -m core worker                     # run the job worker (the app starts one itself)
     python -m core jobs list|cancel ID|retry ID
     python -m core analyze ... --attention      (adds the `attention` section, cached apart)
@@ -455,6 +456,14 @@ def cmd_series(a) -> int:
     from .views.dynamics import summary
 
     t0 = time.perf_counter()
+    if a.hub is not None:
+        from .hub_series import register
+
+        if not a.revisions:
+            raise InputError("--hub needs --revisions (e.g. --revisions step0,step1000,step2000).")
+        a.run = register(a.hub, a.revisions, a.cache_dir)
+    elif a.revisions:
+        raise InputError("--revisions goes with --hub (a trained run's checkpoints are its own).")
     a.run = a.run.removeprefix("trained/").split("@")[0]
     with _ranks(RunSpec(device=a.device, dtype=a.dtype)) as group:  # under torchrun: each checkpoint shared
         ser = analyze_series(a.run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), corpus=a.corpus,
@@ -465,9 +474,12 @@ def cmd_series(a) -> int:
     _Bar.end_line()
     summ = summary(ser)
     _write(a.out, {"run": ser["run"], "steps": ser["steps"], "record": ser["record"], "summary": summ,
-                   "results": ser["results"], "attention": ser.get("attention")})
+                   "results": ser["results"], "attention": ser.get("attention"),
+                   "attention_note": ser.get("attention_note")})
     for line in summ["findings"]:
         print("- " + line, file=sys.stderr)
+    if ser.get("attention_note"):
+        print(f"- no query/key drift: {ser['attention_note']}", file=sys.stderr)
     print(f"{len(ser['steps'])} checkpoints of {a.run} analysed ({time.perf_counter() - t0:.1f} s) -> {a.out}",
           file=sys.stderr)
     return 0
@@ -615,10 +627,17 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--out", default=None, help="write the run record(s) (and series summaries) as JSON")
     tr.set_defaults(fn=cmd_train)
 
-    se = sub.add_parser("series", help="analyse every checkpoint of a trained run (cached per checkpoint)")
-    se.add_argument("--run", "--training", dest="run", required=True,
-                    help="a trained run (see `models`: trained/<run>@step-N); under torchrun write --training "
-                         "(torchrun takes --run for an abbreviation of its own --run-path)")
+    se = sub.add_parser("series", help="analyse every checkpoint of a trained run, or the revisions of a hub "
+                                       "model (cached per checkpoint)")
+    which = se.add_mutually_exclusive_group(required=True)
+    which.add_argument("--run", "--training", dest="run",
+                       help="a trained run (see `models`: trained/<run>@step-N), or hub:org/name (a hub series "
+                            "made before); under torchrun write --training "
+                            "(torchrun takes --run for an abbreviation of its own --run-path)")
+    which.add_argument("--hub", default=None, help="a hub model whose revisions form the series (needs the hub, "
+                                                   "or the revisions in the local hub cache), with --revisions")
+    se.add_argument("--revisions", default=None,
+                    help="with --hub: comma-separated revisions named stepN, e.g. step0,step1000,step2000")
     se.add_argument("--corpus", default=None, help="analysis corpus (default: the run's training corpus)")
     se.add_argument("--text-column", default=None)
     se.add_argument("--max-tokens", type=int, default=SERIES_MAX_TOKENS)

@@ -278,10 +278,21 @@ def model_modality(ident: str) -> str:
     return "text"
 
 
+def _in_hub_cache(ident: str) -> bool:
+    """Whether `org/name[@rev]` is in the local hub cache (HF_HOME), to load without the hub."""
+    from .hub_series import local_commit
+
+    name, _, rev = ident.partition("@")
+    return local_commit(name, rev or "main") is not None
+
+
 def _hub_commit(name: str, rev: str | None) -> str:
-    """The commit a hub revision points to (so an updated repo changes the key); the name offline."""
+    """The commit a hub revision points to (so an updated repo changes the key); offline, the
+    commit the local hub cache holds for it, else the revision's name."""
     if os.environ.get("HF_HUB_OFFLINE") == "1":
-        return rev or "main"
+        from .hub_series import local_commit
+
+        return local_commit(name, rev or "main") or rev or "main"
     try:
         from huggingface_hub import HfApi
 
@@ -364,6 +375,8 @@ def check_model_ident(ident: str) -> None:
         if os.environ.get("HF_HUB_OFFLINE") == "1":
             raise InputError(f"Unknown model {ident!r}. Built-in models: {', '.join(BUILTIN_MODELS)}; "
                              f"or give a local model folder.")
+    elif os.environ.get("HF_HUB_OFFLINE") == "1" and _in_hub_cache(ident):
+        return  # e.g. a revision of a hub series downloaded beforehand (HF_HOME)
     elif os.environ.get("HF_HUB_OFFLINE") == "1":
         raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub is "
                          f"offline (HF_HUB_OFFLINE=1). Built-in models: {', '.join(BUILTIN_MODELS)}.")

@@ -3,7 +3,8 @@
     analyze_series(run, corpus=...) -> {"run", "record", "steps", "results": [results.json, ...],
                                         "attention": [attention section, ...] | None}
 
-Every checkpoint is a model (`trained/<run>@step-<N>`), so each one's results are the ordinary
+Every checkpoint is a model (`trained/<run>@step-<N>`, or `org/name@stepN` for a hub series
+`hub:org/name`, see core/hub_series.py), so each one's results are the ordinary
 cached results of `pipeline.analyze`, and its attention statistics (query/key drift, sinks...)
 the ordinary cached section of `attention.run_attention`; the corpus is read and tokenized once
 for the whole series (all checkpoints share the run's tokenizer), so only the forward passes repeat.
@@ -13,10 +14,10 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import pipeline, trained
+from . import hub_series, pipeline, trained
 from .errors import InputError
 from .extract import Progress
-from .spec import DEFAULT_BATCH_SIZE, RunSpec
+from .spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, RunSpec
 
 SERIES_MAX_TOKENS = 20_000
 SERIES_SAMPLE = 2000
@@ -26,18 +27,30 @@ def series_specs(run: str, corpus: str | None = None, text_column: str | None = 
                  max_tokens: int = SERIES_MAX_TOKENS, sample: int = SERIES_SAMPLE, seed: int = 0,
                  batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", dtype: str = "auto",
                  cache_dir=None) -> list[tuple[int, RunSpec]]:
-    """(step, RunSpec) of every checkpoint of `run`, analysed on `corpus` (default: the run's own)."""
-    rec = trained.read_run(run, cache_dir)
-    steps = [int(c["step"]) for c in rec.get("checkpoints", [])]
-    if not steps:
+    """(step, RunSpec) of every checkpoint of `run`, analysed on `corpus` (default: the run's own;
+    for a hub series `hub:org/name`, the default corpus, in windows of the default length)."""
+    rec = read_record(run, cache_dir)
+    models = {int(c["step"]): c.get("model") or trained.ident_of(run, int(c["step"]))
+              for c in rec.get("checkpoints", [])}
+    if not models:
         raise InputError(f"Trained run {run!r} has no checkpoint yet.")
-    tspec = rec["spec"]
+    tspec = rec.get("spec") or {"corpus": DEFAULT_CORPUS, "seq_len": DEFAULT_MAX_SEQ_LEN}
     corpus = corpus or tspec["corpus"]
     if corpus == tspec["corpus"] and text_column is None:
         text_column = tspec.get("text_column")
-    return [(s, RunSpec(model=trained.ident_of(run, s), corpus=corpus, text_column=text_column,
+    return [(s, RunSpec(model=models[s], corpus=corpus, text_column=text_column,
                         max_tokens=max_tokens, max_seq_len=int(tspec["seq_len"]), batch_size=batch_size,
-                        device=device, dtype=dtype, sample=sample, seed=seed)) for s in sorted(steps)]
+                        device=device, dtype=dtype, sample=sample, seed=seed)) for s in sorted(models)]
+
+
+def read_record(run: str, cache_dir=None) -> dict:
+    """A trained run's run.json, or a hub series' record (`hub:org/name`: its revisions, no losses)."""
+    return hub_series.read(run, cache_dir) if hub_series.is_hub_series(run) else trained.read_run(run, cache_dir)
+
+
+def list_series(cache_dir=None) -> list[str]:
+    """Every series here: the trained runs, then the registered hub series (`hub:org/name`)."""
+    return trained.list_runs(cache_dir) + hub_series.list_series(cache_dir)
 
 
 def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None] | None = None,
@@ -53,6 +66,7 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
     from . import attention as A
 
     specs = series_specs(run, cache_dir=cache_dir, **kw)
+    attention, note = _attention_wanted(run, cache_dir, attention)
     memo: dict = {}  # the corpus and its token windows, shared by every checkpoint
     out, att = [], []
     for i, (step, spec) in enumerate(specs):
@@ -60,14 +74,29 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
             progress(Progress("series", i, len(specs), message=f"checkpoint {i + 1}/{len(specs)} (step {step})"))
         out.append(pipeline.analyze(spec, cache_dir, progress, cancel, memo=memo, group=group))
         if attention:
-            att.append(A.run_attention(spec, cache_dir, progress, cancel, memo=memo) if group is None
-                       else A.run_attention(spec, cache_dir, progress, cancel, group=group))
+            try:
+                att.append(A.run_attention(spec, cache_dir, progress, cancel, memo=memo) if group is None
+                           else A.run_attention(spec, cache_dir, progress, cancel, group=group))
+            except InputError as e:  # a hub model whose attention modules core.attention does not know
+                if not (hub_series.is_hub_series(run) and "not available" in str(e)):
+                    raise
+                hub_series.mark_no_attention(run, str(e), cache_dir)
+                attention, att, note = False, [], str(e)
     if group is not None and not group.is_main:
         return None
     if progress:
         progress(Progress("series", len(specs), len(specs), message="series analysed"))
-    return {"run": run, "record": trained.read_run(run, cache_dir), "steps": [s for s, _ in specs],
-            "specs": [sp.to_dict() for _, sp in specs], "results": out, "attention": att if attention else None}
+    return {"run": run, "record": read_record(run, cache_dir), "steps": [s for s, _ in specs],
+            "specs": [sp.to_dict() for _, sp in specs], "results": out, "attention": att if attention else None,
+            "attention_note": note}
+
+
+def _attention_wanted(run: str, cache_dir, attention: bool) -> tuple[bool, str | None]:
+    """(compute attention statistics?, why not): a hub series whose architecture has none keeps that."""
+    if not attention:
+        return False, None
+    why = read_record(run, cache_dir).get("no_attention") if hub_series.is_hub_series(run) else None
+    return (False, why) if why else (True, None)
 
 
 def cached_steps(run: str, cache_dir=None, attention: bool = True, **kw) -> list[int]:
@@ -76,6 +105,7 @@ def cached_steps(run: str, cache_dir=None, attention: bool = True, **kw) -> list
     from . import attention as A
 
     got = []
+    attention = _attention_wanted(run, cache_dir, attention)[0]
     for s, spec in series_specs(run, cache_dir=cache_dir, **kw):
         if pipeline.is_cached(spec, cache_dir) and (not attention or A.is_cached(spec, cache_dir)):
             got.append(s)

@@ -9,7 +9,22 @@ from ui import page, training
 
 page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
 st.title("Training dynamics")
-runs = training.runs_on_disk()
+with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step1000, …; needs the hub)"):
+    with st.form("hub_series_form"):
+        h1, h2 = st.columns([2, 3])
+        hub_id = h1.text_input("Hub model", "", placeholder="EleutherAI/pythia-70m", key="dyn_hub")
+        hub_revs = h2.text_input("Revisions (named stepN, comma-separated)", "",
+                                 placeholder="step0,step1000,step8000,step143000", key="dyn_hub_revs")
+        add = st.form_submit_button("Add and analyse", icon=":material/cloud_download:")
+    if add:
+        try:  # offline, only revisions already in the local hub cache (HF_HOME) are accepted
+            hub_run = training.add_hub_series(hub_id, hub_revs, max_tokens=int(st.session_state.get("dyn_tokens", 20_000)))
+        except Exception as e:  # noqa: BLE001 - InputError: a bad id or revision, the hub unreachable
+            st.error(str(e), icon=":material/error:")
+        else:
+            st.session_state["dyn_runs"] = [hub_run]
+            st.toast(f"Queued: the analysis of every revision of {hub_id.strip()}.")
+runs = training.series_on_disk()
 if not runs:
     st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
     st.stop()
@@ -42,9 +57,12 @@ if series:
         st.subheader(run)
         page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
         page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
-        page.show(D.loss_curves(ser), f"dyn_loss_{run}")
+        if D.has_loss(ser):  # a hub model's revisions come without losses
+            page.show(D.loss_curves(ser), f"dyn_loss_{run}")
         if D.has_attention(ser):  # query/key drift of the attention statistics, per block and head
             for stat in D.DRIFT_STATS:
                 page.show(D.qk_drift(ser, stat), f"dyn_{stat}_{run}")
+        elif ser.get("attention_note"):
+            st.caption("No query/key drift: " + page.md(ser["attention_note"]))
         page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
         page.show(D.outlier_identity(ser), f"dyn_ident_{run}")

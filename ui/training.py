@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import jobs, trained
+from core import hub_series, jobs, trained
 from core import series as S
 from core.train import TrainSpec
 
@@ -99,6 +99,18 @@ def record(run: str) -> dict:
 @st.cache_data(ttl=5, show_spinner=False)
 def _runs_in(folder: str, stamp: float) -> list[str]:
     return trained.list_runs()
+
+
+def series_on_disk() -> list[str]:
+    """What the Dynamics page can show: the trained runs, then the hub series (`hub:org/name`)."""
+    return runs_on_disk() + hub_series.list_series()
+
+
+def add_hub_series(name: str, revisions: str, **series_kw) -> str:
+    """Keep a hub model's revisions as a series and queue its analysis (InputError: why not)."""
+    run = hub_series.register(name, revisions)
+    submit_series(run, **series_kw)
+    return run
 
 
 @st.cache_data(ttl=5, show_spinner=False)

@@ -48,8 +48,10 @@ def _sub(series: dict, extra: str = "") -> str:
     r0 = series["results"][-1]["manifest"]
     n = r0["tokens"]["analysed"]
     rec = series["record"]
-    s = rec["spec"]
-    base = (f"{series['run']} · {s['arch']} {s['n_layers']}x{s['d_model']}, {s['tokenizer']} tokens · "
+    s = rec.get("spec")
+    what = (f"{s['arch']} {s['n_layers']}x{s['d_model']}, {s['tokenizer']} tokens" if s
+            else f"hub revisions {', '.join(c['revision'] for c in rec.get('checkpoints', []))}")
+    base = (f"{series['run']} · {what} · "
             f"analysed on {r0['corpus']['id']}, N = {n:,} tokens per checkpoint")
     return F.esc(base + (f" · {extra}" if extra else ""))
 
@@ -150,6 +152,11 @@ def outlier_identity(series: dict) -> View:
     return View("dynamics_outlier_identity", "Persistent outlier dimensions by step", fig, df,
                 _manifest("dynamics_outlier_identity", {}, series["results"]),
                 caption="Rows: dimensions flagged at some checkpoint; columns: checkpoints.", notes=notes)
+
+
+def has_loss(series: dict) -> bool:
+    """Whether the series has losses: a training made here does, a hub model's revisions do not."""
+    return any("held_out_loss" in c for c in series["record"].get("checkpoints", []))
 
 
 def loss_curves(series: dict) -> View:
@@ -256,7 +263,7 @@ def summary(series: dict) -> dict:
     per = [_persistent(r) for r in res]
     first_outlier = next((s for s, p in zip(steps, per) if p), None)
     freq = last.get("frequency", {})
-    ck = series["record"].get("checkpoints", [])
+    ck = [c for c in series["record"].get("checkpoints", []) if "held_out_loss" in c]
     out = {
         "run": series["run"], "steps": steps,
         "mean_cosine_first": mc[:, 0].tolist(), "mean_cosine_last": mc[:, -1].tolist(),

@@ -108,3 +108,19 @@ def test_train_form_lists_the_sidebars_own_corpus_by_its_name(app, tmp_path, mon
     no_exception(at)
     (job,) = jobs.list_jobs(kinds=("train",))
     assert job.params["spec"]["corpus"] == uid, job.params
+
+
+def test_dynamics_hub_series_form_says_why_offline(app, tmp_path, monkeypatch):
+    """A hub model's revisions, offline and not in the local hub cache: an error line, nothing queued."""
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    at = app(page="pages/dynamics.py")
+    at.text_input(key="dyn_hub").set_value("test-org/never-downloaded")
+    at.text_input(key="dyn_hub_revs").set_value("step0,step1000")
+    at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
+    no_exception(at)
+    errs = [e.value for e in at.error]
+    assert len(errs) == 1 and "cannot be reached" in errs[0] and "step0, step1000" in errs[0]
+    at.text_input(key="dyn_hub_revs").set_value("main,step1000")
+    at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
+    assert "does not name a training step" in at.error[0].value
+    assert not jobs.list_jobs(kinds=("series",))

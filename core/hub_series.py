@@ -1,0 +1,152 @@
+"""A hub model with revisions as a series (e.g. Pythia's `step1000`, `step2000`... branches). No torch.
+
+    register("EleutherAI/pythia-70m", ["step0", "step1000"]) -> "hub:EleutherAI/pythia-70m"
+
+Each revision is an ordinary hub model identifier `org/name@rev`, analysed and cached like any
+model (its cache key holds the commit the revision points to); the training step of each is read
+from the revision's name (`step1000`, `step-1000`, `global_step1000`). The list of revisions is kept
+in `<cache dir>/hub-series/<org>--<name>.json`, so that the Dynamics page and the job queue find
+the series again, like a trained run's `run.json`.
+
+It needs the hub, or a local hub cache that holds the revisions (HF_HOME, HF_HUB_OFFLINE=1): offline,
+a revision that is not in the local cache is refused before anything is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from .errors import InputError
+
+PREFIX = "hub:"
+HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+REVISION = re.compile(r"^(?:global_)?step[-_]?(\d{1,12})$")
+MAX_REVISIONS = 64
+
+
+def is_hub_series(run: str) -> bool:
+    return isinstance(run, str) and run.startswith(PREFIX)
+
+
+def series_dir(cache_dir=None) -> Path:
+    base = cache_dir or os.environ.get("ANISO_CACHE_DIR") or Path(__file__).resolve().parent.parent / "cache"
+    return Path(base) / "hub-series"
+
+
+def _path(name: str, cache_dir=None) -> Path:
+    return series_dir(cache_dir) / (name.replace("/", "--") + ".json")
+
+
+def step_of(revision: str) -> int:
+    """The training step a revision's name gives (`step1000` -> 1000)."""
+    m = REVISION.match(revision)
+    if not m:
+        raise InputError(f"Revision {revision!r} does not name a training step: a series takes revisions "
+                         f"named stepN (like Pythia's step0, step1000, ...).")
+    return int(m.group(1))
+
+
+def parse_revisions(text: str | list[str]) -> list[str]:
+    """'step0, step1000,step2000' (or a list) -> the revision names, stripped, without empties."""
+    parts = text.split(",") if isinstance(text, str) else list(text)
+    return [p.strip() for p in parts if p and p.strip()]
+
+
+def local_commit(name: str, revision: str) -> str | None:
+    """The commit of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        got = try_to_load_from_cache(name, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
+        return None
+    if not isinstance(got, str):
+        return None
+    return Path(got).parent.name  # .../snapshots/<commit>/config.json
+
+
+def hub_offline() -> bool:
+    from .models import hub_reachable
+
+    return os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable()
+
+
+def register(name: str, revisions: str | list[str], cache_dir=None) -> str:
+    """Check a hub id and its revisions, keep them as a series; returns the series' run id `hub:<name>`.
+
+    Offline (HF_HUB_OFFLINE=1 or the hub unreachable), every revision must be in the local hub cache."""
+    name = (name or "").strip()
+    if not HUB_NAME.match(name):
+        raise InputError(f"{name!r} is not a hub model id: write organisation/name (e.g. EleutherAI/pythia-70m).")
+    revs = parse_revisions(revisions)
+    if len(revs) < 2:
+        raise InputError("A series needs at least two revisions (e.g. step0,step1000).")
+    if len(revs) > MAX_REVISIONS:
+        raise InputError(f"At most {MAX_REVISIONS} revisions in a series, got {len(revs)}.")
+    steps = {}
+    for r in revs:
+        s = step_of(r)
+        if s in steps and steps[s] != r:
+            raise InputError(f"Revisions {steps[s]!r} and {r!r} are the same step ({s}).")
+        steps[s] = r
+    if hub_offline():
+        missing = [r for r in steps.values() if local_commit(name, r) is None]
+        if missing:
+            raise InputError(f"The model hub cannot be reached from here and the local hub cache "
+                             f"({_hf_home()}) does not hold {name} at revision(s) {', '.join(missing)}: a hub "
+                             f"series needs the hub, or those revisions downloaded beforehand.")
+    rec = {"run": PREFIX + name, "hub": name, "kind": "hub",
+           "checkpoints": [{"step": s, "revision": steps[s], "model": f"{name}@{steps[s]}"} for s in sorted(steps)]}
+    _write(rec, cache_dir)
+    return rec["run"]
+
+
+def mark_no_attention(run: str, why: str, cache_dir=None) -> None:
+    """Keep in the series' record that its architecture has no attention statistics (so that the
+    series counts as analysed without them)."""
+    rec = read(run, cache_dir)
+    rec["no_attention"] = why
+    _write(rec, cache_dir)
+
+
+def _write(rec: dict, cache_dir=None) -> None:
+    path = _path(rec["hub"], cache_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, path)
+
+
+def _hf_home() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.HF_HUB_CACHE)
+
+
+def read(run: str, cache_dir=None) -> dict:
+    """The record of a registered hub series (`hub:<name>`)."""
+    name = run[len(PREFIX):] if is_hub_series(run) else run
+    path = _path(name, cache_dir) if HUB_NAME.match(name) else None
+    if path is None or not path.exists():
+        raise InputError(f"No hub series {run!r} here: make one with `python -m core series --hub {name} "
+                         f"--revisions step0,step1000,...`.")
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise InputError(f"The record of hub series {run!r} is unreadable ({e}).") from None
+
+
+def list_series(cache_dir=None) -> list[str]:
+    """The registered hub series (`hub:<name>`), sorted."""
+    root = series_dir(cache_dir)
+    if not root.is_dir():
+        return []
+    out = []
+    for p in sorted(root.glob("*.json")):
+        name = p.stem.replace("--", "/", 1)
+        if HUB_NAME.match(name):
+            out.append(PREFIX + name)
+    return out
