@@ -1,7 +1,8 @@
 """`python -m bench.training`: the training benchmark (prints a BENCHMARKS.md section).
 
 1. Training throughput: `core.train.train` (transformers Trainer, checkpoints and held-out loss
-   included) against a bare PyTorch loop of the same model, batches, optimizer and schedule.
+   included) against a bare PyTorch loop of the same model, batches, optimizer and schedule, and
+   against that loop with the tool's malloc setting; every run in a fresh interpreter.
 2. A series of 12 checkpoints analysed with `core.series.analyze_series` (corpus read and
    tokenized once) against 12 separate `pipeline.analyze` calls (each reads and tokenizes).
 
@@ -152,7 +153,9 @@ def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
         f"| the Trainer's steps alone (also without its resumable checkpoints) | {thr['tool_loop']:,.0f} | "
         f"{thr['ratio_loop']:.2f} |", "",
         f"Against the bare loop with the same malloc setting, the tool reaches {thr['ratio_steady']:.2f}. "
-        "Every run is a fresh interpreter (`--one`), in alternating order.", "",
+        "Every run is a fresh interpreter (`--one`), in alternating order; tokens/s of each run: tool "
+        + ", ".join(f"{x:,.0f}" for x in thr["all_tool"]) + "; bare " + ", ".join(f"{x:,.0f}" for x in thr["all_bare"])
+        + "; bare with the malloc setting " + ", ".join(f"{x:,.0f}" for x in thr["all_bare_steady"]) + ".", "",
         "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
             f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which "
             f"held-out loss {p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
