@@ -16,7 +16,7 @@ page._through_entrypoint()  # a deep link on a fresh server still gets the app's
 st.title("Train a model from scratch")
 st.caption("A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
            "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. The default "
-           "2,000 steps train in about 3 minutes on 2 quiet CPU cores (BENCHMARKS.md, Training).")
+           "2,000 steps train in about 2 minutes on 2 quiet CPU cores (BENCHMARKS.md, Training).")
 
 d = TrainSpec()
 with st.form("train_form"):
