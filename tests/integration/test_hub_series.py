@@ -68,7 +68,7 @@ def _run(hf_home, *args):
 
 
 @pytest.mark.slow
-def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path):
+def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path, monkeypatch):
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n\n".join(f"Document {i} says the cat sat on the mat, then ran under a tree." for i in range(60)))
     cache, out = tmp_path / "cache", tmp_path / "series.json"
@@ -106,8 +106,11 @@ def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path):
     assert r.returncode == 0, r.stderr
     again = json.loads(out.read_text())
     assert all(res["manifest"]["cache_hit"] for res in again["results"])
+    from huggingface_hub import constants
+
     from core import series
 
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))  # this process's hub cache
     assert series.cached_steps("hub:" + HUB_ID, cache_dir=cache, corpus=str(corpus), max_tokens=400,
                                sample=100) == [0, 1, 2]
     # a revision that the local hub cache does not hold, offline: one clear line, nothing loaded
