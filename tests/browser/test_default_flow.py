@@ -115,6 +115,16 @@ def test_default_flow(server, browser, tmp_path):
     n_points = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullData[0]._length")
     assert n_points == SAMPLE
     _screenshot(page, shots / "projection.png")
+    # UMAP: fitted in the server's own UMAP process (spawned and compiled at the server's start)
+    page.get_by_test_id("stRadio").get_by_text("UMAP", exact=True).click()
+    page.get_by_role("button", name="Project").click()
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("
+                           "el => ((el.layout || {}).title || {}).text?.startsWith('UMAP'))", timeout=300_000)
+    _settle(page)
+    n_points = page.evaluate("() => Array.from(document.querySelectorAll('.js-plotly-plot')).find("
+                             "el => el.layout.title.text.startsWith('UMAP'))._fullData[0]._length")
+    assert n_points == SAMPLE
+    _screenshot(page, shots / "projection-umap.png")
 
     # Compare: two models (MiniLM + an untrained BERT) on the same corpus.
     page.goto(f"{server}/compare?{COMPARE_QUERY}")
