@@ -20,6 +20,7 @@ import re
 from pathlib import Path
 
 from .errors import InputError
+from .trained import read_record
 
 PREFIX = "hub:"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -133,10 +134,7 @@ def read(run: str, cache_dir=None) -> dict:
     if path is None or not path.exists():
         raise InputError(f"No hub series {run!r} here: make one with `python -m core series --hub {name} "
                          f"--revisions step0,step1000,...`.")
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise InputError(f"The record of hub series {run!r} is unreadable ({e}).") from None
+    return read_record(path, f"hub series {run!r}")
 
 
 def list_series(cache_dir=None) -> list[str]:

@@ -57,10 +57,15 @@ def read_run(run: str, cache_dir=None) -> dict:
         known = ", ".join(list_runs(cache_dir)) or "none yet"
         raise InputError(f"No trained run {run!r} (trained runs here: {known}). Train one with "
                          f"`python -m core train`.")
+    return read_record(path, f"trained run {run!r}")
+
+
+def read_record(path: Path, what: str) -> dict:
+    """A JSON record (a run's, a series'), or an InputError that says whose record is unreadable."""
     try:
         return json.loads(path.read_text())
     except (OSError, ValueError) as e:
-        raise InputError(f"The record of trained run {run!r} is unreadable ({e}).") from None
+        raise InputError(f"The record of {what} is unreadable ({e}).") from None
 
 
 def write_run(run: str, record: dict, cache_dir=None) -> None:
