@@ -14,13 +14,12 @@ a revision that is not in the local cache is refused before anything is loaded.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from pathlib import Path
 
 from .errors import InputError
-from .trained import read_record
+from .trained import read_record, write_record
 
 PREFIX = "hub:"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
@@ -33,8 +32,9 @@ def is_hub_series(run: str) -> bool:
 
 
 def series_dir(cache_dir=None) -> Path:
-    base = cache_dir or os.environ.get("ANISO_CACHE_DIR") or Path(__file__).resolve().parent.parent / "cache"
-    return Path(base) / "hub-series"
+    from .models import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "hub-series"
 
 
 def _path(name: str, cache_dir=None) -> Path:
@@ -114,11 +114,7 @@ def mark_no_attention(run: str, why: str, cache_dir=None) -> None:
 
 
 def _write(rec: dict, cache_dir=None) -> None:
-    path = _path(rec["hub"], cache_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(rec, indent=1))
-    os.replace(tmp, path)
+    write_record(_path(rec["hub"], cache_dir), rec)
 
 
 def _hf_home() -> str:

@@ -48,11 +48,6 @@ def read_record(run: str, cache_dir=None) -> dict:
     return hub_series.read(run, cache_dir) if hub_series.is_hub_series(run) else trained.read_run(run, cache_dir)
 
 
-def list_series(cache_dir=None) -> list[str]:
-    """Every series here: the trained runs, then the registered hub series (`hub:org/name`)."""
-    return trained.list_runs(cache_dir) + hub_series.list_series(cache_dir)
-
-
 def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None] | None = None,
                    cancel: Callable[[], bool] | None = None, group=None, attention: bool = True,
                    **kw) -> dict | None:

@@ -25,8 +25,9 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def trained_dir(cache_dir: str | Path | None = None) -> Path:
     """Where trained runs live: `trained/` in the cache directory (ANISO_CACHE_DIR or ./cache)."""
-    base = cache_dir or os.environ.get("ANISO_CACHE_DIR") or Path(__file__).resolve().parent.parent / "cache"
-    return Path(base) / "trained"
+    from .models import default_cache_dir
+
+    return Path(cache_dir or default_cache_dir()) / "trained"
 
 
 def is_trained(ident: str) -> bool:
@@ -68,13 +69,17 @@ def read_record(path: Path, what: str) -> dict:
         raise InputError(f"The record of {what} is unreadable ({e}).") from None
 
 
-def write_run(run: str, record: dict, cache_dir=None) -> None:
-    """run.json written whole or not at all (a reader never sees half a file)."""
-    path = trained_dir(cache_dir) / run / "run.json"
+def write_record(path: Path, record: dict) -> None:
+    """A JSON record written whole or not at all (a reader never sees half a file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"run.json.tmp{os.getpid()}")
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(record, indent=1, allow_nan=False))
     os.replace(tmp, path)
+
+
+def write_run(run: str, record: dict, cache_dir=None) -> None:
+    """run.json, written whole or not at all."""
+    write_record(trained_dir(cache_dir) / run / "run.json", record)
 
 
 def list_runs(cache_dir=None) -> list[str]:

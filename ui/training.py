@@ -7,6 +7,7 @@ import streamlit as st
 
 from core import hub_series, jobs, trained
 from core import series as S
+from core.selection import check_model
 from core.train import TrainSpec
 
 from . import jobs_panel
@@ -107,7 +108,11 @@ def series_on_disk() -> list[str]:
 
 
 def add_hub_series(name: str, revisions: str, **series_kw) -> str:
-    """Keep a hub model's revisions as a series and queue its analysis (InputError: why not)."""
+    """Keep a hub model's revisions as a series and queue its analysis (InputError: why not).
+
+    The id takes the sidebar's rule first (`selection.check_model`): no hub on a server that switched
+    it off (ANISO_ALLOW_HUB=0, ANISO_SHARED=1), and no name that is a folder of the server."""
+    check_model(str(name).strip())
     run = hub_series.register(name, revisions)
     submit_series(run, **series_kw)
     return run

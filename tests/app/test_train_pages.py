@@ -124,3 +124,27 @@ def test_dynamics_hub_series_form_says_why_offline(app, tmp_path, monkeypatch):
     at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
     assert "does not name a training step" in at.error[0].value
     assert not jobs.list_jobs(kinds=("series",))
+
+
+def test_dynamics_hub_series_form_takes_the_sidebars_model_rule(app, tmp_path, monkeypatch):
+    """A server with the hub switched off (or a name that is a folder of the server) refuses a hub series."""
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ANISO_ALLOW_HUB", "0")
+    at = app(page="pages/dynamics.py")
+    at.text_input(key="dyn_hub").set_value("EleutherAI/pythia-70m")
+    at.text_input(key="dyn_hub_revs").set_value("step0,step1000")
+    at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
+    no_exception(at)
+    assert any("hub identifiers are switched off" in e.value for e in at.error), [e.value for e in at.error]
+    monkeypatch.setenv("ANISO_ALLOW_HUB", "1")
+    monkeypatch.setenv("ANISO_ALLOW_MODEL_FOLDERS", "0")
+    at.text_input(key="dyn_hub").set_value("docs/training")  # a folder of the server, relative to the app
+    at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
+    assert any("local model folders are switched off" in e.value for e in at.error), [e.value for e in at.error]
+    assert not jobs.list_jobs(kinds=("series",)) and not hub_series_list(tmp_path)
+
+
+def hub_series_list(cache):
+    from core import hub_series
+
+    return hub_series.list_series(cache)
