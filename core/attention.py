@@ -5,8 +5,11 @@ a forward hook on each attention module reduces them at once (float32 over one r
 float64 sums) and drops them, so no attention matrix outlives its layer (memory is flat in the
 corpus size). Hooks on the query
 and key projections capture q and k as the projections output them: BEFORE any rotary position
-embedding (LLaMA-type models rotate them afterwards), with grouped-query attention's key heads
-as they are (query head h reads key head h // (H / H_kv)).
+embedding (LLaMA-type models rotate them afterwards; GPT-NeoX/Pythia rotates the first
+`partial_rotary_factor` of each head's dims, 1/4 by default, and leaves the others as they are),
+with grouped-query attention's key heads as they are (query head h reads key head h // (H / H_kv)).
+Fused projections are split as the model splits them: GPT-2's c_attn is [q | k | v], GPT-NeoX's
+query_key_value is [q_h | k_h | v_h] for each head h in turn.
 
 Blocks are numbered 1..L: block l reads hidden_states[l - 1] and writes hidden_states[l]
 (layer 0 = embeddings). Per block and query head, over the windows' positions:
@@ -66,8 +69,17 @@ class AttnLayer:
 
     module: object
     q_mod: object
-    k_mod: object | None  # None: q_mod is GPT-2's fused c_attn (q, k, v side by side)
+    k_mod: object | None  # None: q_mod is a fused q/k/v projection, laid out as `fused` says
     causal: bool
+    fused: str = ""  # "qkv": GPT-2's c_attn, [q | k | v]; "per_head": GPT-NeoX's query_key_value, [q_h | k_h | v_h] per head
+
+    def split(self, out, n_heads: int):
+        """(q, k) (..., H * dh) from a fused projection's output (..., 3 * H * dh)."""
+        if self.fused == "qkv":
+            d = out.shape[-1] // 3
+            return out[..., :d], out[..., d:2 * d]
+        qkv = out.unflatten(-1, (n_heads, 3, out.shape[-1] // (3 * n_heads)))  # GPT-NeoX: view(..., H, 3 dh).chunk(3)
+        return qkv[..., 0, :].flatten(-2), qkv[..., 1, :].flatten(-2)
 
 
 @dataclass
@@ -76,6 +88,11 @@ class Arch:
     n_heads: int
     n_kv_heads: int
     d_model: int
+
+
+# Fused projections whose layout is neither GPT-2's [q | k | v] nor GPT-NeoX's per-head one
+# (GPT-BigCode: per head, or [q | k | v] with one key/value head)
+_OTHER_FUSED = ("gpt_bigcode",)
 
 
 def _record_targets(model) -> list:
@@ -98,7 +115,8 @@ def attention_arch(model) -> Arch:
     """Find every block's self-attention module and its query/key projections.
 
     Supported: separate projections named q_proj/k_proj (LLaMA, Mistral, Qwen, ...) or query/key
-    (BERT, RoBERTa, ...), and GPT-2's fused c_attn. Raises ValueError otherwise.
+    (BERT, RoBERTa, ...), GPT-2's fused c_attn and GPT-NeoX's (Pythia's) fused query_key_value.
+    Raises ValueError otherwise.
     """
     cfg = model.config
     if hasattr(cfg, "get_text_config"):
@@ -106,6 +124,7 @@ def attention_arch(model) -> Arch:
     H = int(getattr(cfg, "num_attention_heads", 0) or getattr(cfg, "n_head", 0))
     Hkv = int(getattr(cfg, "num_key_value_heads", 0) or H)
     d = int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0))
+    model_type = getattr(cfg, "model_type", "")
     targets = _record_targets(model)
     mods = []
     for name, m in model.named_modules():
@@ -124,12 +143,17 @@ def attention_arch(model) -> Arch:
             q, k = m.q_proj, m.k_proj
         elif hasattr(m, "query") and hasattr(m, "key"):
             q, k = m.query, m.key
-        elif hasattr(m, "c_attn"):
-            q, k = m.c_attn, None
+        elif hasattr(m, "c_attn") and model_type not in _OTHER_FUSED:
+            q, k, fused = m.c_attn, None, "qkv"
+        elif hasattr(m, "query_key_value") and model_type == "gpt_neox":
+            q, k, fused = m.query_key_value, None, "per_head"
+        elif hasattr(m, "c_attn") or hasattr(m, "query_key_value"):  # Falcon, Bloom, GPT-BigCode, ...: other layouts
+            raise ValueError(f"{type(m).__name__}: the layout of its fused query/key/value projection is not "
+                             f"among the known ones (GPT-2's c_attn, GPT-NeoX's query_key_value)")
         else:
             raise ValueError(f"{type(m).__name__}: query/key projections not recognised (q_proj/k_proj, "
-                             f"query/key or c_attn expected)")
-        layers.append(AttnLayer(m, q, k, bool(getattr(m, "is_causal", False))))
+                             f"query/key, c_attn or query_key_value expected)")
+        layers.append(AttnLayer(m, q, k, bool(getattr(m, "is_causal", False)), fused if k is None else ""))
     return Arch(layers, H, Hkv, d)
 
 
@@ -292,9 +316,9 @@ class AttentionAccumulator:
 
         b = self.batch
         q = b.stash.pop((l, "q"))
-        if self.arch.layers[l].k_mod is None:  # GPT-2: c_attn -> [q | k | v]
-            d = self.arch.d_model
-            q, k = q[..., :d], q[..., d:2 * d]
+        al = self.arch.layers[l]
+        if al.k_mod is None:  # a fused projection: GPT-2's [q | k | v], GPT-NeoX's per-head [q_h | k_h | v_h]
+            q, k = al.split(q, self.arch.n_heads)
         else:
             k = b.stash.pop((l, "k"))
         B, T = b.real.shape

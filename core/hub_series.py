@@ -107,10 +107,25 @@ def register(name: str, revisions: str | list[str], cache_dir=None) -> str:
 
 def mark_no_attention(run: str, why: str, cache_dir=None) -> None:
     """Keep in the series' record that its architecture has no attention statistics (so that the
-    series counts as analysed without them)."""
+    series counts as analysed without them), with the version of the attention code that said so:
+    a later version may support the architecture (`no_attention`)."""
     rec = read(run, cache_dir)
     rec["no_attention"] = why
+    rec["no_attention_code"] = _attention_code()
     _write(rec, cache_dir)
+
+
+def no_attention(rec: dict) -> str | None:
+    """Why the series of record `rec` has no attention statistics, None when it should have them
+    (never marked, or marked by another version of the attention code)."""
+    why = rec.get("no_attention")
+    return why if why and rec.get("no_attention_code") == _attention_code() else None
+
+
+def _attention_code() -> str:
+    from .config import cache_identity
+
+    return cache_identity("attention")["code"]
 
 
 def _write(rec: dict, cache_dir=None) -> None:

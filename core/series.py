@@ -72,7 +72,7 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
             try:
                 att.append(A.run_attention(spec, cache_dir, progress, cancel, memo=memo) if group is None
                            else A.run_attention(spec, cache_dir, progress, cancel, group=group))
-            except InputError as e:  # a hub model whose attention modules core.attention does not know
+            except InputError as e:  # a hub model whose architecture core.attention does not know (Falcon, Bloom...)
                 if not (hub_series.is_hub_series(run) and "not available" in str(e)):
                     raise
                 hub_series.mark_no_attention(run, str(e), cache_dir)
@@ -90,7 +90,7 @@ def _attention_wanted(run: str, cache_dir, attention: bool) -> tuple[bool, str |
     """(compute attention statistics?, why not): a hub series whose architecture has none keeps that."""
     if not attention:
         return False, None
-    why = read_record(run, cache_dir).get("no_attention") if hub_series.is_hub_series(run) else None
+    why = hub_series.no_attention(read_record(run, cache_dir)) if hub_series.is_hub_series(run) else None
     return (False, why) if why else (True, None)
 
 

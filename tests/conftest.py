@@ -83,3 +83,22 @@ def tiny_llama_dir(tmp_path_factory) -> Path:
 def tiny_llama_gqa_dir(tmp_path_factory) -> Path:
     """A tiny random LLaMA with grouped-query attention (4 query heads, 2 key/value heads)."""
     return _tiny_llama(tmp_path_factory.mktemp("tiny-llama-gqa"), seed=1, heads=4, kv_heads=2)
+
+
+@pytest.fixture(scope="session")
+def tiny_neox_dir(tmp_path_factory) -> Path:
+    """A tiny random GPT-NeoX (the Pythia architecture: fused per-head query_key_value, rotary on the
+    first quarter of each head's dims, parallel residual) as a local folder (GPT-2 BPE tokenizer)."""
+    import torch
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from core.models import _gpt2_tokenizer
+
+    d = tmp_path_factory.mktemp("tiny-neox")
+    torch.manual_seed(2)
+    cfg = GPTNeoXConfig(vocab_size=50257, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=128, bos_token_id=50256, eos_token_id=50256,
+                        pad_token_id=50256)
+    GPTNeoXForCausalLM(cfg).save_pretrained(d)
+    _gpt2_tokenizer().save_pretrained(d)
+    return d

@@ -1,10 +1,10 @@
 """Every streamed attention statistic against a naive per-sequence computation.
 
 The run streams batches of windows of different lengths (padding in every batch) through tiny
-random BERT, GPT-2 and LLaMA models (the LLaMA one with grouped-query attention: 4 query heads on
-2 key/value heads). The reference runs each window alone (no padding) with
-output_attentions=True, captures the query/key projections with hooks, and computes each
-definition of core/attention.py literally, query by query.
+random BERT, GPT-2, LLaMA (with grouped-query attention: 4 query heads on 2 key/value heads) and
+GPT-NeoX (Pythia's architecture: fused per-head query_key_value, partial rotary) models. The
+reference runs each window alone (no padding) with output_attentions=True, captures the query/key
+projections with hooks, and computes each definition of core/attention.py literally, query by query.
 """
 
 import math
@@ -52,8 +52,11 @@ def _reference(model_dir, corpus, dims):
                 qs, ks = [], []
                 for l, al in enumerate(arch.layers):
                     q = grabbed[(l, "q")][0].double()
-                    k = q[:, d:2 * d] if al.k_mod is None else grabbed[(l, "k")][0].double()
-                    q = q[:, :d] if al.k_mod is None else q
+                    if hasattr(al.module, "query_key_value"):  # GPT-NeoX, as its forward does: view(T, H, 3 dh).chunk(3, -1)
+                        q, k, _ = q.view(len(ids), H, -1).chunk(3, dim=-1)
+                    else:
+                        k = q[:, d:2 * d] if al.k_mod is None else grabbed[(l, "k")][0].double()
+                        q = q[:, :d] if al.k_mod is None else q
                     qs.append(q.reshape(len(ids), H, -1).numpy())
                     ks.append(k.reshape(len(ids), Hkv, -1).numpy())
                 X = np.stack([np.abs(out.hidden_states[l][0].double().numpy()[:, dims]) for l in range(len(arch.layers))])
@@ -148,7 +151,7 @@ def naive(windows, arch, per, policy, n_out):
 
 
 @pytest.fixture(scope="module", params=[("bert", "exclude"), ("bert", "include"), ("gpt2", "exclude"),
-                                        ("llama_gqa", "exclude")], ids=lambda p: "-".join(p))
+                                        ("llama_gqa", "exclude"), ("neox", "exclude")], ids=lambda p: "-".join(p))
 def case(request, cache_dir, varied_txt):
     kind, policy = request.param
     model_dir = request.getfixturevalue(f"tiny_{kind}_dir")
@@ -221,3 +224,54 @@ def test_sdpa_restored_and_no_hook_left(tiny_llama_gqa_dir, varied_txt):
     assert sum(len(m._forward_hooks) for m in lm.base.modules()) == n_hooks
     assert all(v.ndim <= 4 and v.shape[0] == 2 for k, v in sums.items())  # per-block sums, no (T, T) matrices
     assert sums["link_as"].shape == (2, 2, 4, 2) and sums["sum_k"].shape[1] == 2
+
+
+def test_neox_split_gives_the_models_queries_and_keys(tiny_neox_dir, varied_txt):
+    """The reference's GPT-NeoX q and k are the model's: rotated as the model rotates them (the first
+    quarter of each head's dims), their scaled, causally masked softmax is the probabilities it returns;
+    and core.attention's split of the fused projection is the same as the reference's."""
+    from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
+
+    windows, arch, per = _reference(tiny_neox_dir, varied_txt, [0])
+    lm = load_model(str(tiny_neox_dir))
+    assert [al.fused for al in arch.layers] == ["per_head", "per_head"] and arch.layers[0].causal
+    head = arch.d_model // arch.n_heads
+    for ids, p in list(zip(windows.ids, per))[:3]:
+        T = len(ids)
+        cos, sin = lm.base.rotary_emb(torch.zeros(1, T, 1, dtype=torch.float64), torch.arange(T)[None])
+        assert cos.shape[-1] == head // 4  # partial rotary: the other 3/4 of the dims are not rotated
+        for l in range(len(arch.layers)):
+            q = torch.as_tensor(p["q"][l]).transpose(0, 1)[None]  # (1, H, T, dh)
+            k = torch.as_tensor(p["k"][l]).transpose(0, 1)[None]
+            qr, kr = apply_rotary_pos_emb(q, k, cos.double(), sin.double())
+            logits = qr @ kr.transpose(-1, -2) / math.sqrt(head)
+            logits = logits.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+            np.testing.assert_allclose(torch.softmax(logits, -1)[0].numpy(), p["A"][l], atol=1e-5)
+    out = torch.randn(5, 3 * arch.d_model, dtype=torch.float64)
+    q_ref, k_ref, _ = out.view(5, arch.n_heads, -1).chunk(3, dim=-1)
+    q_got, k_got = arch.layers[0].split(out, arch.n_heads)
+    assert torch.equal(q_got, q_ref.reshape(5, -1)) and torch.equal(k_got, k_ref.reshape(5, -1))
+
+
+def test_unknown_fused_layouts_are_refused():
+    """Fused projections of other layouts (Falcon, Bloom: query_key_value; GPT-BigCode: c_attn) are
+    refused, not split as GPT-2's or GPT-NeoX's."""
+    from transformers import BloomConfig, BloomModel, FalconConfig, FalconModel, GPTBigCodeConfig, GPTBigCodeModel
+
+    for model in (FalconModel(FalconConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2)),
+                  BloomModel(BloomConfig(hidden_size=32, n_layer=1, n_head=2)),
+                  GPTBigCodeModel(GPTBigCodeConfig(n_embd=32, n_layer=1, n_head=2))):
+        with pytest.raises(ValueError, match="layout of its fused query/key/value projection"):
+            attention_arch(model)
+
+
+def test_viewer_maps_of_a_neox_window(cache_dir, tiny_neox_dir, varied_txt):
+    """The attention viewer's maps of a GPT-NeoX window are the model's probabilities of that window."""
+    from core.attention import attention_maps
+
+    spec = _spec(tiny_neox_dir, varied_txt, "exclude")
+    windows, _, per = _reference(tiny_neox_dir, varied_txt, [0])
+    got = attention_maps(spec, 2, cache_dir)
+    n = got["n_shown"]
+    assert got["causal"] and got["maps"].shape == (2, 2, n, n) and n == len(windows.ids[2])
+    np.testing.assert_allclose(got["maps"], per[2]["A"][:, :, :n, :n], atol=1e-6)

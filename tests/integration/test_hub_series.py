@@ -18,28 +18,45 @@ HUB_ID = "test-org/tiny-neox"
 REVISIONS = ("step0", "step1", "step2")
 
 
+OTHER_ID = "test-org/tiny-bloom"  # an architecture without attention statistics (Bloom's fused layout)
+
+
+def _hub_model(home, hub_id, revisions, make):
+    repo = home / "hub" / ("models--" + hub_id.replace("/", "--"))
+    for i, rev in enumerate(revisions):
+        commit = hashlib.sha1((hub_id + rev).encode()).hexdigest()
+        make(i, repo / "snapshots" / commit)
+        (repo / "refs").mkdir(parents=True, exist_ok=True)
+        (repo / "refs" / rev).write_text(commit)
+
+
 @pytest.fixture(scope="module")
 def hf_home(tmp_path_factory):
-    """HF_HOME with HUB_ID at REVISIONS, each a differently seeded tiny GPT-NeoX (the Pythia architecture)."""
+    """HF_HOME with HUB_ID at REVISIONS, each a differently seeded tiny GPT-NeoX (the Pythia
+    architecture), and OTHER_ID (a tiny Bloom) at step0, step1."""
     import torch
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    from transformers import BloomConfig, BloomForCausalLM, GPTNeoXConfig, GPTNeoXForCausalLM
 
     from core.train import bpe_tokenizer
 
     home = tmp_path_factory.mktemp("hf-home")
-    repo = home / "hub" / ("models--" + HUB_ID.replace("/", "--"))
     tok = bpe_tokenizer(512, 64)
-    for i, rev in enumerate(REVISIONS):
-        commit = hashlib.sha1(rev.encode()).hexdigest()
-        snap = repo / "snapshots" / commit
+
+    def neox(i, snap):
         torch.manual_seed(i)
         cfg = GPTNeoXConfig(vocab_size=512, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                             intermediate_size=64, max_position_embeddings=128, bos_token_id=tok.eos_token_id,
                             eos_token_id=tok.eos_token_id)
         GPTNeoXForCausalLM(cfg).save_pretrained(snap)
         tok.save_pretrained(snap)
-        (repo / "refs").mkdir(parents=True, exist_ok=True)
-        (repo / "refs" / rev).write_text(commit)
+
+    def bloom(i, snap):
+        torch.manual_seed(i)
+        BloomForCausalLM(BloomConfig(vocab_size=512, hidden_size=32, n_layer=2, n_head=2)).save_pretrained(snap)
+        tok.save_pretrained(snap)
+
+    _hub_model(home, HUB_ID, REVISIONS, neox)
+    _hub_model(home, OTHER_ID, ("step0", "step1"), bloom)
     return home
 
 
@@ -85,10 +102,15 @@ def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path, 
     cos = [tuple(round(row["mean_cosine"], 6) for row in res["layers"]) for res in got["results"]]
     assert len(set(cos)) == 3
     assert got["summary"]["findings"]
-    # GPT-NeoX's fused query_key_value is not among core.attention's architectures: the series is
-    # analysed without query/key drift, says why, and counts as complete without it
-    assert got["attention"] is None and "not available" in got["attention_note"]
-    assert "no query/key drift" in r.stderr
+    # GPT-NeoX (fused per-head query_key_value, partial rotary) has attention statistics: each
+    # revision's own section, query/key drift per block and head
+    assert got["attention_note"] is None and "no query/key drift" not in r.stderr
+    att = got["attention"]
+    assert [a["run_key"] for a in att] == [res["manifest"]["cache_key"] for res in got["results"]]
+    assert all(a["n_blocks"] == 2 and a["n_heads"] == 2 and a["causal"] for a in att)
+    drift = [tuple(round(h, 6) for row in a["layers"] for h in row["q_drift"]) for a in att]
+    assert len(set(drift)) == 3 and all(0 < h < 1 for d in drift for h in d)
+    assert got["summary"]["qk"] and any("Query/key drift" in line for line in got["summary"]["findings"])
     assert (cache / "hub-series" / "test-org--tiny-neox.json").exists()
     # the Dynamics views of it: no losses (no loss curve, no loss sentence), revisions in the subtitle
     from core.views import dynamics as D
@@ -97,8 +119,8 @@ def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path, 
     assert not D.has_loss(ser) and got["summary"]["held_out_loss_first"] is None
     assert not any("loss" in line for line in got["summary"]["findings"])
     assert "hub revisions step0, step1, step2" in D.metric_heatmap(ser, "mean_cosine").figure.layout.title.subtitle.text
-    assert not D.has_attention(ser)
-    for view in (D.cosine_curves(ser), D.outlier_counts(ser)):
+    assert D.has_attention(ser)
+    for view in (D.cosine_curves(ser), D.outlier_counts(ser), *(D.qk_drift(ser, st) for st in D.DRIFT_STATS)):
         assert view.figure is not None and len(view.data)
     # again, by the series' name: everything comes from the cache, checkpoint by checkpoint
     r = _run(hf_home, "series", "--run", "hub:" + HUB_ID, "--corpus", str(corpus), "--max-tokens", "400",
@@ -106,6 +128,7 @@ def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path, 
     assert r.returncode == 0, r.stderr
     again = json.loads(out.read_text())
     assert all(res["manifest"]["cache_hit"] for res in again["results"])
+    assert all(a["cache_hit"] for a in again["attention"]) and again["attention_note"] is None
     from huggingface_hub import constants
 
     from core import series
@@ -119,3 +142,23 @@ def test_hub_revisions_series_offline_from_a_local_hub_cache(hf_home, tmp_path, 
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert r.stderr.startswith("error:") and "step9" in r.stderr and r.stderr.count("\n") == 1
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.slow
+def test_series_of_an_architecture_without_attention_statistics(hf_home, tmp_path):
+    """Bloom's fused query_key_value is not among core.attention's layouts: the series is analysed
+    without query/key drift, says why, and counts as complete without it; the record keeps why, with
+    the attention code's version (another version of that code tries again)."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(f"Document {i} says the dog sat on a rug, then slept." for i in range(30)))
+    cache, out = tmp_path / "cache", tmp_path / "series.json"
+    r = _run(hf_home, "series", "--hub", OTHER_ID, "--revisions", "step0,step1", "--corpus", str(corpus),
+             "--max-tokens", "200", "--sample", "50", "--cache-dir", str(cache), "--quiet", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(out.read_text())
+    assert got["steps"] == [0, 1] and len(got["results"]) == 2
+    assert got["attention"] is None and "BloomAttention" in got["attention_note"]
+    assert "not available" in got["attention_note"] and "no query/key drift" in r.stderr
+    rec = hub_series.read("hub:" + OTHER_ID, cache)
+    assert hub_series.no_attention(rec) == got["attention_note"]
+    assert hub_series.no_attention({**rec, "no_attention_code": "an older version"}) is None
