@@ -763,8 +763,30 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
             "blocks": "block l reads hidden_states[l-1] (layer 0 = embeddings) and writes hidden_states[l]",
             "link_hidden_state": "hidden_states[l-1], the residual stream block l reads",
             "run_key": m["cache_key"], **cache_identity("attention"), "timing": timing,
-            "special_tokens": spec.special_tokens, "n_windows": len(windows.ids)}
+            "special_tokens": spec.special_tokens, "n_windows": len(windows.ids), **document_index(windows, docs)}
     return json_safe(finish(sums, info, outl, rand))
+
+
+DOC_START_CHARS = 60  # how much of a document's text names it in the viewer's document list
+
+
+def doc_start(text: str, n: int = DOC_START_CHARS) -> str:
+    """The first `n` characters of a document, whitespace runs collapsed (a name for it in lists)."""
+    s = " ".join(str(text)[:4 * n].split())
+    return s if len(s) <= n else s[:n - 1].rstrip() + "…"
+
+
+def document_index(windows: TokenWindows, docs: list[str]) -> dict:
+    """Which document each window comes from (`window_docs`, the corpus index of each window's
+    document, in window order) and, per document in corpus order, its first words (`documents`:
+    {"doc", "start", "n_windows"}): the attention viewer picks a window by document with it."""
+    wd = [int(d) for d in windows.doc]
+    counts: dict[int, int] = {}
+    for d in wd:
+        counts[d] = counts.get(d, 0) + 1
+    return {"window_docs": wd,
+            "documents": [{"doc": d, "start": doc_start(docs[d]) if 0 <= d < len(docs) else "", "n_windows": c}
+                          for d, c in sorted(counts.items())]}
 
 
 # ----------------------------------------------------------------------------- one document's maps
@@ -789,7 +811,9 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     ablation's change, undone afterwards). The window runs whole; the first `max_tokens` query and
     key positions are kept. Cached; only this window's maps are ever held.
 
-    Returns ``{"tokens", "text", "window", "n_positions", "dims", "maps": (L, H, n, n) float32,
+    Returns ``{"tokens", "text", "window", "n_positions", "n_shown", "dims", "document" (its corpus
+    index), "doc_window", "doc_windows" (the window's place among its document's windows, 0-based, and
+    their number), "doc_start" (the document's first words), "causal", "maps": (L, H, n, n) float32,
     "zeroed": same}``.
     """
     from pathlib import Path
@@ -818,9 +842,12 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     m = res["manifest"]
     lm = load_model(spec.model, device=m["device"], dtype=m["dtype"],
                     cache_dir=Path(cache_dir) if cache_dir else None, trust_remote_code=spec.trust_remote_code)
-    windows = tokenize_budget(load_documents(spec.corpus, spec.text_column), lm.tokenizer, spec.max_tokens,
-                              _effective_seq_len(spec, lm), spec.seed, spec.corpus)
+    docs = load_documents(spec.corpus, spec.text_column)
+    windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
+                              spec.corpus)
     ids = windows.ids[int(window)]
+    doc = int(windows.doc[int(window)])
+    same = np.flatnonzero(np.asarray(windows.doc) == doc)  # the document's windows, in order
     n = min(len(ids), int(max_tokens))
     t = torch.as_tensor(ids, device=m["device"])[None]
 
@@ -839,6 +866,8 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     meta = {"tokens": lm.tokenizer.convert_ids_to_tokens(ids[:n].tolist()),
             "text": lm.tokenizer.decode(ids[:n], skip_special_tokens=False), "window": int(window),
             "n_positions": int(len(ids)), "n_shown": int(n), "dims": dims,
-            "document": int(windows.doc[int(window)]), "causal": bool(attention_arch(lm.base).layers[0].causal)}
+            "document": doc, "doc_window": int(np.searchsorted(same, int(window))), "doc_windows": int(len(same)),
+            "doc_start": doc_start(docs[doc]) if 0 <= doc < len(docs) else "",
+            "causal": bool(attention_arch(lm.base).layers[0].causal)}
     store.put(key, meta, {"maps": plain, "zeroed": zeroed})
     return {**meta, "maps": plain, "zeroed": zeroed}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Sequence
 
+import colorcet as _cc
 import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -371,7 +372,11 @@ def with_caption(fig: go.Figure, lines: Sequence[str], meta: dict | None = None)
 
 
 # ----------------------------------------------------------------------------- attention
-DIVERGING = "RdBu_r"  # signed quantities (correlations, cosines): white at 0
+# Signed quantities (correlations, cosines): Kovesi's CET-D1A blue-white-red (colorcet), a perceptually
+# uniform diverging map (L* 20 -> 91 -> 20, linear in each half). ColorBrewer's RdBu, used before, puts
+# a third of its lightness change between 0.2 and 0.3 of the scale: a visible band at about -0.45 and
+# +0.45 on a -1..1 range.
+DIVERGING = [[i / (len(_cc.CET_D1A) - 1), c] for i, c in enumerate(_cc.CET_D1A)]
 
 
 def heat_panels(panels: Sequence[dict], *, title: str, subtitle: str, colorbar_title: str,
@@ -382,7 +387,11 @@ def heat_panels(panels: Sequence[dict], *, title: str, subtitle: str, colorbar_t
 
     panels: ``z`` (rows, cols), ``title``, ``x_title``, ``y_title``, optional ``x_labels`` /
     ``y_labels`` (tick text, escaped here; positions stay numeric so repeated tokens stay apart),
-    ``hover`` (rows, cols) of already escaped text, ``reverse_y``.
+    ``max_labels`` (tick labels per axis, 40 unless given: above it every k-th; ``x_max_labels``,
+    ``y_max_labels`` for one axis), ``label_size``
+    (their font size), ``y_ticks`` (False: no y tick labels, e.g. a twin panel beside the first),
+    ``x_angle`` (tick label angle, -60 unless given), ``hover`` (rows, cols) of already escaped
+    text, ``reverse_y``.
     """
     n = len(panels)
     rows = max(np.asarray(p["z"]).shape[0] for p in panels)
@@ -400,11 +409,16 @@ def heat_panels(panels: Sequence[dict], *, title: str, subtitle: str, colorbar_t
         for ax, key, size in ((xa, "x_labels", z.shape[1]), (ya, "y_labels", z.shape[0])):
             labels = p.get(key)
             if labels is not None:
-                step = max(1, int(np.ceil(size / 40)))  # at most ~40 tick labels
+                cap = p.get(key[0] + "_max_labels", p.get("max_labels", 40))
+                step = max(1, int(np.ceil(size / cap)))  # above the cap: every k-th label
                 ax.update(tickmode="array", tickvals=list(range(0, size, step)),
                           ticktext=[esc(labels[j]) for j in range(0, size, step)])
+                if p.get("label_size"):
+                    ax["tickfont"] = dict(size=p["label_size"])
         if p.get("x_labels") is not None:
-            xa["tickangle"] = -60
+            xa["tickangle"] = p.get("x_angle", -60)
+        if p.get("y_ticks") is False:
+            ya["showticklabels"] = False
         if p.get("reverse_y"):
             ya["autorange"] = "reversed"
         fig.update_xaxes(**xa, row=1, col=i)

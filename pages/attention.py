@@ -61,20 +61,20 @@ if page.need_runs(runs):
     rid = state.run_id(run.spec)
     if not data.attention_cached(run.spec):
         job = jobs.status(ui_run.job_id("attention", run.spec))
-        if job is not None and job.active:
+        if job is not None and job.active:  # no second Compute button while it runs
             st.info(f"Computing the attention statistics of {run.label}: the progress is shown at the top of the "
                     "page; the figures appear here when the job ends (other pages stay usable meanwhile).",
                     icon=":material/hourglass_top:")
         else:
             st.info(f"Attention statistics of {run.label} are not computed yet for these settings.",
                     icon=":material/hourglass_empty:")
-        if (job is None or not job.active) and st.button("Compute attention statistics", key="attn_compute",
-                                                         type="primary", icon=":material/visibility:"):
-            try:
-                ui_run.submit_attention(run.spec)
-                st.rerun()  # the jobs panel above shows its progress; the page redraws when it ends
-            except InputError as e:
-                st.error(str(e))
+            if st.button("Compute attention statistics", key="attn_compute", type="primary",
+                         icon=":material/visibility:"):
+                try:
+                    ui_run.submit_attention(run.spec)
+                    st.rerun()  # the jobs panel above shows its progress; the page redraws when it ends
+                except InputError as e:
+                    st.error(str(e))
     else:
         sec = data.attention(run.spec)
         stat = st.selectbox("Statistic", list(AV.HEATMAP_STATS), format_func=lambda k: AV.ATTN_STATS[k][0],
@@ -102,21 +102,34 @@ if page.need_runs(runs):
 
         st.subheader("One window's attention, with the outlier dims zeroed beside it")
         n_win = int(res["manifest"]["corpus"]["n_windows"])
-        prev = lg.attention_maps.get(rid, (0, 1, 0))
-        with st.form("attn_map"):
-            c1, c2, c3 = st.columns(3)
-            win = c1.number_input(f"window (0 to {n_win - 1})", 0, n_win - 1, min(prev[0], n_win - 1), key="attn_win")
-            block = c2.slider("block", 1, sec["n_blocks"], min(prev[1], sec["n_blocks"]), key="attn_block")
-            head = c3.slider("head", 0, sec["n_heads"] - 1, min(prev[2], sec["n_heads"] - 1), key="attn_head")
-            show = st.form_submit_button("Show attention map", icon=":material/grid_on:")
-        if show:
-            lg.attention_maps[rid] = (int(win), int(block), int(head))
-        if rid in lg.attention_maps:
-            w, bl, hd = lg.attention_maps[rid]
+        docs = AV.window_documents(sec, n_win)
+        shown = lg.attention_maps.get(rid)  # (window, block, head) of the map on show
+        if shown is not None and not 0 <= shown[0] < n_win:  # a stale or foreign value: nothing shown
+            shown = None
+        at_doc = next((i for i, e in enumerate(docs) if shown and shown[0] in e["windows"]), 0)
+        c1, c2 = st.columns([3, 2])
+        di = c1.selectbox(f"Document ({len(docs)} in the run, by corpus index)", range(len(docs)), index=at_doc,
+                          format_func=lambda i: AV.document_label(docs[i]), key="attn_doc")
+        entry = docs[di]
+        wins = entry["windows"]
+        k = c2.selectbox("Window of the document", range(len(wins)), key=f"attn_doc_win_{di}",
+                         index=wins.index(shown[0]) if shown and shown[0] in wins else 0,
+                         format_func=lambda k: AV.window_label(entry, k))
+        c3, c4 = st.columns(2)
+        block = c3.slider("block", 1, sec["n_blocks"], min(shown[1], sec["n_blocks"]) if shown else 1,
+                          key="attn_block")
+        head = c4.slider("head", 0, sec["n_heads"] - 1, min(shown[2], sec["n_heads"] - 1) if shown else 0,
+                         key="attn_head")
+        st.caption("Show runs the model on the chosen window (twice: as is, and with the outlier dims zeroed); "
+                   "block and head then switch between that window's maps at once.")
+        show = st.button("Show attention map", key="attn_show", icon=":material/grid_on:")
+        window = wins[k] if show else shown[0] if shown else None
+        if window is not None:
+            lg.attention_maps[rid] = (window, int(block), int(head))
             try:
                 with st.spinner("Running the model on one window (twice: as is, and with the outlier dims zeroed)…"):
-                    maps = data.attention_maps(run.spec, w)
-                page.show(AV.attention_map_pair(res, maps, bl, hd), "attn_map")
+                    maps = data.attention_maps(run.spec, window)
+                page.show(AV.attention_map_pair(res, maps, int(block), int(head)), "attn_map")
             except InputError as e:
                 st.error(str(e))
 drift_section()

@@ -11,6 +11,7 @@ import pandas as pd
 from .. import figures as F
 from ..attention import head_matrix, layer_means, link_matrix
 from ..drift import grid
+from ..escape import shorten, visible
 from .common import View, _corpora, _fmt_n, _manifest, as_results, model_label, run_name
 
 # statistic -> (label, unit, diverging colour scale)
@@ -182,6 +183,53 @@ def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str =
                         + (" (x = block / L: the last block at 1)." if depth else "."))
 
 
+MAP_LABELS = 96  # token labels per axis of the attention map: every one up to this many positions
+TWIN_KEY_LABELS = 32  # key (column) labels of each of two maps side by side: more overlap at 9 px
+
+
+def _nth(k: int) -> str:
+    return {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
+
+
+def window_documents(sec: dict, n_windows: int) -> list[dict]:
+    """The run's windows grouped by document, in corpus order, for the viewer's pickers:
+    [{"doc": corpus index, "start": first words, "windows": [the run's window indices, in order]}].
+    A section without the document index (an older one) gives one entry per window."""
+    wd = sec.get("window_docs")
+    if not isinstance(wd, list) or len(wd) != n_windows:
+        return [{"doc": None, "start": "", "windows": [w]} for w in range(n_windows)]
+    starts = {e.get("doc"): str(e.get("start") or "") for e in sec.get("documents") or [] if isinstance(e, dict)}
+    by_doc: dict[int, list[int]] = {}
+    for w, d in enumerate(wd):
+        by_doc.setdefault(int(d), []).append(w)
+    return [{"doc": d, "start": starts.get(d, ""), "windows": ws} for d, ws in sorted(by_doc.items())]
+
+
+def document_label(entry: dict) -> str:
+    """'document 3 · 4 windows · "The first words…"' (plain text: control characters made visible)."""
+    if entry["doc"] is None:
+        return f"window {entry['windows'][0]}"
+    n = len(entry["windows"])
+    head = f"document {entry['doc']} · {n} window{'s' if n != 1 else ''}"
+    return visible(f"{head} · “{entry['start']}”" if entry["start"] else head)
+
+
+def window_label(entry: dict, k: int) -> str:
+    """'window 2 of 4 (run window 17)': the k-th (0-based) window of a document."""
+    ws = entry["windows"]
+    return f"window {k + 1} of {len(ws)} (run window {ws[k]})"
+
+
+def _where(maps: dict) -> str:
+    """'document 3 “The first words…”, window 2 of 4 (run window 17)' of an attention_maps result."""
+    w = maps["window"]
+    if "doc_window" not in maps:
+        return f"window {w} (document {maps['document']})"
+    start = shorten(maps.get("doc_start") or "", 40)
+    name = f"document {maps['document']}" + (f" “{start}”" if start else "")
+    return f"{name}, window {maps['doc_window'] + 1} of {maps['doc_windows']} (run window {w})"
+
+
 def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
     """One window's attention map at (block, head) beside the same map with the outlier dims zeroed."""
     toks = [str(t) for t in maps["tokens"]]
@@ -194,29 +242,40 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
                            for i in range(n)], dtype=object)
 
     dims = maps["dims"]
+    # Every token labels its row (the viewer shows at most attention_viewer_tokens = 64 positions): a
+    # smaller font above 32 and a figure that grows with n keep them apart; the twin panel's rows are
+    # the same tokens, so only the first panel labels them. Columns: every token where they fit (one
+    # panel across the page, or two side by side up to 32 keys), else every k-th; the hover names each
+    # cell's query and key token.
+    x_cap = MAP_LABELS if not maps["dims"] else TWIN_KEY_LABELS
+    x_step = max(1, -(-n // x_cap))
+    ticks = {"x_labels": toks, "y_labels": toks, "y_max_labels": MAP_LABELS, "x_max_labels": x_cap,
+             "label_size": 11 if n <= 32 else 9, "x_angle": -90, "reverse_y": True}
     panels = [{"z": a, "title": "as computed", "x_title": "key position", "y_title": "query position",
-               "x_labels": toks, "y_labels": toks, "hover": hover(a), "reverse_y": True}]
+               "hover": hover(a), **ticks}]
     notes = []
     if dims:
         panels.append({"z": z, "title": f"outlier dims {dims} zeroed in every norm", "x_title": "key position",
-                       "y_title": "", "x_labels": toks, "y_labels": toks, "hover": hover(z), "reverse_y": True})
+                       "y_title": "", "hover": hover(z), "y_ticks": False, **ticks})
     else:
         notes.append("This run has no persistent outlier dims: there is nothing to zero.")
     shown = f"first {n} of {maps['n_positions']} positions" if maps["n_positions"] > n else f"{n} positions"
-    sub = f"{F.esc(run_name(res))} · window {maps['window']} (document {maps['document']}) · {shown} · block {block}, head {head}"
+    sub = f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · {shown} · block {block}, head {head}"
     # One colour scale for both maps, from 0 to the largest entry of either (a 0-1 scale leaves a map
     # that is not dominated by one sink almost uniformly dark).
     top = float(np.nanmax([np.nanmax(a), np.nanmax(z) if dims and np.isfinite(z).any() else 0.0]))
     top = top if np.isfinite(top) and top > 0 else 1.0
     sub += f" · colour scale 0 to {top:.3g} (the largest entry of {'either map' if dims else 'the map'})"
+    if x_step > 1:
+        sub += f" · key labels: every {_nth(x_step)} (hover a cell for its query and key tokens)"
     fig = F.heat_panels(panels, title="Attention map of one window", subtitle=sub, colorbar_title="attention",
-                        zmin=0.0, zmax=top, height=620)
+                        zmin=0.0, zmax=top, height=max(620, 260 + (13 if n <= 32 else 11) * n))
     rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "attention": float(a[i, j]),
              "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
                 pd.DataFrame(rows), _manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
                                                                "zeroed_dims": dims}, [res]),
-                caption=f"Attention probabilities of window {maps['window']}, block {block}, head {head}; right: "
+                caption=f"Attention probabilities of {_where(maps)}, block {block}, head {head}; right: "
                         f"the same with dims {dims} zeroed in every norm (the ablation).", notes=notes)
 
 

@@ -5,28 +5,31 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from app_helpers import by_title, no_exception, wait_for_jobs
+from app_helpers import by_title, figures, no_exception, title, wait_for_jobs
 
 from core import jobs
-from core.attention import head_matrix, run_attention
+from core.attention import attention_maps, head_matrix, run_attention
 from core.attention import is_cached as attention_cached
 from core.pipeline import analyze
 from core.selection import Selection
+from core.views import attention as AV
+from ui.state import LOG_KEY
 
 PAGE = "pages/attention.py"
 TOKENS = 1500  # not the other app tests' selection: their first test expects a cold cache
+SEQ = 128  # windows of 128 tokens: long documents have several, picked by document in the viewer
 
 
 @pytest.fixture(scope="module")
 def spec(cache_dir):
-    s = Selection(models=("minilm-l6",), max_tokens=TOKENS, sample=500).spec("minilm-l6")
+    s = Selection(models=("minilm-l6",), max_tokens=TOKENS, sample=500, max_seq_len=SEQ).spec("minilm-l6")
     analyze(s)  # the run itself is cached (as after pressing Run); its attention is not
     return s
 
 
 @pytest.mark.slow
 def test_attention_page_end_to_end(app, spec):
-    at = app(page=PAGE, tokens=str(TOKENS))
+    at = app(page=PAGE, tokens=str(TOKENS), seqlen=str(SEQ))
     no_exception(at)
     assert not attention_cached(spec)
     assert any("not computed yet" in i.value for i in at.info)
@@ -65,21 +68,50 @@ def test_attention_page_end_to_end(app, spec):
     at.radio(key="attn_link_summary").set_value("strongest").run()
     assert "r of the strongest dim" in by_title(at, "Outlier link")["layout"]["title"]["subtitle"]["text"]
 
-    # One window, block 2, head 3: the map and its twin with the outlier dims zeroed.
-    at.number_input(key="attn_win").set_value(1)
+    # The viewer picks a window by document: the second window of a document that has several,
+    # block 2, head 3: the map and its twin with the outlier dims zeroed.
+    docs = AV.window_documents(sec, sec["n_windows"])
+    assert len(docs) < sec["n_windows"] and sorted(w for e in docs for w in e["windows"]) == list(range(sec["n_windows"]))
+    di = next(i for i, e in enumerate(docs) if len(e["windows"]) >= 2)
+    entry = docs[di]
+    at.selectbox(key="attn_doc").set_value(di).run()
+    assert at.selectbox(key=f"attn_doc_win_{di}").options == [AV.window_label(entry, k)
+                                                               for k in range(len(entry["windows"]))]
+    at.selectbox(key=f"attn_doc_win_{di}").set_value(1)
     at.slider(key="attn_block").set_value(2)
     at.slider(key="attn_head").set_value(3)
-    at.button(key="FormSubmitter:attn_map-Show attention map").click().run()
+    at.button(key="attn_show").click().run()
     no_exception(at)
+    window = entry["windows"][1]
+    maps = attention_maps(spec, window)
     amap = by_title(at, "Attention map of one window")
+    sub = amap["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
+    assert f"document {entry['doc']} “" in sub and "block 2, head 3" in sub
+    assert f"window 2 of {len(entry['windows'])} (run window {window})" in sub
     z = amap["data"][0]["z"]
-    if "first" not in amap["layout"]["title"]["subtitle"]["text"]:  # the whole window: rows are distributions
+    np.testing.assert_allclose(z, maps["maps"][1, 3], rtol=1e-6)
+    if "first" not in sub:  # the whole window: rows are distributions
         np.testing.assert_allclose(z.sum(1), 1.0, atol=1e-5)
-    assert "block 2, head 3" in amap["layout"]["title"]["subtitle"]["text"]
-    ticks = amap["layout"]["xaxis"]["ticktext"]
-    assert ticks[0] == "[CLS]"
+    assert list(amap["layout"]["yaxis"]["ticktext"]) == list(maps["tokens"])  # every query's token
     if sec["outlier_dims"]:
         assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
+    # block and head switch between that window's maps (no button); choosing another document
+    # does not change the map until Show
+    at.slider(key="attn_head").set_value(0).run()
+    at.selectbox(key="attn_doc").set_value((di + 1) % len(docs)).run()
+    no_exception(at)
+    amap = by_title(at, "Attention map of one window")
+    sub = amap["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
+    assert f"(run window {window})" in sub and "block 2, head 0" in sub
+    np.testing.assert_allclose(amap["data"][0]["z"], maps["maps"][1, 0], rtol=1e-6)
+    # a window number in the session that this run does not have (stale or forged): nothing is run
+    log = at.session_state[LOG_KEY]
+    [rid] = log.attention_maps
+    log.attention_maps[rid] = (10**9, 1, 0)
+    at.session_state[LOG_KEY] = log
+    at.run()
+    no_exception(at)
+    assert not at.error and not [f for f in figures(at) if "Attention map" in title(f)]
 
     # Compare shows the per-block means by relative depth once attention is computed.
     at.switch_page("pages/compare.py").run()  # the selection (tokens) stays in the session
@@ -90,7 +122,7 @@ def test_attention_page_end_to_end(app, spec):
 
 
 def test_controlled_experiment_from_the_page(app, spec):
-    at = app(page=PAGE, tokens=str(TOKENS))
+    at = app(page=PAGE, tokens=str(TOKENS), seqlen=str(SEQ))
     at.text_input(key="dr_alphas").set_value("0, 1, 3")
     at.text_input(key="dr_taus").set_value("0.5, 2")
     at.number_input(key="dr_d").set_value(32)

@@ -2,7 +2,7 @@
 cache, "Compute attention statistics" queues the job (its progress panel at the top, no second
 button meanwhile, other pages usable), and when it ends the page draws the heatmap and curve (with
 axis titles), the outlier-link grid (mean |r| by default), one window's map beside its ablated twin
-(on a shared 0-to-max scale) and the controlled experiment; Compare draws the attention curve by
+(on a shared 0-to-max scale; the window picked by document) and the controlled experiment; Compare draws the attention curve by
 relative depth. Screenshots go to $ANISO_SCREENSHOT_DIR or a temporary folder."""
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def test_attention_page(server, browser, tmp_path):
         _settle(page)
         amap = _figure(page, "Attention map of one window")
         assert (amap["x"], amap["y"]) == ("key position", "query position") and 0 < amap["cmax"] <= 1, amap
+        assert "document " in amap["subtitle"] and "window 1 of " in amap["subtitle"], amap  # picked by document
         page.get_by_role("button", name="Run experiment").click()
         _wait_plots(page, 6, timeout_s=300)
         _settle(page)

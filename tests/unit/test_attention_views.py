@@ -113,3 +113,60 @@ def test_attention_map_escapes_tokens(case):
     html = export.figure_bytes(v, "html").decode()
     assert "<script>alert(1)" not in html
     assert list(v.data["key_token"][:4]) == toks  # the data keep the raw tokens
+
+
+def test_windows_grouped_by_document_for_the_viewer():
+    from core.attention import doc_start, document_index
+    from core.corpora import TokenWindows
+
+    docs = ["zero", "one\u202e  two\n\nthree " + "x" * 100, "two words"]
+    ids = [np.arange(3)] * 5
+    w = TokenWindows(ids, [np.zeros(3, bool)] * 5, np.asarray([2, 1, 1, 2, 1]), 2, 15, 15)
+    sec = document_index(w, docs)
+    assert sec["window_docs"] == [2, 1, 1, 2, 1]
+    assert [(e["doc"], e["n_windows"]) for e in sec["documents"]] == [(1, 3), (2, 2)]
+    assert sec["documents"][1]["start"] == "two words"
+    start = sec["documents"][0]["start"]
+    assert start == doc_start(docs[1]) and start.startswith("one\u202e two three") and start.endswith("…")
+    assert len(start) == 60
+    got = AV.window_documents(sec, 5)
+    assert [(e["doc"], e["windows"]) for e in got] == [(1, [1, 2, 4]), (2, [0, 3])]
+    label = AV.document_label(got[0])
+    assert label.startswith("document 1 · 3 windows · “one<U+202E> two three") and "\u202e" not in label
+    assert AV.document_label(got[1]) == "document 2 · 2 windows · “two words”"
+    assert [AV.window_label(got[0], k) for k in range(3)] == [
+        "window 1 of 3 (run window 1)", "window 2 of 3 (run window 2)", "window 3 of 3 (run window 4)"]
+    # a section without the index, or one of another run: one entry per window, by number
+    for bad in ({}, {"window_docs": [0, 1]}, {"window_docs": "x"}):
+        old = AV.window_documents(bad, 3)
+        assert [e["windows"] for e in old] == [[0], [1], [2]] and AV.document_label(old[2]) == "window 2"
+
+
+def _maps(n, dims, rng, **meta):
+    m = rng.random((2, 2, n, n))
+    m /= m.sum(-1, keepdims=True)
+    return {"tokens": [f"t{i}" for i in range(n)], "maps": m, "zeroed": m[::-1].copy(), "dims": dims, "window": 5,
+            "n_positions": n, "document": 7, **meta}
+
+
+def test_attention_map_names_the_document_and_labels_every_token(case):
+    res, _, _, _ = case
+    rng = np.random.default_rng(3)
+    where = {"doc_window": 1, "doc_windows": 3, "doc_start": "The cat [x](http://e.vil) <b>sat</b>"}
+    v = AV.attention_map_pair(res, _maps(64, [3], rng, **where), 1, 0)
+    sub = v.figure.layout.title.subtitle.text.replace("<br>", " ")  # wrapped in lines
+    assert "document 7 “The cat [x](http://e.vil) &lt;b&gt;sat&lt;/b&gt;”, window 2 of 3 (run window 5)" in sub
+    lay = v.figure.layout
+    assert list(lay.yaxis.ticktext) == [f"t{i}" for i in range(64)]  # every query's token
+    assert lay.yaxis2.showticklabels is False  # the twin's rows are the same tokens
+    assert list(lay.xaxis.tickvals) == list(range(0, 64, 2)) and "key labels: every 2nd" in sub
+    assert lay.height >= 64 * 11  # rows of >= 11 px for the 9 px labels
+    assert "query 3 t3<br>key 60 t60" in v.figure.data[0].customdata[3][60]  # every cell names its tokens
+    one = AV.attention_map_pair(res, _maps(64, [], rng), 1, 0)  # no twin: the map spans the page
+    assert list(one.figure.layout.xaxis.tickvals) == list(range(64))
+    assert "key labels" not in one.figure.layout.title.subtitle.text
+    # maps without the place of the window in its document (cached before) name the window and document
+    assert "window 5 (document 7)" in one.figure.layout.title.subtitle.text.replace("<br>", " ")
+    small = AV.attention_map_pair(res, _maps(20, [3], rng, **where), 1, 0)
+    assert list(small.figure.layout.xaxis.tickvals) == list(range(20))
+    assert small.figure.layout.xaxis.tickfont.size == 11

@@ -221,3 +221,36 @@ def test_long_subtitle_segments_break_at_spaces():
     s = F.wrap_segments(f"a · {seg.strip()}", width=50)
     assert all(len(line) <= 50 for line in s.split("<br>"))
     assert s.replace("<br>", " ").replace(" · ", " ") == f"a {seg.strip()}"
+
+
+def _lightness(colorscale) -> np.ndarray:
+    """CIE L* of 201 evenly spaced points of a Plotly colour scale (sRGB, D65)."""
+    from plotly.colors import get_colorscale, sample_colorscale, unlabel_rgb
+
+    scale = get_colorscale(colorscale) if isinstance(colorscale, str) else colorscale
+    rgb = np.array([unlabel_rgb(c) for c in sample_colorscale(scale, list(np.linspace(0, 1, 201)))]) / 255.0
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    y = lin @ np.array([0.2126, 0.7152, 0.0722])
+    return np.where(y > 216 / 24389, 116 * np.cbrt(y) - 16, y * 24389 / 27)
+
+
+def _kink(lightness: np.ndarray) -> float:
+    """Largest distance of L* from a straight line between the ends and the middle, over both halves."""
+    m = len(lightness) // 2
+    out = 0.0
+    for half in (lightness[:m + 1], lightness[m:]):
+        line = np.linspace(half[0], half[-1], len(half))
+        out = max(out, float(np.abs(half - line).max()))
+    return out
+
+
+def test_diverging_scale_changes_lightness_evenly():
+    """The signed heatmaps' scale: L* dark at both ends, lightest at 0, and linear in each half (no
+    band like ColorBrewer's RdBu near +-0.45 on a -1..1 range, which this measure tells apart)."""
+    lum = _lightness(F.DIVERGING)
+    assert lum[0] < 25 and lum[-1] < 25 and lum[100] > 85 and lum.argmax() in range(95, 106)
+    assert _kink(lum) < 4
+    assert _kink(_lightness("RdBu_r")) > 8  # the scale used before
+    fig = F.heat_panels([{"z": [[-1, 0.5], [0, 1]], "title": "t"}], title="x", subtitle="s", colorbar_title="r",
+                        zmin=-1, zmax=1, diverging=True)
+    assert fig.layout.coloraxis.colorscale[0][1] == F.DIVERGING[0][1]
