@@ -130,6 +130,8 @@ if page.need_runs(runs):
                 with st.spinner("Running the model on one window (twice: as is, and with the outlier dims zeroed)…"):
                     maps = data.attention_maps(run.spec, window)
                 page.show(AV.attention_map_pair(res, maps, int(block), int(head)), "attn_map")
+                if maps["dims"]:
+                    page.show(AV.attention_map_change(res, maps, int(block), int(head)), "attn_map_change")
             except InputError as e:
                 st.error(str(e))
 drift_section()

@@ -279,6 +279,44 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
                         f"the same with dims {dims} zeroed in every norm (the ablation).", notes=notes)
 
 
+def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
+    """The change the ablation makes to one window's map at (block, head): the map with the outlier
+    dims zeroed minus the map as computed, on a diverging scale symmetric about 0 (blue: less
+    attention once the dims are zeroed, red: more). None of it when the run has no outlier dims."""
+    toks = [str(t) for t in maps["tokens"]]
+    n = len(toks)
+    dims = maps["dims"]
+    a, z = maps["maps"][block - 1, head], maps["zeroed"][block - 1, head]
+    d = (z - a) if dims else np.full_like(a, np.nan)
+    et = [F.esc(t) for t in toks]
+    hover = np.asarray([[f"query {i} {et[i]}<br>key {j} {et[j]}<br>as computed {a[i, j]:.4f}<br>zeroed {z[i, j]:.4f}"
+                         f"<br>change {d[i, j]:+.4f}" for j in range(n)] for i in range(n)], dtype=object)
+    top = float(np.nanmax(np.abs(d))) if np.isfinite(d).any() else 0.0
+    top = top if top > 0 else 1.0
+    # One panel across the page: every token labels its row and its column.
+    panel = {"z": d, "title": "", "x_title": "key position", "y_title": "query position", "hover": hover,
+             "x_labels": toks, "y_labels": toks, "max_labels": MAP_LABELS, "label_size": 11 if n <= 32 else 9,
+             "x_angle": -90, "reverse_y": True}
+    biggest = np.unravel_index(np.nanargmax(np.abs(d)), d.shape) if np.isfinite(d).any() else None
+    sub = (f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · block {block}, head {head} · zeroed minus as computed "
+           f"(outlier dims {dims}) · colour scale ±{top:.3g} (the largest change)")
+    if biggest is not None:
+        i, j = (int(x) for x in biggest)
+        sub += f" · largest: query {i} {et[i]} → key {j} {et[j]}, {d[i, j]:+.3g}"
+    fig = F.heat_panels([panel], title="Change in attention when the outlier dims are zeroed", subtitle=sub,
+                        colorbar_title="Δ attention", zmin=-top, zmax=top, diverging=True,
+                        height=max(620, 260 + (13 if n <= 32 else 11) * n))
+    rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "change": float(d[i, j])}
+            for i in range(n) for j in range(n)]
+    return View(f"attention_change_w{maps['window']}_b{block}_h{head}",
+                "Change in attention when the outlier dims are zeroed", fig, pd.DataFrame(rows),
+                _manifest("attention_change", {"window": maps["window"], "block": block, "head": head,
+                                               "zeroed_dims": dims}, [res]),
+                caption=f"Attention with dims {dims} zeroed in every norm minus attention as computed, "
+                        f"{_where(maps)}, block {block}, head {head} (rows of a whole window sum to 0).",
+                notes=[] if dims else ["This run has no persistent outlier dims: there is nothing to zero."])
+
+
 DRIFT_STATS = {"output_mean_cosine": ("Output mean cosine", "mean cosine of the block output"),
                "attention_entropy": ("Attention entropy", "H / log T"),
                "input_mean_cosine": ("Input mean cosine", "mean cosine of g + alpha u")}

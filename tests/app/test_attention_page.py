@@ -95,6 +95,9 @@ def test_attention_page_end_to_end(app, spec):
     assert list(amap["layout"]["yaxis"]["ticktext"]) == list(maps["tokens"])  # every query's token
     if sec["outlier_dims"]:
         assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
+        change = by_title(at, "Change in attention when the outlier dims are zeroed")  # on the diverging scale
+        np.testing.assert_allclose(change["data"][0]["z"], maps["zeroed"][1, 3] - maps["maps"][1, 3], atol=1e-6)
+        assert change["layout"]["coloraxis"]["cmin"] == -change["layout"]["coloraxis"]["cmax"] < 0
     # block and head switch between that window's maps (no button); choosing another document
     # does not change the map until Show
     at.slider(key="attn_head").set_value(0).run()

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from core import export
+from core import figures as F
 from core.attention import _closed_form_cosine, _pearson, finish, layer_means, pick_dims
 from core.views import attention as AV
 from tests.synthetic import synthetic_run
@@ -170,3 +171,28 @@ def test_attention_map_names_the_document_and_labels_every_token(case):
     small = AV.attention_map_pair(res, _maps(20, [3], rng, **where), 1, 0)
     assert list(small.figure.layout.xaxis.tickvals) == list(range(20))
     assert small.figure.layout.xaxis.tickfont.size == 11
+
+
+def test_attention_change_map_is_the_ablations_difference(case):
+    res, _, _, _ = case
+    rng = np.random.default_rng(4)
+    maps = _maps(12, [3], rng, doc_window=0, doc_windows=1, doc_start="<b>x</b>")
+    maps["tokens"][5] = "<script>"
+    v = AV.attention_map_change(res, maps, 2, 1)
+    d = maps["zeroed"][1, 1] - maps["maps"][1, 1]
+    z = np.asarray(v.figure.data[0].z, dtype=float)
+    np.testing.assert_allclose(z, d)
+    np.testing.assert_allclose(z.sum(1), 0, atol=1e-12)  # both maps are distributions over the window's keys
+    lay = v.figure.layout
+    top = np.abs(d).max()
+    assert lay.coloraxis.cmin == pytest.approx(-top) and lay.coloraxis.cmax == pytest.approx(top)
+    assert lay.coloraxis.colorscale[0][1] == F.DIVERGING[0][1]  # the shared diverging scale
+    assert list(lay.xaxis.tickvals) == list(range(12)) and list(lay.yaxis.ticktext)[5] == "&lt;script&gt;"
+    i, j = np.unravel_index(np.abs(d).argmax(), d.shape)
+    name = {k: "&lt;script&gt;" if k == 5 else f"t{k}" for k in (i, j)}
+    assert f"largest: query {i} {name[i]} → key {j} {name[j]}" in lay.title.subtitle.text.replace("<br>", " ")
+    assert "<script>" not in "".join(str(h) for h in np.ravel(v.figure.data[0].customdata))
+    assert list(v.data["change"]) == pytest.approx(d.ravel().tolist())
+    json.loads(export.data_bytes(v, "json"))
+    none = AV.attention_map_change(res, _maps(4, [], rng), 1, 0)
+    assert np.isnan(np.asarray(none.figure.data[0].z, dtype=float)).all() and none.notes
