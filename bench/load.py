@@ -73,6 +73,23 @@ async def _page_ready(page, n_figs: int) -> None:
         timeout=PAGE_TIMEOUT_S * 1000)
 
 
+STATE_JS = """() => ({path: location.pathname,
+    plots: Array.from(document.querySelectorAll('.js-plotly-plot')).map(e => (e.data || []).length),
+    busy: !!document.querySelector('[data-testid=stStatusWidget]'),
+    said: Array.from(document.querySelectorAll('[data-testid=stAlert], [data-testid=stCaptionContainer]'))
+               .map(e => e.innerText.slice(0, 80)).slice(0, 4)})"""
+
+
+async def _describe(page) -> str:
+    """What the page showed when a wait failed: its path, the traces per figure, whether Streamlit
+    was still running, and its first messages (so that an error says why the figures never came)."""
+    try:
+        s = await page.evaluate(STATE_JS)
+    except Exception as e:  # noqa: BLE001 - a closed page: say so
+        return f"page unreadable: {type(e).__name__}"
+    return f"at {s['path']}, traces per figure {s['plots']}, running {s['busy']}, says {s['said']}"
+
+
 async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int) -> None:
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await ctx.new_page()
@@ -99,7 +116,8 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
                 if await page.locator("[data-testid=stException]").count():
                     errors.append(f"{name}: exception shown")
             except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
-                errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                              f" [{await _describe(page)}]")
     finally:
         await ctx.close()
 

@@ -115,7 +115,7 @@ def _panel_body(sel, polling: bool, rows=None) -> None:
     still_active = False
     seen = st.session_state.setdefault("_jobs_seen_active", set())
     ended = False
-    for spec, kind, job in rows:
+    for _, _, job in rows:
         if job is not None and job.active:
             still_active = True
             seen.add(job.id)
@@ -123,21 +123,25 @@ def _panel_body(sel, polling: bool, rows=None) -> None:
             seen.discard(job.id)
             st.session_state.setdefault("_jobs_watched", set()).add(job.id)
             ended = True
+    if ended or (polling and not still_active):
+        # Before drawing anything: a button drawn by this (fragment) run would be replaced by the app's
+        # rerun at once, and a click on it (Retry on a failed job) would go to a fragment that no longer
+        # exists and be lost.
+        data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
+        data.attention_cached.clear()
+        st.rerun(scope="app")
+    if polling and still_active:
+        t = st.session_state.get("_jobs_worker_check", 0.0)
+        if time.monotonic() - t > ENSURE_WORKER_S and any(j is not None and j.status == jobs.QUEUED
+                                                         for _, _, j in rows):
+            start_worker()
+    for spec, kind, job in rows:
         if kind == "analyze":
             _run_status(spec, job, lg, f" (control, seed {spec.seed})" if spec.seed != sel.seed else "")
         elif kind == "ablation":
             _ablation_status(spec, job)
         else:
             _attention_status(spec, job)
-    if polling and still_active:
-        t = st.session_state.get("_jobs_worker_check", 0.0)
-        if time.monotonic() - t > ENSURE_WORKER_S and any(j is not None and j.status == jobs.QUEUED
-                                                         for _, _, j in rows):
-            start_worker()
-    if ended or (polling and not still_active):
-        data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
-        data.attention_cached.clear()
-        st.rerun(scope="app")
 
 
 def _run_status(spec, job, lg, extra: str = "") -> None:

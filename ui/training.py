@@ -59,27 +59,25 @@ def _live_panel() -> None:
 
 def _panel_body(polling: bool) -> None:
     seen = st.session_state.setdefault("_train_jobs_active", set())
-    ended = False
-    for job in _recent():
+    recent = _recent()
+    ended = [j.id for j in recent if not j.active and j.id in seen]
+    if ended:  # before drawing: a Retry drawn by this fragment run would be replaced at once (see ui/run.py)
+        seen.difference_update(ended)
+        _runs_in.clear()
+        _record_in.clear()
+        st.rerun(scope="app")
+    for job in recent:
         name = md(job.label or job.kind)
         if job.active:
             seen.add(job.id)
             jobs_panel.progress(job, f"**{name}**")
-            continue
-        if job.id in seen:
-            seen.discard(job.id)
-            ended = True
-        if job.status == jobs.FAILED:
+        elif job.status == jobs.FAILED:
             jobs_panel.failed(job, f"{name} failed: {md(job.error or '')}")
         elif job.status == jobs.CANCELLED:
             st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
                        "when queued again)")
         elif job.status == jobs.DONE:
             st.caption(f":material/check_circle: {name}: done")
-    if ended:
-        _runs_in.clear()
-        _record_in.clear()
-        st.rerun(scope="app")
 
 
 def _last_end() -> float:
