@@ -37,6 +37,7 @@ JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 
 LOAD_START = "<!-- bench:load:start -->"
 LOAD_END = "<!-- bench:load:end -->"
 PAGE_TIMEOUT_S = 120
+SLOW_S = 10  # a view slower than this is described in the report (what the page showed)
 
 
 def _rss(pid: int | None) -> int:
@@ -66,11 +67,22 @@ class MemoryProbe:
         self.peak_server = self.peak_worker = 0
 
 
-async def _page_ready(page, n_figs: int) -> None:
-    await page.wait_for_function(
-        """(n) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(e => (e.data||[]).length).length >= n
-                  && !document.querySelector('[data-testid=stStatusWidget]')""", arg=n_figs,
-        timeout=PAGE_TIMEOUT_S * 1000)
+READY_JS = """(n) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(e => (e.data||[]).length).length >= n
+                  && !document.querySelector('[data-testid=stStatusWidget]')"""
+
+
+async def _page_ready(page, n_figs: int, slow: list | None = None, name: str = "") -> None:
+    """Wait until the page shows `n_figs` figures with data and Streamlit is idle. A view still not
+    ready after SLOW_S is noted in `slow` with what the page showed then (the wait goes on)."""
+    t0 = time.perf_counter()
+    try:
+        await page.wait_for_function(READY_JS, arg=n_figs, timeout=SLOW_S * 1000)
+        return
+    except Exception:  # noqa: BLE001 - a Playwright timeout: note what the page shows, then wait on
+        if slow is not None:
+            slow.append(f"{name}: not ready after {SLOW_S} s [{await _describe(page)}]")
+    await page.wait_for_function(READY_JS, arg=n_figs,
+                                 timeout=max(1.0, PAGE_TIMEOUT_S - (time.perf_counter() - t0)) * 1000)
 
 
 STATE_JS = """() => ({path: location.pathname,
@@ -90,7 +102,8 @@ async def _describe(page) -> str:
     return f"at {s['path']}, traces per figure {s['plots']}, running {s['busy']}, says {s['said']}"
 
 
-async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int) -> None:
+async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int,
+                slow: list) -> None:
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await ctx.new_page()
     names = list(PAGES)
@@ -98,7 +111,7 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
         t0 = time.perf_counter()
         try:
             await page.goto(f"{url}/{names[offset % 4].lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
-            await _page_ready(page, PAGES[names[offset % 4]])
+            await _page_ready(page, PAGES[names[offset % 4]], slow, "open")
             times.append(("open", time.perf_counter() - t0))
         except Exception as e:  # noqa: BLE001 - counted; this user goes on browsing
             errors.append(f"open: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
@@ -111,7 +124,7 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
             try:
                 await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
                 await page.wait_for_timeout(50)  # let the rerun start before waiting for idle
-                await _page_ready(page, PAGES[name])
+                await _page_ready(page, PAGES[name], slow, name)
                 times.append((name, time.perf_counter() - t0))
                 if await page.locator("[data-testid=stException]").count():
                     errors.append(f"{name}: exception shown")
@@ -122,18 +135,19 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
         await ctx.close()
 
 
-async def _phase(url: str, users: int, seconds: float) -> tuple[list, list]:
+async def _phase(url: str, users: int, seconds: float) -> tuple[list, list, list]:
     from playwright.async_api import async_playwright
 
     times: list = []
     errors: list = []
+    slow: list = []
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k) for k in range(users)])
+            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow) for k in range(users)])
         finally:
             await browser.close()
-    return times, errors
+    return times, errors, slow
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -145,11 +159,12 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def _summary(times: list, errors: list) -> dict:
+def _summary(times: list, errors: list, slow: list) -> dict:
     nav = [t for name, t in times if name != "open"]
     return {"n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
-            "open_p50": _pct([t for n, t in times if n == "open"], 0.5), "errors": errors,
-            "per_page": {p: _pct([t for n, t in times if n == p], 0.95) for p in PAGES}}
+            "open_p50": _pct([t for n, t in times if n == "open"], 0.5), "errors": errors, "slow": slow,
+            "per_page": {p: _pct([t for n, t in times if n == p], 0.95) for p in PAGES},
+            "max_page": {p: max([t for n, t in times if n == p], default=float("nan")) for p in PAGES}}
 
 
 def run(users: int, seconds: float) -> dict:
@@ -183,7 +198,7 @@ def _warm_up(url: str, fast_s: float = 1.0, limit_s: float = 300.0) -> None:
     """
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        times, _ = asyncio.run(_phase(url, 1, 10.0))
+        times, _, _ = asyncio.run(_phase(url, 1, 10.0))
         nav = [t for name, t in times if name != "open"]
         if len(nav) >= 4 and max(nav[-4:]) < fast_s:
             print(f"  warm after {time.monotonic() - t0:.0f} s (last views {[round(t, 2) for t in nav[-4:]]})",
@@ -249,6 +264,13 @@ def render(r: dict, command: str) -> str:
     if busy > (cores or 2) * 1.5:
         lines.append(f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores, from other "
                      "processes sharing it): these times are pessimistic; rerun on a quiet machine.")
+        lines.append("")
+    for key, phase in (("idle", "no job"), ("job", "job running")):
+        lines.append(f"Slowest view per page ({phase}): "
+                     + ", ".join(f"{p} {v:.2f} s" for p, v in r[key]["max_page"].items()) + ".")
+        if r[key]["slow"]:
+            lines.append(f"Views not ready after {SLOW_S} s ({phase}, {len(r[key]['slow'])}): "
+                         + "; ".join(r[key]["slow"][:6]))
         lines.append("")
     errs = r["idle"]["errors"] + r["job"]["errors"]
     if errs:

@@ -35,3 +35,36 @@ def test_umap_fits_in_its_process_alike_and_survives_its_death(umap_process):
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)  # seeded: the same in either process
     P.stop_process()
     assert P._process is None and np.allclose(P.umap_2d(X, n_neighbors=10, seed=0), expected, atol=1e-5)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.slow
+def test_the_umap_process_exits_when_the_server_dies(tmp_path):
+    """SIGKILL of the app server (no exit hooks run): its UMAP process does not stay behind."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys, time\n"
+            "from core import projection as P\n"
+            "print(P._umap_executor().submit(os.getpid).result(), flush=True)\n"
+            "time.sleep(600)\n")
+    server = subprocess.Popen([sys.executable, "-c", code], cwd=os.path.dirname(os.path.dirname(P.__file__)),
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        child = int(server.stdout.readline())
+        assert child != server.pid and _alive(child)
+        os.kill(server.pid, signal.SIGKILL)
+        server.wait(timeout=30)
+        deadline = time.monotonic() + 60  # it polls its parent every second
+        while _alive(child) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(child), f"the UMAP process {child} outlived its server"
+    finally:
+        server.kill()
+        server.wait(timeout=30)

@@ -199,11 +199,15 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
     from bench.load import LOAD_END, LOAD_START, keep_load_section, render, write
 
     s = {"n": 40, "p50": 0.8, "p95": 1.5, "max": 2.5, "errors": [], "peak_server": 300 * 2**20, "load": (1.0, 1, 1),
-         "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}}
+         "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}, "slow": [],
+         "max_page": {"Layers": 2.5, "Outliers": 1.9, "Projection": 1.0, "Compare": 1.5}}
     r = {"users": 8, "seconds": 60, "load_before": (1.0, 1, 1), "idle": s,
-         "job": {**s, "p95": 2.4, "peak_worker": 900 * 2**20, "job_tokens_per_s": 5000.0, "job_done": 120000}}
+         "job": {**s, "p95": 2.4, "peak_worker": 900 * 2**20, "job_tokens_per_s": 5000.0, "job_done": 120000,
+                 "slow": ["Compare: not ready after 10 s [at /compare, traces per figure [], running True, says []]"]}}
     md = render(r, "python -m bench.load")
     assert "| job running | 40 | 0.80 | 2.40 |" in md and "**not met** (2.40 s)" in md and "900 MiB" in md
+    assert "Slowest view per page (no job): Layers 2.50 s" in md
+    assert "Views not ready after 10 s (job running, 1): Compare: not ready" in md and "(no job, " not in md
     doc = tmp_path / "B.md"
     doc.write_text("# Benchmarks\n\nbody\n")
     write(md, doc)
