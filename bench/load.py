@@ -67,21 +67,28 @@ class MemoryProbe:
         self.peak_server = self.peak_worker = 0
 
 
-READY_JS = """(n) => Array.from(document.querySelectorAll('.js-plotly-plot')).filter(e => (e.data||[]).length).length >= n
-                  && !document.querySelector('[data-testid=stStatusWidget]')"""
+# Ready: at the page's own path, `n` figures with data that are not the last page's (Streamlit marks
+# the elements of a run being replaced data-stale), and no script running. Without the first two, the
+# last page's figures counted in the instant before the status widget shows, and the next click then
+# raced the navigation still in flight (a page stuck blank for 70-80 s in one run).
+READY_JS = """(a) => location.pathname === a.path
+    && Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(e => (e.data || []).length && !e.closest('[data-stale="true"]')).length >= a.n
+    && !document.querySelector('[data-testid=stStatusWidget]')"""
 
 
-async def _page_ready(page, n_figs: int, slow: list | None = None, name: str = "") -> None:
+async def _page_ready(page, name: str, slow: list | None = None, label: str = "") -> None:
     """Wait until the page shows `n_figs` figures with data and Streamlit is idle. A view still not
     ready after SLOW_S is noted in `slow` with what the page showed then (the wait goes on)."""
+    arg = {"path": f"/{name.lower()}", "n": PAGES[name]}
     t0 = time.perf_counter()
     try:
-        await page.wait_for_function(READY_JS, arg=n_figs, timeout=SLOW_S * 1000)
+        await page.wait_for_function(READY_JS, arg=arg, timeout=SLOW_S * 1000)
         return
     except Exception:  # noqa: BLE001 - a Playwright timeout: note what the page shows, then wait on
         if slow is not None:
-            slow.append(f"{name}: not ready after {SLOW_S} s [{await _describe(page)}]")
-    await page.wait_for_function(READY_JS, arg=n_figs,
+            slow.append(f"{label or name}: not ready after {SLOW_S} s [{await _describe(page)}]")
+    await page.wait_for_function(READY_JS, arg=arg,
                                  timeout=max(1.0, PAGE_TIMEOUT_S - (time.perf_counter() - t0)) * 1000)
 
 
@@ -111,7 +118,7 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
         t0 = time.perf_counter()
         try:
             await page.goto(f"{url}/{names[offset % 4].lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
-            await _page_ready(page, PAGES[names[offset % 4]], slow, "open")
+            await _page_ready(page, names[offset % 4], slow, "open")
             times.append(("open", time.perf_counter() - t0))
         except Exception as e:  # noqa: BLE001 - counted; this user goes on browsing
             errors.append(f"open: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
@@ -123,8 +130,7 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
             t0 = time.perf_counter()
             try:
                 await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
-                await page.wait_for_timeout(50)  # let the rerun start before waiting for idle
-                await _page_ready(page, PAGES[name], slow, name)
+                await _page_ready(page, name, slow)
                 times.append((name, time.perf_counter() - t0))
                 if await page.locator("[data-testid=stException]").count():
                     errors.append(f"{name}: exception shown")
@@ -188,23 +194,48 @@ def run(users: int, seconds: float) -> dict:
     return out
 
 
-def _warm_up(url: str, fast_s: float = 1.0, limit_s: float = 300.0) -> None:
-    """One user browses in 10 s rounds until a round's last 4 page views each took under `fast_s`.
+def _warm_up(url: str, server_pid: int) -> None:
+    """One user browses every page for 10 s (the app's first visit starts its UMAP process, which
+    compiles umap's numba kernels: core.projection.start_warmup), then wait until the server's
+    processes are idle. Waiting for fast page views instead never ended in one run: one browser's
+    Projection view takes 1.5-2 s on this machine, most of it drawing in chromium."""
+    times, _, _ = asyncio.run(_phase(url, 1, 10.0))
+    print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
+    _wait_idle(server_pid)
 
-    A fresh server starts its UMAP process, which compiles umap's numba kernels for its first
-    minute or two (core.projection.start_warmup); when that compiled in the server's own
-    interpreter, a phase that started meanwhile measured the server's start (p50 5-9 s instead of
-    0.3 s in one run). The process is niced, but it still takes a core of the two.
-    """
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds used so far by a process and its descendants (the server and its UMAP process)."""
+    from core.procfs import stat_fields
+
+    stats = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            f = stat_fields(int(entry))
+            if f:
+                stats[int(entry)] = f
+    tree, grew = {root}, True
+    while grew:
+        more = {pid for pid, f in stats.items() if int(f[1]) in tree} - tree
+        tree |= more
+        grew = bool(more)
+    return sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
+    """Until the server's processes use under 10% of a core for `window_s`: a fresh server compiles
+    umap's kernels in its UMAP process for minutes (core.projection.start_warmup), niced but in the
+    server's scheduling group, so it takes CPU from the browsers; a phase measured meanwhile measured
+    that (p50 4.4 s instead of 0.3 s in one run, while one user's browsing already looked warm)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        times, _, _ = asyncio.run(_phase(url, 1, 10.0))
-        nav = [t for name, t in times if name != "open"]
-        if len(nav) >= 4 and max(nav[-4:]) < fast_s:
-            print(f"  warm after {time.monotonic() - t0:.0f} s (last views {[round(t, 2) for t in nav[-4:]]})",
-                  file=sys.stderr)
+        before = _tree_cpu_s(root)
+        time.sleep(window_s)
+        used = _tree_cpu_s(root) - before
+        if used < 0.1 * window_s:
+            print(f"  server idle after {time.monotonic() - t0:.0f} s more", file=sys.stderr)
             return
-    print(f"  still slow after {limit_s:.0f} s: measuring anyway", file=sys.stderr)
+    print(f"  server still busy after {limit_s:.0f} s: measuring anyway", file=sys.stderr)
 
 
 def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
@@ -214,7 +245,7 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
 
     probe.t.start()
     print("warm-up: one user browses until the server is warm (not timed)", file=sys.stderr)
-    _warm_up(url)
+    _warm_up(url, probe.server_pid)
     probe.reset()
     print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
     out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds)))
@@ -249,8 +280,9 @@ def render(r: dict, command: str) -> str:
     lines = [LOAD_START, "## Load: browser users while a job runs", "",
              f"{r['users']} simultaneous browser users (Playwright, one Debian chromium, one context each, loopback), "
              f"{r['seconds']:.0f} s per phase, each looping Layers → Outliers → Projection → Compare on a computed "
-             f"run (MiniLM, wiki-en, {QUERY}). Render time: click in the navigation until the page's figures are "
-             "drawn and Streamlit is idle. Phase 2 runs while the worker computes another MiniLM extraction "
+             f"run (MiniLM, wiki-en, {QUERY}). Render time: click in the navigation until the browser is at that "
+             "page and its own figures are drawn (not the last page's, still on screen) and Streamlit is idle. "
+             "Phase 2 runs while the worker computes another MiniLM extraction "
              f"({JOB_TOKENS:,} tokens). Measured {dt.date.today().isoformat()} on this project's "
              f"machine: {cores} cores, Python {platform.python_version()}.", "",
              "| phase | page views | p50 (s) | p95 (s) | max (s) | errors | server peak RSS | worker peak RSS |",
@@ -269,8 +301,8 @@ def render(r: dict, command: str) -> str:
         lines.append(f"Slowest view per page ({phase}): "
                      + ", ".join(f"{p} {v:.2f} s" for p, v in r[key]["max_page"].items()) + ".")
         if r[key]["slow"]:
-            lines.append(f"Views not ready after {SLOW_S} s ({phase}, {len(r[key]['slow'])}): "
-                         + "; ".join(r[key]["slow"][:6]))
+            slow = sorted(r[key]["slow"], key=lambda v: v.startswith("open:"))  # first visits last
+            lines.append(f"Views not ready after {SLOW_S} s ({phase}, {len(slow)}): " + "; ".join(slow[:6]))
         lines.append("")
     errs = r["idle"]["errors"] + r["job"]["errors"]
     if errs:
@@ -310,6 +342,9 @@ def main(argv=None) -> int:
         print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
         return 2
     r = run(a.users, a.seconds)
+    for key in ("idle", "job"):  # every slow view (the markdown shows six per phase)
+        for v in r[key]["slow"]:
+            print(f"slow ({key}): {v}", file=sys.stderr)
     cmd = "python -m bench.load" + (f" --users {a.users}" if a.users != 8 else "") + \
           (f" --seconds {a.seconds:g}" if a.seconds != 60 else "")
     md = render(r, cmd)
