@@ -71,7 +71,7 @@ class MemoryProbe:
 # the elements of a run being replaced data-stale), and no script running. Without the first two, the
 # last page's figures counted in the instant before the status widget shows, and the next click then
 # raced the navigation still in flight (a page stuck blank for 70-80 s in one run).
-READY_JS = """(a) => location.pathname === a.path
+READY_JS = """(a) => a.paths.includes(location.pathname)
     && Array.from(document.querySelectorAll('.js-plotly-plot'))
             .filter(e => (e.data || []).length && !e.closest('[data-stale="true"]')).length >= a.n
     && !document.querySelector('[data-testid=stStatusWidget]')"""
@@ -80,7 +80,8 @@ READY_JS = """(a) => location.pathname === a.path
 async def _page_ready(page, name: str, slow: list | None = None, label: str = "") -> None:
     """Wait until the page shows `n_figs` figures with data and Streamlit is idle. A view still not
     ready after SLOW_S is noted in `slow` with what the page showed then (the wait goes on)."""
-    arg = {"path": f"/{name.lower()}", "n": PAGES[name]}
+    paths = [f"/{name.lower()}"] + (["/", "/home"] if name == "Layers" else [])  # Layers is the default page
+    arg = {"paths": paths, "n": PAGES[name]}
     t0 = time.perf_counter()
     try:
         await page.wait_for_function(READY_JS, arg=arg, timeout=SLOW_S * 1000)
