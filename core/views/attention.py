@@ -187,6 +187,11 @@ MAP_LABELS = 96  # token labels per axis of the attention map: every one up to t
 TWIN_KEY_LABELS = 32  # key (column) labels of each of two maps side by side: more overlap at 9 px
 
 
+def _map_layout(n: int) -> tuple[int, int]:
+    """(tick label font size, figure height) of an n x n token map: every token labelled, kept apart."""
+    return (11, max(620, 260 + 13 * n)) if n <= 32 else (9, max(620, 260 + 11 * n))
+
+
 def _nth(k: int) -> str:
     return {2: "2nd", 3: "3rd"}.get(k, f"{k}th")
 
@@ -250,7 +255,7 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
     x_cap = MAP_LABELS if not maps["dims"] else TWIN_KEY_LABELS
     x_step = max(1, -(-n // x_cap))
     ticks = {"x_labels": toks, "y_labels": toks, "y_max_labels": MAP_LABELS, "x_max_labels": x_cap,
-             "label_size": 11 if n <= 32 else 9, "x_angle": -90, "reverse_y": True}
+             "label_size": _map_layout(n)[0], "x_angle": -90, "reverse_y": True}
     panels = [{"z": a, "title": "as computed", "x_title": "key position", "y_title": "query position",
                "hover": hover(a), **ticks}]
     notes = []
@@ -269,7 +274,7 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
     if x_step > 1:
         sub += f" · key labels: every {_nth(x_step)} (hover a cell for its query and key tokens)"
     fig = F.heat_panels(panels, title="Attention map of one window", subtitle=sub, colorbar_title="attention",
-                        zmin=0.0, zmax=top, height=max(620, 260 + (13 if n <= 32 else 11) * n))
+                        zmin=0.0, zmax=top, height=_map_layout(n)[1])
     rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "attention": float(a[i, j]),
              "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
@@ -295,7 +300,7 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
     top = top if top > 0 else 1.0
     # One panel across the page: every token labels its row and its column.
     panel = {"z": d, "title": "", "x_title": "key position", "y_title": "query position", "hover": hover,
-             "x_labels": toks, "y_labels": toks, "max_labels": MAP_LABELS, "label_size": 11 if n <= 32 else 9,
+             "x_labels": toks, "y_labels": toks, "max_labels": MAP_LABELS, "label_size": _map_layout(n)[0],
              "x_angle": -90, "reverse_y": True}
     biggest = np.unravel_index(np.nanargmax(np.abs(d)), d.shape) if np.isfinite(d).any() else None
     sub = (f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · block {block}, head {head} · zeroed minus as computed "
@@ -305,7 +310,7 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
         sub += f" · largest: query {i} {et[i]} → key {j} {et[j]}, {d[i, j]:+.3g}"
     fig = F.heat_panels([panel], title="Change in attention when the outlier dims are zeroed", subtitle=sub,
                         colorbar_title="Δ attention", zmin=-top, zmax=top, diverging=True,
-                        height=max(620, 260 + (13 if n <= 32 else 11) * n))
+                        height=_map_layout(n)[1])
     rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "change": float(d[i, j])}
             for i in range(n) for j in range(n)]
     return View(f"attention_change_w{maps['window']}_b{block}_h{head}",
