@@ -1,16 +1,18 @@
 """Load test: simultaneous browser users on the dashboard, with and without a running job.
 
-    python -m bench.load                      # 8 users, 60 s per phase -> the load section of BENCHMARKS.md
+    python -m bench.load                      # 8 users -> the load section of BENCHMARKS.md
     python -m bench.load --users 4 --seconds 30 --out /tmp/load.md
 
 One `streamlit run app.py` on 127.0.0.1 (a free port, a fresh cache directory), one run computed
 beforehand (MiniLM on wiki-en). Each user is its own browser context (its own session and
 websocket) in one Debian chromium, looping over the four pages through the navigation and
-timing each page from the click until its figures are drawn and Streamlit is idle. Phase 1: no
-job. Phase 2: the same while the worker computes another extraction (a long MiniLM run),
-cancelled at the end. Bounded: users <= 16, seconds per phase <= 600, each page wait <= 120 s
-(counted as an error). Peak memory: RSS of the server process (and of the worker) sampled every
-0.25 s.
+timing each page from the click until all of its figures are drawn and Streamlit is idle. Between
+two views a user reads the page for a think time drawn as in the TPC-W web benchmark's user model
+(negative exponential, mean 7 s, cut at 70 s; seeded per user). Phase 1: no job. Phase 2: the same
+while the worker computes another extraction (a long MiniLM run). Phase 3, a stress variant: the
+same job, no think time (every user clicks the moment a page is drawn). The job is cancelled at the
+end. Bounded: users <= 16, seconds per phase <= 600, each page wait <= 120 s (counted as an error).
+Peak memory: RSS of the server process (and of the worker) sampled every 0.25 s.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import asyncio
 import datetime as dt
 import os
 import platform
+import random
 import re
 import signal
 import sys
@@ -31,13 +34,16 @@ from pathlib import Path
 from bench.appserver import CHROMIUM, ROOT, app_server
 from bench.appserver import CHROMIUM_ARGS as ARGS
 
-PAGES = {"Layers": 1, "Outliers": 1, "Projection": 1, "Compare": 1}  # page -> figures drawn before it counts as shown
+# page -> its figures for the browsed run: all of them must be drawn before the view counts as shown
+PAGES = {"Layers": 3, "Outliers": 3, "Projection": 1, "Compare": 3}
 QUERY = "tokens=4000&sample=1000"
 JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 cores
 LOAD_START = "<!-- bench:load:start -->"
 LOAD_END = "<!-- bench:load:end -->"
 PAGE_TIMEOUT_S = 120
 SLOW_S = 10  # a view slower than this is described in the report (what the page showed)
+THINK_MEAN_S = 7.0  # TPC-W's think time: exponential with this mean, cut at 10 times the mean
+STRESS_S = 40.0  # phase 3 (no think time) lasts at most this long
 
 
 def _rss(pid: int | None) -> int:
@@ -67,14 +73,25 @@ class MemoryProbe:
         self.peak_server = self.peak_worker = 0
 
 
-# Ready: at the page's own path, `n` figures with data that are not the last page's (Streamlit marks
-# the elements of a run being replaced data-stale), and no script running. Without the first two, the
-# last page's figures counted in the instant before the status widget shows, and the next click then
-# raced the navigation still in flight (a page stuck blank for 70-80 s in one run).
-READY_JS = """(a) => a.paths.includes(location.pathname)
-    && Array.from(document.querySelectorAll('.js-plotly-plot'))
-            .filter(e => (e.data || []).length && !e.closest('[data-stale="true"]')).length >= a.n
-    && !document.querySelector('[data-testid=stStatusWidget]')"""
+# Ready: at the page's own path, no script running, and every figure of the page drawn (at least the
+# page's count), none of them the last page's (Streamlit marks the elements of a run being replaced
+# data-stale). Without the path and the stale check, the last page's figures counted in the instant
+# before the status widget shows, and the next click then raced the navigation still in flight (a page
+# stuck blank for 70-80 s in one run); counting only the first figure of a page left the others to
+# draw on the next view's time.
+READY_JS = """(a) => {
+    if (!a.paths.includes(location.pathname) || document.querySelector('[data-testid=stStatusWidget]')) return false;
+    const charts = Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]'))
+        .filter(e => !e.closest('[data-stale="true"]'));
+    return charts.length >= a.n && charts.every(c => {
+        const p = c.querySelector('.js-plotly-plot');
+        return p && p._fullLayout && (p.data || []).length > 0; });
+}"""
+
+
+def think_time(rng: random.Random, mean: float) -> float:
+    """A user's reading time before the next click: TPC-W's model, exponential with `mean`, cut at 10x."""
+    return 0.0 if mean <= 0 else min(rng.expovariate(1.0 / mean), 10.0 * mean)
 
 
 async def _page_ready(page, name: str, slow: list | None = None, label: str = "") -> None:
@@ -111,7 +128,8 @@ async def _describe(page) -> str:
 
 
 async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int,
-                slow: list) -> None:
+                slow: list, think_mean: float) -> None:
+    rng = random.Random(1000 + offset)
     ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await ctx.new_page()
     names = list(PAGES)
@@ -126,6 +144,9 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
         end = time.monotonic() + seconds
         i = offset + 1
         while time.monotonic() < end:
+            await asyncio.sleep(min(think_time(rng, think_mean), max(0.0, end - time.monotonic())))
+            if time.monotonic() >= end:
+                break
             name = names[i % 4]
             i += 1
             t0 = time.perf_counter()
@@ -142,7 +163,7 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
         await ctx.close()
 
 
-async def _phase(url: str, users: int, seconds: float) -> tuple[list, list, list]:
+async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S) -> tuple[list, list, list]:
     from playwright.async_api import async_playwright
 
     times: list = []
@@ -151,7 +172,7 @@ async def _phase(url: str, users: int, seconds: float) -> tuple[list, list, list
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow) for k in range(users)])
+            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow, think_mean) for k in range(users)])
         finally:
             await browser.close()
     return times, errors, slow
@@ -174,18 +195,20 @@ def _summary(times: list, errors: list, slow: list) -> dict:
             "max_page": {p: max([t for n, t in times if n == p], default=float("nan")) for p in PAGES}}
 
 
-def run(users: int, seconds: float) -> dict:
+def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
     from core.pipeline import analyze
     from core.selection import from_query_params
 
     users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
+    think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
     cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
     os.environ["ANISO_CACHE_DIR"] = str(cache)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
     sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
     print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
     analyze(sel.spec(sel.models[0]))
-    out = {"users": users, "seconds": seconds, "load_before": os.getloadavg()}
+    out = {"users": users, "seconds": seconds, "think_mean": think_mean, "stress_seconds": stress_seconds,
+           "load_before": os.getloadavg()}
     with app_server(cache, cache / "streamlit.log", env=env) as (url, proc):
         probe = MemoryProbe(proc.pid, cache)
         try:
@@ -200,7 +223,7 @@ def _warm_up(url: str, server_pid: int) -> None:
     compiles umap's numba kernels: core.projection.start_warmup), then wait until the server's
     processes are idle. Waiting for fast page views instead never ended in one run: one browser's
     Projection view takes 1.5-2 s on this machine, most of it drawing in chromium."""
-    times, _, _ = asyncio.run(_phase(url, 1, 10.0))
+    times, _, _ = asyncio.run(_phase(url, 1, 10.0, think_mean=0.0))
     print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
     _wait_idle(server_pid)
 
@@ -240,7 +263,8 @@ def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None
 
 
 def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
-    """Warm-up, then phase 1 (browsing, no job) and phase 2 (the same while a long job runs)."""
+    """Warm-up, then phase 1 (browsing, no job), phase 2 (the same while a long job runs) and phase 3
+    (the job still running, no think time: the stress variant; skipped when stress_seconds is 0)."""
     from core import jobs
     from core.spec import RunSpec
 
@@ -249,7 +273,7 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     _warm_up(url, probe.server_pid)
     probe.reset()
     print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
-    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"])))
     out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
     probe.reset()
     spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
@@ -259,53 +283,78 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     while time.time() - t1 < 300 and not (jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0):
         time.sleep(0.5)
     print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
-    out["job"] = _summary(*asyncio.run(_phase(url, users, seconds)))
+    out["job"] = _summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"])))
     j = jobs.status(jid)
     out["job"].update(peak_server=probe.peak_server, peak_worker=probe.peak_worker, load=os.getloadavg(),
                       job_status=j.status, job_tokens_per_s=j.tokens_per_s, job_done=j.done)
+    if out["stress_seconds"] > 0 and jobs.status(jid).active:
+        probe.reset()
+        print(f"phase 3: {users} users, {out['stress_seconds']:.0f} s, job {jid} running, no think time",
+              file=sys.stderr)
+        out["stress"] = _summary(*asyncio.run(_phase(url, users, out["stress_seconds"], 0.0)))
+        j = jobs.status(jid)
+        out["stress"].update(peak_server=probe.peak_server, peak_worker=probe.peak_worker, load=os.getloadavg(),
+                             job_status=j.status, job_tokens_per_s=j.tokens_per_s, job_done=j.done)
     if j.active:
         jobs.cancel(jid)
         jobs.wait(jid, timeout=120)
 
 
+def _s(v: float) -> str:
+    return "no view" if v != v else f"{v:.2f} s"  # NaN: the page was not visited in the phase
+
+
 def render(r: dict, command: str) -> str:
     def row(name, s, job=False):
+        worker = f"{s.get('peak_worker', 0) / 2**20:,.0f} MiB" if job else "(no job)"
         return (f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p95']:.2f} | {s['max']:.2f} | {len(s['errors'])} | "
-                f"{s['peak_server'] / 2**20:,.0f} MiB | {(s.get('peak_worker', 0) / 2**20):,.0f} MiB |"
-                if job else
-                f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p95']:.2f} | {s['max']:.2f} | {len(s['errors'])} | "
-                f"{s['peak_server'] / 2**20:,.0f} MiB | (no job) |")
+                f"{s['peak_server'] / 2**20:,.0f} MiB | {worker} |")
 
     cores = os.cpu_count()
-    busy = max(r["load_before"][0], r["idle"]["load"][0], r["job"]["load"][0])
+    think = r.get("think_mean", 0.0)
+    phases = [("idle", "no job"), ("job", "job running")] + ([("stress", "job running, no think time")]
+                                                              if "stress" in r else [])
+    busy = max([r["load_before"][0]] + [r[k]["load"][0] for k, _ in phases])
+    reading = (f"between two views each user reads the page for a think time drawn as in the TPC-W web "
+               f"benchmark's user model (exponential, mean {think:g} s, cut at {10 * think:g} s)"
+               if think > 0 else "no think time (each user clicks the moment a page is drawn)")
     lines = [LOAD_START, "## Load: browser users while a job runs", "",
              f"{r['users']} simultaneous browser users (Playwright, one Debian chromium, one context each, loopback), "
              f"{r['seconds']:.0f} s per phase, each looping Layers → Outliers → Projection → Compare on a computed "
-             f"run (MiniLM, wiki-en, {QUERY}). Render time: click in the navigation until the browser is at that "
-             "page and its own figures are drawn (not the last page's, still on screen) and Streamlit is idle. "
-             "Phase 2 runs while the worker computes another MiniLM extraction "
-             f"({JOB_TOKENS:,} tokens). Measured {dt.date.today().isoformat()} on this project's "
-             f"machine: {cores} cores, Python {platform.python_version()}.", "",
+             f"run (MiniLM, wiki-en, {QUERY}); {reading}. Render time: click in the navigation until the browser "
+             "is at that page, Streamlit is idle and every figure of the page is drawn (not the last page's, "
+             "still on screen). Phase 2 runs while the worker computes another MiniLM extraction "
+             f"({JOB_TOKENS:,} tokens)."
+             + (f" Phase 3 (stress) keeps the job running and drops the think time, for "
+                f"{r['stress_seconds']:.0f} s: the users' browsers then take all the cores they can."
+                if "stress" in r else "")
+             + f" Measured {dt.date.today().isoformat()} on this project's machine: {cores} cores, Python "
+               f"{platform.python_version()}; the browsers run on the same cores as the server and the job.", "",
              "| phase | page views | p50 (s) | p95 (s) | max (s) | errors | server peak RSS | worker peak RSS |",
-             "|---|---|---|---|---|---|---|---|",
-             row("no job", r["idle"]), row("job running", r["job"], job=True), "",
-             "p95 per page while the job runs: " + ", ".join(f"{p} {v:.2f} s" for p, v in r["job"]["per_page"].items())
-             + f". The job advanced at {r['job']['job_tokens_per_s']:,.0f} tokens/s meanwhile "
-               f"({r['job']['job_done']:,} tokens done, then cancelled).",
-             f"Goal: p95 < 2 s while a job runs: **{'met' if r['job']['p95'] < 2 else 'not met'}** "
-             f"({r['job']['p95']:.2f} s).", ""]
-    if busy > (cores or 2) * 1.5:
-        lines.append(f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores, from other "
-                     "processes sharing it): these times are pessimistic; rerun on a quiet machine.")
+             "|---|---|---|---|---|---|---|---|"]
+    lines += [row(label, r[key], job=key != "idle") for key, label in phases]
+    lines += ["",
+              "p95 per page while the job runs: " + ", ".join(f"{p} {_s(v)}" for p, v in r["job"]["per_page"].items())
+              + f". The job advanced at {r['job']['job_tokens_per_s']:,.0f} tokens/s meanwhile "
+                f"({r['job']['job_done']:,} tokens done by the end of phase 2, then cancelled).",
+              f"Goal: p95 < 2 s while a job runs: **{'met' if r['job']['p95'] < 2 else 'not met'}** "
+              f"({r['job']['p95']:.2f} s)."
+              + (f" Without think time (phase 3) p95 is {r['stress']['p95']:.2f} s: "
+                 f"{'the goal holds' if r['stress']['p95'] < 2 else 'the goal does not hold'} when every user "
+                 "clicks without pause." if "stress" in r else ""), ""]
+    if busy > (cores or 2) * 1.5 and think > 0:
+        lines.append(f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores): with the "
+                     "browsers on the same cores this includes their own drawing; see the phases' loads.")
         lines.append("")
-    for key, phase in (("idle", "no job"), ("job", "job running")):
+    for key, phase in phases:
         lines.append(f"Slowest view per page ({phase}): "
-                     + ", ".join(f"{p} {v:.2f} s" for p, v in r[key]["max_page"].items()) + ".")
+                     + ", ".join(f"{p} {_s(v)}" for p, v in r[key]["max_page"].items())
+                     + f"; 1-min load average at the end {r[key]['load'][0]:.1f}.")
         if r[key]["slow"]:
             slow = sorted(r[key]["slow"], key=lambda v: v.startswith("open:"))  # first visits last
             lines.append(f"Views not ready after {SLOW_S} s ({phase}, {len(slow)}): " + "; ".join(slow[:6]))
         lines.append("")
-    errs = r["idle"]["errors"] + r["job"]["errors"]
+    errs = [e for key, _ in phases for e in r[key]["errors"]]
     if errs:
         lines.append("Errors: " + "; ".join(sorted(set(errs))[:8]))
         lines.append("")
@@ -333,7 +382,11 @@ def keep_load_section(existing: str | None, new_doc: str) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     p.add_argument("--users", type=int, default=8)
-    p.add_argument("--seconds", type=float, default=60)
+    p.add_argument("--seconds", type=float, default=120, help="length of phases 1 and 2")
+    p.add_argument("--think-mean", type=float, default=THINK_MEAN_S,
+                   help="mean think time between two views (s; 0: none)")
+    p.add_argument("--stress-seconds", type=float, default=STRESS_S,
+                   help="length of phase 3 (job running, no think time; 0: skip it)")
     p.add_argument("--out", default=None, help="markdown file whose load section is replaced (default BENCHMARKS.md)")
     a = p.parse_args(argv)
     # `timeout` or a Ctrl-C in another terminal sends SIGTERM: exit through the finally blocks, so that
@@ -342,12 +395,14 @@ def main(argv=None) -> int:
     if not Path(CHROMIUM).exists():
         print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
         return 2
-    r = run(a.users, a.seconds)
-    for key in ("idle", "job"):  # every slow view (the markdown shows six per phase)
-        for v in r[key]["slow"]:
+    r = run(a.users, a.seconds, a.think_mean, a.stress_seconds)
+    for key in ("idle", "job", "stress"):  # every slow view (the markdown shows six per phase)
+        for v in r.get(key, {}).get("slow", []):
             print(f"slow ({key}): {v}", file=sys.stderr)
     cmd = "python -m bench.load" + (f" --users {a.users}" if a.users != 8 else "") + \
-          (f" --seconds {a.seconds:g}" if a.seconds != 60 else "")
+          (f" --seconds {a.seconds:g}" if a.seconds != 120 else "") + \
+          (f" --think-mean {a.think_mean:g}" if a.think_mean != THINK_MEAN_S else "") + \
+          (f" --stress-seconds {a.stress_seconds:g}" if a.stress_seconds != STRESS_S else "")
     md = render(r, cmd)
     print(md)
     write(md, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")

@@ -1,5 +1,6 @@
-"""Outliers: mean |x_d| per dimension, the layers x dimensions map, cosine contributions, the two
-outlier definitions side by side, the frequency link, and the ablation (behind a button)."""
+"""Outliers, one section at a time: the outlier dimensions (mean |x_d| per dimension, cosine
+contributions, the persistent dims, the layers x dimensions map), the two outlier definitions side
+by side, the frequency link, the drill-down into one dimension, and the ablation (behind a button)."""
 
 import streamlit as st
 
@@ -9,51 +10,18 @@ from core.escape import markdown_text
 from ui import data, page, state
 from ui import run as ui_run
 
-sel, runs = page.header("Outlier dimensions")
-if page.need_runs(runs):
-    run = page.focus_picker(sel, runs, "outliers") if len(runs) > 1 else runs[0]
-    layer = page.layer_picker(state.selection(), [run], "outliers")[0]
+SECTIONS = ("Outlier dimensions", "Two definitions", "Frequency", "Drill into a dimension", "Ablation")
+
+
+
+def _ablation(sel, run) -> None:
+    """The stored ablation of the run, or the button that queues it as a job."""
     res = run.results
-
-    page.show(data.outlier_bars(run.spec, layer), "bars")
-    page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
-    st.markdown("**Persistent outlier dimensions**")
-    page.show(views.outlier_summary(res), "summary", static=True)
-    st.caption("Published dims (Puccetti et al. 2022) belong to other models with another d: context, "
-               "not a check of this run.")
-    page.show(data.outlier_heatmap(run.spec), "heatmap")
-
-    st.subheader("Two definitions: activations vs LayerNorm parameters")
-    defs = views.outlier_definitions(res)
-    page.show(defs, "defs")
-    with st.expander("Per layer: activation rule vs norm-parameter rule (Jaccard overlap)"):
-        st.dataframe(defs.data, hide_index=True, width="stretch", key="df_agreement")
-    with st.expander("Massive activations (largest max |x_d| per layer)"):
-        page.show(views.massive_activations(res), "massive")
-
-    st.subheader("Frequency")
-    freq, freq_table = data.frequency_views(run.spec)
-    page.show(freq, "freq")
-    with st.expander("Pearson r per outlier dimension (table)"):
-        page.show(freq_table, "freq_table")
-
-    st.subheader("Drill into a dimension")
-    page.dimension_picker(state.selection(), run, "outliers")
-    dim = state.selection().dim_for(run.results)
-    tokens, scatter, rprof = data.dimension_views(run.spec, dim, layer)
-    s1, s2 = st.columns(2)
-    with s1:
-        page.show(rprof, "dim_r", half=True)
-    with s2:
-        page.show(scatter, "dim_scatter", half=True)
-    st.markdown(f"**Top-activating tokens of dim {dim} at layer {layer}** (largest |x_{dim}| in the sample)")
-    page.show(tokens, "dim_tokens")
-
-    st.subheader("Ablation: zero the outlier dimensions in every norm")
     dims = views.ablation_dims(res)
-    st.caption(f"Dimensions: {dims or 'none'} (persistent outliers of either definition). The LM loss on held-out "
-               "text is compared with zeroing as many random dimensions (5 draws). Runs as a job (progress above; "
-               "it loads the model, then 7 forward passes): keep browsing meanwhile.")
+    st.caption(f"Zero the outlier dimensions in every norm. Dimensions: {dims or 'none'} (persistent outliers "
+               "of either definition). The LM loss on held-out text is compared with zeroing as many random "
+               "dimensions (5 draws). Runs as a job (progress above; it loads the model, then 7 forward passes): "
+               "keep browsing meanwhile.")
     ab = data.cached_ablation(run.spec)
     if ab is not None:
         if not sel.ablation:
@@ -80,3 +48,62 @@ if page.need_runs(runs):
                 st.error(markdown_text(str(e)))
         elif sel.ablation:
             st.caption("This link shows the ablation, which is not computed for this run yet: press **Run ablation**.")
+
+
+sel, runs = page.header("Outlier dimensions")
+if page.need_runs(runs):
+    run = page.focus_picker(sel, runs, "outliers") if len(runs) > 1 else runs[0]
+    layer = page.layer_picker(state.selection(), [run], "outliers")[0]
+    res = run.results
+
+    # Only the open section is computed and drawn (Streamlit's lazy tabs): the whole page was 7 figures
+    # and 5 tables, about 2 s of one core in the browser per visit. A link with a dim or the ablation
+    # opens on that section (set as the tabs' state, not as `default`, so that a test or a callback can
+    # choose the section through st.session_state without a warning).
+    st.session_state.setdefault("outliers_section", SECTIONS[3] if sel.dim is not None
+                                else SECTIONS[4] if sel.ablation else SECTIONS[0])
+    dims_tab, defs_tab, freq_tab, drill_tab, ablation_tab = st.tabs(SECTIONS, key="outliers_section",
+                                                                     on_change="rerun")
+    if dims_tab.open:
+        with dims_tab:
+            page.show(data.outlier_bars(run.spec, layer), "bars")
+            page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
+            st.markdown("**Persistent outlier dimensions**")
+            page.show(views.outlier_summary(res), "summary", static=True)
+            st.caption("Published dims (Puccetti et al. 2022) belong to other models with another d: context, "
+                       "not a check of this run.")
+            page.show(data.outlier_heatmap(run.spec), "heatmap")
+
+    if defs_tab.open:
+        with defs_tab:
+            st.markdown("**Activations vs LayerNorm parameters**")
+            defs = views.outlier_definitions(res)
+            page.show(defs, "defs")
+            st.markdown("**Per layer: activation rule vs norm-parameter rule (Jaccard overlap)**")
+            st.dataframe(defs.data, hide_index=True, width="stretch", key="df_agreement")
+            with st.expander("Massive activations (largest max |x_d| per layer)"):
+                page.show(views.massive_activations(res), "massive")
+
+    if freq_tab.open:
+        with freq_tab:
+            freq, freq_table = data.frequency_views(run.spec)
+            page.show(freq, "freq")
+            st.markdown("**Pearson r per outlier dimension**")
+            page.show(freq_table, "freq_table")
+
+    if drill_tab.open:
+        with drill_tab:
+            page.dimension_picker(state.selection(), run, "outliers")
+            dim = state.selection().dim_for(run.results)
+            tokens, scatter, rprof = data.dimension_views(run.spec, dim, layer)
+            s1, s2 = st.columns(2)
+            with s1:
+                page.show(rprof, "dim_r", half=True)
+            with s2:
+                page.show(scatter, "dim_scatter", half=True)
+            st.markdown(f"**Top-activating tokens of dim {dim} at layer {layer}** (largest |x_{dim}| in the sample)")
+            page.show(tokens, "dim_tokens")
+
+    if ablation_tab.open:
+        with ablation_tab:
+            _ablation(sel, run)

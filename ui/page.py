@@ -153,8 +153,11 @@ def downloads(view: views.View, key: str) -> None:
                                help=f"{view.title} as {fmt.upper()}, manifest included" if fmt != "csv" else
                                f"{view.title} as plain CSV (its manifest: the JSON download, or the sidecar under "
                                "'For a paper')")
-        with st.popover("For a paper", icon=":material/article:", type="tertiary"):
-            publication_form(view, key)
+        paper = st.popover("For a paper", icon=":material/article:", type="tertiary", key=f"paper_{key}",
+                           on_change="rerun")
+        if paper.open:  # its form is made only when opened (a lazy popover): not once per figure and run
+            with paper:
+                publication_form(view, key)
 
 
 def publication_form(view: views.View, key: str) -> None:

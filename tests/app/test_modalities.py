@@ -58,6 +58,9 @@ def test_three_modalities_every_page(app, computed, page):
 def test_image_model_outliers_and_projection(app, computed):
     at = app(models=MODELS, page="pages/outliers.py", focus="untrained-vit-s14", **QUERY)
     no_exception(at)
+    at.session_state["outliers_section"] = "Frequency"
+    at.run()
+    no_exception(at)
     assert "Not applicable" in _captions(at)  # the frequency link needs token ids
     at = app(models=MODELS, page="pages/projection.py", focus="untrained-vit-s14", **QUERY)
     no_exception(at)

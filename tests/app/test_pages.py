@@ -108,10 +108,19 @@ def test_outliers_default(app, computed):
     assert np.asarray(heat["data"][0]["z"]).shape == (7, 384)
     cc = by_title(at, "Cosine contribution")
     assert len(cc["data"][0]["x"]) == 20
+    # One section at a time: the others are neither computed nor sent.
+    assert len(figures(at)) == 3 and not [f for f in figures(at) if "signed Pearson r" in title(f)]
+    at.session_state["outliers_section"] = "Two definitions"
+    at.run()
+    no_exception(at)
     defs = by_title(at, "activation vs norm-parameter")
     assert len(defs["data"]) == 2  # both definitions drawn
+    at.session_state["outliers_section"] = "Frequency"
+    at.run()
     freq = by_title(at, "signed Pearson r")
     assert freq["data"][0]["name"].startswith("baseline")  # the random dims' band, first in the legend
+    at.session_state["outliers_section"] = "Drill into a dimension"
+    at.run()
     prof = by_title(at, "with token frequency per layer")  # the drill-down of the first outlier dim
     dim = res["outliers"]["activation"]["persistent"][0] if res["outliers"]["activation"]["persistent"] else None
     if dim is not None:
@@ -120,7 +129,10 @@ def test_outliers_default(app, computed):
     at.number_input(key="dim_any_outliers").set_value(7).run()
     no_exception(at)
     assert by_title(at, "Dim 7: Pearson r") and at.query_params["dim"] in (["7"], "7")
+    assert at.session_state["outliers_section"] == "Drill into a dimension"  # still there after the rerun
     # The ablation needs an LM head: MiniLM has none, the message says so and the page keeps working.
+    at.session_state["outliers_section"] = "Ablation"
+    at.run()
     at.button(key="ablate").click().run()
     no_exception(at)
     assert any("LM head" in e.value for e in at.error)
@@ -425,6 +437,8 @@ def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, co
     at = app(models=(model,), page="pages/outliers.py", **q)
     run_clicked(at)
     no_exception(at)
+    at.session_state["outliers_section"] = "Ablation"
+    at.run()
     at.button(key="ablate").click().run()
     no_exception(at)
     [job] = _active_jobs()

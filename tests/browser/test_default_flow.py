@@ -102,10 +102,10 @@ def test_default_flow(server, browser, tmp_path):
     assert dl.value.suggested_filename == "layers_mean_cosine__wiki-en.csv"
     _screenshot(page, shots / "layers.png")
 
-    # Outliers: mean |x_d| bars with the outliers highlighted, heatmap, definitions...
+    # Outliers, its first section: mean |x_d| bars with the outliers highlighted, contributions, heatmap.
     _goto_page(page, "Outliers")
-    traces = _wait_plots(page, 4)
-    assert all(t > 0 for t in traces[:4]), traces
+    traces = _wait_plots(page, 3)
+    assert all(t > 0 for t in traces[:3]), traces
     _screenshot(page, shots / "outliers.png")
 
     # Projection: PCA of the sample at the middle layer, one trace of points.

@@ -133,10 +133,18 @@ def test_drill_into_a_dimension(server, browser, tmp_path):
     page.goto(f"{url}/outliers?{SMALL}")
     page.get_by_role("button", name="Run", exact=True).click()
     page.get_by_text("computed in").first.wait_for()
-    _wait_plots(page, 6)
+    _wait_plots(page, 3)
+    _settle(page)
+    page.get_by_role("tab", name="Frequency").click()  # one section at a time: drawn when opened
+    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("
+                           "el => ((el.layout || {}).title || {}).text?.includes('signed Pearson r'))")
     _settle(page)
     freq = _figure(page, "signed Pearson r")
     assert freq and "baseline" in freq["names"][0]  # the band first in the legend
+    page.get_by_role("tab", name="Drill into a dimension").click()
+    page.get_by_text("Top-activating tokens of dim").first.wait_for()
+    _wait_plots(page, 2)
+    _settle(page)
     prof = _figure(page, "with token frequency per layer")
     assert prof and any(n.startswith("dim ") for n in prof["names"]) and any("Fisher" in n for n in prof["names"])
     assert _figure(page, "vs token frequency, layer")
@@ -148,7 +156,8 @@ def test_drill_into_a_dimension(server, browser, tmp_path):
     page.get_by_text("Top-activating tokens of dim 7").wait_for()
     assert "dim=7" in page.url
     assert _figure(page, "Dim 7: Pearson r")
-    page.get_by_role("heading", name="Drill into a dimension").scroll_into_view_if_needed()
+    assert page.get_by_role("tab", name="Drill into a dimension", selected=True).count() == 1  # still open
+    page.get_by_role("tab", name="Drill into a dimension").scroll_into_view_if_needed()
     page.mouse.move(1395, 995)
     page.wait_for_timeout(2500)
     _viewport_shot(page, _shots_dir(tmp_path) / "drilldown.png")
