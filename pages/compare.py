@@ -1,6 +1,7 @@
 """Compare: two or more runs (models, corpora, or both), aligned by relative depth (layer / L), with the
-bootstrap interval of the difference of two runs' mean cosine per layer. Text, image and speech models
-each read the corpus of their modality (Godey et al. 2023's all-modalities figure is a preset)."""
+bootstrap interval of the difference of two runs' mean cosine per layer, one section at a time (curves,
+outliers and summary, attention, projections). Text, image and speech models each read the corpus of
+their modality (Godey et al. 2023's all-modalities figure is a preset)."""
 
 import streamlit as st
 
@@ -10,22 +11,11 @@ from core.selection import GODEY_PRESET, METRICS
 from core.views import attention as AV
 from ui import data, page, state
 
-sel, runs = page.header("Compare runs")
-if st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",
-             icon=":material/auto_graph:",
-             help="MiniLM (text), DINOv2 ViT-S/14 (images), Whisper tiny.en encoder (speech) and MobileNetV2 (CNN), "
-                  "mean cosine by relative depth. Press Run in the sidebar to compute what is not cached."):
-    state.apply_preset(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth")
-    st.rerun()
-if page.need_runs(runs):
-    if len(runs) < 2 and len(sel.specs()) > 1:  # the others are not computed yet (a job, or Run not pressed)
-        st.info("The comparison appears here as soon as a second selected run is computed (progress above; "
-                "press Run in the sidebar for runs that are not queued).", icon=":material/hourglass_top:")
-    elif len(runs) < 2:
-        st.info("Add a second model (e.g. an untrained control) or a second corpus (*Compare with more corpora*: "
-                "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.",
-                icon=":material/add:")
-    results = [r.results for r in runs]
+SECTIONS = ("By relative depth", "Outliers and summary", "Attention", "Projections")
+
+
+def _by_depth(sel, runs, results) -> None:
+    """The metric's curves by relative depth and the bootstrap interval of a difference of two runs."""
     metric = st.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
                           format_func=lambda k: METRICS[k][0], key="c_metric")
     sel = state.update(metric=metric)
@@ -44,11 +34,10 @@ if page.need_runs(runs):
         else:
             with st.spinner("Bootstrapping…"):
                 page.show(data.difference(runs[ia].spec, runs[ib].spec), "c_diff")
-    page.show(views.outlier_counts(results), "c_counts")
-    st.markdown("**Summary**")
-    page.show(views.compare_summary(results), "c_summary")
 
-    st.subheader("Attention by relative depth")
+
+def _attention(runs) -> None:
+    """Per-block attention means by relative depth, for the runs whose attention is computed."""
     pairs = [(r.results, data.attention(r.spec)) for r in runs if data.attention_cached(r.spec)]
     if pairs:
         stat = st.selectbox("Attention statistic (mean over heads)", list(AV.CURVE_STATS),
@@ -58,7 +47,9 @@ if page.need_runs(runs):
     if missing:
         st.caption(f"No attention statistics yet for {', '.join(missing)}: compute them on the Attention page.")
 
-    st.subheader("Projections at the same relative depth")
+
+def _projections(sel, runs) -> None:
+    """Every run's projection at the same relative depth."""
     with st.form("compare_projection"):
         c1, c2 = st.columns([3, 2])
         depth = c1.slider("Relative depth (0 = embeddings, 1 = last layer)", 0.0, 1.0, float(sel.depth), step=0.05,
@@ -74,3 +65,39 @@ if page.need_runs(runs):
                                               PostProcess(), sel.n_neighbors, sel.min_dist, sel.seed),
                    data.sample_table(r.spec)) for r in runs]
     page.show(views.projection(panels, "log_frequency"), "c_proj")
+
+
+sel, runs = page.header("Compare runs")
+if st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",
+             icon=":material/auto_graph:",
+             help="MiniLM (text), DINOv2 ViT-S/14 (images), Whisper tiny.en encoder (speech) and MobileNetV2 (CNN), "
+                  "mean cosine by relative depth. Press Run in the sidebar to compute what is not cached."):
+    state.apply_preset(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth")
+    st.rerun()
+if page.need_runs(runs):
+    if len(runs) < 2 and len(sel.specs()) > 1:  # the others are not computed yet (a job, or Run not pressed)
+        st.info("The comparison appears here as soon as a second selected run is computed (progress above; "
+                "press Run in the sidebar for runs that are not queued).", icon=":material/hourglass_top:")
+    elif len(runs) < 2:
+        st.info("Add a second model (e.g. an untrained control) or a second corpus (*Compare with more corpora*: "
+                "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.",
+                icon=":material/add:")
+    results = [r.results for r in runs]
+    # One section at a time (Streamlit's lazy tabs): only the open one is computed and drawn.
+    st.session_state.setdefault("compare_section", SECTIONS[0])
+    depth_tab, outliers_tab, attention_tab, projection_tab = st.tabs(SECTIONS, key="compare_section",
+                                                                      on_change="rerun")
+    if depth_tab.open:
+        with depth_tab:
+            _by_depth(sel, runs, results)
+    if outliers_tab.open:
+        with outliers_tab:
+            page.show(views.outlier_counts(results), "c_counts")
+            st.markdown("**Summary**")
+            page.show(views.compare_summary(results), "c_summary")
+    if attention_tab.open:
+        with attention_tab:
+            _attention(runs)
+    if projection_tab.open:
+        with projection_tab:
+            _projections(sel, runs)

@@ -26,11 +26,14 @@ if page.need_runs(runs):
     page.show(curves, "curves")
     page.published_language_note(sel, runs)
     page.definition(sel.metric)
-    with st.expander("Post-processing what-if (dashed curves)", expanded=not sel.post.is_identity or sel.drop_outliers):
-        page.post_form(sel, runs, "layers")
-        if sel.metric not in SAMPLE_METRICS:
-            st.caption("Choose a sample metric (mean cosine, PC1 ratio, effective rank, IsoScore, partition "
-                       "isotropy) to see the what-if curves.")
+    box = page.lazy_expander("Post-processing what-if (dashed curves)", "post_open_layers",
+                             expanded=not sel.post.is_identity or sel.drop_outliers)
+    if box is not None:
+        with box:
+            page.post_form(sel, runs, "layers")
+            if sel.metric not in SAMPLE_METRICS:
+                st.caption("Choose a sample metric (mean cosine, PC1 ratio, effective rank, IsoScore, partition "
+                           "isotropy) to see the what-if curves.")
 
     st.subheader("Numbers")
     page.show(views.metric_table([r.results for r in runs]), "table")

@@ -43,5 +43,8 @@ if page.need_runs(runs):
         panels = [(run.results, data.projection(run.spec, layer, sel.proj_method, p, sel.n_neighbors, sel.min_dist,
                                                 sel.seed), data.sample_table(run.spec)) for p in posts]
     page.show(views.projection(panels, sel.proj_color, sel.search), "projection")
-    with st.expander("Post-processing what-if (shown side by side)", expanded=len(posts) > 1):
-        page.post_form(sel, [run], "projection")
+    box = page.lazy_expander("Post-processing what-if (shown side by side)", "post_open_projection",
+                             expanded=len(posts) > 1)
+    if box is not None:
+        with box:
+            page.post_form(sel, [run], "projection")

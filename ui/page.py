@@ -266,6 +266,15 @@ def published_language_note(sel, runs: list[Loaded]) -> None:
                    "not values.")
 
 
+def lazy_expander(label: str, key: str, expanded: bool = False, **kw):
+    """An expander whose body is made only while it is open (Streamlit's stateful expander): the
+    script and the browser skip what nobody looks at. Returns it when open, else None. `expanded`
+    is its state on a page's first run (kept as widget state, so a test can open it)."""
+    st.session_state.setdefault(key, expanded)
+    box = st.expander(label, key=key, on_change="rerun", **kw)
+    return box if box.open else None
+
+
 def definition(metric: str) -> None:
     """Formula, how to read it, the paper, and the section of docs/metrics.md."""
     from core.definitions import DEFINITIONS, DOCS_PATH, docs_section
@@ -274,7 +283,10 @@ def definition(metric: str) -> None:
     d = DEFINITIONS.get(metric)
     if d is None:
         return
-    with st.expander(f"What is {METRICS[metric][0].lower()}?", icon=":material/function:"):
+    box = lazy_expander(f"What is {METRICS[metric][0].lower()}?", "what_is", icon=":material/function:")
+    if box is None:
+        return
+    with box:
         st.latex(d.formula)
         st.markdown(f"**High:** {d.high}.  \n**Low:** {d.low}.  \n**Paper:** {d.paper}.  \n"
                     f"Exact definition: `{DOCS_PATH}` in the repository (below where it has a section).")

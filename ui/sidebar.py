@@ -31,7 +31,7 @@ from core.uploads import (
 )
 
 from . import data, state
-from .page import md
+from .page import lazy_expander, md
 
 SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
 UPLOAD_TYPES = [s.lstrip(".") for s in TEXT_SUFFIXES + TABLE_SUFFIXES]
@@ -303,7 +303,10 @@ def _size(n: float) -> str:
 def _cache_panel() -> None:
     """The disk cache: its size against the limit, and a button to clear it (entries and uploads)."""
     store = pipeline.get_store()
-    with st.expander("Cache", icon=":material/storage:"):
+    box = lazy_expander("Cache", "cache_open", icon=":material/storage:")  # sizing walks the cache: only when open
+    if box is None:
+        return
+    with box:
         st.caption(f"{_size(store.size_bytes())} used of {_size(store.size_limit)} (ANISO_CACHE_SIZE_GB); beyond "
                    "it the least recently stored results are evicted. Clearing removes every computed result "
                    "and every uploaded file.")

@@ -119,6 +119,9 @@ def test_attention_page_end_to_end(app, spec):
     # Compare shows the per-block means by relative depth once attention is computed.
     at.switch_page("pages/compare.py").run()  # the selection (tokens) stays in the session
     no_exception(at)
+    at.session_state["compare_section"] = "Attention"
+    at.run()
+    no_exception(at)
     cmp_ = by_title(at, "Attention entropy by relative depth")
     np.testing.assert_allclose(cmp_["data"][0]["x"][-1], 1.0)
     np.testing.assert_allclose(cmp_["data"][0]["y"], np.nanmean(head_matrix(sec, "entropy"), axis=1), rtol=1e-9)

@@ -182,14 +182,22 @@ def test_two_models_every_page(app, computed, page):
         tr = [t for t in figs[0]["data"] if "untrained BERT" in t["name"] and t.get("fill") != "toself"][0]
         np.testing.assert_allclose(tr["y"], [r["mean_cosine"] for r in bert["layers"]], rtol=1e-9)
     if page.endswith("compare.py"):
+        assert by_title(at, "Mean cosine similarity") and by_title(at, "Difference in mean cosine")  # first section
+        assert len(figs) == 2
+        at.session_state["compare_section"] = "Outliers and summary"
+        at.run()
+        no_exception(at)
         counts = by_title(at, "outlier dimensions per layer")
         assert len(counts["data"]) == 2
         assert [len(p) for p in _results("untrained-bert-base")["outliers"]["activation"]["per_layer"]] == \
             np.asarray(counts["data"][1]["y"], dtype=int).tolist()
-        proj = by_title(at, "sampled token representations")
-        assert len([t for t in proj["data"] if len(t.get("x", [])) == 500]) == 2  # one panel per model
         summary = at.dataframe[0].value
         assert list(summary["layers (L)"]) == [6, 12]
+        at.session_state["compare_section"] = "Projections"
+        at.run()
+        no_exception(at)
+        proj = by_title(at, "sampled token representations")
+        assert len([t for t in proj["data"] if len(t.get("x", [])) == 500]) == 2  # one panel per model
 
 
 def test_an_unknown_model_is_an_error_and_the_rest_stays(app, computed):
@@ -245,6 +253,9 @@ def test_a_failed_upload_says_what_is_shown(app, computed):
 
 def test_post_processing_form_applies_on_submit(app, computed):
     at = app(metric="isoscore")
+    assert "pp_center_layers" not in [c.key for c in at.checkbox]  # closed: its form is not made
+    at.session_state["post_open_layers"] = True  # the expander's body is made only when it is open
+    at.run()
     at.checkbox(key="pp_center_layers").check()
     at.number_input(key="pp_abtt_layers").set_value(3)
     # Nothing changes before the form is submitted (a heavy view never runs on a widget tick).

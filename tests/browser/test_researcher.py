@@ -174,3 +174,43 @@ def test_layout_details(server, browser):
     assert page.get_by_text("Page not found").count() == 0
     page.get_by_test_id("stSidebar").get_by_text("Models (up to 4)").wait_for()
     page.close()
+
+
+def test_sections_are_drawn_when_opened(server, browser):
+    """Outliers' sections (tabs), the metric's definition, the post-processing form, the sidebar's cache
+    panel and the publication form are made only when opened: each opens on a click, with its content."""
+    from tests.browser.test_default_flow import _goto_page
+
+    url, _ = server
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(240_000)
+    page.goto(f"{url}/layers?{SMALL}")
+    page.get_by_role("button", name="Run", exact=True).click()
+    page.get_by_text("computed in").first.wait_for()
+    _wait_plots(page, 3)
+    _settle(page)
+    assert page.locator(".katex").count() == 0 and page.get_by_role("button", name="Apply post-processing").count() == 0
+    page.get_by_text("What is mean cosine?").click()
+    page.locator(".katex").first.wait_for()  # the formula, typeset
+    page.get_by_text("Post-processing what-if (dashed curves)").click()
+    page.get_by_role("button", name="Apply post-processing").wait_for()
+    side = page.get_by_test_id("stSidebar")
+    side.get_by_text("Cache", exact=True).click()
+    side.get_by_role("button", name="Clear cache").wait_for()
+    page.locator(".st-key-dl_curves").get_by_role("button", name="For a paper").click()
+    page.get_by_test_id("stPopoverBody").get_by_text("one column (3.5 in)").wait_for()
+    page.keyboard.press("Escape")
+    _settle(page)
+    assert page.get_by_text("What is mean cosine?").count() == 1 and page.locator(".katex").count() >= 1  # still open
+
+    _goto_page(page, "Outliers")
+    _wait_plots(page, 3)
+    _settle(page)
+    has = ("(t) => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+           ".some(e => ((e.layout.title || {}).text || '').includes(t))")
+    assert not page.evaluate(has, "signed Pearson r")  # another section's figure: not drawn
+    page.get_by_role("tab", name="Frequency").click()
+    page.wait_for_function(has, arg="signed Pearson r")
+    page.get_by_role("tab", name="Two definitions").click()
+    page.wait_for_function(has, arg="activation vs norm-parameter")
+    page.close()
