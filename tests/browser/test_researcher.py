@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -126,18 +127,28 @@ def test_blank_paste_and_a_tiny_paste_warn(server, browser):
     page.close()
 
 
-def test_drill_into_a_dimension(server, browser, tmp_path):
-    url, _ = server
+# Whether a drawn figure's title contains the argument.
+HAS_FIGURE = ("(t) => Array.from(document.querySelectorAll('.js-plotly-plot'))"
+              ".some(e => ((e.layout.title || {}).text || '').includes(t))")
+
+
+def _computed_page(browser, url: str, path: str):
+    """A new tab at `path` (the SMALL run), Run pressed, the page's first figures drawn."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.set_default_timeout(240_000)
-    page.goto(f"{url}/outliers?{SMALL}")
+    page.goto(f"{url}/{path}?{SMALL}")
     page.get_by_role("button", name="Run", exact=True).click()
-    page.get_by_text("computed in").first.wait_for()
+    page.get_by_text(re.compile("computed in|loaded from cache")).first.wait_for()  # an earlier test may have run it
     _wait_plots(page, 3)
     _settle(page)
+    return page
+
+
+def test_drill_into_a_dimension(server, browser, tmp_path):
+    url, _ = server
+    page = _computed_page(browser, url, "outliers")
     page.get_by_role("tab", name="Frequency").click()  # one section at a time: drawn when opened
-    page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("
-                           "el => ((el.layout || {}).title || {}).text?.includes('signed Pearson r'))")
+    page.wait_for_function(HAS_FIGURE, arg="signed Pearson r")
     _settle(page)
     freq = _figure(page, "signed Pearson r")
     assert freq and "baseline" in freq["names"][0]  # the band first in the legend
@@ -182,13 +193,7 @@ def test_sections_are_drawn_when_opened(server, browser):
     from tests.browser.test_default_flow import _goto_page
 
     url, _ = server
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    page.set_default_timeout(240_000)
-    page.goto(f"{url}/layers?{SMALL}")
-    page.get_by_role("button", name="Run", exact=True).click()
-    page.get_by_text("computed in").first.wait_for()
-    _wait_plots(page, 3)
-    _settle(page)
+    page = _computed_page(browser, url, "layers")
     assert page.locator(".katex").count() == 0 and page.get_by_role("button", name="Apply post-processing").count() == 0
     page.get_by_text("What is mean cosine?").click()
     page.locator(".katex").first.wait_for()  # the formula, typeset
@@ -206,11 +211,9 @@ def test_sections_are_drawn_when_opened(server, browser):
     _goto_page(page, "Outliers")
     _wait_plots(page, 3)
     _settle(page)
-    has = ("(t) => Array.from(document.querySelectorAll('.js-plotly-plot'))"
-           ".some(e => ((e.layout.title || {}).text || '').includes(t))")
-    assert not page.evaluate(has, "signed Pearson r")  # another section's figure: not drawn
+    assert not page.evaluate(HAS_FIGURE, "signed Pearson r")  # another section's figure: not drawn
     page.get_by_role("tab", name="Frequency").click()
-    page.wait_for_function(has, arg="signed Pearson r")
+    page.wait_for_function(HAS_FIGURE, arg="signed Pearson r")
     page.get_by_role("tab", name="Two definitions").click()
-    page.wait_for_function(has, arg="activation vs norm-parameter")
+    page.wait_for_function(HAS_FIGURE, arg="activation vs norm-parameter")
     page.close()
