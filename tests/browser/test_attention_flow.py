@@ -82,7 +82,12 @@ def test_attention_page(server, browser, tmp_path):
         assert not page.get_by_test_id("stException").count()
         _screenshot(page, shots / "attention.png")
         _goto_page(page, "Compare")
-        _wait_plots(page, 3, timeout_s=300)
+        _wait_plots(page, 1, timeout_s=300)
+        page.get_by_role("tab", name="Attention").click()  # Compare shows one section at a time
+        page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some(e => "
+                               "((e.layout.title || {}).text || '').includes('Attention entropy by relative depth'))",
+                               timeout=300_000)
+        _settle(page)
         assert _figure(page, "Attention entropy by relative depth")["x"] == "relative depth (block / L)"
         assert not page.get_by_test_id("stException").count()
     finally:
