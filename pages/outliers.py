@@ -13,7 +13,6 @@ from ui import run as ui_run
 SECTIONS = ("Outlier dimensions", "Two definitions", "Frequency", "Drill into a dimension", "Ablation")
 
 
-
 def _ablation(sel, run) -> None:
     """The stored ablation of the run, or the button that queues it as a job."""
     res = run.results
