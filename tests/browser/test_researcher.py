@@ -195,7 +195,7 @@ def test_sections_are_drawn_when_opened(server, browser):
     url, _ = server
     page = _computed_page(browser, url, "layers")
     assert page.locator(".katex").count() == 0 and page.get_by_role("button", name="Apply post-processing").count() == 0
-    page.get_by_text("What is mean cosine?").click()
+    page.get_by_text("What is mean cosine similarity?").click()
     page.locator(".katex").first.wait_for()  # the formula, typeset
     page.get_by_text("Post-processing what-if (dashed curves)").click()
     page.get_by_role("button", name="Apply post-processing").wait_for()
@@ -206,7 +206,7 @@ def test_sections_are_drawn_when_opened(server, browser):
     page.get_by_test_id("stPopoverBody").get_by_text("one column (3.5 in)").wait_for()
     page.keyboard.press("Escape")
     _settle(page)
-    assert page.get_by_text("What is mean cosine?").count() == 1 and page.locator(".katex").count() >= 1  # still open
+    assert page.get_by_text("What is mean cosine similarity?").count() == 1 and page.locator(".katex").count() >= 1  # still open
 
     _goto_page(page, "Outliers")
     _wait_plots(page, 3)
