@@ -200,13 +200,15 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
 
     s = {"n": 40, "p50": 0.8, "p95": 1.5, "max": 2.5, "errors": [], "peak_server": 300 * 2**20, "load": (1.0, 1, 1),
          "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}, "slow": [],
-         "max_page": {"Layers": 2.5, "Outliers": 1.9, "Projection": 1.0, "Compare": 1.5}}
+         "max_page": {"Layers": 2.5, "Outliers": 1.9, "Projection": 1.0, "Compare": 1.5},
+         "open_p50": 9.0, "open_max": 12.5}
     r = {"users": 8, "seconds": 60, "load_before": (1.0, 1, 1), "idle": s,
          "job": {**s, "p95": 2.4, "peak_worker": 900 * 2**20, "job_tokens_per_s": 5000.0, "job_done": 120000,
                  "slow": ["Compare: not ready after 10 s [at /compare, traces per figure [], running True, says []]"]}}
     md = render(r, "python -m bench.load")
     assert "| job running | 40 | 0.80 | 2.40 |" in md and "**not met** (2.40 s)" in md and "900 MiB" in md
     assert "Slowest view per page (no job): Layers 2.50 s" in md
+    assert "First loads (8 users opening at once, not counted above): no job: p50 9.00 s, max 12.50 s; job" in md
     assert "Views not ready after 10 s (job running, 1): Compare: not ready" in md and "(no job, " not in md
     doc = tmp_path / "B.md"
     doc.write_text("# Benchmarks\n\nbody\n")
@@ -216,3 +218,30 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
     assert text.count(LOAD_START) == 1 and "1.90" in text and text.startswith("# Benchmarks")
     rewritten = keep_load_section(text, "# Benchmarks\n\nnew body\n")
     assert "new body" in rewritten and rewritten.count(LOAD_END) == 1 and "1.90" in rewritten
+
+
+def test_load_first_loads_are_the_ramp_up_not_views():
+    """The users' first page loads are reported on their own; the timed views start once all have one."""
+    import asyncio
+
+    from bench.load import _Barrier, _summary
+
+    s = _summary([("open", 12.0), ("open", 8.0), ("Layers", 1.0), ("Outliers", 3.0)], [],
+                 ["first load: not ready after 10 s [...]", "Layers: not ready after 10 s [...]"])
+    assert s["n"] == 2 and s["max"] == 3.0 and s["open_max"] == 12.0 and s["open_p50"] == 10.0
+    assert s["slow"] == ["Layers: not ready after 10 s [...]"]
+
+    async def users():
+        b, order = _Barrier(3), []
+
+        async def user(k):
+            await asyncio.sleep(0.01 * k)
+            order.append(("opened", k))
+            await b.arrive()
+            order.append(("browsing", k))
+
+        await asyncio.gather(*(user(k) for k in range(3)))
+        return order
+
+    order = asyncio.run(users())
+    assert [e for e, _ in order] == ["opened"] * 3 + ["browsing"] * 3  # nobody browses before the last one opened
