@@ -83,10 +83,8 @@ if page.need_runs(runs):
                 "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.",
                 icon=":material/add:")
     results = [r.results for r in runs]
-    # One section at a time (Streamlit's lazy tabs): only the open one is computed and drawn.
-    st.session_state.setdefault("compare_section", SECTIONS[0])
-    depth_tab, outliers_tab, attention_tab, projection_tab = st.tabs(SECTIONS, key="compare_section",
-                                                                      on_change="rerun")
+    # One section at a time: only the open one is computed and drawn.
+    depth_tab, outliers_tab, attention_tab, projection_tab = page.lazy_tabs(SECTIONS, "compare_section")
     if depth_tab.open:
         with depth_tab:
             _by_depth(sel, runs, results)

@@ -55,14 +55,10 @@ if page.need_runs(runs):
     layer = page.layer_picker(state.selection(), [run], "outliers")[0]
     res = run.results
 
-    # Only the open section is computed and drawn (Streamlit's lazy tabs): the whole page was 7 figures
-    # and 5 tables, about 2 s of one core in the browser per visit. A link with a dim or the ablation
-    # opens on that section (set as the tabs' state, not as `default`, so that a test or a callback can
-    # choose the section through st.session_state without a warning).
-    st.session_state.setdefault("outliers_section", SECTIONS[3] if sel.dim is not None
-                                else SECTIONS[4] if sel.ablation else SECTIONS[0])
-    dims_tab, defs_tab, freq_tab, drill_tab, ablation_tab = st.tabs(SECTIONS, key="outliers_section",
-                                                                     on_change="rerun")
+    # Only the open section is computed and drawn: the whole page was 7 figures and 5 tables, about
+    # 2 s of one core in the browser per visit. A link with a dim or the ablation opens on that section.
+    dims_tab, defs_tab, freq_tab, drill_tab, ablation_tab = page.lazy_tabs(
+        SECTIONS, "outliers_section", SECTIONS[3] if sel.dim is not None else SECTIONS[4] if sel.ablation else None)
     if dims_tab.open:
         with dims_tab:
             page.show(data.outlier_bars(run.spec, layer), "bars")

@@ -275,6 +275,15 @@ def lazy_expander(label: str, key: str, expanded: bool = False, **kw):
     return box if box.open else None
 
 
+def lazy_tabs(labels, key: str, default: str | None = None) -> list:
+    """Tabs of which only the open one should be built (Streamlit's stateful tabs: `.open` says which):
+    a page of sections computes and draws one section per visit. `default` is the tab open on a page's
+    first run; it is kept as widget state rather than passed as `default`, so that a test or a callback
+    can choose the section through st.session_state[key] without a warning."""
+    st.session_state.setdefault(key, default if default is not None else labels[0])
+    return st.tabs(labels, key=key, on_change="rerun")
+
+
 def definition(metric: str) -> None:
     """Formula, how to read it, the paper, and the section of docs/metrics.md."""
     from core.definitions import DEFINITIONS, DOCS_PATH, docs_section
