@@ -40,3 +40,16 @@ def goto_page(page, title: str, wait: bool = True) -> None:
     if wait:
         page.wait_for_timeout(500)
         settle(page)
+
+
+def download(page, key: str, fmt: str, timeout_ms: float = 120_000):
+    """Download a figure's `fmt` (PNG, CSV, ...) through its lazy "Download" popover (opened first when
+    closed); returns Playwright's Download."""
+    body = page.get_by_test_id("stPopoverBody")
+    button = body.get_by_role("button", name=fmt, exact=True)
+    if not button.count():
+        page.locator(f".st-key-dl_{key}").get_by_role("button", name="Download").click()
+        button.wait_for(timeout=60_000)
+    with page.expect_download(timeout=timeout_ms) as dl:
+        button.click()
+    return dl.value

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 import pytest
-from browser_helpers import CHROMIUM
+from browser_helpers import CHROMIUM, download
 from browser_helpers import goto_page as _goto_page  # noqa: F401 - the other browser modules import these from here
 from browser_helpers import plots_with_traces as _plots_with_traces  # noqa: F401
 from browser_helpers import settle as _settle
@@ -89,17 +89,14 @@ def test_default_flow(server, browser, tmp_path):
     assert page.get_by_text("computed in").count() >= 1
 
     # Downloads of the first figure: PNG and CSV, non-empty, manifest inside.
-    row = page.locator(".st-key-dl_curves")
-    with page.expect_download(timeout=120_000) as dl:
-        row.get_by_role("button", name="PNG").click()
-    png = Path(dl.value.path()).read_bytes()
+    png = Path(download(page, "curves", "PNG").path()).read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
     assert b"tEXtmanifest" in png
-    with page.expect_download(timeout=60_000) as dl:
-        row.get_by_role("button", name="CSV").click()
-    csv = Path(dl.value.path()).read_text()
+    dl = download(page, "curves", "CSV", 60_000)  # the popover is still open
+    csv = Path(dl.path()).read_text()
     assert csv.splitlines()[0].startswith("series,") and "mean_cosine" in csv.splitlines()[0]  # plain CSV
-    assert dl.value.suggested_filename == "layers_mean_cosine__wiki-en.csv"
+    assert dl.suggested_filename == "layers_mean_cosine__wiki-en.csv"
+    page.keyboard.press("Escape")
     _screenshot(page, shots / "layers.png")
 
     # Outliers, its first section: mean |x_d| bars with the outliers highlighted, contributions, heatmap.

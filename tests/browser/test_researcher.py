@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.browser.browser_helpers import download
 from tests.browser.test_default_flow import CHROMIUM, _screenshot, _settle, _shots_dir, _wait_plots
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
@@ -70,15 +71,14 @@ def test_own_upload_named_everywhere_and_a_paper_pdf(server, browser, tmp_path):
     fig = _figure(page, "by layer")
     assert any("my-corpus.csv [text]" in n for n in fig["names"]), fig["names"]  # legend
     assert "my-corpus.csv [text]" in fig["subtitle"]  # subtitle
-    row = page.locator(".st-key-dl_curves")
-    with page.expect_download(timeout=120_000) as dl:
-        row.get_by_role("button", name="CSV").click()
-    assert dl.value.suggested_filename == "layers_mean_cosine__my-corpus.csv_text.csv"  # file name
-    df = pd.read_csv(dl.value.path())  # plain CSV
+    dl = download(page, "curves", "CSV")
+    assert dl.suggested_filename == "layers_mean_cosine__my-corpus.csv_text.csv"  # file name
+    page.keyboard.press("Escape")
+    df = pd.read_csv(dl.path())  # plain CSV
     assert set(df["corpus"]) == {"my-corpus.csv [text]"}
 
     # The publication PDF: one column wide, no title inside, manifest in its metadata.
-    row.get_by_role("button", name="For a paper").click()
+    page.locator(".st-key-dl_curves").get_by_role("button", name="For a paper").click()
     pop = page.get_by_test_id("stPopoverBody")
     pop.get_by_text("one column (3.5 in)").wait_for()
     with page.expect_download(timeout=120_000) as dl:
