@@ -168,17 +168,21 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
 class _Barrier:
     """The users' first page loads end the ramp-up: each waits here until all have arrived."""
 
-    def __init__(self, n: int):
-        self.n, self.event = n, asyncio.Event()
+    def __init__(self, n: int, server_pid: int | None = None):
+        self.n, self.event, self.server_pid, self.cpu = n, asyncio.Event(), server_pid, None
 
     async def arrive(self) -> None:
         self.n -= 1
         if self.n <= 0:
+            self.cpu = _cpu_s(self.server_pid) if self.server_pid else None  # the timed browsing starts
             self.event.set()
         await self.event.wait()
 
 
-async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S) -> tuple[list, list, list]:
+async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S,
+                 server_pid: int | None = None) -> tuple[list, list, list, dict | None]:
+    """The users' views (name, seconds), errors, slow views, and (given the server's pid) the CPU used
+    during the timed browsing: seconds per kind over its wall time."""
     from playwright.async_api import async_playwright
 
     times: list = []
@@ -187,12 +191,16 @@ async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            opened = _Barrier(users)
+            opened = _Barrier(users, server_pid)
             await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow, think_mean, opened)
                                    for k in range(users)])
+            cpu = None
+            if opened.cpu is not None:
+                end = _cpu_s(server_pid)
+                cpu = {k: end[k] - opened.cpu[k] for k in end}
         finally:
             await browser.close()
-    return times, errors, slow
+    return times, errors, slow, cpu
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -204,9 +212,9 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def _summary(times: list, errors: list, slow: list) -> dict:
+def _summary(times: list, errors: list, slow: list, cpu: dict | None = None) -> dict:
     nav = [t for name, t in times if name != "open"]
-    return {"n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
+    return {"cpu": cpu, "n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
             "open_p50": _pct([t for n, t in times if n == "open"], 0.5),
             "open_max": max([t for n, t in times if n == "open"], default=float("nan")), "errors": errors,
             "slow": [v for v in slow if not v.startswith("first load:")],
@@ -242,13 +250,12 @@ def _warm_up(url: str, server_pid: int) -> None:
     compiles umap's numba kernels: core.projection.start_warmup), then wait until the server's
     processes are idle. Waiting for fast page views instead never ended in one run: one browser's
     Projection view takes 1.5-2 s on this machine, most of it drawing in chromium."""
-    times, _, _ = asyncio.run(_phase(url, 1, 10.0, think_mean=0.0))
+    times, _, _, _ = asyncio.run(_phase(url, 1, 10.0, think_mean=0.0))
     print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
     _wait_idle(server_pid)
 
 
-def _tree_cpu_s(root: int) -> float:
-    """CPU seconds used so far by a process and its descendants (the server and its UMAP process)."""
+def _proc_stats() -> dict[int, list[str]]:
     from core.procfs import stat_fields
 
     stats = {}
@@ -257,12 +264,41 @@ def _tree_cpu_s(root: int) -> float:
             f = stat_fields(int(entry))
             if f:
                 stats[int(entry)] = f
+    return stats
+
+
+def _tree_cpu_s(root: int, stats: dict | None = None) -> float:
+    """CPU seconds used so far by a process and its descendants (the server and its UMAP process)."""
+    stats = _proc_stats() if stats is None else stats
     tree, grew = {root}, True
     while grew:
         more = {pid for pid, f in stats.items() if int(f[1]) in tree} - tree
         tree |= more
         grew = bool(more)
     return sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats) / os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_s(server_pid: int) -> dict:
+    """CPU seconds used so far: the server's process tree, every chromium process, and the whole machine
+    from /proc/stat (busy; niced, which is the job's worker and the UMAP process; stolen by the host)."""
+    stats = _proc_stats()
+    tck = os.sysconf("SC_CLK_TCK")
+    browsers = 0
+    for pid, f in stats.items():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                if b"chromium" in fh.read(200):
+                    browsers += int(f[11]) + int(f[12])
+        except OSError:
+            continue
+    try:
+        with open("/proc/stat") as fh:
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fh.readline().split()[1:9])
+    except (OSError, ValueError):
+        user = nice = system = irq = softirq = steal = 0
+    return {"server": _tree_cpu_s(server_pid, stats), "browsers": browsers / tck,
+            "busy": (user + nice + system + irq + softirq) / tck, "niced": nice / tck, "stolen": steal / tck,
+            "t": time.monotonic()}
 
 
 def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
@@ -292,7 +328,7 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     _warm_up(url, probe.server_pid)
     probe.reset()
     print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
-    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"])))
+    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"], probe.server_pid)))
     out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
     probe.reset()
     spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
@@ -309,12 +345,12 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
                 "load": os.getloadavg(), "job_status": j.status, "job_tokens_per_s": j.tokens_per_s,
                 "job_done": j.done}
 
-    out["job"] = with_job(_summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"]))))
+    out["job"] = with_job(_summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"], probe.server_pid))))
     if out["stress_seconds"] > 0 and jobs.status(jid).active:
         probe.reset()
         print(f"phase 3: {users} users, {out['stress_seconds']:.0f} s, job {jid} running, no think time",
               file=sys.stderr)
-        out["stress"] = with_job(_summary(*asyncio.run(_phase(url, users, out["stress_seconds"], 0.0))))
+        out["stress"] = with_job(_summary(*asyncio.run(_phase(url, users, out["stress_seconds"], 0.0, probe.server_pid))))
     if jobs.status(jid).active:
         jobs.cancel(jid)
         jobs.wait(jid, timeout=120)
@@ -373,6 +409,12 @@ def render(r: dict, command: str) -> str:
                      "browsers on the same cores this includes their own drawing; see the phases' loads.")
         lines.append("")
     for key, phase in phases:
+        cpu, n = r[key].get("cpu"), r[key]["n"]
+        if cpu and n and cpu["t"] > 0:
+            lines.append(f"CPU while browsing ({phase}): server {cpu['server'] / n:.2f} s and browsers "
+                         f"{cpu['browsers'] / n:.2f} s per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
+                         f"{cores} cores on average ({cpu['niced'] / cpu['t']:.2f} niced: the job's worker and the "
+                         f"UMAP process), {cpu['stolen'] / cpu['t']:.2f} cores stolen by the host.")
         lines.append(f"Slowest view per page ({phase}): "
                      + ", ".join(f"{p} {_s(v)}" for p, v in r[key]["max_page"].items())
                      + f"; 1-min load average at the end {r[key]['load'][0]:.1f}.")
