@@ -128,12 +128,13 @@ async def _describe(page) -> str:
 
 
 async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int,
-                slow: list, think_mean: float, opened: "_Barrier") -> None:
+                slow: list, think_mean: float, opened: "_Barrier", done: "_Barrier") -> None:
     rng = random.Random(1000 + offset)
-    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
-    page = await ctx.new_page()
-    names = list(PAGES)
+    ctx, arrived = None, False
     try:
+        ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+        page = await ctx.new_page()
+        names = list(PAGES)
         t0 = time.perf_counter()
         try:
             await page.goto(f"{url}/{names[offset % 4].lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
@@ -141,8 +142,8 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
             times.append(("open", time.perf_counter() - t0))
         except Exception as e:  # noqa: BLE001 - counted; this user goes on browsing
             errors.append(f"first load: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-        finally:
-            await opened.arrive()  # the timed browsing starts when every user has its first page
+        arrived = True
+        await opened.arrive()  # the timed browsing starts when every user has its first page
         end = time.monotonic() + seconds
         i = offset + 1
         while time.monotonic() < end:
@@ -162,11 +163,17 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
                 errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
                               f" [{await _describe(page)}]")
     finally:
-        await ctx.close()
+        if not arrived:  # this user failed before its first page: the others must not wait for it
+            await opened.arrive()
+        await done.arrive()  # the CPU is read before any browser context closes
+        if ctx is not None:
+            await ctx.close()
 
 
 class _Barrier:
-    """The users' first page loads end the ramp-up: each waits here until all have arrived."""
+    """Each user waits here until all have arrived: after their first page loads (the ramp-up ends, the
+    timed browsing starts) and after their last view (before any context closes). Given the server's
+    pid, the CPU used so far is read at the release."""
 
     def __init__(self, n: int, server_pid: int | None = None):
         self.n, self.event, self.server_pid, self.cpu = n, asyncio.Event(), server_pid, None
@@ -191,13 +198,12 @@ async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         try:
-            opened = _Barrier(users, server_pid)
-            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow, think_mean, opened)
+            opened, done = _Barrier(users, server_pid), _Barrier(users, server_pid)
+            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow, think_mean, opened, done)
                                    for k in range(users)])
             cpu = None
-            if opened.cpu is not None:
-                end = _cpu_s(server_pid)
-                cpu = {k: end[k] - opened.cpu[k] for k in end}
+            if opened.cpu is not None and done.cpu is not None:
+                cpu = {k: done.cpu[k] - opened.cpu[k] for k in done.cpu}
         finally:
             await browser.close()
     return times, errors, slow, cpu
@@ -279,24 +285,28 @@ def _tree_cpu_s(root: int, stats: dict | None = None) -> float:
 
 
 def _cpu_s(server_pid: int) -> dict:
-    """CPU seconds used so far: the server's process tree, every chromium process, and the whole machine
+    """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
+    (this process and Playwright's driver), and the whole machine
     from /proc/stat (busy; niced, which is the job's worker and the UMAP process; stolen by the host)."""
     stats = _proc_stats()
     tck = os.sysconf("SC_CLK_TCK")
-    browsers = 0
+    browsers = harness = 0
     for pid, f in stats.items():
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                if b"chromium" in fh.read(200):
-                    browsers += int(f[11]) + int(f[12])
+                cmd = fh.read(300)
         except OSError:
             continue
+        if b"chromium" in cmd:
+            browsers += int(f[11]) + int(f[12])
+        elif b"playwright" in cmd or pid == os.getpid():  # Playwright's driver and this process
+            harness += int(f[11]) + int(f[12])
     try:
         with open("/proc/stat") as fh:
             user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fh.readline().split()[1:9])
     except (OSError, ValueError):
         user = nice = system = irq = softirq = steal = 0
-    return {"server": _tree_cpu_s(server_pid, stats), "browsers": browsers / tck,
+    return {"server": _tree_cpu_s(server_pid, stats), "browsers": browsers / tck, "harness": harness / tck,
             "busy": (user + nice + system + irq + softirq) / tck, "niced": nice / tck, "stolen": steal / tck,
             "t": time.monotonic()}
 
@@ -411,8 +421,9 @@ def render(r: dict, command: str) -> str:
     for key, phase in phases:
         cpu, n = r[key].get("cpu"), r[key]["n"]
         if cpu and n and cpu["t"] > 0:
-            lines.append(f"CPU while browsing ({phase}): server {cpu['server'] / n:.2f} s and browsers "
-                         f"{cpu['browsers'] / n:.2f} s per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
+            lines.append(f"CPU while browsing ({phase}): server {cpu['server'] / n:.2f} s, browsers "
+                         f"{cpu['browsers'] / n:.2f} s and the load test's own driver {cpu['harness'] / n:.2f} s "
+                         "per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
                          f"{cores} cores on average ({cpu['niced'] / cpu['t']:.2f} niced: the job's worker and the "
                          f"UMAP process), {cpu['stolen'] / cpu['t']:.2f} cores stolen by the host.")
         lines.append(f"Slowest view per page ({phase}): "
