@@ -423,7 +423,7 @@ def render(r: dict, command: str) -> str:
         if cpu and n and cpu["t"] > 0:
             lines.append(f"CPU while browsing ({phase}): server {cpu['server'] / n:.2f} s, browsers "
                          f"{cpu['browsers'] / n:.2f} s and the load test's own driver {cpu['harness'] / n:.2f} s "
-                         "per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
+                         f"per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
                          f"{cores} cores on average ({cpu['niced'] / cpu['t']:.2f} niced: the job's worker and the "
                          f"UMAP process), {cpu['stolen'] / cpu['t']:.2f} cores stolen by the host.")
         lines.append(f"Slowest view per page ({phase}): "
