@@ -144,7 +144,7 @@ def downloads(view: views.View, key: str) -> None:
     """The figure's exports, under two lazy popovers: "Download" (every format, the bytes made only when
     a button is clicked: kaleido takes ~0.2 s per image) and "For a paper". Closed, they draw two
     buttons; a row of six download buttons with their tooltips under every figure cost the browser
-    ~0.05 s per figure and page visit (measured with 8 users on 2 cores: BENCHMARKS, load section)."""
+    about 0.025 s of CPU per figure and page visit (one user, old and new rows alternated)."""
     with st.container(horizontal=True, gap="small", key=f"dl_{key}"):
         box = st.popover("Download", icon=":material/download:", type="tertiary", key=f"dlpop_{key}",
                          on_change="rerun", help=f"{view.title}: the figure or the data, manifest included")
