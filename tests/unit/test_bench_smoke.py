@@ -205,7 +205,8 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
     r = {"users": 8, "seconds": 60, "load_before": (1.0, 1, 1), "idle": s,
          "job": {**s, "p95": 2.4, "peak_worker": 900 * 2**20, "job_tokens_per_s": 5000.0, "job_done": 120000,
                  "slow": ["Compare: not ready after 10 s [at /compare, traces per figure [], running True, says []]"],
-                 "cpu": {"server": 8.0, "browsers": 28.0, "harness": 4.0, "busy": 180.0, "niced": 60.0, "stolen": 12.0, "t": 120.0}}}
+                 "cpu": {"server": 8.0, "browsers": 28.0, "harness": 4.0, "busy": 180.0, "niced": 60.0,
+                         "stolen": 12.0, "t": 120.0}}}
     md = render(r, "python -m bench.load")
     assert "| job running | 40 | 0.80 | 2.40 |" in md and "**not met** (2.40 s)" in md and "900 MiB" in md
     assert "Slowest view per page (no job): Layers 2.50 s" in md
