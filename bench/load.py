@@ -181,7 +181,7 @@ class _Barrier:
     async def arrive(self) -> None:
         self.n -= 1
         if self.n <= 0:
-            self.cpu = _cpu_s(self.server_pid) if self.server_pid else None  # the timed browsing starts
+            self.cpu = _cpu_s(self.server_pid) if self.server_pid else None  # the CPU used so far, at the release
             self.event.set()
         await self.event.wait()
 
@@ -262,6 +262,7 @@ def _warm_up(url: str, server_pid: int) -> None:
 
 
 def _proc_stats() -> dict[int, list[str]]:
+    """pid -> the fields of /proc/<pid>/stat, for every process now."""
     from core.procfs import stat_fields
 
     stats = {}
@@ -286,8 +287,8 @@ def _tree_cpu_s(root: int, stats: dict | None = None) -> float:
 
 def _cpu_s(server_pid: int) -> dict:
     """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
-    (this process and Playwright's driver), and the whole machine
-    from /proc/stat (busy; niced, which is the job's worker and the UMAP process; stolen by the host)."""
+    (this process and Playwright's driver), and the whole machine from /proc/stat (busy; niced, which is
+    the job's worker and the UMAP process; stolen by the host)."""
     stats = _proc_stats()
     tck = os.sysconf("SC_CLK_TCK")
     browsers = harness = 0
