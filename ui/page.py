@@ -146,16 +146,22 @@ def downloads(view: views.View, key: str) -> None:
     buttons; a row of six download buttons with their tooltips under every figure cost the browser
     about 0.025 s of CPU per figure and page visit (one user, old and new rows alternated)."""
     with st.container(horizontal=True, gap="small", key=f"dl_{key}"):
-        box = st.popover("Download", icon=":material/download:", type="tertiary", key=f"dlpop_{key}",
-                         on_change="rerun", help=f"{view.title}: the figure or the data, manifest included")
-        if box.open:
+        box = lazy_popover("Download", f"dlpop_{key}", icon=":material/download:",
+                           help=f"{view.title}: the figure or the data, manifest included")
+        if box is not None:
             with box:
                 download_buttons(view, key)
-        paper = st.popover("For a paper", icon=":material/article:", type="tertiary", key=f"paper_{key}",
-                           on_change="rerun")
-        if paper.open:  # its form is made only when opened (a lazy popover): not once per figure and run
+        paper = lazy_popover("For a paper", f"paper_{key}", icon=":material/article:")
+        if paper is not None:
             with paper:
                 publication_form(view, key)
+
+
+def lazy_popover(label: str, key: str, **kw):
+    """A popover whose body is made only while it is open (Streamlit's stateful popover), not once per
+    figure and run. Returns it when open, else None."""
+    box = st.popover(label, type="tertiary", key=key, on_change="rerun", **kw)
+    return box if box.open else None
 
 
 def download_buttons(view: views.View, key: str) -> None:
@@ -170,7 +176,8 @@ def download_buttons(view: views.View, key: str) -> None:
                                f"{view.title} as plain CSV (its manifest: the JSON download, or the sidecar under "
                                "'For a paper')")
     st.caption("Figures: PNG, SVG, PDF, HTML (interactive); data: CSV, JSON. The manifest (model, corpus, "
-               "settings, versions) is in each file's metadata.")
+               "settings, versions) is inside each file, except the plain CSV's: it is the JSON download, or "
+               "the sidecar under *For a paper*.")
 
 
 def publication_form(view: views.View, key: str) -> None:
