@@ -1,6 +1,7 @@
-"""Layers: per-layer curves of every metric, models overlaid, with the published references,
-the post-processing what-if, the table of numbers, the pairwise-cosine distribution and the
-mean cosine by token-frequency decile."""
+"""Layers, in three sections of which only the open one is built: the per-layer curves of every
+metric, models overlaid, with the published references and the post-processing what-if; the table
+of numbers; at one layer, the pairwise-cosine distribution and the mean cosine by token-frequency
+decile."""
 
 import streamlit as st
 
@@ -8,40 +9,50 @@ from core import views
 from core.selection import METRICS, SAMPLE_METRICS
 from ui import data, page, state
 
+SECTIONS = ("Curves", "Numbers", "At one layer")
+
 sel, runs = page.header("Anisotropy by layer")
 if page.need_runs(runs):
-    c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
-    metric = c1.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
-                          format_func=lambda k: METRICS[k][0], key="metric")
-    ref = c3.toggle("Published curves (Ethayarajh 2019)", sel.reference, key="reference")
-    x_axis = page.x_axis_picker(sel.replace(reference=ref), runs, c2, "x_axis")
-    sel = state.update(metric=metric, reference=ref, **({"x_axis": x_axis} if x_axis else {}))
-    x_axis = sel.x_axis_for([r.n_layers for r in runs])
+    # Only the open section is computed and drawn (as on Outliers and Compare): the curves, the table
+    # and the two one-layer figures together were 3 figures and a grid per visit, about a third of the
+    # browser's work when 8 users share a 2-core server (python -m bench.load).
+    curves_tab, numbers_tab, one_tab = page.lazy_tabs(SECTIONS, "layers_section")
+    if curves_tab.open:
+        with curves_tab:
+            c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
+            metric = c1.selectbox("Metric", list(METRICS), index=list(METRICS).index(sel.metric),
+                                  format_func=lambda k: METRICS[k][0], key="metric")
+            ref = c3.toggle("Published curves (Ethayarajh 2019)", sel.reference, key="reference")
+            x_axis = page.x_axis_picker(sel.replace(reference=ref), runs, c2, "x_axis")
+            sel = state.update(metric=metric, reference=ref, **({"x_axis": x_axis} if x_axis else {}))
+            x_axis = sel.x_axis_for([r.n_layers for r in runs])
+            posts = page.posts_for(sel, runs)
+            post_rows = [data.post_rows(r.spec, p) if not p.is_identity else None for r, p in zip(runs, posts)]
+            curves = views.layer_curves([r.results for r in runs], sel.metric, x_axis, sel.reference,
+                                        post_rows=post_rows, post_labels=[p.label() for p in posts])
+            curves = views.add_seed_bands(curves, [r.results for r in runs], [r.controls for r in runs], sel.metric,
+                                          x_axis)
+            page.show(curves, "curves")
+            page.published_language_note(sel, runs)
+            page.definition(sel.metric)
+            box = page.lazy_expander("Post-processing what-if (dashed curves)", "post_open_layers",
+                                     expanded=not sel.post.is_identity or sel.drop_outliers)
+            if box is not None:
+                with box:
+                    page.post_form(sel, runs, "layers")
+                    if sel.metric not in SAMPLE_METRICS:
+                        st.caption("Choose a sample metric (mean cosine, PC1 ratio, effective rank, IsoScore, "
+                                   "partition isotropy) to see the what-if curves.")
 
-    posts = page.posts_for(sel, runs)
-    post_rows = [data.post_rows(r.spec, p) if not p.is_identity else None for r, p in zip(runs, posts)]
-    curves = views.layer_curves([r.results for r in runs], sel.metric, x_axis, sel.reference,
-                                post_rows=post_rows, post_labels=[p.label() for p in posts])
-    curves = views.add_seed_bands(curves, [r.results for r in runs], [r.controls for r in runs], sel.metric, x_axis)
-    page.show(curves, "curves")
-    page.published_language_note(sel, runs)
-    page.definition(sel.metric)
-    box = page.lazy_expander("Post-processing what-if (dashed curves)", "post_open_layers",
-                             expanded=not sel.post.is_identity or sel.drop_outliers)
-    if box is not None:
-        with box:
-            page.post_form(sel, runs, "layers")
-            if sel.metric not in SAMPLE_METRICS:
-                st.caption("Choose a sample metric (mean cosine, PC1 ratio, effective rank, IsoScore, partition "
-                           "isotropy) to see the what-if curves.")
+    if numbers_tab.open:
+        with numbers_tab:
+            page.show(views.metric_table([r.results for r in runs]), "table")
 
-    st.subheader("Numbers")
-    page.show(views.metric_table([r.results for r in runs]), "table")
-
-    st.subheader("At one layer")
-    layers = page.layer_picker(sel, runs, "layers")
-    h1, h2 = st.columns(2)
-    with h1:
-        page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist", half=True)
-    with h2:
-        page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles", half=True)
+    if one_tab.open:
+        with one_tab:
+            layers = page.layer_picker(sel, runs, "layers")
+            h1, h2 = st.columns(2)
+            with h1:
+                page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist", half=True)
+            with h2:
+                page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles", half=True)

@@ -49,6 +49,9 @@ def test_three_modalities_every_page(app, computed, page):
     if page.endswith("layers.py"):
         names = [t["name"] for t in figs[0]["data"] if t.get("fill") != "toself"]
         assert sum(any(k in n for n in names) for k in ("MiniLM", "ViT", "Whisper")) == 3
+        at.session_state["layers_section"] = "At one layer"
+        at.run()
+        no_exception(at)
         assert "not applicable" in _captions(at)  # frequency deciles: images and audio left out, said so
     if page.endswith("compare.py"):
         curves = figs[0]

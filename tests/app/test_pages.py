@@ -56,11 +56,19 @@ def test_layers_default(app, computed):
     np.testing.assert_allclose(measured[0]["y"], [r["mean_cosine"] for r in res["layers"]], rtol=1e-9)
     assert [t for t in curves["data"] if t.get("name", "").startswith("published:")]  # reference overlay on
     assert "N = 2,0" in curves["layout"]["title"]["subtitle"]["text"]
+    assert not at.dataframe and len(figures(at)) == 1  # the curves: one section at a time
+    at.session_state["layers_section"] = "At one layer"
+    at.run()
+    no_exception(at)
+    assert [title(f) for f in figures(at)] == [title(by_title(at, "Pairwise cosine")), title(by_title(at, "decile"))]
     hist = by_title(at, "Pairwise cosine")
     assert np.nansum(hist["data"][0]["y"]) > 0
     dec = by_title(at, "frequency decile")
     np.testing.assert_allclose(dec["data"][0]["y"], [np.nan if v is None else v
                                                      for v in res["layers"][3]["frequency_binned_cosine"]])
+    at.session_state["layers_section"] = "Numbers"
+    at.run()
+    no_exception(at)
     table = at.dataframe[0].value
     assert len(table) == len(res["layers"]) and "effective_rank" in table.columns
 
@@ -104,12 +112,16 @@ def test_outliers_default(app, computed):
     bars = by_title(at, "Mean |x_d| per dimension, layer 3")
     hi = [t for t in bars["data"] if t["name"] == "outlier dimensions"][0]
     assert sorted(np.asarray(hi["x"], dtype=int).tolist()) == res["outliers"]["activation"]["per_layer"][3]
-    heat = by_title(at, "across layers")
-    assert np.asarray(heat["data"][0]["z"]).shape == (7, 384)
     cc = by_title(at, "Cosine contribution")
     assert len(cc["data"][0]["x"]) == 20
     # One section at a time: the others are neither computed nor sent.
-    assert len(figures(at)) == 3 and not [f for f in figures(at) if "signed Pearson r" in title(f)]
+    assert len(figures(at)) == 2 and not [f for f in figures(at) if "signed Pearson r" in title(f)]
+    at.session_state["outliers_section"] = "Across layers"
+    at.run()
+    no_exception(at)
+    heat = by_title(at, "across layers")
+    assert np.asarray(heat["data"][0]["z"]).shape == (7, 384) and len(figures(at)) == 1
+    assert any("this run: activation rule" in str(i) for i in at.table[0].value.index)  # the persistent dims
     at.session_state["outliers_section"] = "Two definitions"
     at.run()
     no_exception(at)

@@ -97,7 +97,7 @@ def test_tokens_names_and_text_are_escaped_in_figures(server, page, tmp_path):
     page.goto(f"{server}/?{q}")
     page.get_by_role("button", name="Run").click()
     page.get_by_text("computed in").first.wait_for()
-    _wait_plots(page, 2)
+    _wait_plots(page, 1)
     _settle(page)
     legend = page.evaluate("() => Array.from(document.querySelectorAll('.legendtext')).map(e => e.textContent)")
     assert any("<br><b>bold<i>it.txt" in t for t in legend), legend  # the file name, as text

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
                                  f"{CHROMIUM} (apt-get install chromium)")]
 PAGES = ("Layers", "Outliers", "Projection", "Compare")
-MIN_PLOTS = {"Layers": 3, "Outliers": 3, "Projection": 1, "Compare": 1}  # the first section of Outliers and Compare
+MIN_PLOTS = {"Layers": 1, "Outliers": 2, "Projection": 1, "Compare": 1}  # the first section of each page
 
 
 def _jobs(cache):
@@ -103,7 +103,7 @@ def test_two_contexts_start_the_same_spec_one_computation(server, browser):
         p.get_by_role("button", name="Run").click()
     curves = []
     for p in pages:
-        wait_plots(p, 3, timeout_s=600)
+        wait_plots(p, 1, timeout_s=600)
         settle(p)
         curves.append(_curve(p))
     mine = [j for j in _jobs(cache) if "4,500 tokens" in j.label]
