@@ -97,6 +97,9 @@ def test_default_flow(server, browser, tmp_path):
     assert csv.splitlines()[0].startswith("series,") and "mean_cosine" in csv.splitlines()[0]  # plain CSV
     assert dl.suggested_filename == "layers_mean_cosine__wiki-en.csv"
     page.keyboard.press("Escape")
+    page.mouse.move(0, 0)  # no tooltip over the page in the screenshot (hover, or the focused Download button)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.wait_for_timeout(500)
     _screenshot(page, shots / "layers.png")
     # Its other sections, each drawn when opened: the table, then the two one-layer figures.
     page.get_by_role("tab", name="Numbers").click()
