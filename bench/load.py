@@ -34,7 +34,8 @@ from pathlib import Path
 from bench.appserver import CHROMIUM, ROOT, app_server
 from bench.appserver import CHROMIUM_ARGS as ARGS
 
-# page -> its figures for the browsed run: all of them must be drawn before the view counts as shown
+# page -> the figures of its first section (the one open on a visit) for the browsed run: all of them
+# must be drawn before the view counts as shown
 PAGES = {"Layers": 1, "Outliers": 2, "Projection": 1, "Compare": 1}
 QUERY = "tokens=4000&sample=1000"
 JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 cores
