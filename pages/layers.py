@@ -14,8 +14,8 @@ SECTIONS = ("Curves", "Numbers", "At one layer")
 sel, runs = page.header("Anisotropy by layer")
 if page.need_runs(runs):
     # Only the open section is computed and drawn (as on Outliers and Compare): the curves, the table
-    # and the two one-layer figures together were 3 figures and a grid per visit, about a third of the
-    # browser's work when 8 users share a 2-core server (python -m bench.load).
+    # and the two one-layer figures together were 3 figures and a grid per visit (one user's browser:
+    # 0.87 s of CPU per visit, 0.41 s for the curves alone; python -m bench.load measures 8 users).
     curves_tab, numbers_tab, one_tab = page.lazy_tabs(SECTIONS, "layers_section")
     if curves_tab.open:
         with curves_tab:

@@ -57,8 +57,8 @@ if page.need_runs(runs):
     res = run.results
 
     # Only the open section is computed and drawn: the whole page was 7 figures and 5 tables, about
-    # 2 s of one core in the browser per visit (the at-one-layer and across-layers figures apart: 0.87
-    # -> 0.6 s, one user). A link with a dim or the ablation opens on that section.
+    # 2 s of one core in the browser per visit (the at-one-layer and across-layers figures apart too:
+    # 0.87 -> 0.7-0.8 s, one user). A link with a dim or the ablation opens on that section.
     dims_tab, across_tab, defs_tab, freq_tab, drill_tab, ablation_tab = page.lazy_tabs(
         SECTIONS, "outliers_section", "Drill into a dimension" if sel.dim is not None else "Ablation" if sel.ablation else None)
     if dims_tab.open:

@@ -60,7 +60,7 @@ def test_layers_default(app, computed):
     at.session_state["layers_section"] = "At one layer"
     at.run()
     no_exception(at)
-    assert [title(f) for f in figures(at)] == [title(by_title(at, "Pairwise cosine")), title(by_title(at, "decile"))]
+    assert len(figures(at)) == 2  # the histogram and the deciles, not the curves
     hist = by_title(at, "Pairwise cosine")
     assert np.nansum(hist["data"][0]["y"]) > 0
     dec = by_title(at, "frequency decile")
