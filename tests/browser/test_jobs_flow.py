@@ -17,11 +17,12 @@ from pathlib import Path
 import pytest
 from browser_helpers import CHROMIUM, goto_page, settle, wait_plots
 
+from bench.load import PAGES as MIN_PLOTS  # page -> the figures of its first section for one computed run
+
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
                                  f"{CHROMIUM} (apt-get install chromium)")]
-PAGES = ("Layers", "Outliers", "Projection", "Compare")
-MIN_PLOTS = {"Layers": 1, "Outliers": 2, "Projection": 1, "Compare": 1}  # the first section of each page
+PAGES = tuple(MIN_PLOTS)  # Layers, Outliers, Projection, Compare
 
 
 def _jobs(cache):
