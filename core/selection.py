@@ -5,10 +5,13 @@ page choices such as the metric and the layer), so a URL reproduces a view. Only
 differ from the defaults are written to the URL; reading is tolerant: a bad value falls back to
 its default and is reported, a number out of range is clamped and reported, never raised.
 
-What a URL or a sidebar field may name is restricted (`check_corpus`, `check_model`): built-in
-corpora and models, uploads by the id the app gave them (``upload:<sha256>.<ext>``), files and
-model folders under the configured data directory (``data:<relative path>``), hub identifiers
-unless switched off; any server path only when core.settings allows it (the CLI always may).
+What a URL or a sidebar field may name is restricted (`check_corpus`, `check_modal_corpus`,
+`check_model`): built-in corpora and models, uploads by the id the app gave them
+(``upload:<sha256>.<ext>``), files, folders and model folders under the configured data directory
+(``data:<relative path>``), hub identifiers unless switched off; any server path only when
+core.settings allows it (the CLI always may). Every field that names a file, a folder or a model is
+listed in `NAMED_FIELDS` with its check, and every path goes through the one `_allowed_path`; the
+answer is decided on the text alone, never on what exists.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from typing import Mapping
 from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
 from .errors import InputError
 from .escape import shorten, visible
+from .modalities import MODAL_CORPORA
 from .postprocess import PostProcess
 from .settings import Settings
 from .settings import current as current_settings
@@ -129,6 +133,39 @@ def check_corpus(ident: str, settings: Settings | None = None) -> str:
     return path
 
 
+def check_modal_corpus(ident: str, modality: str, settings: Settings | None = None) -> str:
+    """Validate an image or speech corpus from the URL or the sidebar; return its canonical form.
+
+    A built-in corpus of that modality or an upload id (a zip) as it is; a file or folder in the data
+    directory as its absolute path. Decided before anything is read or hashed, on the text alone.
+    """
+    ident = str(ident).strip()
+    what = {"image": "Image corpus", "audio": "Speech corpus"}[modality]
+    builtins = [k for k, c in MODAL_CORPORA.items() if c.modality == modality]
+    if ident in MODAL_CORPORA:
+        if ident not in builtins:
+            raise InputError(f"{what} {_shown(ident)} holds {MODAL_CORPORA[ident].modality}: use one of "
+                             f"{', '.join(builtins)}.")
+        return ident
+    if ident.startswith(UPLOAD_PREFIX):
+        if not is_upload_id(ident) or not ident.endswith(".zip"):
+            raise InputError(f"{what} {_shown(ident)} is not an upload id this app gave; upload the files again.")
+        return ident
+    st = settings or current_settings()
+    where = "in the data directory (data:<folder>)" if st.data_dir else "(no data directory is configured)"
+    return _allowed_path(ident, what, f"name a built-in corpus ({', '.join(builtins)}), upload files, or name a "
+                                      f"folder or zip {where}", st)
+
+
+def check_more_corpus(entry: str, settings: Settings | None = None) -> str:
+    """A corpus to compare (``<id>[#<text column>]``): a built-in text corpus or an upload id."""
+    base = split_corpus(entry)[0]
+    if base not in BUILTIN_CORPORA and not is_upload_id(base):
+        raise InputError(f"Corpus {_shown(base)} to compare is not a built-in corpus "
+                         f"({', '.join(BUILTIN_CORPORA)}) nor an upload of this app.")
+    return str(entry)
+
+
 def check_model(ident: str, settings: Settings | None = None) -> str:
     """Validate a model identifier from the URL or the sidebar; return its canonical form.
 
@@ -142,18 +179,24 @@ def check_model(ident: str, settings: Settings | None = None) -> str:
         return ident
     st = settings or current_settings()
     builtins = ", ".join(BUILTIN_MODELS)
+    # One answer for every refusal, so that what is refused says nothing about what exists.
+    ok = [f"built-in models ({builtins})"]
+    if st.allow_hub:
+        ok.append("hub identifiers (org/name[@revision])")
+    if st.allow_model_folders and st.data_dir is not None:
+        ok.append("model folders in the data directory (data:<folder>)")
+    off = [w for w, on in (("hub identifiers", st.allow_hub), ("local model folders", st.allow_model_folders))
+           if not on]
+    allowed = f"this server takes {', '.join(ok)}" + (f"; {' and '.join(off)} are switched off" if off else "")
+    refused = InputError(f"Model {_shown(ident)} is not available here: {allowed}. Other server paths work "
+                         f"from the command line (python -m core).")
     # "org/name" that exists relative to the server's working folder would load as a local folder.
     if _is_path(ident) or Path(ident.split("@", 1)[0]).exists():
         if not st.allow_model_folders:
-            raise InputError(f"Model {_shown(ident)} is not available here: local model folders are switched "
-                             f"off on this server. Built-in models: {builtins}.")
-        where = "in the data directory (data:<folder>)" if st.data_dir else "(no data directory is configured)"
-        return _allowed_path(ident, "Model", f"name a built-in model ({builtins}), a hub identifier, or a model "
-                                             f"folder {where}", st)
+            raise refused
+        return _allowed_path(ident, "Model", allowed, st)
     if not st.allow_hub:
-        raise InputError(f"Model {_shown(ident)} is not available here: only built-in models ({builtins})"
-                         f"{' and model folders in the data directory' if st.allow_model_folders else ''}; "
-                         f"hub identifiers are switched off on this server.")
+        raise refused
     if not _HUB_ID.fullmatch(ident):
         raise InputError(f"Model {_shown(ident)} is not a built-in model ({builtins}) nor a valid hub "
                          f"identifier (org/name[@revision]).")
@@ -217,22 +260,21 @@ class Selection:
             raise InputError("Select at least one model.")
         if len(models) > MAX_MODELS:
             raise InputError(f"At most {MAX_MODELS} models at once, got {len(models)}.")
-        models = tuple(dict.fromkeys(check_model(m) for m in models))
         object.__setattr__(self, "models", models)
-        object.__setattr__(self, "corpus", check_corpus(self.corpus))
+        object.__setattr__(self, "more_corpora", tuple(str(c).strip() for c in self.more_corpora if str(c).strip()))
+        st = current_settings()
+        for name, check in NAMED_FIELDS.items():  # every field that names a file, folder or model
+            v = getattr(self, name)
+            checked = tuple(dict.fromkeys(check(x, st) for x in v)) if isinstance(v, tuple) else check(v, st)
+            object.__setattr__(self, name, checked)
+        models = self.models
         for name, (lo, hi) in LIMITS.items():
             v = getattr(self, name)
             if v is not None and not lo <= int(v) <= hi:
                 raise InputError(f"{name} must be in [{lo:,}, {hi:,}], got {v!r}.")
         if len(self.search) > MAX_SEARCH_CHARS:
             raise InputError(f"The search text is longer than {MAX_SEARCH_CHARS} characters.")
-        more = tuple(c for c in dict.fromkeys(str(c).strip() for c in self.more_corpora if str(c).strip())
-                     if c != self.corpus)
-        for c in more:
-            base = split_corpus(c)[0]
-            if base not in BUILTIN_CORPORA and not is_upload_id(base):
-                raise InputError(f"Corpus {_shown(base)} to compare is not a built-in corpus "
-                                 f"({', '.join(BUILTIN_CORPORA)}) nor an upload of this app.")
+        more = tuple(c for c in self.more_corpora if c != self.corpus)
         if 1 + len(more) > MAX_CORPORA:
             raise InputError(f"At most {MAX_CORPORA} corpora at once, got {1 + len(more)}.")
         if len(models) * (1 + len(more)) > MAX_RUNS:
@@ -348,6 +390,19 @@ class Selection:
     def replace(self, **kw) -> "Selection":
         return dataclasses.replace(self, **kw)
 
+
+# The fields of Selection that name a file, a folder or a model, each with its check (which sends every
+# path through `_allowed_path`). Selection.__post_init__ applies them; a new such field must be listed here
+# (tests/unit/test_selection.py tries an outside path on every URL key).
+NAMED_FIELDS = {
+    "models": check_model,
+    "corpus": check_corpus,
+    "image_corpus": lambda ident, st=None: check_modal_corpus(ident, "image", st),
+    "audio_corpus": lambda ident, st=None: check_modal_corpus(ident, "audio", st),
+    "more_corpora": check_more_corpus,
+}
+# Fields whose value is text, never opened as a file (a search string, a table's column name).
+TEXT_FIELDS = ("search", "text_column")
 
 DEFAULT = Selection()
 

@@ -47,6 +47,21 @@ def test_server_files_are_not_corpora_from_the_url(app, corpus):
     assert not any("no such file" in t or "is a folder" in t for t in _texts(at))
 
 
+@pytest.mark.parametrize("key,model", [("icorpus", "dinov2-vits14"), ("acorpus", "whisper-tiny-en")])
+@pytest.mark.parametrize("shared", [False, True])
+def test_image_and_audio_corpora_are_not_server_paths(app, monkeypatch, key, model, shared):
+    """Issue 27 item 1: icorpus=/acorpus= went to any server folder; now the one path check, one answer."""
+    if shared:
+        monkeypatch.setenv("ANISO_SHARED", "1")
+    answers = []
+    for path in ("/usr", "/nonexistent-usr"):
+        at = app(models=model, **{key: path})
+        no_exception(at)
+        answers.append([w.value.replace(path, "PATH") for w in at.warning if "not available here" in w.value])
+        assert at.query_params.get(key) in (None, [], "")
+    assert answers[0] and answers[0] == answers[1]
+
+
 @pytest.mark.parametrize("page", PAGES)
 def test_out_of_range_numbers_are_clamped(app, page):
     at = app(page=page, tokens=str(10**12), sample=str(10**9), seed="-5", batch="0", pp_abtt=str(10**9),

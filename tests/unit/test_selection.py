@@ -250,3 +250,54 @@ def test_every_metric_of_the_picker_has_one_definition_with_its_one_line_form():
         assert short(key) == d.short and "\n" not in d.short
         assert docs_section(key), f"docs/metrics.md has no section naming `{key}`"
     assert short("no-such-metric") == ""
+
+
+@pytest.mark.parametrize("shared", [False, True])
+def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, tmp_path, shared):
+    """Issue 27 item 1: every URL key of Selection that could name a file or folder goes through the
+    one path check (icorpus= and acorpus= did not), and the answer is the same whether the path exists."""
+    from core.selection import _KEYS, _PP_KEYS, TEXT_FIELDS
+
+    data = tmp_path / "data"
+    data.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    for name in ("a.png", "a.wav", "a.zip", "a.txt", "sub/config.json"):
+        (outside / name).write_bytes(b"x")
+    no_settings.setenv("ANISO_DATA_DIR", str(data))
+    if shared:
+        no_settings.setenv("ANISO_SHARED", "1")
+    existing = [str(outside), str(outside / "a.png"), str(outside / "a.wav"), str(outside / "a.zip"),
+                str(outside / "a.txt"), str(outside / "sub"), "/usr", "data:../outside"]
+    tried = 0
+    for key, name in list(_KEYS.items()) + [(k, None) for k in _PP_KEYS]:
+        if name in TEXT_FIELDS:
+            continue
+        for there in existing:
+            missing = there.replace("outside", "nowhere").replace("/usr", "/nousr")
+            answers = []
+            for value in (there, missing):
+                sel, problems = from_query_params({key: [value]})
+                for f in ("models", "corpus", "image_corpus", "audio_corpus", "more_corpora", "focus",
+                          "focus_corpus", "metric"):
+                    assert getattr(sel, f) == getattr(DEFAULT, f), (key, value, f)
+                answers.append([p.replace(value, "PATH") for p in problems])
+            assert answers[0] == answers[1], (key, answers)
+            tried += 1
+    assert tried >= 8 * 25
+    for f in ("image_corpus", "audio_corpus", "corpus"):
+        for p in (str(outside), str(outside / "a.zip"), "/usr"):
+            with pytest.raises(InputError, match="not available here"):
+                Selection(**{f: p})
+
+
+def test_modal_corpora_from_the_data_directory(no_settings, tmp_path):
+    (tmp_path / "imgs").mkdir()
+    no_settings.setenv("ANISO_DATA_DIR", str(tmp_path))
+    sel = Selection(image_corpus="data:imgs", audio_corpus="speech-synthetic")
+    assert sel.image_corpus == str(tmp_path.resolve() / "imgs")
+    zip_id = "upload:" + "b" * 64 + ".zip"
+    assert Selection(image_corpus=zip_id).image_corpus == zip_id
+    for bad in ("speech-human", "upload:" + "b" * 64 + ".csv", "upload:../x.zip"):
+        with pytest.raises(InputError):
+            Selection(image_corpus=bad)
