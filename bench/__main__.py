@@ -16,6 +16,7 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -70,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command(argv: list[str]) -> str:
-    return "python -m bench" + ("" if not argv else " " + " ".join(argv))
+    """The command as BENCHMARKS.md prints it: files by name only (a directory of this machine tells a reader nothing)."""
+    return "python -m bench" + "".join(" " + re.sub(r"(?<![\w.~-])/(?:[^/\s]+/)+", "", x) for x in argv)
 
 
 def main(argv: list[str] | None = None) -> int:
