@@ -353,6 +353,28 @@ def intra_sentence_similarity(
     return float(total / count) if count else math.nan
 
 
+def _replicate_mean_cosine(W: np.ndarray, S: np.ndarray, gn: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """Kernel of :func:`mean_cosine_replicates`: the statistic of each row of group weights ``W`` (b, G).
+
+    A replicate holds ``w_g`` copies of group g. Pairs of tokens from different groups weigh
+    ``w_g w_h``; pairs within a group weigh ``w_g`` (pairs inside one copy; the copies of a group
+    are not paired with each other, nor a token with itself). With ``s_g = ||S_g||^2``::
+
+        (||sum_g w_g S_g||^2 - sum_g w_g^2 s_g + sum_g w_g (s_g - Q_g))
+        / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g^2 + sum_g w_g (n_g^2 - n_g))
+
+    nan where a replicate has no pair.
+    """
+    Sb = W @ S  # (b, d)
+    W2 = W * W
+    s = np.einsum("gd,gd->g", S, S)
+    Nb = W @ gn
+    num = np.einsum("bd,bd->b", Sb, Sb) - W2 @ s + W @ (s - q)
+    denom = Nb * Nb - W2 @ (gn * gn) + W @ (gn * gn - gn)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denom > 0, num / denom, np.nan)
+
+
 def mean_cosine_replicates(
     group_sum_u: np.ndarray,
     group_n: np.ndarray,
@@ -360,12 +382,19 @@ def mean_cosine_replicates(
     seed: int = 0,
     group_u_sq: np.ndarray | None = None,
 ) -> np.ndarray:
-    """The bootstrap replicates of ``mean_cosine`` behind :func:`mean_cosine_ci` (its kernel).
+    """The bootstrap replicates of ``mean_cosine`` behind :func:`mean_cosine_ci`.
 
     Empty groups are dropped; each replicate draws the G non-empty groups with replacement
-    (multinomial weights ``w``, seeded) and keeps only pairs of distinct original tokens::
+    (multinomial weights ``w``, seeded). Its statistic is the mean cosine over the pairs a corpus
+    of new groups would have: pairs across groups with weight ``w_g w_h``, pairs within a group
+    with weight ``w_g`` (the copies of one group are not paired with each other: they are not
+    different documents, and pairing them would count within-group pairs ``w_g^2`` times)::
 
-        (||sum_g w_g S_g||^2 - sum_g w_g^2 Q_g) / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g)
+        (||sum_g w_g S_g||^2 - sum_g w_g^2 s_g + sum_g w_g (s_g - Q_g))
+        / ((sum_g w_g n_g)^2 - sum_g w_g^2 n_g^2 + sum_g w_g (n_g^2 - n_g))
+
+    ``s_g = ||S_g||^2``, ``Q_g = sum_{t in g} ||u_t||^2``. With every ``w_g = 1`` it is exactly
+    :func:`mean_cosine`.
 
     Returns
     -------
@@ -386,16 +415,13 @@ def mean_cosine_replicates(
     rng = np.random.default_rng(seed)
     chunk = max(1, min(n_boot, 4_000_000 // max(G, S.shape[1])))
     stats = np.empty(n_boot)
-    p = np.full(G, 1.0 / G)
     for start in range(0, n_boot, chunk):
-        stop = min(start + chunk, n_boot)
-        W = rng.multinomial(G, p, size=stop - start).astype(np.float64)  # (b, G)
-        Sb = W @ S  # (b, d)
-        W2 = W * W
-        Nb = W @ gn
-        denom = Nb * Nb - W2 @ gn
-        with np.errstate(divide="ignore", invalid="ignore"):
-            stats[start:stop] = np.where(denom > 0, (np.einsum("bd,bd->b", Sb, Sb) - W2 @ q) / denom, np.nan)
+        b = min(start + chunk, n_boot) - start
+        # multinomial(G, uniform) weights, as the counts of G uniform draws (5x faster than rng.multinomial)
+        draws = rng.integers(0, G, size=(b, G)) + G * np.arange(b)[:, None]
+        W = np.bincount(draws.ravel(), minlength=b * G).reshape(b, G).astype(np.float64)  # (b, G)
+        stop = start + b
+        stats[start:stop] = _replicate_mean_cosine(W, S, gn, q)
     return stats
 
 
@@ -412,11 +438,12 @@ def mean_cosine_ci(
     Tokens of one document are dependent (its windows too), so the resampling unit is a group of
     documents (the extraction deals every document, with all its windows, into one of G groups).
     Each replicate draws the non-empty groups with replacement (:func:`mean_cosine_replicates`).
-    A group drawn twice must not pair a token with its own copy (cosine 1, which would push the
-    interval up), so the statistic keeps only pairs of distinct original tokens, each weighted by
-    ``w_g(i) w_g(j)``; ``Q_g = sum_{t in g} ||u_t||^2`` (= n_g without zero hidden states). With all
-    ``w_g = 1`` it is exactly ``mean_cosine`` (Efron & Tibshirani 1993; Davison & Hinkley 1997 for
-    cluster resampling).
+    A group drawn twice is two copies of the same documents, not two groups: its copies are not
+    paired with each other (a token with its own copy has cosine 1, and the other cross-copy pairs
+    are within-group pairs, the most similar ones), so within-group pairs weigh ``w_g`` and pairs
+    across groups ``w_g w_h``, as in a corpus of ``sum_g w_g`` distinct groups.
+    ``Q_g = sum_{t in g} ||u_t||^2`` (= n_g without zero hidden states). With all ``w_g = 1`` it is
+    exactly ``mean_cosine`` (Efron & Tibshirani 1993; Davison & Hinkley 1997 for cluster resampling).
 
     Parameters
     ----------
@@ -450,12 +477,14 @@ def mean_cosine_ci(
 
 def mean_cosine_diff_ci(a_group_sum_u: np.ndarray, a_group_n: np.ndarray, b_group_sum_u: np.ndarray,
                         b_group_n: np.ndarray, n_boot: int = 1000, seed: int = 0,
-                        level: float = 0.95) -> tuple[float, float, float]:
+                        level: float = 0.95, a_group_u_sq: np.ndarray | None = None,
+                        b_group_u_sq: np.ndarray | None = None) -> tuple[float, float, float]:
     """Difference of two runs' ``mean_cosine`` (a - b) with a percentile bootstrap interval.
 
     The runs are resampled independently (two corpora, or two models whose token windows differ),
-    each by whole groups as in :func:`mean_cosine_ci`; the interval is that of the differences of
-    the replicates.
+    each by whole groups with the replicates of :func:`mean_cosine_ci`; the interval is that of the
+    differences of the replicates. ``a_group_u_sq``, ``b_group_u_sq``: each run's ``Q_g`` (default
+    its ``group_n``; less where hidden states are zero).
 
     Returns
     -------
@@ -474,11 +503,12 @@ def mean_cosine_diff_ci(a_group_sum_u: np.ndarray, a_group_n: np.ndarray, b_grou
         raise ValueError(f"level must lie in (0, 1), got {level!r}")
     A, B = _matrix(a_group_sum_u, "a_group_sum_u"), _matrix(b_group_sum_u, "b_group_sum_u")
     an, bn = _vector(a_group_n, "a_group_n", A.shape[0]), _vector(b_group_n, "b_group_n", B.shape[0])
+    aq = an if a_group_u_sq is None else _vector(a_group_u_sq, "a_group_u_sq", A.shape[0])
+    bq = bn if b_group_u_sq is None else _vector(b_group_u_sq, "b_group_u_sq", B.shape[0])
     sa, sb = A.sum(0), B.sum(0)
-    d = float(_pair_mean(np.array([sa @ sa]), np.array([an.sum()]))[0]
-              - _pair_mean(np.array([sb @ sb]), np.array([bn.sum()]))[0])
-    ra = mean_cosine_replicates(A, an, n_boot, seed)
-    rb = mean_cosine_replicates(B, bn, n_boot, seed + 1)
+    d = float(_pair_mean(sa @ sa, an.sum(), aq.sum()) - _pair_mean(sb @ sb, bn.sum(), bq.sum()))
+    ra = mean_cosine_replicates(A, an, n_boot, seed, aq)
+    rb = mean_cosine_replicates(B, bn, n_boot, seed + 1, bq)
     if ra.size == 0 or rb.size == 0:
         return d, math.nan, math.nan
     diff = ra - rb

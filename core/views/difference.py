@@ -34,7 +34,8 @@ def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: i
         la = l if short else layer_at_depth(ra, depth)
         lb = layer_at_depth(rb, depth) if short else l
         d, lo, hi = M.mean_cosine_diff_ci(ga["group_sum_u"][la], ga["group_n"], gb["group_sum_u"][lb], gb["group_n"],
-                                          n_boot=n_boot, seed=l)
+                                          n_boot=n_boot, seed=l, a_group_u_sq=ga["group_u_sq"][la],
+                                          b_group_u_sq=gb["group_u_sq"][lb])
         rows.append({"depth": depth, "layer_a": la, "layer_b": lb, "difference": d, "ci_low": lo, "ci_high": hi,
                      "excludes_zero": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
     df = pd.DataFrame(rows)
