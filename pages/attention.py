@@ -37,7 +37,7 @@ def drift_section() -> None:
             lg.drift = DriftSpec(d=int(d), heads=int(heads), seq_len=int(seq), n_seq=cur.n_seq,
                                  alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed))
         except (InputError, ValueError) as e:
-            st.error(f"Experiment not run: {e}")
+            st.error(f"Experiment not run: {page.md(str(e))}")
             return
     if lg.drift is not None:
         with st.spinner("Running the block…"):
@@ -74,7 +74,7 @@ if page.need_runs(runs):
                     ui_run.submit_attention(run.spec)
                     st.rerun()  # the jobs panel above shows its progress; the page redraws when it ends
                 except InputError as e:
-                    st.error(str(e))
+                    st.error(page.md(str(e)))
     else:
         sec = data.attention(run.spec)
         stat = st.selectbox("Statistic", list(AV.HEATMAP_STATS), format_func=lambda k: AV.ATTN_STATS[k][0],
@@ -133,5 +133,5 @@ if page.need_runs(runs):
                 if maps["dims"]:
                     page.show(AV.attention_map_change(res, maps, int(block), int(head)), "attn_map_change")
             except InputError as e:
-                st.error(str(e))
+                st.error(page.md(str(e)))
 drift_section()

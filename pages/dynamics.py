@@ -20,7 +20,7 @@ with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step
         try:  # offline, only revisions already in the local hub cache (HF_HOME) are accepted
             hub_run = training.add_hub_series(hub_id, hub_revs, max_tokens=int(st.session_state.get("dyn_tokens", 20_000)))
         except Exception as e:  # noqa: BLE001 - InputError: a bad id or revision, the hub unreachable
-            st.error(str(e), icon=":material/error:")
+            st.error(page.md(str(e)), icon=":material/error:")
         else:
             st.session_state["dyn_runs"] = [hub_run]
             st.toast(f"Queued: the analysis of every revision of {hub_id.strip()}.")

@@ -60,7 +60,7 @@ if go or go_preset:
                          batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
         runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}
     except Exception as e:  # noqa: BLE001 - InputError from the spec, a missing file: say why
-        st.error(str(e), icon=":material/error:")
+        st.error(page.md(str(e)), icon=":material/error:")
     else:
         names = training.submit_training(runs, analyse=bool(go_preset))
         if go_preset:

@@ -10,13 +10,14 @@ import streamlit as st
 
 from core import jobs
 from core.errors import InputError
+from core.escape import markdown_text
 
 
 def start_worker() -> None:
     try:
         jobs.ensure_worker()
     except OSError as e:  # a read-only cache directory, no fork allowed...
-        st.error(f"Could not start the job worker ({e}). Start one with `python -m core worker`.")
+        st.error(f"Could not start the job worker ({markdown_text(str(e))}). Start one with `python -m core worker`.")
     st.session_state["_jobs_worker_check"] = time.monotonic()
 
 

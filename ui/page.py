@@ -103,7 +103,7 @@ def status(sel) -> None:
     for p in lg.url_problems:
         st.warning(markdown_text(p), icon=":material/link_off:")
     if lg.corpus_problem:
-        st.error(f"{lg.corpus_problem} Shown below: the results for the previous corpus, "
+        st.error(f"{markdown_text(lg.corpus_problem)} Shown below: the results for the previous corpus, "
                  f"**{md(views.corpus_display(sel.corpus, sel.text_column))}**.", icon=":material/error:")
     run.panel(sel)
     for spec in sel.specs():  # what a computed run says about its corpus

@@ -12,7 +12,7 @@ import streamlit as st
 from core import pipeline, report, settings
 from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
 from core.errors import InputError
-from core.escape import markdown_text
+from core.escape import markdown_code, markdown_text
 from core.modalities.audio import AUDIO_SUFFIXES
 from core.modalities.images import IMAGE_SUFFIXES
 from core.models import BUILTIN_MODELS, describe_model
@@ -71,17 +71,18 @@ def _preview(uid: str, col: str | None) -> None:
     try:
         pv = data.preview(uid, col)
     except InputError as e:
-        st.error(str(e), icon=":material/error:")
+        st.error(markdown_text(str(e)), icon=":material/error:")
         state.log().corpus_problem = str(e)
         return
     what = "rows" if pv.kind == "table" else "documents"
     colnote = ""
     if pv.kind == "table":
-        colnote = f" · text column `{pv.text_column}`" + (" (detected)" if pv.text_column == pv.detected_column else "")
+        colnote = (f" · text column {markdown_code(str(pv.text_column))}"
+                   + (" (detected)" if pv.text_column == pv.detected_column else ""))
     st.caption(f":material/description: **{md(pv.name)}** · {pv.n_documents:,} {what} · "
                f"≈{pv.est_tokens:,} tokens (estimate: {pv.n_words:,} words × 1.3){colnote}")
     for w in pv.warnings:
-        st.warning(w, icon=":material/warning:")
+        st.warning(markdown_text(w), icon=":material/warning:")
     with st.expander(f"First {len(pv.first)} {what}"):
         for i, d in enumerate(pv.first, 1):
             st.text(f"{i}. {d}")
@@ -126,7 +127,7 @@ def _corpus(sel) -> tuple[str, str | None]:
                 uid = upload_id(save_upload(up.getvalue(), up.name))
             except InputError as e:
                 st.error(markdown_text(str(e)))
-                lg.corpus_problem = f"The upload of {md(up.name)} failed: {md(str(e))}"
+                lg.corpus_problem = f"The upload of {up.name} failed: {e}"
                 return sel.corpus, sel.text_column
         elif is_upload_id(sel.corpus):
             uid = sel.corpus  # from the URL, an earlier upload or pasted text
@@ -142,7 +143,7 @@ def _corpus(sel) -> tuple[str, str | None]:
                 uid = upload_id(save_pasted_text(text))
             except InputError as e:
                 st.error(markdown_text(str(e)))
-                lg.corpus_problem = md(str(e))
+                lg.corpus_problem = str(e)
                 return sel.corpus, sel.text_column
         elif is_upload_id(sel.corpus):
             uid = sel.corpus
@@ -153,7 +154,7 @@ def _corpus(sel) -> tuple[str, str | None]:
         path = resolve(uid)
     except InputError as e:
         st.error(markdown_text(str(e)))
-        lg.corpus_problem = md(str(e))
+        lg.corpus_problem = str(e)
         return sel.corpus, sel.text_column
     col = None
     if path.suffix.lower() in TABLE_SUFFIXES:
@@ -162,7 +163,7 @@ def _corpus(sel) -> tuple[str, str | None]:
             guess = sel.text_column if sel.text_column in cols else (detect_text_column(path) or cols[0])
         except InputError as e:
             st.error(markdown_text(str(e)))
-            lg.corpus_problem = md(str(e))
+            lg.corpus_problem = str(e)
             return sel.corpus, sel.text_column
         col = st.selectbox("Text column", cols, index=cols.index(guess), key="w_text_col")
     _preview(uid, col)
@@ -222,7 +223,7 @@ def _modal_corpora(sel, models) -> dict:
                     name = f"{len(ups)} {'images' if modality == 'image' else 'recordings'}.zip"
                 cid = upload_id(save_upload(data, name))  # an id, like the text uploads
             except InputError as e:
-                st.error(str(e))
+                st.error(markdown_text(str(e)))
         out[fieldname] = cid
     return out
 

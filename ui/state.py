@@ -24,7 +24,8 @@ class RunLog:
     errors: dict[str, str] = field(default_factory=dict)  # run id -> message of the last failure
     url_problems: list[str] = field(default_factory=list)
     uploads: list[str] = field(default_factory=list)  # corpus entries uploaded/pasted in this session ("id#col")
-    corpus_problem: str | None = None  # the chosen corpus failed (upload, paste): the pages say what they show
+    corpus_problem: str | None = None  # the chosen corpus failed (upload, paste), as plain text: the pages say
+    # what they show (escaped where shown)
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
     attention_maps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # run id -> (window, block, head) shown
     drift: object | None = None  # the DriftSpec of the controlled experiment last shown

@@ -147,3 +147,39 @@ def test_utf16_with_a_bom_works_in_the_ui(app, tmp_path, monkeypatch):
     run_clicked(at)
     assert not at.exception and not at.error, [e.value for e in at.error]
     assert any("computed in" in c.value for c in at.caption)
+
+
+MD_LINK, MD_IMG, HTML = "[Log in](https://evil.example/login)", "![x](https://evil.example/p.png)", "<img src=x onerror=alert(1)>"
+HOSTILE_UPLOADS = {  # issue 27 item 3: user text in every error path of an upload, shared as a link
+    "numbers.csv": (f'"{MD_IMG}","{HTML}"\n1,2\n3,4\n'.encode(), MD_IMG, "warning"),  # numbers-only warning
+    "empty-column.csv": (f'"{MD_LINK}",b\n,x\n,y\n'.encode(), MD_LINK, "error"),  # column holds no text
+    "html-column.csv": (f'"{HTML}",b\n,x\n,y\n'.encode(), HTML, "error"),
+    "bad.jsonl": (f'{{"{MD_LINK}": "a"}}\n{{oops {HTML}\n'.encode(), None, "error"),  # decode error
+}
+
+
+def _rendered_safely(texts: list[str]) -> None:
+    import re
+
+    for t in texts:
+        t = re.sub(r"(`+) .*? \1", "", t)  # code spans show their content as typed
+        assert "](" not in t and "![" not in t, t  # markdown links and images escaped: \[ \] \( \!
+        assert not re.search(r"(?<!\\)<(img|a|b|script)\b", t, re.I), t  # HTML shown as text
+
+
+@pytest.mark.parametrize("name", list(HOSTILE_UPLOADS))
+def test_markdown_and_html_from_an_upload_are_shown_as_text(app, cache_dir, name):
+    from core.uploads import save_upload
+
+    content, column, kind = HOSTILE_UPLOADS[name]
+    path = save_upload(content, f"{MD_LINK} {HTML} {name}", cache_dir)
+    at = app(corpus=f"upload:{path.name}", **({"col": column} if column else {}))
+    no_exception(at)
+    assert getattr(at, kind), _texts(at)  # the path under test was taken
+    _rendered_safely(_texts(at))
+
+
+def test_a_missing_upload_link_is_shown_as_text(app):
+    at = app(corpus="upload:" + "c" * 64 + ".csv", col=MD_LINK)
+    no_exception(at)
+    _rendered_safely(_texts(at))
