@@ -131,6 +131,23 @@ def _sniff_utf16_32(raw: bytes) -> str | None:
     return None
 
 
+def check_encoding(encoding: str) -> str:
+    """`encoding` if it names a text encoding (bytes -> str); InputError otherwise.
+
+    Codecs such as rot13, hex, base64 or zlib are not text encodings: bytes.decode refuses them
+    with a LookupError, and some would decompress without bound."""
+    import codecs
+
+    try:
+        info = codecs.lookup(str(encoding))
+    except (LookupError, TypeError, ValueError):
+        raise InputError(f"Unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252).") from None
+    if not getattr(info, "_is_text_encoding", True):
+        raise InputError(f"{encoding!r} is not a text encoding (it transforms bytes or text, such as rot13, hex "
+                         f"or base64): give the encoding of the file's characters, e.g. utf-8, latin-1, cp1252.")
+    return encoding
+
+
 def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
     """Bytes of a text file -> str. A byte-order mark decides (UTF-8/16/32); else `encoding`; else
     UTF-16/32 recognised without a mark (`_sniff_utf16_32`); else UTF-8.
@@ -145,12 +162,7 @@ def decode_text(raw: bytes, name: str, encoding: str | None = None) -> str:
                 raise InputError(f"{name} starts with a {enc.upper()} byte-order mark but is not valid "
                                  f"{enc.upper()} text.") from None
     if encoding:
-        import codecs
-
-        try:
-            codecs.lookup(encoding)
-        except LookupError:
-            raise InputError(f"Unknown encoding {encoding!r} (e.g. utf-8, latin-1, cp1252).") from None
+        check_encoding(encoding)
         try:
             return raw.decode(encoding)
         except UnicodeDecodeError as e:

@@ -61,6 +61,20 @@ def test_latin1_needs_its_encoding_named(tmp_path):
     assert load_documents(str(c), "text", encoding="latin-1") == ["café"]
 
 
+@pytest.mark.parametrize("encoding", ["rot13", "hex", "base64", "zlib_codec", "bz2", "uu", "quopri"])
+def test_codecs_that_are_not_text_encodings_are_refused(tmp_path, encoding):
+    """Issue 27 item 10: --encoding rot13/hex ended in a traceback (a LookupError from bytes.decode)."""
+    t = tmp_path / "a.txt"
+    t.write_bytes(b"6162630a")
+    c = tmp_path / "a.csv"
+    c.write_bytes(b"text\nabc\n")
+    for path, col in ((t, None), (c, "text")):
+        with pytest.raises(InputError, match="not a text encoding"):
+            load_documents(str(path), col, encoding=encoding)
+    with pytest.raises(InputError, match="Unknown encoding"):
+        load_documents(str(t), encoding="no-such-codec")
+
+
 def test_csv_quoted_newlines_and_empty_cells(tmp_path):
     p = tmp_path / "t.csv"
     p.write_text('id,text\n1,"first line\nsecond line"\n2,\n3,"  "\n4,"a, b and ""c"""\n')
