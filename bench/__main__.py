@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import re
 import sys
 import tempfile
@@ -23,8 +22,10 @@ import time
 import traceback
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # before anything imports huggingface_hub
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from core import settings  # noqa: E402
+
+settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
+settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
 from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
@@ -91,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.quick and not a.threads:
         a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
     if a.threads:
-        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-            os.environ[var] = str(a.threads)  # children inherit it
+        settings.export_env(**{var: str(a.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                                                                 "OPENBLAS_NUM_THREADS")})  # children inherit it
         import torch
 
         torch.set_num_threads(a.threads)
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     cache = root / "cache"
     cache.mkdir()
     linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
-    os.environ["ANISO_CACHE_DIR"] = str(cache)
+    settings.set_cache_dir(cache)
     ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)
     log(f"{'quick' if a.quick else 'full'} run, sections {only}; cache {cache}"
         + (f" (reusing the converted {linked})" if linked else ""))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -26,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from bench.common import ROOT, loadavg, log
+from core import settings
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
 CHILD = r'''
@@ -94,8 +94,8 @@ def export(rev: str, dest: Path) -> Path:
 
 
 def measure(tree: Path, args: dict) -> dict:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "PYTHONPATH": str(tree),
-           "OMP_NUM_THREADS": str(args["threads"]), "ANISO_CACHE_DIR": args["cache"]}
+    env = settings.child_env(args["cache"], HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(tree),
+                             OMP_NUM_THREADS=str(args["threads"]))
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=tree, env=env, capture_output=True,
                        text=True, timeout=1800)
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]

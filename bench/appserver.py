@@ -10,7 +10,6 @@ On the way out it stops the worker the app started for `cache_dir` (if any), the
 from __future__ import annotations
 
 import contextlib
-import os
 import socket
 import subprocess
 import sys
@@ -18,6 +17,8 @@ import time
 import urllib.request
 from pathlib import Path
 from typing import Iterator
+
+from core import settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -37,8 +38,7 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
     """The app on 127.0.0.1 with its own cache directory; raises RuntimeError with the log's tail when it
     does not answer within `start_timeout` s. `bind_flag=False` leaves the address to .streamlit/config.toml."""
     port = free_port()
-    full_env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false",
-                **(env or {})}
+    full_env = {**settings.child_env(cache, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"), **(env or {})}
     for k in drop_env:
         full_env.pop(k, None)
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless",

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import time
 
-os.environ["HF_HUB_OFFLINE"] = "1"
+from core import settings  # noqa: E402
+
+settings.export_env(HF_HUB_OFFLINE="1")
 
 
 def _hwm_mib() -> float:

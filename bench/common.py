@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from core import settings
 from core.procfs import meminfo, status_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,12 +131,9 @@ def machine_info() -> dict:
 
 # ----------------------------------------------------------------------------- environment
 def child_env(cache_dir: str | Path | None = None, extra: dict | None = None) -> dict:
-    env = dict(os.environ)
-    env["HF_HUB_OFFLINE"] = "1"
+    env = settings.child_env(cache_dir, HF_HUB_OFFLINE="1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    if cache_dir is not None:
-        env["ANISO_CACHE_DIR"] = str(cache_dir)
     env.update({k: str(v) for k, v in (extra or {}).items()})
     return env
 
@@ -146,17 +144,13 @@ def link_converted_models(cache_dir: Path) -> list[str]:
     The conversion (~15 s) is setup, not something the bench measures; stats and results are
     still computed afresh in `cache_dir`.
     """
-    try:
-        from core.models import default_cache_dir
-    except Exception:  # noqa: BLE001
-        return []
-    src = Path(default_cache_dir()) / "models"
+    src = settings.models_dir()
     linked = []
     if src.is_dir():
-        (cache_dir / "models").mkdir(parents=True, exist_ok=True)
+        settings.models_dir(cache_dir).mkdir(parents=True, exist_ok=True)
         for p in sorted(src.glob("smollm2-135m-*")):
             if (p / "DONE").exists() and (p / "model.safetensors").exists():
-                dst = cache_dir / "models" / p.name
+                dst = settings.models_dir(cache_dir) / p.name
                 if not dst.exists():
                     os.symlink(p.resolve(), dst)
                     linked.append(p.name)

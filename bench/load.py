@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench.appserver import CHROMIUM, ROOT, app_server
 from bench.appserver import CHROMIUM_ARGS as ARGS
+from core import settings
 
 # page -> the figures of its first section (the one open on a visit) for the browsed run: all of them
 # must be drawn before the view counts as shown
@@ -236,8 +237,8 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
     users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
     think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
     cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
-    os.environ["ANISO_CACHE_DIR"] = str(cache)
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ANISO_CACHE_DIR": str(cache), "TOKENIZERS_PARALLELISM": "false"}
+    settings.set_cache_dir(cache)
+    env = settings.child_env(cache, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
     print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
     analyze(sel.spec(sel.models[0]))

@@ -20,8 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ["HF_HUB_OFFLINE"] = "1"
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from core import settings  # noqa: E402
+
+settings.export_env(HF_HUB_OFFLINE="1")
+settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 
 def bare_loop(spec, data, steps: int) -> float:
@@ -113,7 +115,7 @@ def series_cost(spec, max_tokens: int) -> dict:
     from core.train import train
 
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-series-"))
-    os.environ["ANISO_CACHE_DIR"] = str(root / "a")
+    settings.set_cache_dir(root / "a")
     rec = train(spec.replace(name="bench-series"), cache_dir=root / "a")
     n = len(rec["checkpoints"])
     shutil.copytree(root / "a" / "trained", root / "b" / "trained")
@@ -121,7 +123,7 @@ def series_cost(spec, max_tokens: int) -> dict:
     # attention=False: the separate analyses below compute no attention statistics either
     analyze_series("bench-series", cache_dir=root / "a", max_tokens=max_tokens, attention=False)
     t_series = time.perf_counter() - t0
-    os.environ["ANISO_CACHE_DIR"] = str(root / "b")
+    settings.set_cache_dir(root / "b")
     specs = series_specs("bench-series", cache_dir=root / "b", max_tokens=max_tokens)
     t0 = time.perf_counter()
     for _, sp in specs:  # what 12 separate analyses do: each reads and tokenizes the corpus again
@@ -138,7 +140,7 @@ def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
         "## Training (`" + cmd + "`)", "",
         f"Machine: {platform.machine()}, {os.cpu_count()} cores, load average at the end "
         f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: see the note), torch threads "
-        f"{os.environ.get('OMP_NUM_THREADS', 'default')}.", "",
+        f"{settings.env_value('OMP_NUM_THREADS') or 'default'}.", "",
         f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} "
         f"vocabulary {spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, "
         f"median of {thr['reps']} alternating runs.", "",

@@ -8,13 +8,13 @@ under a memory cap without touching the bench process.
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
 import traceback
 
 from bench.common import RESULT_TAG, RssSampler, cprofile_table, vm_hwm
+from core import settings
 
 
 def _preimport():
@@ -133,7 +133,7 @@ def task_umap_fit(a: dict) -> dict:
         umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
         warm.append(time.perf_counter() - t)
     return {"import_s": t1 - t0, "fit_s": t2 - t1, "total_s": t2 - t0, "warm_s": warm, "n_points": int(len(X)),
-            "finite": bool(np.isfinite(xy).all()), "numba_cache_dir": os.environ.get("NUMBA_CACHE_DIR")}
+            "finite": bool(np.isfinite(xy).all()), "numba_cache_dir": settings.env_value("NUMBA_CACHE_DIR")}
 
 
 def task_project(a: dict) -> dict:
@@ -264,7 +264,7 @@ def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in TASKS:
         print(f"usage: python -m bench.worker {{{','.join(TASKS)}}} 'JSON'", file=sys.stderr)
         return 2
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings.env_default(HF_HUB_OFFLINE="1")
     task, args = argv[0], json.loads(argv[1])
     try:
         res = TASKS[task](args)

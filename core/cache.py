@@ -33,6 +33,8 @@ from pathlib import Path
 import diskcache
 import numpy as np
 
+from .settings import locks_dir, results_dir, uploads_dir
+
 log = logging.getLogger(__name__)
 MAGIC = b"ANISO1\n"
 DEFAULT_SIZE_LIMIT = 20 * 2**30  # 20 GiB, least-recently-stored entries are evicted beyond it
@@ -60,7 +62,7 @@ class _BytesOnlyDisk(diskcache.Disk):
 
 def _open(directory: Path, size_limit: int):
     directory.mkdir(parents=True, exist_ok=True)
-    return diskcache.Cache(str(directory / "entries"), size_limit=size_limit, disk=_BytesOnlyDisk,
+    return diskcache.Cache(str(results_dir(directory)), size_limit=size_limit, disk=_BytesOnlyDisk,
                            eviction_policy="least-recently-stored")
 
 
@@ -198,7 +200,7 @@ class CacheStore:
         if self._dc is not None:
             with contextlib.suppress(*_WRITE_ERRORS):
                 n += int(self._dc.volume())  # database pages + value files, without walking the tree
-        d = self.directory / "uploads"
+        d = uploads_dir(self.directory)
         if d.is_dir():
             n += sum(p.stat().st_size for p in d.iterdir() if p.is_file() and not p.is_symlink())
         with self._mem_lock:
@@ -212,13 +214,13 @@ class CacheStore:
         if self._dc is not None:
             with contextlib.suppress(*_WRITE_ERRORS):
                 self._dc.clear(retry=True)
-        shutil.rmtree(self.directory / "uploads", ignore_errors=True)
+        shutil.rmtree(uploads_dir(self.directory), ignore_errors=True)
         return max(0, before - self.size_bytes())
 
     @contextlib.contextmanager
     def lock(self, key: str):
         """Exclusive per-key lock across processes; released even if the holder crashes."""
-        d = self.directory / "locks"
+        d = locks_dir(self.directory)
         try:
             d.mkdir(exist_ok=True)
             f = open(d / hashlib.sha256(key.encode()).hexdigest()[:32], "a+")

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 
 from .config import CONFIG
-from .distributed import RankFailed, world_size_from_env
+from .distributed import RankFailed, rank_from_env, world_size_from_env
 from .errors import Cancelled, InputError
+from .settings import use_cache_dir
 from .spec import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CORPUS,
@@ -682,16 +683,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    before = os.environ.get("ANISO_CACHE_DIR")
-    if getattr(args, "cache_dir", None):  # trained checkpoints are found under the same cache directory
-        os.environ["ANISO_CACHE_DIR"] = str(Path(args.cache_dir).resolve())
-    try:
+    # --cache-dir is this command's cache everywhere, also where no cache_dir is passed down (trained
+    # checkpoints named by a model identifier); in-process callers (tests, scripts) keep their own afterwards
+    with use_cache_dir(getattr(args, "cache_dir", None)):
         return _run(args)
-    finally:  # in-process callers (tests, scripts) keep their own setting
-        if before is None:
-            os.environ.pop("ANISO_CACHE_DIR", None)
-        else:
-            os.environ["ANISO_CACHE_DIR"] = before
 
 
 def _run(args) -> int:
@@ -699,7 +694,7 @@ def _run(args) -> int:
         return args.fn(args)
     except (InputError, Cancelled) as e:
         _Bar.end_line()
-        if isinstance(e, RankFailed) and os.environ.get("RANK", "0") != "0":
+        if isinstance(e, RankFailed) and rank_from_env() != 0:
             return 2  # rank 0 prints the failing rank's message once
         print("error: " + " ".join(str(e).split()), file=sys.stderr)  # one line, whatever the message
         return 2

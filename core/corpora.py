@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import InputError
+from .settings import uploads_dir
 
 TEXT_SUFFIXES = (".txt", ".md")
 TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
@@ -301,9 +302,7 @@ def corpus_file(ident: str) -> Path:
     if ident.startswith(UPLOAD_PREFIX):
         if not is_upload_id(ident):
             raise InputError("Not a valid upload id: upload it again.")
-        from .models import default_cache_dir
-
-        return default_cache_dir() / "uploads" / ident[len(UPLOAD_PREFIX):]
+        return uploads_dir() / ident[len(UPLOAD_PREFIX):]
     return Path(ident).expanduser()
 
 

@@ -27,8 +27,9 @@ from typing import Any, Callable
 import numpy as np
 
 from .errors import InputError
+from .settings import TORCHRUN_VARS, cache_root, torchrun_env
 
-ENV_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+ENV_VARS = TORCHRUN_VARS
 DEFAULT_TIMEOUT_S = 1800  # a collective that waits longer than this fails (a rank died silently)
 
 
@@ -39,9 +40,17 @@ class RankFailed(InputError):
 def world_size_from_env() -> int:
     """WORLD_SIZE as torchrun sets it (1 when not launched by torchrun)."""
     try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
+        return int(torchrun_env().get("WORLD_SIZE", "1"))
     except ValueError:
         return 1
+
+
+def rank_from_env() -> int:
+    """RANK as torchrun sets it (0 when not launched by torchrun)."""
+    try:
+        return int(torchrun_env().get("RANK", "0"))
+    except ValueError:
+        return 0
 
 
 def shard_batches(batches: list[np.ndarray], lengths: np.ndarray, world: int, rank: int) -> list[np.ndarray]:
@@ -170,17 +179,18 @@ def init_group(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Group:
     import torch
     import torch.distributed as dist
 
-    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in os.environ]
+    env = torchrun_env()
+    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in env]
     if missing:
         raise InputError(f"WORLD_SIZE is set but {', '.join(missing)} is not: launch with torchrun "
                          f"(torchrun --nproc-per-node K -m core analyze ...).")
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
+    local_rank = int(env.get("LOCAL_RANK", rank))
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
         n_gpu = torch.cuda.device_count()
-        local_world = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
         if local_world > n_gpu:
             raise InputError(f"{local_world} processes on this node but {n_gpu} GPU(s): use "
                              f"--nproc-per-node {n_gpu} (one process per GPU).")
@@ -198,7 +208,7 @@ def group_from_env(spec) -> Group | None:
     """The Group of a torchrun job with more than one process; None for a plain run."""
     if world_size_from_env() <= 1:
         return None
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    local_world = int(torchrun_env().get("LOCAL_WORLD_SIZE", "1"))
     if spec.device_map and local_world > 1:
         raise InputError(f"--device-map auto spreads one model over all GPUs of a node, so it takes one process per "
                          f"node: use --nproc-per-node 1 (got {local_world}).")
@@ -262,7 +272,7 @@ def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], can
 
     Polls `cancel()` while it runs: a cancel ends every rank (nothing is stored: rank 0 writes the
     cache only once every rank has finished). A failure raises InputError with the ranks' message.
-    The ranks inherit this process's environment (ANISO_CACHE_DIR: the worker's cache).
+    The ranks get this process's cache directory as `--cache-dir` unless ARGS name one.
     """
     import json
     import signal
@@ -277,7 +287,8 @@ def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], can
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="aniso-torchrun-") as tmp:
         out, log = Path(tmp) / "out.json", Path(tmp) / "stderr.txt"
-        cmd = torchrun_prefix(nproc) + [*args, "--out", str(out), "--quiet"]
+        where = [] if "--cache-dir" in args else ["--cache-dir", str(cache_root())]
+        cmd = torchrun_prefix(nproc) + [*args, *where, "--out", str(out), "--quiet"]
         progress(Progress("forward", 0, 1, message=f"torchrun: {nproc} processes"))
         with open(log, "w") as err:
             p = subprocess.Popen(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=err, start_new_session=True)

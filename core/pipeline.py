@@ -28,13 +28,13 @@ from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
 from .models import (
     check_model_ident,
-    default_cache_dir,
     describe_model,
     load_model,
     model_fingerprint,
     model_modality,
     package_versions,
 )
+from .settings import default_cache_dir
 from .spec import RunSpec, stable_hash
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)

@@ -23,10 +23,31 @@ ANISO_TORCHRUN_NPROC           0          K > 1: the job queue runs each analysi
 =============================  =========  =====================================================
 
 Settings are read at call time (`current()`), so a test or a server restart sees a change.
+
+This module is also the one reader of every other environment variable the product uses, and
+the owner of the cache layout; everything else receives paths and settings from here or as
+arguments (tests/unit/test_structure.py fails on an `os.environ` read anywhere else):
+
+=============================  =====================================================================
+ANISO_CACHE_DIR                the cache directory (default ./cache); a process that is given one
+                               (`--cache-dir`, `set_cache_dir`, `use_cache_dir`) uses that instead
+ANISO_QUEUE_URL                a redis:// queue shared by several machines (default: SQLite in the cache)
+ANISO_JOB_MODULES              comma-separated modules that register() more job kinds
+ANISO_WORKER_AUTOSTART         0: the app never starts a worker (dedicated worker machines)
+ANISO_WORKERS                  jobs at once in one worker process (threads), default 1
+ANISO_WORKER_NICE              the worker's CPU niceness, default 10
+HF_HUB_OFFLINE, HF_ENDPOINT    the model hub: offline when 1; its address
+RANK, WORLD_SIZE, LOCAL_RANK,  what torchrun sets for each process of a distributed run
+LOCAL_WORLD_SIZE, MASTER_*
+=============================  =====================================================================
+
+The cache layout (`<cache>/jobs/queue.db`, `uploads/`, `trained/`, `models/`...) is defined by
+the functions of the "cache layout" section below.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -106,3 +127,173 @@ def current() -> Settings:
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
         torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),
     )
+
+
+# ----------------------------------------------------------------------------- the cache and its layout
+REPO_ROOT = Path(__file__).resolve().parent.parent
+CACHE_ENV = "ANISO_CACHE_DIR"
+_cache_dir: Path | None = None  # given to this process explicitly (set_cache_dir / use_cache_dir)
+
+
+def default_cache_dir() -> Path:
+    """The cache directory of this process: the one it was given (`set_cache_dir`, a worker's or
+    the CLI's `--cache-dir`), else ANISO_CACHE_DIR, else `cache/` in the repository."""
+    if _cache_dir is not None:
+        return _cache_dir
+    return Path(os.environ.get(CACHE_ENV) or REPO_ROOT / "cache")
+
+
+def cache_root(cache_dir: str | Path | None = None) -> Path:
+    """`cache_dir` (or the default one), resolved."""
+    return Path(cache_dir or default_cache_dir()).resolve()
+
+
+def set_cache_dir(cache_dir: str | Path | None) -> None:
+    """Give this process its cache directory (None: back to ANISO_CACHE_DIR or ./cache)."""
+    global _cache_dir
+    _cache_dir = Path(cache_dir).resolve() if cache_dir else None
+
+
+@contextlib.contextmanager
+def use_cache_dir(cache_dir: str | Path | None):
+    """`set_cache_dir` for the duration of a block (a CLI command called in-process); nothing when None."""
+    if not cache_dir:
+        yield
+        return
+    before = _cache_dir
+    set_cache_dir(cache_dir)
+    try:
+        yield
+    finally:
+        set_cache_dir(before)
+
+
+def _under(name: str, cache_dir: str | Path | None) -> Path:
+    return Path(cache_dir or default_cache_dir()) / name
+
+
+def jobs_dir(cache_dir: str | Path | None = None) -> Path:
+    """The job queue's folder: queue.db, the worker's lock and log, the records' lock."""
+    return cache_root(cache_dir) / "jobs"
+
+
+def queue_db(cache_dir: str | Path | None = None) -> Path:
+    """The SQLite job queue (used unless ANISO_QUEUE_URL names a Redis queue)."""
+    return jobs_dir(cache_dir) / "queue.db"
+
+
+def results_dir(cache_dir: str | Path | None = None) -> Path:
+    """The results store's entries (diskcache; written by core/cache.py only)."""
+    return _under("entries", cache_dir)
+
+
+def locks_dir(cache_dir: str | Path | None = None) -> Path:
+    """Per-key locks of the results store."""
+    return _under("locks", cache_dir)
+
+
+def uploads_dir(cache_dir: str | Path | None = None) -> Path:
+    """Corpora uploaded in the app (`upload:<name>`)."""
+    return _under("uploads", cache_dir)
+
+
+def trained_dir(cache_dir: str | Path | None = None) -> Path:
+    """Runs trained here, one folder per run (see core/trained.py)."""
+    return _under("trained", cache_dir)
+
+
+def hub_series_dir(cache_dir: str | Path | None = None) -> Path:
+    """Hub checkpoint series kept as runs (see core/hub_series.py)."""
+    return _under("hub-series", cache_dir)
+
+
+def models_dir(cache_dir: str | Path | None = None) -> Path:
+    """Model conversions made once (GGUF, ONNX, CTranslate2 weights -> transformers folders)."""
+    return _under("models", cache_dir)
+
+
+def corpora_dir(cache_dir: str | Path | None = None) -> Path:
+    """Corpora generated once (synthetic speech)."""
+    return _under("corpora", cache_dir)
+
+
+def child_env(cache_dir: str | Path | None = None, **extra: str) -> dict[str, str]:
+    """The environment of a child process: this one's, with `cache_dir` (default: the one this
+    process was given, if any) as ANISO_CACHE_DIR, for a child that takes no --cache-dir such as
+    the app, and `extra` variables set."""
+    env = dict(os.environ)
+    cache_dir = cache_dir if cache_dir is not None else _cache_dir
+    if cache_dir is not None:
+        env[CACHE_ENV] = str(cache_dir)
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def export_env(**values: str) -> None:
+    """Set variables in this process's environment (a harness configuring libraries before they
+    are imported, or its children's threads); only the benchmark harness does this."""
+    os.environ.update({k: str(v) for k, v in values.items()})
+
+
+def env_default(**values: str) -> None:
+    """Like `export_env`, but only variables that are not set yet."""
+    for k, v in values.items():
+        os.environ.setdefault(k, str(v))
+
+
+def env_value(name: str) -> str | None:
+    """A variable reported as is (a benchmark's record of its threads or caches), never a setting."""
+    return os.environ.get(name)
+
+
+# ----------------------------------------------------------------------------- the job queue and worker
+QUEUE_URL_ENV = "ANISO_QUEUE_URL"
+MODULES_ENV = "ANISO_JOB_MODULES"
+AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"
+WORKERS_ENV = "ANISO_WORKERS"
+NICE_ENV = "ANISO_WORKER_NICE"
+
+
+def queue_url() -> str:
+    """ANISO_QUEUE_URL, stripped ("" for the SQLite queue in the cache)."""
+    return os.environ.get(QUEUE_URL_ENV, "").strip()
+
+
+def job_modules() -> list[str]:
+    """The modules named by ANISO_JOB_MODULES (they register more job kinds when imported)."""
+    return [m for m in (m.strip() for m in os.environ.get(MODULES_ENV, "").split(",")) if m]
+
+
+def worker_autostart() -> bool:
+    """False when ANISO_WORKER_AUTOSTART=0: the app never starts a worker."""
+    return os.environ.get(AUTOSTART_ENV, "1") != "0"
+
+
+def worker_threads(given: int | None = None) -> int:
+    """Jobs at once in one worker: `given` (--workers), else ANISO_WORKERS, else 1."""
+    return int(given or os.environ.get(WORKERS_ENV) or 1)
+
+
+def worker_nice() -> int:
+    """The worker's niceness: ANISO_WORKER_NICE, default 10."""
+    return int(os.environ.get(NICE_ENV, "10") or 0)
+
+
+# ----------------------------------------------------------------------------- the model hub
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE=1: never ask the hub (the network may still be there)."""
+    return os.environ.get("HF_HUB_OFFLINE") == "1"
+
+
+def hub_endpoint() -> str:
+    """The hub's address (HF_ENDPOINT, default https://huggingface.co)."""
+    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+
+
+# ----------------------------------------------------------------------------- torchrun
+TORCHRUN_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+
+
+def torchrun_env() -> dict[str, str]:
+    """The variables torchrun sets for each process that are set here (core/distributed.py reads them)."""
+    return {v: os.environ[v] for v in TORCHRUN_VARS if v in os.environ}

@@ -17,6 +17,7 @@ import os
 import re
 from pathlib import Path
 
+from . import settings
 from .errors import InputError
 
 PREFIX = "trained/"
@@ -25,9 +26,7 @@ RUN_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 def trained_dir(cache_dir: str | Path | None = None) -> Path:
     """Where trained runs live: `trained/` in the cache directory (ANISO_CACHE_DIR or ./cache)."""
-    from .models import default_cache_dir
-
-    return Path(cache_dir or default_cache_dir()) / "trained"
+    return settings.trained_dir(cache_dir)
 
 
 def is_trained(ident: str) -> bool:

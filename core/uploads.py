@@ -19,8 +19,8 @@ from pathlib import Path
 
 from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, load_documents, table_columns
 from .errors import InputError
-from .models import default_cache_dir
 from .settings import current as current_settings
+from .settings import uploads_dir
 
 ID_PREFIX = "upload:"
 _SUFFIXES = "|".join(s[1:] for s in TEXT_SUFFIXES + TABLE_SUFFIXES + (".zip",))  # zip: images or audio
@@ -32,10 +32,6 @@ TEXT_COLUMN_NAMES = ("text", "content", "sentence", "document", "body", "abstrac
 FEW_TOKENS = 500  # fewer estimated tokens than this: noisy metrics
 TOKENS_PER_WORD = 1.3  # subword tokens per whitespace word of English prose (a rough, stated estimate)
 PREVIEW_ROWS = 5
-
-
-def uploads_dir(cache_dir: str | Path | None = None) -> Path:
-    return Path(cache_dir or default_cache_dir()) / "uploads"
 
 
 # ----------------------------------------------------------------------------- ids

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..settings import corpora_dir
 from .files import member_files
 
 SAMPLE_RATE = 16_000
@@ -174,9 +175,7 @@ def synthetic_clips(cache_dir: Path | None = None, n: int = SYNTH_SENTENCES) -> 
     cmd = synthesiser()
     texts = wiki_sentences(n)
     key = hashlib.sha256(("\n".join(texts) + synth_version(cmd)).encode()).hexdigest()[:16]
-    from ..models import default_cache_dir
-
-    folder = Path(cache_dir or default_cache_dir()) / "corpora" / f"speech-synthetic-{key}"
+    folder = corpora_dir(cache_dir) / f"speech-synthetic-{key}"
     clips = []
     with tempfile.TemporaryDirectory() as td:
         for i, t in enumerate(texts):

@@ -14,13 +14,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..convert import sources
+from ..settings import models_dir
 
 UNTRAINED_SEED = 1234
 
 
 def _converted(cache_dir: Path, name: str, fingerprint: str, build) -> Path:
     """A converted model folder under the cache (built once; concurrent processes wait)."""
-    out = Path(cache_dir) / "models" / f"{name}-{fingerprint[:12]}"
+    out = models_dir(cache_dir) / f"{name}-{fingerprint[:12]}"
     if (out / "DONE").exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)

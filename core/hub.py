@@ -1,0 +1,63 @@
+"""The model hub as seen from this machine: whether it answers, and what the local hub cache
+(HF_HOME) holds. No torch; huggingface_hub is imported only to read the local cache.
+
+core/models.py (identifiers, fingerprints) and core/hub_series.py (checkpoint series) both ask
+these questions; they live here, below both.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
+from .settings import current, hub_endpoint, hub_offline
+
+
+def local_commit(name: str, revision: str) -> str | None:
+    """The commit of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        got = try_to_load_from_cache(name, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
+        return None
+    if not isinstance(got, str):
+        return None
+    return Path(got).parent.name  # .../snapshots/<commit>/config.json
+
+
+
+_HUB_PROBE: dict[str, tuple[float, bool]] = {}  # endpoint -> (when, reachable), remembered for a minute
+
+
+def hub_reachable(timeout: float | None = None) -> bool:
+    """Whether the model hub answers a TCP connection within `timeout` seconds (ANISO_HUB_TIMEOUT_S).
+
+    Probed in a thread so that a slow DNS lookup cannot hold the caller longer than the timeout;
+    without it an unreachable hub costs ~48 s of retries inside transformers."""
+    if hub_offline():
+        return False
+    endpoint = hub_endpoint()
+    now = time.monotonic()
+    if endpoint in _HUB_PROBE and now - _HUB_PROBE[endpoint][0] < 60:
+        return _HUB_PROBE[endpoint][1]
+    u = urlparse(endpoint)
+    host, port = u.hostname or "huggingface.co", u.port or (80 if u.scheme == "http" else 443)
+    timeout = timeout or current().hub_timeout_s
+    result = [False]
+
+    def probe():
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            result[0] = True
+        except OSError:
+            pass
+
+    t = threading.Thread(target=probe, daemon=True)
+    t.start()
+    t.join(timeout)
+    _HUB_PROBE[endpoint] = (now, result[0])
+    return result[0]
