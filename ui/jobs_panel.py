@@ -65,12 +65,10 @@ def _cancel(jid: str) -> None:
 
 
 def _retry(jid: str) -> None:
-    from .page import md
-
     try:
         jobs.retry(jid)
     except InputError as e:  # it was queued again meanwhile (another tab, the CLI): say so
-        st.toast(md(str(e)), icon=":material/info:")
+        st.toast(markdown_text(str(e)), icon=":material/info:")
     start_worker()
 
 

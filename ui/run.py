@@ -15,11 +15,11 @@ import streamlit as st
 
 from core import jobs, views
 from core.errors import InputError
+from core.escape import markdown_text as md
 from core.models import describe_model
 
 from . import data, state
 from .jobs_panel import failed, progress, start_worker
-from .page import md
 
 POLL_S = 1.0  # how often an active panel reads the job records
 ENSURE_WORKER_S = 5.0  # how often an active panel checks that a worker serves the queue

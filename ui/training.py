@@ -7,11 +7,11 @@ import streamlit as st
 
 from core import hub_series, jobs, trained
 from core import series as S
+from core.escape import markdown_text as md
 from core.selection import check_model
 from core.train import TrainSpec
 
 from . import jobs_panel
-from .page import md
 
 POLL_S = 1.0  # the training panel's refresh while a job of its kinds is queued or running
 KINDS = ("train", "series")
