@@ -79,23 +79,3 @@ def section_modalities(ctx) -> dict:
                               "tool_per_s": n / median(tool_s), "ratio": ratio, "pair_ratio_min": min(pair),
                               "pair_ratio_max": max(pair), "met": ratio >= 0.90})
     return out
-
-
-def render_modalities(o: dict) -> str:
-    from bench.report import fi, fr, ftps, met, table
-
-    out = ["## Other modalities: extraction overhead for a vision and a speech Transformer", "",
-           "Same items (images-crops resized to 224x224: CLS + 256 patches each; speech-human clips in 30 s "
-           "windows of 1500 frames, frames past the end of a clip not analysed), same batches (8 items), same "
-           "input preparation (pixels / log-mel features), CPU, float32. Bare = `model(pixel_values | "
-           "input_features)` under `torch.inference_mode()`, no hidden states kept. Tool = "
-           "`core.extract.extract_stats` with the modality adapter (every streaming accumulator in float64, "
-           f"the shared 5000-position sample). Repetitions {o.get('order')}, after one untimed warm-up. Ratio = "
-           "median bare time / median tool time.", ""]
-    rows = [[m["label"], m["corpus"], f"{fi(m['positions_analysed'])} ({fi(m['positions_fed'])} fed)", m["items"],
-             m["reps"], ftps(m["bare_per_s"]), ftps(m["tool_per_s"]),
-             f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})", met(m["met"])]
-            for m in o.get("models", [])]
-    out.append(table(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s",
-                      "Ratio (range)", "Goal >= 0.90"], rows))
-    return "\n".join(out)
