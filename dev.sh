@@ -2,7 +2,10 @@
 # One entry point for a fresh machine. Idempotent: a second run skips what is done.
 #   ./dev.sh run    set up .venv and open the dashboard (MiniLM + Wikipedia by default)
 #   ./dev.sh test   set up .venv (and Debian's chromium, redis-server and speech packages when root) and run
-#                   the whole test suite
+#                   the whole test suite (at most 15 minutes on 2 cores)
+#   ./dev.sh test --fast   the same setup, then the fast tier only (under 60 s on 2 cores): the unit tier
+#                   (numpy only: every metric kernel against naive references, views, figures), core's
+#                   doctests and the pipeline on tiny random models (tests marked `fast`; see tests/conftest.py)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -89,10 +92,15 @@ case "${1:-}" in
     need_redis_server || true
     export HF_HUB_OFFLINE=1
     shift
+    if [ "${1:-}" = "--fast" ]; then
+      shift
+      # The unit tier first: its numpy-only check needs a process without torch (tests/unit/conftest.py).
+      exec .venv/bin/python -m pytest -m fast tests/unit core tests/integration "$@"
+    fi
     exec .venv/bin/python -m pytest "$@"
     ;;
   *)
-    echo "usage: ./dev.sh run | test [pytest args]" >&2
+    echo "usage: ./dev.sh run | test [--fast] [pytest args]" >&2
     exit 2
     ;;
 esac

@@ -1,4 +1,15 @@
-"""Shared fixtures. Tests never reach a model hub: HF_HUB_OFFLINE=1 before anything imports it."""
+"""Shared fixtures. Tests never reach a model hub: HF_HUB_OFFLINE=1 before anything imports it.
+
+Tiers (directories; `./dev.sh test --fast` is `pytest -m fast tests/unit tests/integration core`):
+- tests/unit         numpy only (tests/unit/conftest.py enforces it); every test not marked `slow` is `fast`.
+- tests/integration  real torch models: tiny random ones and the built-ins. The tests of the pipeline on
+                     tiny random models carry `@pytest.mark.fast` (or a fast fixture param).
+- tests/app          every page through Streamlit's AppTest, on synthetic results written into the test cache
+                     (tests/app/synthetic_cache.py): no model is loaded.
+- tests/browser      `streamlit run` driven by Chromium, real models (marker `browser`).
+- core/ doctests     `fast`.
+The markers and the order (the unit tier first) are set in the repository's conftest.py.
+"""
 
 import os
 import sys

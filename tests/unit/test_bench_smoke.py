@@ -1,8 +1,9 @@
 """Smoke test of the benchmark's helpers at tiny sizes (no timing assertions).
 
-The benchmark itself is `python -m bench` (see bench/__init__.py); here: the markdown writer, the
-naive peer against the tool's exact mean cosine on a tiny random BERT, the subprocess protocol,
-and the GPU section's code path run on the CPU with tiny configs.
+The benchmark itself is `python -m bench` (see bench/__init__.py); here (numpy only): the markdown
+writer, the pair estimators and the subprocess protocol. What runs a tiny random model (the naive peer
+against the tool's exact mean cosine, the GPU section's code path on the CPU) is in
+tests/integration/test_bench_models.py.
 """
 
 from __future__ import annotations
@@ -11,14 +12,8 @@ import numpy as np
 import pytest
 
 from bench import report
-from bench.common import bare_forward, machine_info, median, padded_batch, profile_diff_table, run_task, subset_windows
-from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, run_peer, sampled_pairs_mean_cosine
-
-DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",
-        "Transformers produce anisotropic hidden states; the mean cosine is high.",
-        "Paris is the capital of France. It lies on the Seine.",
-        "A short one.",
-        "Numbers like 3.14 and 2.71 appear in mathematics, physics and engineering texts alike."] * 3
+from bench.common import median, profile_diff_table, run_task
+from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, sampled_pairs_mean_cosine
 
 
 def _meta(**kw):
@@ -103,33 +98,6 @@ def test_gpu_block_merge_and_replace():
     assert report.replace_gpu(None, block, "# Benchmarks").startswith("# Benchmarks")
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_bert_dir):
-    from core.corpora import tokenize_budget
-    from core.models import load_model
-
-    lm = load_model(str(tiny_bert_dir), device="cpu", dtype="float32")
-    w = tokenize_budget(DOCS, lm.tokenizer, 200, 32, 0, "test")
-    return lm, w
-
-
-def test_peer_matches_the_tools_exact_mean_cosine(tiny):
-    from core import metrics as M
-    from core.extract import analysed_masks, extract_stats
-
-    lm, w = tiny
-    analysed = analysed_masks(w, "exclude")
-    arrays, _ = extract_stats(lm.base, w, batch_size=4, sample_size=50, pad_id=int(lm.tokenizer.pad_token_id or 0))
-    exact = [M.mean_cosine(arrays["group_sum_u"][l].sum(0), int(arrays["n"])) for l in range(arrays["sum_abs"].shape[0])]
-    allp = run_peer(lm.base, w, analysed, "allpairs")
-    samp = run_peer(lm.base, w, analysed, "sampled", n_pairs=500)
-    assert allp["n_tokens"] == int(arrays["n"]) == samp["n_tokens"]
-    np.testing.assert_allclose(allp["mean_cosine"], exact, atol=1e-5)
-    assert len(samp["mean_cosine"]) == len(exact)
-    with pytest.raises(ValueError):
-        run_peer(lm.base, w, analysed, "bogus")
-
-
 def test_pair_estimators_on_random_data():
     rng = np.random.default_rng(0)
     H = (rng.normal(size=(300, 16)) + 2.0).astype(np.float32)
@@ -138,23 +106,11 @@ def test_pair_estimators_on_random_data():
     assert abs(sampled_pairs_mean_cosine(H, 20_000, seed=1) - ex) < 0.05
 
 
-def test_bare_forward_and_window_helpers(tiny):
-    from core.extract import plan_batches
-
-    lm, w = tiny
-    sub = subset_windows(w, 40)
-    assert 40 <= sub.n_content_tokens <= w.n_content_tokens and len(sub.ids) <= len(w.ids)
-    b = plan_batches(sub, 4)
-    ids, att = padded_batch(sub, b[0], 0)
-    assert ids.shape == att.shape and att.sum() == sum(len(sub.ids[i]) for i in b[0])
-    assert bare_forward(lm.base, sub, b, 0) > 0
-    assert median([3, 1, 2]) == 2
-
-
 def test_profile_diff_table_orders_by_extra_time():
     t = profile_diff_table({"a": (1.0, 1), "b": (2.0, 1)}, {"a": (5.0, 1), "b": (2.5, 1), "c": (1.0, 2)}, top=2)
     assert [r["op"] for r in t["rows"]] == ["a", "c"]
     assert t["total_tool_ms"] == pytest.approx(8.5)
+    assert median([3, 1, 2]) == 2
 
 
 def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
@@ -164,35 +120,6 @@ def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
     assert r["peak_rss_bytes"] > 0 and r["wall_s"] > 0
     bad = run_task("no-such-task", {}, cache_dir=tmp_path, timeout=60)
     assert bad["status"] == "error"
-
-
-def test_gpu_section_code_path_on_cpu(tiny_bert_dir):
-    import transformers as tf
-
-    from bench.gpu import cuda_refusal, peak_tflops, section_gpu
-
-    cfg = tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=128)
-    g = section_gpu("cpu", "float32", tokens=100, batch_size=4, reps=1, configs={"tiny BERT": ("bert", cfg)})
-    row = g["models"][0]
-    assert row["status"] == "ok" and row["ratio"] > 0 and row["tflops"] > 0
-    assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA H200") == 989.0
-    import torch
-
-    if not torch.cuda.is_available():
-        assert "CUDA" in cuda_refusal()
-        from bench.__main__ import main
-
-        assert main(["--device", "cuda", "--out", "/nonexistent/never-written.md"]) == 2
-
-
-def test_quick_sizes_are_small_and_machine_info():
-    from bench.sections import Sizes
-
-    q, f = Sizes.quick(), Sizes.full(smollm_tokens=1000)
-    assert max(q.peer_tokens) < min(f.peer_tokens) and f.smollm_tokens == 1000
-    info = machine_info()
-    assert info["logical_cores"] >= 1 and "torch" in info["versions"]
 
 
 def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path):

@@ -1,0 +1,86 @@
+"""The benchmark's helpers that run a tiny random model (no timing assertions; the numpy-only ones
+are in tests/unit/test_bench_smoke.py): the naive peer against the tool's exact mean cosine on a tiny
+random BERT, the bare forward, and the GPU section's code path run on the CPU with tiny configs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.common import bare_forward, machine_info, padded_batch, subset_windows
+from bench.peers import run_peer
+
+DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",
+        "Transformers produce anisotropic hidden states; the mean cosine is high.",
+        "Paris is the capital of France. It lies on the Seine.",
+        "A short one.",
+        "Numbers like 3.14 and 2.71 appear in mathematics, physics and engineering texts alike."] * 3
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_bert_dir):
+    from core.corpora import tokenize_budget
+    from core.models import load_model
+
+    lm = load_model(str(tiny_bert_dir), device="cpu", dtype="float32")
+    w = tokenize_budget(DOCS, lm.tokenizer, 200, 32, 0, "test")
+    return lm, w
+
+
+def test_peer_matches_the_tools_exact_mean_cosine(tiny):
+    from core import metrics as M
+    from core.extract import analysed_masks, extract_stats
+
+    lm, w = tiny
+    analysed = analysed_masks(w, "exclude")
+    arrays, _ = extract_stats(lm.base, w, batch_size=4, sample_size=50, pad_id=int(lm.tokenizer.pad_token_id or 0))
+    exact = [M.mean_cosine(arrays["group_sum_u"][l].sum(0), int(arrays["n"])) for l in range(arrays["sum_abs"].shape[0])]
+    allp = run_peer(lm.base, w, analysed, "allpairs")
+    samp = run_peer(lm.base, w, analysed, "sampled", n_pairs=500)
+    assert allp["n_tokens"] == int(arrays["n"]) == samp["n_tokens"]
+    np.testing.assert_allclose(allp["mean_cosine"], exact, atol=1e-5)
+    assert len(samp["mean_cosine"]) == len(exact)
+    with pytest.raises(ValueError):
+        run_peer(lm.base, w, analysed, "bogus")
+
+
+def test_bare_forward_and_window_helpers(tiny):
+    from core.extract import plan_batches
+
+    lm, w = tiny
+    sub = subset_windows(w, 40)
+    assert 40 <= sub.n_content_tokens <= w.n_content_tokens and len(sub.ids) <= len(w.ids)
+    b = plan_batches(sub, 4)
+    ids, att = padded_batch(sub, b[0], 0)
+    assert ids.shape == att.shape and att.sum() == sum(len(sub.ids[i]) for i in b[0])
+    assert bare_forward(lm.base, sub, b, 0) > 0
+
+
+def test_gpu_section_code_path_on_cpu(tiny_bert_dir):
+    import transformers as tf
+
+    from bench.gpu import cuda_refusal, peak_tflops, section_gpu
+
+    cfg = tf.BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=128)
+    g = section_gpu("cpu", "float32", tokens=100, batch_size=4, reps=1, configs={"tiny BERT": ("bert", cfg)})
+    row = g["models"][0]
+    assert row["status"] == "ok" and row["ratio"] > 0 and row["tflops"] > 0
+    assert peak_tflops("NVIDIA H100 PCIe") == 756.0 and peak_tflops("NVIDIA H200") == 989.0
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "CUDA" in cuda_refusal()
+        from bench.__main__ import main
+
+        assert main(["--device", "cuda", "--out", "/nonexistent/never-written.md"]) == 2
+
+
+def test_quick_sizes_are_small_and_machine_info():
+    from bench.sections import Sizes
+
+    q, f = Sizes.quick(), Sizes.full(smollm_tokens=1000)
+    assert max(q.peer_tokens) < min(f.peer_tokens) and f.smollm_tokens == 1000
+    info = machine_info()
+    assert info["logical_cores"] >= 1 and "torch" in info["versions"]
