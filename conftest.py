@@ -18,6 +18,16 @@ ROOT = Path(__file__).resolve().parent
 CORE = ROOT / "core"
 
 
+def pytest_ignore_collect(collection_path: Path, config):
+    """With `-m fast` alone (`./dev.sh test --fast`), a test file of the other tiers that never says
+    `mark.fast` is not even imported: collecting them all would import torch and cost seconds."""
+    if config.getoption("markexpr", "") != "fast" or collection_path.suffix != ".py":
+        return None
+    if not collection_path.name.startswith("test_") or _tier_of(collection_path) in ("unit", "core", ""):
+        return None
+    return None if "mark.fast" in collection_path.read_text(errors="replace") else True
+
+
 def pytest_collect_file(file_path: Path, parent):
     if file_path.suffix == ".py" and CORE in file_path.parents and file_path.name != "__main__.py":
         return DoctestModule.from_parent(parent, path=file_path)
@@ -27,13 +37,19 @@ def pytest_collect_file(file_path: Path, parent):
 TIER_ORDER = {"unit": 0}  # the unit tier first, then the others in pytest's order
 
 
-def _tier(item) -> str:
+def _tier_of(path) -> str:
     """"unit", "integration", "app", "browser" (tests/<tier>/...), "core" (doctests), or ""."""
     try:
-        parts = Path(str(item.path)).resolve().relative_to(ROOT).parts
+        parts = Path(str(path)).resolve().relative_to(ROOT).parts
     except ValueError:
         return ""
-    return parts[1] if parts[0] == "tests" and len(parts) > 2 else parts[0]
+    if parts and parts[0] == "tests":
+        return parts[1] if len(parts) > 2 else ""
+    return parts[0] if parts and parts[0] == "core" else ""
+
+
+def _tier(item) -> str:
+    return _tier_of(item.path)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

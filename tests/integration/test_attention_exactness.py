@@ -150,8 +150,12 @@ def naive(windows, arch, per, policy, n_out):
     return out
 
 
-@pytest.fixture(scope="module", params=[("bert", "exclude"), ("bert", "include"), ("gpt2", "exclude"),
-                                        ("llama_gqa", "exclude"), ("neox", "exclude")], ids=lambda p: "-".join(p))
+FAST = pytest.mark.fast  # the fast tier: the attention statistics of a tiny random encoder and causal LM
+
+
+@pytest.fixture(scope="module", params=[pytest.param(("bert", "exclude"), marks=FAST), ("bert", "include"),
+                                        pytest.param(("gpt2", "exclude"), marks=FAST), ("llama_gqa", "exclude"),
+                                        ("neox", "exclude")], ids=lambda p: "-".join(p))
 def case(request, cache_dir, varied_txt):
     kind, policy = request.param
     model_dir = request.getfixturevalue(f"tiny_{kind}_dir")

@@ -101,8 +101,12 @@ def _tracked(tok, win, k=200):
     return sorted(ok, key=lambda t: (-freq[t], t))[:k]
 
 
-@pytest.fixture(scope="module", params=[("bert", "exclude"), ("bert", "include"), ("gpt2", "exclude"),
-                                        ("llama", "exclude")], ids=lambda p: "-".join(p))
+FAST = pytest.mark.fast  # the fast tier: the pipeline on a tiny random encoder, causal LM and LLaMA
+
+
+@pytest.fixture(scope="module", params=[pytest.param(("bert", "exclude"), marks=FAST), ("bert", "include"),
+                                        pytest.param(("gpt2", "exclude"), marks=FAST),
+                                        pytest.param(("llama", "exclude"), marks=FAST)], ids=lambda p: "-".join(p))
 def case(request, cache_dir, varied_txt):
     kind, policy = request.param
     model_dir = request.getfixturevalue(f"tiny_{kind}_dir")
