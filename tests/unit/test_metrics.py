@@ -64,6 +64,38 @@ def sums(X, seq=None):
     return out
 
 
+def svd_effective_rank(X):
+    """Roy & Vetterli 2007 from numpy's SVD of the centred sample: exp of the entropy of sigma / sum(sigma)."""
+    sv = np.linalg.svd(X - X.mean(0), compute_uv=False)
+    p = sv / sv.sum()
+    p = p[p > 1e-15]
+    return math.exp(-(p * np.log(p)).sum())
+
+
+def published_isoscore(X):
+    """IsoScore as Rudman et al. 2022 (Algorithm 1) write it, step by step."""
+    Xc = X - X.mean(0)  # step 1: centre (the PCA of step 2 is on the centred points)
+    _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
+    P = Xc @ Vt.T  # step 2: reorient the points on their principal components
+    var = np.diag(np.cov(P.T))  # step 3: the variance vector of the reoriented points
+    n = len(var)
+    sig = var * np.sqrt(n) / np.linalg.norm(var)  # step 4: normalise, ||sigma|| = sqrt(n)
+    delta = np.linalg.norm(sig - 1) / np.sqrt(2 * (n - np.sqrt(n)))  # step 5: isotropy defect
+    k = (n - delta**2 * (n - np.sqrt(n))) ** 2 / n**2  # step 6: share of dimensions used
+    return (n * k - 1) / (n - 1)  # step 7: IsoScore
+
+
+def eig_partition_isotropy(X):
+    """Mu & Viswanath's I(W) on W = X / mean norm, Z(c) over the eigenvectors of W^T W, each signed with
+    its largest-magnitude entry positive (the documented convention)."""
+    W = X / np.linalg.norm(X, axis=1).mean()
+    _, V = np.linalg.eigh(W.T @ W)
+    for j in range(V.shape[1]):
+        V[:, j] *= np.sign(V[np.abs(V[:, j]).argmax(), j])
+    Z = np.exp(W @ V).sum(0)
+    return Z.min() / Z.max()
+
+
 @pytest.fixture
 def data():
     rng = np.random.default_rng(1)
@@ -297,7 +329,7 @@ def naive_mean_cosine_with_zeros(X):
     return C[~np.eye(len(X), dtype=bool)].mean()
 
 
-def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, d=6, len_range=(4, 80), win_len=16, n_boot=1000,
+def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, mu0=1.0, d=6, len_range=(4, 80), win_len=16, n_boot=1000,
               n_truth=400):
     """Coverage of the 95% interval over `reps` corpora drawn from a known process, and the share of
     intervals that contain their own estimate. A corpus: `n_docs` documents of random unequal length,
@@ -306,7 +338,7 @@ def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, d=6, len_range=(4, 80
     `n_groups` groups, as the extraction deals them (core.extract._bootstrap_groups). The truth is
     the expected value of the statistic under this process, from `n_truth` corpora not used below."""
     mu = np.zeros(d, dtype=np.float32)
-    mu[0] = 1.0
+    mu[0] = mu0
 
     def corpus():
         lens = rng.integers(*len_range, size=n_docs)
@@ -339,11 +371,31 @@ def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, d=6, len_range=(4, 80
     return hits / reps, own / reps
 
 
+def test_bootstrap_replicates_centre_on_the_estimate_with_a_strong_group_effect():
+    """Issue 23's synthetic corpus: 40 groups of unequal size, each with a strong direction of its own.
+    Replicates that paired the copies of a group lay 2.1 SD above the estimate and their 95% interval
+    excluded it; with within-group pairs weighted w_g they lie within a few tenths of an SD."""
+    rng = np.random.default_rng(0)
+    G, d = 40, 64
+    mu = np.zeros(d)
+    mu[0] = 0.5
+    S, N = np.zeros((G, d)), rng.integers(50, 400, size=G).astype(float)
+    for g in range(G):
+        X = mu + rng.standard_normal(d) + rng.standard_normal((int(N[g]), d))
+        S[g] = (X / np.linalg.norm(X, axis=1, keepdims=True)).sum(0)
+    est = m.mean_cosine(S.sum(0), int(N.sum()))
+    reps = m.mean_cosine_replicates(S, N, 2000, seed=1)
+    assert abs(reps.mean() - est) < 0.3 * reps.std()
+    lo, hi = m.mean_cosine_ci(S, N, n_boot=2000, seed=1)
+    assert lo < est < hi
+
+
 def test_bootstrap_coverage_with_document_effects():
     """Strong document effects, documents of unequal length in several windows, 64 groups (the
     extraction's): over 300 corpora the 95% interval covers the truth 90-99% of the time and always
     contains its own estimate (docs/metrics.md gives the measured coverage)."""
-    cover, own = _coverage(np.random.default_rng(0), 300, n_docs=160, n_groups=64, doc_sd=1.0, win_sd=0.3)
+    cover, own = _coverage(np.random.default_rng(0), 300, n_docs=160, n_groups=64, doc_sd=1.0, win_sd=0.3, d=32,
+                           len_range=(4, 40))
     assert own == 1.0
     assert 0.90 <= cover <= 0.99, cover
 
@@ -396,8 +448,7 @@ def test_effective_rank_is_roy_vetterli_on_singular_values():
     rng = np.random.default_rng(10)
     X = rng.standard_normal((300, 6)) * np.array([5.0, 3.0, 1.0, 1.0, 0.5, 0.1]) + 2.0
     sv = np.linalg.svd(X - X.mean(0), compute_uv=False)
-    p = sv / sv.sum()
-    assert m.effective_rank(X) == pytest.approx(math.exp(-(p * np.log(p)).sum()), rel=1e-9)
+    assert m.effective_rank(X) == pytest.approx(svd_effective_rank(X), rel=1e-9)
     lam = sv ** 2 / sv.sum() ** 2  # the variant on eigenvalues (squared singular values) is smaller
     q = lam / lam.sum()
     assert math.exp(-(q * np.log(q)).sum()) < m.effective_rank(X)
@@ -412,18 +463,10 @@ def test_effective_rank_of_rank_one_data():
 
 
 def test_isoscore_matches_published_algorithm_stepwise():
-    # PCA via SVD of the centred data, np.cov of the reoriented points, Steps 4-7 of the paper.
     rng = np.random.default_rng(10)
-    X = rng.standard_normal((300, 10)) @ rng.standard_normal((10, 10))
-    Xc = X - X.mean(0)
-    _, _, Vt = np.linalg.svd(Xc, full_matrices=False)
-    P = Xc @ Vt.T
-    var = np.diag(np.cov(P.T))
-    n = len(var)
-    sig = var * np.sqrt(n) / np.linalg.norm(var)
-    delta = np.linalg.norm(sig - 1) / np.sqrt(2 * (n - np.sqrt(n)))
-    ref = ((n - delta**2 * (n - np.sqrt(n))) ** 2 - n) / (n * (n - 1))
-    assert m.isoscore(X) == pytest.approx(ref, abs=1e-10)
+    for X in (rng.standard_normal((300, 10)) @ rng.standard_normal((10, 10)),
+              rng.standard_normal((200, 24)) * np.geomspace(10.0, 0.1, 24) + 5.0):
+        assert m.isoscore(X) == pytest.approx(published_isoscore(X), abs=1e-10)
 
 
 def test_isoscore_of_k_dims_equal_variance():
@@ -455,12 +498,7 @@ def test_partition_isotropy_no_overflow_for_large_norms():
 def test_partition_isotropy_matches_mu_viswanath_on_unit_mean_norm():
     rng = np.random.default_rng(14)
     X = 40.0 * (rng.standard_normal((100, 6)) + 0.2)  # hidden-state-like norms
-    W = X / np.linalg.norm(X, axis=1).mean()
-    _, V = np.linalg.eigh(W.T @ W)
-    for j in range(V.shape[1]):  # the documented sign: largest-magnitude entry positive
-        V[:, j] *= np.sign(V[np.abs(V[:, j]).argmax(), j])
-    Z = np.exp(W @ V).sum(0)  # Z(c) = sum_t exp(c . w_t), one sign per eigenvector
-    assert m.partition_isotropy(X) == pytest.approx(Z.min() / Z.max(), rel=1e-10)
+    assert m.partition_isotropy(X) == pytest.approx(eig_partition_isotropy(X), rel=1e-10)
     assert m.partition_isotropy(X) == pytest.approx(m.partition_isotropy(X / 40.0), rel=1e-10)  # scale-free
     assert m.partition_isotropy(X) > 0.05  # no collapse to 0 at large norms
 
@@ -492,16 +530,23 @@ def test_sample_mean_cosine_matches_naive(data):
     assert m.sample_mean_cosine(X) == pytest.approx(naive_mean_cosine(X), abs=1e-9)
 
 
-def test_spectral_metrics_agree_with_single_functions(data):
+def test_spectral_metrics_match_independent_computations(data):
+    """spectral_metrics (shared decompositions) against computations that share nothing with core.metrics:
+    numpy's SVD of the centred sample, the published IsoScore steps, eigh of the covariance, the naive
+    pair loop."""
     X, _ = data
-    r = m.spectral_metrics(X)
-    assert r["pc1_variance_ratio"] == pytest.approx(m.pc1_variance_ratio(X), abs=1e-12)
-    assert r["effective_rank"] == pytest.approx(m.effective_rank(X), abs=1e-9)
-    assert r["isoscore"] == pytest.approx(m.isoscore(X), abs=1e-12)
-    assert r["partition_isotropy"] == pytest.approx(m.partition_isotropy(X), rel=1e-9)
-    assert r["mean_cosine"] == pytest.approx(m.sample_mean_cosine(X), abs=1e-12)
-    lam = np.linalg.eigvalsh(np.cov(X.T))
-    assert r["pc1_variance_ratio"] == pytest.approx(lam.max() / lam.sum(), abs=1e-10)
+    rng = np.random.default_rng(3)
+    for Y in (X, rng.standard_normal((400, 12)) * np.geomspace(8.0, 0.05, 12) + 3.0):
+        r = m.spectral_metrics(Y)
+        lam = np.linalg.eigvalsh(np.cov(Y.T))
+        assert r["pc1_variance_ratio"] == pytest.approx(lam.max() / lam.sum(), abs=1e-10)
+        assert r["effective_rank"] == pytest.approx(svd_effective_rank(Y), rel=1e-9)
+        assert r["isoscore"] == pytest.approx(published_isoscore(Y), abs=1e-10)
+        assert r["partition_isotropy"] == pytest.approx(eig_partition_isotropy(Y), rel=1e-9)
+        assert r["mean_cosine"] == pytest.approx(naive_mean_cosine(Y), abs=1e-12)
+        assert r["n_sample"] == len(Y)
+        # the single functions are the same numbers (the API's two entry points agree)
+        assert (m.effective_rank(Y), m.isoscore(Y)) == pytest.approx((r["effective_rank"], r["isoscore"]), rel=1e-12)
 
 
 def test_histogram_counts_all_pairs_and_matches_numpy():
