@@ -348,15 +348,15 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
     jobs.ensure_worker()
     t1 = time.time()
-    while time.time() - t1 < 300 and not (jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0):
+    while time.time() - t1 < 300 and not (jobs.status(jid).progress.stage == "forward" and jobs.status(jid).progress.done > 0):
         time.sleep(0.5)
     print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
 
     def with_job(summary: dict) -> dict:  # a phase's views, the peaks and the job's progress at its end
         j = jobs.status(jid)
         return {**summary, "peak_server": probe.peak_server, "peak_worker": probe.peak_worker,
-                "load": os.getloadavg(), "job_status": j.status, "job_tokens_per_s": j.tokens_per_s,
-                "job_done": j.done}
+                "load": os.getloadavg(), "job_status": j.status, "job_tokens_per_s": j.progress.rate,
+                "job_done": j.progress.done}
 
     out["job"] = with_job(_summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"], probe.server_pid))))
     if out["stress_seconds"] > 0 and jobs.status(jid).active:

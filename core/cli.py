@@ -29,6 +29,7 @@ from pathlib import Path
 from .config import CONFIG
 from .distributed import RankFailed, rank_from_env, world_size_from_env
 from .errors import Cancelled, InputError
+from .progress import Stage
 from .settings import use_cache_dir
 from .spec import (
     DEFAULT_BATCH_SIZE,
@@ -134,8 +135,8 @@ class _Bar:
         if p.stage == "forward" and p.total:
             frac = p.done / p.total
             bar = "#" * int(30 * frac)
-            eta = f"{p.eta_s:5.0f}s" if p.eta_s == p.eta_s else "  ?  "
-            msg = f"\r[{bar:<30}] {p.done:>9,}/{p.total:,} tokens  {p.tokens_per_s:8.0f} tok/s  ETA {eta}"
+            eta = f"{p.eta_s:5.0f}s" if p.eta_s is not None else "  ?  "
+            msg = f"\r[{bar:<30}] {p.done:>9,}/{p.total:,} tokens  {p.rate:8.0f} tok/s  ETA {eta}"
         else:
             msg = f"\r{p.stage}: {p.message}".ljust(80)
         sys.stderr.write(msg)
@@ -223,26 +224,15 @@ def _wait_for_job(kind: str, params: dict, a) -> None:
     seen = [None]
 
     def show(j):
-        now = (j.stage, j.done, j.message)
-        if j.status == jobs.RUNNING and j.stage and now != seen[0]:
-            seen[0] = now
-            bar(_JobProgress(j))
+        if j.status == jobs.RUNNING and j.progress.stage != Stage.START and j.progress != seen[0]:
+            seen[0] = j.progress
+            bar(j.progress)
 
     job = jobs.wait(jid, a.cache_dir, on_update=show)
     _Bar.end_line()
     if job.status != jobs.DONE:
         print(f"job {jid} ended {job.status}{': ' + job.error if job.error else ''}; computing here",
               file=sys.stderr)
-
-
-class _JobProgress:
-    """A job record seen as a core.extract.Progress (for the progress bar)."""
-
-    def __init__(self, j):
-        self.stage, self.done, self.total = j.stage, j.done, j.total
-        self.tokens_per_s = j.tokens_per_s
-        self.eta_s = float("nan") if j.eta_s is None else j.eta_s
-        self.message = j.message
 
 
 def _group(spec):
@@ -411,8 +401,8 @@ class _TrainBar(_Bar):
             return
         self.last = now
         bar = "#" * int(30 * p.done / max(p.total, 1))
-        eta = f"{p.eta_s:5.0f}s" if p.eta_s == p.eta_s else "  ?  "
-        sys.stderr.write(f"\r[{bar:<30}] step {p.done:>7,}/{p.total:,}  {p.tokens_per_s:8.0f} tok/s  ETA {eta}")
+        eta = f"{p.eta_s:5.0f}s" if p.eta_s is not None else "  ?  "
+        sys.stderr.write(f"\r[{bar:<30}] step {p.done:>7,}/{p.total:,}  {p.rate:8.0f} tok/s  ETA {eta}")
         _Bar.open_line = True
         sys.stderr.flush()
 

@@ -30,6 +30,7 @@ from .config import CONFIG, AnalysisConfig
 from .corpora import TokenWindows
 from .errors import Cancelled, InputError
 from .models import torch_dtype
+from .progress import Progress
 
 __all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
            "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS",
@@ -42,18 +43,6 @@ SUM_KEYS = ("n", "n_seq", "intra_n", "sum_doc_n_sq", "group_sum_u", "group_n", "
             "id_counts", "bin_sum_u", "bin_n")
 MAX_KEYS = ("max_abs",)
 STATS_CHUNK_TOKENS = 2048  # padded positions per chunk of the float64 statistics (bounds memory)
-
-
-@dataclass
-class Progress:
-    """What a progress callback receives (CLI bar and UI bar alike)."""
-
-    stage: str  # "load", "tokenize", "forward", "metrics", "done"
-    done: int
-    total: int
-    tokens_per_s: float = 0.0
-    eta_s: float = float("nan")
-    message: str = ""
 
 
 def _noop(_p: Progress) -> None:

@@ -15,8 +15,9 @@ outcome are a JSON record in the queue's key-value store. Nothing read from the 
 unpickled.
 
 A job kind is a function `fn(params: dict, progress, cancel) -> dict | None` named in `KINDS`
-("module:function", imported by the worker only). `progress(...)` takes a `core.extract.Progress`
-or keywords (stage, done, total, tokens_per_s, eta_s, message); `cancel()` is True once the
+("module:function", imported by the worker only). `progress(...)` takes a `core.progress.Progress`
+(or its fields as keywords: stage, done, total, rate, eta_s, message), stored in the job record as
+`Job.progress`, what every progress bar reads; `cancel()` is True once the
 Cancel button or `python -m core jobs cancel ID` asked: stop between steps by raising
 `core.errors.Cancelled`, store nothing partial. A kind may also name a `key` function: the job id
 is derived from it (analyze uses the cache key of the run, so one spec is one job).
@@ -54,6 +55,7 @@ from typing import Callable
 from . import settings
 from .errors import Cancelled, InputError
 from .procfs import stat_fields
+from .progress import Progress, Stage
 from .settings import QUEUE_URL_ENV, cache_root
 
 log = logging.getLogger(__name__)
@@ -102,12 +104,8 @@ class Job:
     label: str = ""
     status: str = QUEUED
     attempt: int = 1
-    stage: str = ""
-    done: int = 0
-    total: int = 0
-    tokens_per_s: float = 0.0
-    eta_s: float | None = None
-    message: str = ""
+    progress: Progress = field(default_factory=lambda: Progress(Stage.START))  # the last one the job reported
+    message: str = ""  # the record's own note: waiting for a worker, starting, done, cancelled...
     error: str = ""
     result: dict | None = None
     created: float = 0.0
@@ -121,29 +119,29 @@ class Job:
     def active(self) -> bool:
         return self.status in ACTIVE
 
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.done / self.total) if self.total else 0.0
-
     def to_json(self) -> bytes:
         d = dataclasses.asdict(self)
         d.pop("cancel_requested")
+        d["progress"] = self.progress.to_dict()
         return json.dumps(d, allow_nan=False, default=_nan_none).encode()
 
     @classmethod
     def from_json(cls, blob: bytes) -> "Job":
         d = json.loads(blob)
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+        job = cls(**{k: v for k, v in d.items() if k in names and k != "progress"})
+        job.progress = Progress.from_dict(d.get("progress") or {"stage": Stage.START})
+        return job
 
     def describe(self) -> str:
         """One line for a terminal or a caption."""
         what = f"{self.kind} {self.label}".strip()
+        p = self.progress
         if self.status == RUNNING:
-            if self.stage == "forward" and self.total:
-                eta = f", ETA {fmt_seconds(self.eta_s)}" if self.eta_s is not None else ""
-                return (f"{what}: {self.done:,}/{self.total:,} tokens, {self.tokens_per_s:,.0f} tokens/s{eta}")
-            return f"{what}: {self.message or self.stage or 'starting'}"
+            if p.counted:
+                eta = f", ETA {fmt_seconds(p.eta_s)}" if p.eta_s is not None else ""
+                return f"{what}: {p.done:,}/{p.total:,} {p.unit}, {p.rate:,.0f} {p.rate_unit}/s{eta}"
+            return f"{what}: {p.message or self.message or p.stage}"
         if self.status == FAILED:
             return f"{what}: failed: {self.error}"
         return f"{what}: {self.status}"
@@ -157,14 +155,6 @@ def fmt_seconds(s: float | None) -> str:
     if s is None or not math.isfinite(s):
         return "…"
     return f"{s:.0f} s" if s < 90 else (f"{s / 60:.1f} min" if s < 5400 else f"{s / 3600:.1f} h")
-
-
-def _finite(x) -> float | None:
-    try:
-        x = float(x)
-    except (TypeError, ValueError):
-        return None
-    return x if math.isfinite(x) else None
 
 
 # ---------------------------------------------------------------------- the queue (huey)
@@ -448,6 +438,7 @@ class _Running:
         self.job, self.cache_dir = job, cache_dir
         self.lock = threading.Lock()
         self.last_write = 0.0
+        self.stage_t0 = time.time()  # when the current progress stage began (a rate for kinds that give none)
         self.last_cancel_check = 0.0
         self.cancelled = False
         self.stop = threading.Event()
@@ -465,21 +456,20 @@ class _Running:
             except Exception as e:  # noqa: BLE001 - a busy database: the next beat retries
                 log.warning("heartbeat of %s failed: %s", self.job.id, e)
 
-    def progress(self, p=None, **kw) -> None:
-        """Record progress: a core.extract.Progress, or stage=, done=, total=, tokens_per_s=, eta_s=, message=."""
-        if p is not None and not isinstance(p, str):
-            kw = {k: getattr(p, k, None) for k in ("stage", "done", "total", "tokens_per_s", "eta_s", "message")}
-        elif isinstance(p, str):
-            kw["stage"] = p
+    def progress(self, p: Progress | None = None, **kw) -> None:
+        """Record progress: a core.progress.Progress, or its fields as keywords (stage=, done=, total=,
+        rate=, eta_s=, message=). A counted stage without a rate gets one from the stage's elapsed time."""
+        if p is None:
+            p = Progress(**kw)
+        elif not isinstance(p, Progress):
+            raise TypeError(f"progress takes a core.progress.Progress, got {type(p).__name__}")
+        now = time.time()
         j = self.job
-        stage = kw.get("stage") or j.stage
-        same_stage = stage == j.stage
-        j.stage = stage
-        j.done, j.total = int(kw.get("done") or 0), int(kw.get("total") or 0)
-        j.tokens_per_s = _finite(kw.get("tokens_per_s")) or 0.0
-        j.eta_s = _finite(kw.get("eta_s"))
-        j.message = str(kw.get("message") or "")
-        if not same_stage or time.time() - self.last_write >= PROGRESS_WRITE_S or (j.total and j.done >= j.total):
+        same_stage = p.stage == j.progress.stage
+        if not same_stage:
+            self.stage_t0 = now
+        j.progress = p.with_rate(now - self.stage_t0)
+        if not same_stage or now - self.last_write >= PROGRESS_WRITE_S or p.finished:
             self.write()
 
     def cancel_requested(self) -> bool:

@@ -500,7 +500,7 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
                 save(s, model)
             el = time.perf_counter() - self.t0 - timing["checkpoint_s"] - timing["resume_save_s"]
             rate = (s - self.step0) * tokens_per_step / max(el, 1e-9)
-            progress(Progress("train", s, spec.steps, tokens_per_s=rate,
+            progress(Progress("train", s, spec.steps, rate=rate,
                               eta_s=(spec.steps - s) * tokens_per_step / rate if rate else float("nan"),
                               message=f"step {s:,}/{spec.steps:,}"))
             if cancel is not None and cancel():

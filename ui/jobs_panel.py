@@ -11,6 +11,7 @@ import streamlit as st
 from core import jobs
 from core.errors import InputError
 from core.escape import markdown_text
+from core.progress import Stage
 
 
 def start_worker() -> None:
@@ -21,34 +22,32 @@ def start_worker() -> None:
     st.session_state["_jobs_worker_check"] = time.monotonic()
 
 
+def progress_text(job) -> str:
+    """The bar's line for any job kind, from its typed progress: stage, done / total in the stage's
+    unit, rate, ETA (core.progress.Progress)."""
+    p = job.progress
+    if job.cancel_requested:
+        return "cancelling: stops after the current batch…"
+    if job.status == jobs.QUEUED:
+        return "queued: waiting for the worker…"
+    if p.counted and p.done == 0:
+        return f"starting the {p.title} ({p.total:,} {p.unit})…"
+    if p.counted:
+        rate = f" · {p.rate:,.0f} {p.rate_unit}/s" if p.rate else ""
+        # what the ablation's pass zeroes, which checkpoint of the series: the others' notes repeat the count
+        note = f" ({p.message})" if p.message and p.stage in (Stage.ABLATION, Stage.SERIES) else ""
+        return f"{p.title}: {p.done:,} / {p.total:,} {p.unit}{note}{rate} · ETA {jobs.fmt_seconds(p.eta_s)}"
+    if p.stage == Stage.METRICS:
+        return "per-layer metrics…"
+    return f"{p.message or job.message or p.stage}…"
+
 
 def progress(job, name: str) -> None:
-    """One job's progress bar: stage, tokens done / total, tokens/s, ETA; Cancel."""
+    """One job's progress bar (every kind: its stage, done / total, rate, ETA) and its Cancel button."""
     with st.container(border=True, key=f"job_{job.id}"):
         head, btn = st.columns([6, 1], vertical_alignment="center")
-        if job.cancel_requested:
-            text = "cancelling: stops after the current batch…"
-        elif job.status == jobs.QUEUED:
-            text = "queued: waiting for the worker…"
-        elif job.stage == "forward" and job.total and job.done == 0:
-            text = f"starting the forward pass ({job.total:,} tokens)…"
-        elif job.stage == "forward" and job.total:
-            text = (f"{job.done:,} / {job.total:,} tokens · {job.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
-        elif job.stage == "ablation" and job.total:
-            text = f"{job.message} · ETA {jobs.fmt_seconds(eta(job))}"
-        elif job.stage == "train" and job.total:
-            text = (f"step {job.done:,} / {job.total:,} · {job.tokens_per_s:,.0f} tokens/s · "
-                    f"ETA {jobs.fmt_seconds(job.eta_s)}")
-        elif job.stage == "series" and job.total:
-            text = job.message or f"checkpoint {job.done + 1} / {job.total}"
-        elif job.stage == "metrics":
-            text = "per-layer metrics…"
-        else:
-            text = f"{job.message or job.stage or 'starting'}…"
         head.markdown(f"{name} · job `{job.id}`")
-        counted = job.stage in ("forward", "ablation", "train", "series")
-        head.progress(job.fraction if counted else (1.0 if job.stage == "metrics" else 0.0), text=text)
+        head.progress(job.progress.fraction, text=progress_text(job))
         btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
                    help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
                         "closing the tab does not stop it.", on_click=_cancel, args=(job.id,))
@@ -70,13 +69,6 @@ def _retry(jid: str) -> None:
     except InputError as e:  # it was queued again meanwhile (another tab, the CLI): say so
         st.toast(markdown_text(str(e)), icon=":material/info:")
     start_worker()
-
-
-def eta(job) -> float | None:
-    """ETA of a job that counts steps (ablation passes): time per finished step times steps left."""
-    if not job.started or not job.done:
-        return None
-    return (time.time() - job.started) / job.done * (job.total - job.done)
 
 
 def failed(job, message: str) -> None:

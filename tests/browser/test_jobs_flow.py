@@ -123,7 +123,7 @@ def test_worker_killed_halfway_then_retry(server, browser):
     page.set_default_timeout(240_000)
     page.goto(f"{url}/?tokens=60000&sample=500")
     page.get_by_role("button", name="Run").click()
-    _wait_job(cache, lambda js: any("60,000" in j.label and j.stage == "forward" and j.done > 0 for j in js),
+    _wait_job(cache, lambda js: any("60,000" in j.label and j.progress.stage == "forward" and j.progress.done > 0 for j in js),
               what="the 60k job's forward pass")
     job = [j for j in _jobs(cache) if "60,000" in j.label][0]
     os.kill(jobs.worker_pid(cache), signal.SIGKILL)  # what the OOM killer does

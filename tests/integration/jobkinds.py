@@ -14,7 +14,7 @@ def steps(params: dict, progress, cancel) -> dict:
     for i in range(n):
         if cancel():
             raise Cancelled("stopped between steps")
-        progress(stage="forward", done=i, total=n, tokens_per_s=1 / delay, eta_s=(n - i) * delay, message="step")
+        progress(stage="forward", done=i, total=n, rate=1 / delay, eta_s=(n - i) * delay, message="step")
         time.sleep(delay)
     if params.get("marker"):
         with open(params["marker"], "a") as f:

@@ -72,7 +72,7 @@ def test_worker_runs_jobs_with_progress_and_results(cache):
     bad = jobs.submit("test-fail", {"message": "that file is empty"})
     with worker(cache):
         seen = []
-        done = jobs.wait(jid, timeout=120, on_update=lambda j: seen.append((j.status, j.done)))
+        done = jobs.wait(jid, timeout=120, on_update=lambda j: seen.append((j.status, j.progress.done)))
         failed = jobs.wait(bad, timeout=60)
     assert done.status == jobs.DONE and done.result == {"n": 8} and done.label == "eight steps"
     assert any(s == jobs.RUNNING and d > 0 for s, d in seen)  # progress was visible while it ran
@@ -86,11 +86,11 @@ def test_cancel_queued_and_running_jobs(cache):
     assert jobs.status(queued).status == jobs.CANCELLED
     long = jobs.submit("test-steps", _steps(n=400, delay=0.05, marker=str(cache / "long.txt")))
     with worker(cache):
-        wait_for(lambda: (jobs.status(long).done or 0) > 2, what="the long job to progress")
+        wait_for(lambda: jobs.status(long).progress.done > 2, what="the long job to progress")
         assert jobs.status(long).status == jobs.RUNNING
         assert jobs.cancel(long).cancel_requested
         end = jobs.wait(long, timeout=60)
-        assert end.status == jobs.CANCELLED and end.done < 400
+        assert end.status == jobs.CANCELLED and end.progress.done < 400
         time.sleep(0.5)
     assert not (cache / "q.txt").exists() and not (cache / "long.txt").exists()  # neither finished
     with pytest.raises(ValueError, match="nothing to cancel"):
@@ -116,7 +116,7 @@ def test_worker_killed_halfway_fails_the_job_stores_nothing_and_retry_works(cach
     jid = jobs.submit("analyze", {"spec": spec.to_dict()})
     assert jid == jobs.job_id("analyze", {"spec": spec.to_dict()})
     with worker(cache) as proc:
-        wait_for(lambda: jobs.status(jid).stage == "forward" and jobs.status(jid).done > 0, timeout=240,
+        wait_for(lambda: jobs.status(jid).progress.stage == "forward" and jobs.status(jid).progress.done > 0, timeout=240,
                  what="the forward pass to start")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
@@ -274,3 +274,32 @@ def test_marking_a_dead_job_failed_never_overwrites_a_newer_attempt(cache):
     out = jobs._mark_failed(seen, "gone", cache)  # what a poll that read attempt 1 just before the Retry does
     assert (out.attempt, out.status) == (2, jobs.RUNNING)
     assert (jobs.status(retried.id, cache).attempt, jobs.status(retried.id, cache).status) == (2, jobs.RUNNING)
+
+
+def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch):
+    """The attention job's progress is typed (core.progress.Progress) and counted: the bar it
+    records moves through the pass (it stayed at 0 while its stage was an untyped string)."""
+    from core.progress import Stage
+
+    spec = RunSpec(model=str(tiny_gpt2_dir), corpus="wiki-en", max_tokens=1200, max_seq_len=32, batch_size=2,
+                   sample=100)
+    jid = jobs.submit("attention", {"spec": spec.to_dict()})
+    written = []
+    write = jobs._write
+
+    def record(job, cache_dir=None):  # every record the worker writes for the job, as a poller reads it
+        written.append((job.status, job.progress))
+        write(job, cache_dir)
+
+    monkeypatch.setattr(jobs, "_write", record)
+    monkeypatch.setattr(jobs, "PROGRESS_WRITE_S", 0.0)  # each report is written (a poller may see any)
+    jobs._run_job(jid, 1)  # the worker's task, in this process
+    assert jobs.status(jid).status == jobs.DONE, jobs.status(jid).error
+    passes = [p for s, p in written if s == jobs.RUNNING and p.stage == Stage.ATTENTION]
+    done = [p.done for p in passes]
+    assert len(set(done)) >= 3 and done == sorted(done) and done[-1] == passes[-1].total > 0
+    moving = [p.fraction for p in passes if 0 < p.done < p.total]
+    assert moving and all(0 < f < 1 for f in moving)  # the bar moves before the pass ends
+    assert all(p.rate > 0 and p.eta_s is not None for p in passes if p.done)
+    forward = [p.done for s, p in written if p.stage == Stage.FORWARD]
+    assert forward == sorted(forward) and forward[-1] > 0  # the run's own extraction came first, counted too

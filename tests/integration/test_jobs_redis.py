@@ -76,14 +76,14 @@ def test_jobs_run_through_redis_one_per_spec_with_progress_cancel_and_failures(c
     long = jobs.submit("test-steps", {"n": 400, "delay": 0.05})
     with worker(cache):
         seen = []
-        done = jobs.wait(ids[0], timeout=120, on_update=lambda j: seen.append((j.status, j.done)))
+        done = jobs.wait(ids[0], timeout=120, on_update=lambda j: seen.append((j.status, j.progress.done)))
         assert done.status == jobs.DONE and done.result == {"n": 6}
         assert any(s == jobs.RUNNING and d > 0 for s, d in seen)
         assert jobs.wait(bad, timeout=60).error == "that file is empty"
-        wait_for(lambda: (jobs.status(long).done or 0) > 2, what="the long job to progress")
+        wait_for(lambda: jobs.status(long).progress.done > 2, what="the long job to progress")
         jobs.cancel(long)
         end = jobs.wait(long, timeout=60)
-        assert end.status == jobs.CANCELLED and end.done < 400
+        assert end.status == jobs.CANCELLED and end.progress.done < 400
 
 
 def test_two_app_servers_share_the_jobs_of_one_redis(cache, tmp_path, monkeypatch):

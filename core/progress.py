@@ -1,0 +1,124 @@
+"""A job's progress as a small typed record: what every job kind reports and every bar shows.
+
+    Progress(Stage.FORWARD, done=1_200, total=20_000, rate=3_100.0)
+
+A counted stage (forward and attention passes in tokens, ablation passes, training steps, series
+checkpoints) fills a bar: `fraction` is done / total. The other stages (start, wait, load, tokenize,
+metrics, done) are one line of text. The record travels through the job queue as JSON (`to_dict`,
+`from_dict`), so the CLI, the app's job panel and a test read the same fields.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from enum import Enum
+
+
+class Stage(str, Enum):
+    START = "start"  # nothing reported yet
+    WAIT = "wait"  # another process is doing the same work
+    LOAD = "load"
+    TOKENIZE = "tokenize"
+    FORWARD = "forward"  # the extraction's forward pass
+    ATTENTION = "attention"  # the attention statistics' forward pass
+    ABLATION = "ablation"  # the ablation's forward passes
+    METRICS = "metrics"  # per-layer metrics after the forward pass
+    TRAIN = "train"
+    SERIES = "series"  # one checkpoint after another
+    DONE = "done"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# Counted stages: what the bar counts, (name, unit of done/total, unit of rate). Training counts
+# steps and its rate is in tokens.
+UNITS: dict[Stage, tuple[str, str, str]] = {
+    Stage.FORWARD: ("forward pass", "tokens", "tokens"),
+    Stage.ATTENTION: ("attention pass", "tokens", "tokens"),
+    Stage.ABLATION: ("ablation", "passes", "passes"),
+    Stage.TRAIN: ("training", "steps", "tokens"),
+    Stage.SERIES: ("checkpoint series", "checkpoints", "checkpoints"),
+}
+
+
+def _finite(x) -> float | None:
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a job stands: stage, done of total (in the stage's unit), rate (per second), ETA.
+
+    `eta_s` None: unknown (no rate yet); a NaN or inf given is read as unknown.
+    """
+
+    stage: Stage
+    done: int = 0
+    total: int = 0
+    rate: float = 0.0
+    eta_s: float | None = None
+    message: str = ""
+
+    def __post_init__(self) -> None:
+        # Validate once at the boundary; a caller may pass the stage's string ("forward").
+        object.__setattr__(self, "stage", Stage(self.stage))
+        object.__setattr__(self, "done", max(int(self.done or 0), 0))
+        object.__setattr__(self, "total", max(int(self.total or 0), 0))
+        object.__setattr__(self, "rate", max(_finite(self.rate) or 0.0, 0.0))
+        object.__setattr__(self, "eta_s", _finite(self.eta_s))
+        object.__setattr__(self, "message", str(self.message or ""))
+
+    @property
+    def counted(self) -> bool:
+        """A stage that fills a bar (and has a total to fill it to)."""
+        return self.stage in UNITS and self.total > 0
+
+    @property
+    def title(self) -> str:
+        return UNITS.get(self.stage, (self.stage.value, "", ""))[0]
+
+    @property
+    def unit(self) -> str:
+        return UNITS.get(self.stage, ("", "", ""))[1]
+
+    @property
+    def rate_unit(self) -> str:
+        return UNITS.get(self.stage, ("", "", ""))[2]
+
+    @property
+    def fraction(self) -> float:
+        """How full the bar is: done / total in a counted stage; full while the metrics follow the
+        forward pass; empty before."""
+        if self.counted:
+            return min(1.0, self.done / self.total)
+        return 1.0 if self.stage in (Stage.METRICS, Stage.DONE) else 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.counted and self.done >= self.total
+
+    def with_rate(self, elapsed_s: float) -> "Progress":
+        """The same progress with rate and ETA measured from the stage's elapsed time, when the job kind
+        gave none (ablation passes, series checkpoints)."""
+        if not self.counted or self.rate or self.done <= 0 or elapsed_s <= 0:
+            return self
+        rate = self.done / elapsed_s
+        eta = self.eta_s if self.eta_s is not None else (self.total - self.done) / rate
+        return Progress(self.stage, self.done, self.total, rate, eta, self.message)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["stage"] = self.stage.value
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Progress":
+        names = ("stage", "done", "total", "rate", "eta_s", "message")
+        return cls(**{k: d[k] for k in names if k in d})
+

@@ -1,0 +1,46 @@
+"""The typed progress record (core.progress): what every job kind reports and every bar shows."""
+
+import json
+import math
+
+import pytest
+
+from core.progress import UNITS, Progress, Stage
+
+
+def test_a_counted_stage_fills_the_bar_and_says_its_unit():
+    p = Progress("attention", 300, 1200, 150.0, 6.0, "batch 3/12")
+    assert p.stage is Stage.ATTENTION and p.counted and p.fraction == 0.25
+    assert (p.title, p.unit, p.rate_unit) == ("attention pass", "tokens", "tokens")
+    assert Progress(Stage.TRAIN, 10, 100).unit == "steps" and Progress(Stage.TRAIN).rate_unit == "tokens"
+    assert Progress("forward", 2000, 1000).fraction == 1.0  # never past full
+    assert all(Progress(s, 1, 2).counted for s in UNITS)
+
+
+def test_other_stages_are_a_line_of_text():
+    assert not Progress(Stage.LOAD, 0, 1).counted and Progress(Stage.LOAD, 0, 1).fraction == 0.0
+    assert Progress(Stage.METRICS, 0, 12).fraction == 1.0  # the forward pass is over
+    assert not Progress(Stage.FORWARD, 0, 0).counted  # nothing to count yet
+
+
+def test_values_are_checked_once_at_the_boundary():
+    p = Progress("forward", -3, 10, float("nan"), float("inf"), None)
+    assert (p.done, p.rate, p.eta_s, p.message) == (0, 0.0, None, "")
+    with pytest.raises(ValueError):
+        Progress("forwards", 1, 2)
+    with pytest.raises(AttributeError):
+        p.done = 4  # frozen
+
+
+def test_json_round_trip():
+    p = Progress(Stage.SERIES, 2, 5, 0.5, 6.0, "checkpoint 3/5 (step 4)")
+    d = json.loads(json.dumps(p.to_dict(), allow_nan=False))
+    assert d["stage"] == "series" and Progress.from_dict(d) == p
+
+
+def test_a_rate_from_the_elapsed_time_when_the_kind_gives_none():
+    p = Progress(Stage.ABLATION, 2, 7).with_rate(10.0)
+    assert p.rate == pytest.approx(0.2) and p.eta_s == pytest.approx(25.0)
+    given = Progress(Stage.FORWARD, 10, 20, 5.0, 2.0)
+    assert given.with_rate(100.0) == given  # the kind's own rate wins
+    assert Progress(Stage.ABLATION, 0, 7).with_rate(10.0).rate == 0.0 and math.isfinite(p.eta_s)
