@@ -3,7 +3,6 @@ window's attention map beside its ablated twin, and the controlled drift experim
 
 import streamlit as st
 
-from core import jobs
 from core.drift import DriftSpec
 from core.errors import InputError
 from core.views import attention as AV
@@ -60,8 +59,7 @@ if page.need_runs(runs):
     lg = state.log()
     rid = state.run_id(run.spec)
     if not data.attention_cached(run.spec):
-        job = jobs.status(ui_run.job_id("attention", run.spec))
-        if job is not None and job.active:  # no second Compute button while it runs
+        if ui_run.job_active("attention", run.spec):  # no second Compute button while it runs
             st.info(f"Computing the attention statistics of {run.label}: the progress is shown at the top of the "
                     "page; the figures appear here when the job ends (other pages stay usable meanwhile).",
                     icon=":material/hourglass_top:")

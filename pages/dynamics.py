@@ -3,12 +3,12 @@ checkpoints of runs trained on the Train page (each checkpoint cached like any r
 
 import streamlit as st
 
+from core.errors import InputError
 from core.selection import METRICS
 from core.views import dynamics as D
-from ui import page, training
+from ui import page, state, training
 
-page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
-st.title("Training dynamics")
+page.title("Training dynamics")
 with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step1000, …; needs the hub)"):
     with st.form("hub_series_form"):
         h1, h2 = st.columns([2, 3])
@@ -19,16 +19,18 @@ with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step
     if add:
         try:  # offline, only revisions already in the local hub cache (HF_HOME) are accepted
             hub_run = training.add_hub_series(hub_id, hub_revs, max_tokens=int(st.session_state.get("dyn_tokens", 20_000)))
-        except Exception as e:  # noqa: BLE001 - InputError: a bad id or revision, the hub unreachable
+        except InputError as e:  # a bad id or revision, the hub unreachable
             st.error(page.md(str(e)), icon=":material/error:")
+        except OSError as e:  # the series record or the queue could not be written
+            st.error(page.md(f"The series could not be added: {e}"), icon=":material/error:")
         else:
-            st.session_state["dyn_runs"] = [hub_run]
+            state.log().dynamics_runs = [hub_run]
             st.toast(f"Queued: the analysis of every revision of {hub_id.strip()}.")
 runs = training.series_on_disk()
 if not runs:
     st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
     st.stop()
-default = [r for r in st.session_state.get("dyn_runs", []) if r in runs] or runs[:1]
+default = [r for r in state.log().dynamics_runs if r in runs] or runs[:1]
 chosen = st.multiselect("Runs (two to compare)", runs, default=default, max_selections=4, key="dyn_pick")
 c1, c2 = st.columns(2)
 max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 20_000, step=1000, key="dyn_tokens")

@@ -5,7 +5,7 @@ the ablation (behind a button)."""
 
 import streamlit as st
 
-from core import jobs, views
+from core import views
 from core.errors import InputError
 from core.escape import markdown_text
 from ui import data, page, state
@@ -34,8 +34,7 @@ def _ablation(sel, run) -> None:
     elif not dims:
         st.info("No persistent outlier dimensions in this run: nothing to ablate.")
     else:
-        job = jobs.status(ui_run.job_id("ablation", run.spec))
-        if job is not None and job.active:
+        if ui_run.job_active("ablation", run.spec):
             st.caption(":material/hourglass_top: The ablation job is running: its progress is shown at the top of "
                        "the page; the result appears here when it ends.")
         elif st.button("Run ablation", key="ablate", icon=":material/science:",

@@ -5,6 +5,7 @@ presets that put the papers' questions to the data. Every checkpoint becomes a m
 import streamlit as st
 
 from core.corpora import BUILTIN_CORPORA
+from core.errors import InputError
 from core.modalities import corpus_modality
 from core.selection import check_corpus, split_corpus
 from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
@@ -12,9 +13,8 @@ from core.trained import ident_of
 from core.uploads import display_name
 from ui import page, state, training
 
-page._through_entrypoint()  # a deep link on a fresh server still gets the app's navigation
-st.title("Train a model from scratch")
-st.caption("A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
+page.title("Train a model from scratch",
+           "A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
            "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. The default "
            "2,000 steps train in about 2 minutes on 2 quiet CPU cores (BENCHMARKS.md, Training).")
 
@@ -59,16 +59,18 @@ if go or go_preset:
                          n_layers=int(layers), d_model=int(width), n_heads=int(heads), seq_len=int(seq),
                          batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
         runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}
-    except Exception as e:  # noqa: BLE001 - InputError from the spec, a missing file: say why
-        st.error(page.md(str(e)), icon=":material/error:")
-    else:
         names = training.submit_training(runs, analyse=bool(go_preset))
+    except InputError as e:  # a bad setting, an unknown corpus or file: say why
+        st.error(page.md(str(e)), icon=":material/error:")
+    except OSError as e:  # the queue's files could not be written
+        st.error(page.md(f"The training could not be queued: {e}"), icon=":material/error:")
+    else:
         if go_preset:
-            st.session_state["dyn_runs"] = names
+            state.log().dynamics_runs = names  # Dynamics opens on the preset's runs
         st.toast("Queued: the training runs as a job (navigating or closing the tab does not stop it).")
 
 training.panel()
-if st.session_state.get("dyn_runs") and go_preset:
+if go_preset and state.log().dynamics_runs:
     st.info("When the preset's jobs are done, open **Dynamics** to see what the curves show.",
             icon=":material/science:")
 

@@ -75,21 +75,31 @@ def _through_entrypoint() -> None:
 
 
 def header(title: str):
-    """Title, the Run button's work (queue jobs) and the jobs panel: every selected run's status,
-    with live progress, Cancel and Retry while its job is queued or running.
+    """Title and the jobs panel: every selected run's status, with live progress, Cancel and Retry
+    while its job is queued or running (the sidebar's Run queued them, whatever the page).
 
-    Returns the selection and the loaded runs. The Run button lives in the sidebar (app.py); its
-    value is read here so the progress shows under the page title.
+    Returns the selection and the loaded runs.
     """
-    from . import run
-
     _through_entrypoint()
     st.title(title)
     sel = state.selection()
-    if state.run_pressed():
-        run.run(sel)
     status(sel)
     return sel, loaded(sel)
+
+
+def title(text: str, caption: str = ""):
+    """The top of a page that shows no selected run (Train, Dynamics): title, caption, and the jobs
+    of the selection that are queued or running (a Run pressed here), so every page shows what Run
+    started. Returns the selection."""
+    from . import run
+
+    _through_entrypoint()
+    st.title(text)
+    if caption:
+        st.caption(caption)
+    sel = state.selection()
+    run.panel(sel, active_only=True)
+    return sel
 
 
 def status(sel) -> None:

@@ -78,8 +78,19 @@ def submit_attention(spec) -> str:
     return jid
 
 
-def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
-    """(spec, kind, job record or None) of the selection: its extractions, and its ablations."""
+def job_active(kind: str, spec) -> bool:
+    """Whether the job computing `kind` ("analyze", "ablation", "attention") of `spec` is queued or running
+    (a page then draws no second button that would queue it)."""
+    try:
+        job = jobs.status(job_id(kind, spec))
+    except InputError:
+        return False
+    return job is not None and job.active
+
+
+def _jobs_of(sel, active_only: bool = False) -> list[tuple[object, str, "jobs.Job | None"]]:
+    """(spec, kind, job record or None) of the selection: its extractions, ablations and attention
+    statistics. active_only: the queued or running jobs, and the runs whose Run failed to queue."""
     out = []
     for spec in sel.specs():
         try:
@@ -90,28 +101,34 @@ def _jobs_of(sel) -> list[tuple[object, str, "jobs.Job | None"]]:
                     out.append((spec, kind, side))
         except InputError:
             out.append((spec, "analyze", None))
+    if active_only:
+        errors = state.log().errors
+        out = [(s, k, j) for s, k, j in out if (j is not None and j.active)
+               or (k == "analyze" and state.run_id(s) in errors)]
     return out
 
 
-def panel(sel) -> None:
-    """The status of every selected run (and its jobs). Polls while a job is queued or running."""
-    rows = _jobs_of(sel)  # read once per page run; the polling fragment reads them again at each poll
+def panel(sel, active_only: bool = False) -> None:
+    """The status of every selected run (and its jobs). Polls while a job is queued or running.
+
+    active_only: only the jobs queued or running and Run's errors (the pages that show no run)."""
+    rows = _jobs_of(sel, active_only)  # read once per page run; the polling fragment reads them again at each poll
     active = any(j is not None and j.active for _, _, j in rows)
     state.log().jobs_active = active
     if active:
-        _live_panel(sel)
+        _live_panel(sel, active_only)
     else:
         _panel_body(sel, polling=False, rows=rows)
 
 
 @st.fragment(run_every=POLL_S)
-def _live_panel(sel) -> None:
-    _panel_body(sel, polling=True)
+def _live_panel(sel, active_only: bool) -> None:
+    _panel_body(sel, polling=True, active_only=active_only)
 
 
-def _panel_body(sel, polling: bool, rows=None) -> None:
+def _panel_body(sel, polling: bool, rows=None, active_only: bool = False) -> None:
     lg = state.log()
-    rows = _jobs_of(sel) if rows is None else rows
+    rows = _jobs_of(sel, active_only) if rows is None else rows
     still_active = False
     seen = st.session_state.setdefault("_jobs_seen_active", set())
     ended = False

@@ -30,7 +30,7 @@ from core.uploads import (
     upload_id,
 )
 
-from . import data, state
+from . import data, run, state
 from .page import lazy_expander, md
 
 SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
@@ -253,7 +253,7 @@ def _advanced(sel) -> dict:
 
 
 def render(sel):
-    """Draw the sidebar; return the selection. (The Run button's value is read by page.header.)"""
+    """Draw the sidebar and act on its Run button (queue the jobs); return the selection."""
     with st.sidebar:
         models = _models(sel)
         corpus, col = _corpus(sel)
@@ -279,8 +279,11 @@ def render(sel):
                 n_cached += bool(data.is_cached(s))
             except InputError:
                 pass
-        st.button("Run", type="primary", key="run", width="stretch", icon=":material/play_arrow:",
-                  help="Extract hidden states for every selected model that is not cached yet.")
+        # The one place a Run click is handled, whatever the page: its jobs are queued before the page draws
+        # (each page's job panel then shows them).
+        if st.button("Run", type="primary", key="run", width="stretch", icon=":material/play_arrow:",
+                     help="Extract hidden states for every selected model that is not cached yet."):
+            run.run(new)
         st.caption(f"{n_cached} of {len(specs)} selected run{'s' if len(specs) > 1 else ''} already computed "
                    "(shown at once).")
         if n_cached:

@@ -29,6 +29,7 @@ class RunLog:
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
     attention_maps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # run id -> (window, block, head) shown
     drift: object | None = None  # the DriftSpec of the controlled experiment last shown
+    dynamics_runs: list[str] = field(default_factory=list)  # the runs Dynamics opens with (a preset, a hub series)
 
 
 def run_id(spec) -> str:
@@ -61,11 +62,6 @@ def sync_url(sel: Selection | None = None) -> None:
     norm = {k: (v if isinstance(v, list) else [v]) for k, v in want.items()}
     if norm != have:
         st.query_params.from_dict(want)
-
-
-def run_pressed() -> bool:
-    """True in the script run that follows a click on the sidebar's Run button (key "run")."""
-    return bool(st.session_state.get("run"))
 
 
 def forget_widgets(keys) -> None:
