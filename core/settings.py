@@ -14,6 +14,12 @@ ANISO_ALLOW_HUB                1          0: no hub identifiers from the URL/sid
 ANISO_SHARED                   0          1: a shared server: sets both switches above to 0
                                           (and server paths off) unless they are set explicitly
 ANISO_MAX_UPLOAD_MB            200        largest upload accepted (refused before it is read)
+ANISO_MAX_UNPACKED_MB          1024       largest total size of the image or audio files of one
+                                          corpus (a zip's declared sizes, read before anything is
+                                          decompressed; a folder's file sizes)
+ANISO_MAX_IMAGE_PIXELS         40000000   largest image (width x height, from its header, before it
+                                          is decoded)
+ANISO_MAX_CLIP_SECONDS         3600       longest audio clip (from its header, before decoding)
 ANISO_CACHE_SIZE_GB            20         disk cache size; least recently stored entries go first
 ANISO_HUB_TIMEOUT_S            2          how long to wait for the model hub before calling it
                                           unreachable
@@ -103,6 +109,9 @@ class Settings:
     allow_model_folders: bool = True
     allow_hub: bool = True
     max_upload_bytes: int = 200 * 2**20
+    max_unpacked_bytes: int = 1024 * 2**20
+    max_image_pixels: int = 40_000_000
+    max_clip_seconds: float = 3600.0
     cache_size_bytes: int = 20 * 2**30
     hub_timeout_s: float = 2.0
     torchrun_nproc: int = 0
@@ -123,6 +132,9 @@ def current() -> Settings:
         allow_model_folders=_flag("ANISO_ALLOW_MODEL_FOLDERS", not shared),
         allow_hub=_flag("ANISO_ALLOW_HUB", not shared),
         max_upload_bytes=int(_number("ANISO_MAX_UPLOAD_MB", 200, 1) * 2**20),
+        max_unpacked_bytes=int(_number("ANISO_MAX_UNPACKED_MB", 1024, 1) * 2**20),
+        max_image_pixels=int(_number("ANISO_MAX_IMAGE_PIXELS", 40_000_000, 1)),
+        max_clip_seconds=_number("ANISO_MAX_CLIP_SECONDS", 3600.0, 1),
         cache_size_bytes=int(_number("ANISO_CACHE_SIZE_GB", 20, 0.001) * 2**30),
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
         torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),

@@ -98,10 +98,13 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
                          f"{', '.join(allowed)}.")
     if not data:
         raise InputError(f"{clean_name(filename)} is empty.")
-    limit = current_settings().max_upload_bytes
+    st = current_settings()
+    limit = st.max_upload_bytes
     if len(data) > limit:
         raise InputError(f"{clean_name(filename)} is larger than the upload limit of {limit // 2**20} MiB "
                          f"(ANISO_MAX_UPLOAD_MB).")
+    if suffix == ".zip":  # its declared sizes, before anything is decompressed (the run reads it again)
+        _check_zip(data, clean_name(filename), st.max_unpacked_bytes)
     d = uploads_dir(cache_dir)
     d.mkdir(parents=True, exist_ok=True)
     out = d / f"{hashlib.sha256(data).hexdigest()}{suffix}"
@@ -117,6 +120,19 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
     return out
 
 
+def _check_zip(data: bytes, name: str, max_bytes: int) -> None:
+    import io
+    import zipfile
+
+    from .modalities.files import check_unpacked
+
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            check_unpacked(sum(i.file_size for i in z.infolist()), name, max_bytes)
+    except zipfile.BadZipFile:
+        raise InputError(f"{name} is not a valid zip archive.") from None
+
+
 def bundle_files(files: list[tuple[str, bytes]], suffixes: tuple[str, ...]) -> bytes:
     """Several uploaded files (a folder's images or recordings) as one zip, the way a zip upload is
     saved: entries sorted by name, fixed timestamps, so the same files give the same id. A zip among
@@ -125,15 +141,22 @@ def bundle_files(files: list[tuple[str, bytes]], suffixes: tuple[str, ...]) -> b
     import io
     import zipfile
 
+    from .modalities.files import check_unpacked
+
+    st = current_settings()
+    limit = min(st.max_upload_bytes, st.max_unpacked_bytes)  # the bundle is saved as an upload, uncompressed
     members: dict[str, bytes] = {}
     for name, data in files:
         if Path(name).suffix.lower() == ".zip":
             try:
                 with zipfile.ZipFile(io.BytesIO(data)) as z:
-                    for info in z.infolist():
-                        if not info.is_dir() and Path(info.filename).suffix.lower() in suffixes:
-                            members[f"{Path(name).stem}/{info.filename}"] = z.read(info)
-            except zipfile.BadZipFile:
+                    infos = [i for i in z.infolist() if not i.is_dir() and Path(i.filename).suffix.lower() in suffixes]
+                    # declared sizes first: nothing is decompressed when the whole would be too large
+                    check_unpacked(sum(len(v) for v in members.values()) + sum(i.file_size for i in infos),
+                                   clean_name(name), limit)
+                    for info in infos:
+                        members[f"{Path(name).stem}/{info.filename}"] = z.read(info)
+            except (zipfile.BadZipFile, NotImplementedError, RuntimeError):
                 raise InputError(f"{clean_name(name)} is not a valid zip archive.") from None
         elif Path(name).suffix.lower() in suffixes:
             members[clean_name(name)] = data

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..settings import current as current_settings
+from .files import check_unpacked
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,7 @@ def load_pictures(ident: str, seed: int = 0):
     p = Path(ident).expanduser()
     if not p.exists():
         raise InputError(f"Unknown corpus {ident!r}: no such file or folder.")
-    if p.is_file() and p.suffix.lower() != ".zip":
-        return [images.Picture(p.name, images._decode(p.name, p.read_bytes()), 0)]
-    return images.read_image_files(p)
+    return images.read_image_files(p)  # a folder, a zip or one image
 
 
 def load_clips(ident: str, cache_dir=None):
@@ -121,10 +121,11 @@ def modal_fingerprint(ident: str, cache_dir=None) -> str:
     p = Path(ident).expanduser()
     h = hashlib.sha256()
     if p.is_dir():
-        for q in sorted(p.rglob("*")):
-            if q.is_file():
-                h.update(str(q.relative_to(p)).encode())
-                h.update(hashlib.sha256(q.read_bytes()).digest())
+        files = [q for q in sorted(p.rglob("*")) if q.is_file()]
+        check_unpacked(sum(q.stat().st_size for q in files), p.name, current_settings().max_unpacked_bytes)
+        for q in files:
+            h.update(str(q.relative_to(p)).encode())
+            h.update(hashlib.sha256(q.read_bytes()).digest())
     elif p.is_file():
         h.update(p.read_bytes())
     else:

@@ -120,9 +120,7 @@ class WhisperEncoderAdapter:
         feats = []
         for i in b:
             clip, start = items.payload[i]
-            a = clip.load()
-            lo = int(start * 16000)
-            feats.append(log_mel(a[lo:lo + int(WHISPER_SECONDS * 16000)]))
+            feats.append(log_mel(clip.load(start, WHISPER_SECONDS)))  # only this window is decoded
         x = torch.as_tensor(np.stack(feats)).to(dev)
         out = model(input_features=x, output_hidden_states=True)
         return hidden_states_of(out), None

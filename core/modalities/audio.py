@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..settings import corpora_dir
+from ..settings import current as current_settings
 from .files import member_files
 
 SAMPLE_RATE = 16_000
@@ -33,8 +34,9 @@ SYNTH_MAX_CHARS = 200  # one sentence per clip, a few seconds each
 
 @dataclass(frozen=True)
 class Clip:
-    """One recording. `path` clips are decoded only when used (`load`); `seconds` comes from the
-    file header, so a budget picks clips without decoding the whole corpus."""
+    """One recording. `path` and `raw` clips are decoded only when used (`load`), and only the part
+    asked for; `seconds` comes from the file header, so a budget picks clips and windows without
+    decoding the whole corpus, or the whole of a long clip."""
 
     name: str
     source: int  # the recording it comes from (its "document")
@@ -42,9 +44,16 @@ class Clip:
     path: Path | None = None
     data: np.ndarray | None = None  # (n,) float32 mono 16 kHz, when already decoded
     synthetic: bool = False
+    raw: bytes | None = None  # the bytes of a file from a folder or an archive
 
-    def load(self) -> np.ndarray:
-        return self.data if self.data is not None else read_audio(self.name, self.path)
+    def load(self, start: float = 0.0, seconds: float | None = None) -> np.ndarray:
+        """Mono float32 16 kHz samples from `start` (s) for `seconds` (None: to the end): the same
+        samples as decoding the whole clip and slicing [int(start * 16000), + int(seconds * 16000)),
+        but only those frames (and a short margin for the resampler) are read."""
+        if self.data is not None:
+            lo = int(start * SAMPLE_RATE)
+            return self.data[lo:None if seconds is None else lo + int(seconds * SAMPLE_RATE)]
+        return read_audio(self.name, self.raw if self.raw is not None else self.path, start, seconds)
 
 
 def _file_clip(name: str, path: Path, source: int, synthetic: bool = False) -> Clip:
@@ -69,16 +78,40 @@ def to_16k_mono(audio: np.ndarray, sr: int) -> np.ndarray:
     return np.ascontiguousarray(a)
 
 
-def read_audio(name: str, raw: bytes | Path) -> np.ndarray:
+RESAMPLE_MARGIN_S = 1.0  # read around a part of a clip, so the resampler's filter sees its real neighbours
+
+
+def read_audio(name: str, raw: bytes | Path, start: float = 0.0, seconds: float | None = None) -> np.ndarray:
+    """Mono float32 16 kHz samples of a file, from `start` for `seconds` (None: to the end).
+
+    Only the frames needed are decoded (soundfile seeks). At 16 kHz the part is exact; at another rate
+    it is resampled with a margin on each side that is then cut, aligned to the rates' common period."""
+    import math
+
     import soundfile as sf
 
     try:
-        a, sr = sf.read(io.BytesIO(raw) if isinstance(raw, bytes) else str(raw), dtype="float32", always_2d=False)
+        with sf.SoundFile(io.BytesIO(raw) if isinstance(raw, bytes) else str(raw)) as f:
+            sr, total = f.samplerate, f.frames
+            lo = int(start * SAMPLE_RATE)  # in output samples, as slicing the whole clip would
+            n_out = None if seconds is None else int(seconds * SAMPLE_RATE)
+            if sr == SAMPLE_RATE:
+                first, last, cut = lo, (total if n_out is None else min(total, lo + n_out)), 0
+            else:
+                period = sr // math.gcd(sr, SAMPLE_RATE)  # source frames per whole number of output samples
+                margin = int(RESAMPLE_MARGIN_S * sr)
+                first = max(0, (lo * sr // SAMPLE_RATE - margin) // period * period)
+                last = total if n_out is None else min(total, (lo + n_out) * sr // SAMPLE_RATE + margin)
+                cut = lo - first * SAMPLE_RATE // sr
+            if first > 0:
+                f.seek(first)
+            a = f.read(max(0, last - first), dtype="float32", always_2d=False)
     except (sf.LibsndfileError, RuntimeError, TypeError) as e:
         raise InputError(f"{name} is not readable audio (WAV, FLAC or OGG): {str(e).splitlines()[0]}") from None
-    if len(a) == 0:
+    if len(a) == 0 and start == 0:
         raise InputError(f"{name} holds no audio samples.")
-    return to_16k_mono(a, sr)
+    a = to_16k_mono(a, sr)
+    return a[cut:None if n_out is None else cut + n_out]
 
 
 def _debian_missing(package: str, path: Path) -> InputError:
@@ -190,13 +223,28 @@ def synthetic_clips(cache_dir: Path | None = None, n: int = SYNTH_SENTENCES) -> 
     return clips
 
 
-def read_audio_files(path: Path) -> list[Clip]:
-    """Every WAV/FLAC/OGG file of a folder (recursively, sorted) or a zip archive."""
-    items = member_files(path, AUDIO_SUFFIXES, "audio files")
+def read_audio_files(path: Path, settings=None) -> list[Clip]:
+    """Every WAV/FLAC/OGG file of a folder (recursively, sorted) or a zip archive.
+
+    Sizes and headers are checked now (core.settings' limits: total size, seconds per clip), so a bad
+    or too long file fails before the model loads; samples are decoded when used, as far as the budget goes."""
+    import soundfile as sf
+
+    st = settings or current_settings()
+    items = member_files(path, AUDIO_SUFFIXES, "audio files", st.max_unpacked_bytes)
     out = []
     for i, (n, raw) in enumerate(items):
-        a = read_audio(n, raw)  # uploads are small: decode now, so a bad file fails before the model loads
-        out.append(Clip(n, i, len(a) / SAMPLE_RATE, data=a))
+        try:
+            info = sf.info(io.BytesIO(raw))
+        except (sf.LibsndfileError, RuntimeError, TypeError) as e:
+            raise InputError(f"{n} is not readable audio (WAV, FLAC or OGG): {str(e).splitlines()[0]}") from None
+        if info.frames <= 0 or info.samplerate <= 0:
+            raise InputError(f"{n} holds no audio samples.")
+        seconds = info.frames / info.samplerate
+        if seconds > st.max_clip_seconds:
+            raise InputError(f"{n} is {seconds:,.0f} s long: at most {st.max_clip_seconds:,.0f} s per clip "
+                             f"(ANISO_MAX_CLIP_SECONDS). Nothing was decoded; cut it into shorter clips.")
+        out.append(Clip(n, i, seconds, raw=raw))
     return out
 
 
@@ -205,5 +253,6 @@ def clips_fingerprint(clips: list[Clip]) -> str:
     h = hashlib.sha256()
     for c in clips:
         h.update(f"{c.name}|{c.source}|{c.synthetic}".encode())
-        h.update(c.data.tobytes() if c.data is not None else hashlib.sha256(c.path.read_bytes()).digest())
+        h.update(c.data.tobytes() if c.data is not None else hashlib.sha256(
+            c.raw if c.raw is not None else c.path.read_bytes()).digest())
     return h.hexdigest()

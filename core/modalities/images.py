@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import InputError
+from ..settings import current as current_settings
 from .files import member_files
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
@@ -30,9 +32,17 @@ CROP_MIN_FRACTION = 0.3  # smallest crop side, as a fraction of the image's shor
 
 @dataclass(frozen=True)
 class Picture:
+    """One image. A user's file is kept as its bytes (header checked) and decoded when used, so only
+    the images a budget takes are ever decoded, one batch at a time."""
+
     name: str
-    pixels: np.ndarray  # (H, W, 3) uint8
+    data: np.ndarray | bytes  # (H, W, 3) uint8, or the file's bytes
     source: int  # index of the photograph it comes from (its "document")
+
+    @property
+    def pixels(self) -> np.ndarray:
+        """(H, W, 3) uint8."""
+        return self.data if isinstance(self.data, np.ndarray) else _decode(self.name, self.data)
 
 
 def to_rgb(a: np.ndarray) -> np.ndarray:
@@ -79,20 +89,60 @@ def random_crops(pictures: list[Picture], per_image: int = CROPS_PER_IMAGE, seed
     return out
 
 
-def _decode(name: str, raw: bytes) -> np.ndarray:
+def _too_large(name: str, size: str, max_pixels: int) -> InputError:
+    return InputError(f"{name} is too large an image ({size}): at most {max_pixels:,} pixels per image "
+                      f"(ANISO_MAX_IMAGE_PIXELS). Nothing was decoded; resize it and try again.")
+
+
+def _open(name: str, raw: bytes, max_pixels: int | None):
+    """The opened image (PIL reads only the header here), after checking its dimensions."""
     from PIL import Image, UnidentifiedImageError
 
+    limit = current_settings().max_image_pixels if max_pixels is None else max_pixels
     try:
-        with Image.open(io.BytesIO(raw)) as im:
-            return to_rgb(np.asarray(im.convert("RGB")))
+        with warnings.catch_warnings():  # the size is checked below, against our own limit
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(raw))  # lazy: the pixels are decoded by load()/convert()
+    except Image.DecompressionBombError as e:  # PIL's own refusal (over 2 x its MAX_IMAGE_PIXELS), from the header
+        import re
+
+        m = re.search(r"\((\d+) pixels\)", str(e))
+        raise _too_large(name, f"{int(m.group(1)):,} pixels" if m else "more pixels than PIL opens", limit) from None
     except (UnidentifiedImageError, OSError, ValueError) as e:
         raise InputError(f"{name} is not a readable image ({type(e).__name__}).") from None
+    w, h = im.size
+    if w * h > limit:
+        im.close()
+        raise _too_large(name, f"{w:,} x {h:,} = {w * h:,} pixels", limit)
+    return im
 
 
-def read_image_files(path: Path) -> list[Picture]:
-    """Every image in a folder (recursively, sorted by path) or a zip archive."""
-    items = member_files(path, IMAGE_SUFFIXES, "images")
-    return [Picture(n, _decode(n, raw), i) for i, (n, raw) in enumerate(items)]
+def check_image(name: str, raw: bytes, max_pixels: int | None = None) -> tuple[int, int]:
+    """(width, height) from the header; InputError when it is not an image or over the pixel limit."""
+    with _open(name, raw, max_pixels) as im:
+        return im.size
+
+
+def _decode(name: str, raw: bytes, max_pixels: int | None = None) -> np.ndarray:
+    from PIL import Image, UnidentifiedImageError
+
+    with _open(name, raw, max_pixels) as im:
+        try:
+            with warnings.catch_warnings():  # the size is checked above, against our own limit
+                warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+                return to_rgb(np.asarray(im.convert("RGB")))
+        except (UnidentifiedImageError, OSError, ValueError) as e:
+            raise InputError(f"{name} is not a readable image ({type(e).__name__}).") from None
+
+
+def read_image_files(path: Path, settings=None) -> list[Picture]:
+    """Every image in a folder (recursively, sorted by path) or a zip archive: sizes and headers are
+    checked now (core.settings' limits), the pixels decoded when an image is used."""
+    st = settings or current_settings()
+    items = member_files(path, IMAGE_SUFFIXES, "images", st.max_unpacked_bytes)
+    for n, raw in items:
+        check_image(n, raw, st.max_image_pixels)
+    return [Picture(n, raw, i) for i, (n, raw) in enumerate(items)]
 
 
 def pictures_fingerprint(pictures: list[Picture]) -> str:

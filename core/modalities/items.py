@@ -67,7 +67,10 @@ def image_items(pictures: list[Picture], positions: int, prefix: int, grid: tupl
 
 def audio_items(clips: list[Clip], max_tokens: int, seed: int) -> Items:
     """Clips in a seeded order until `max_tokens` analysed frames; a clip longer than 30 s becomes
-    several windows (never crossing clips). Frames past the end of the audio are not valid."""
+    several windows (never crossing clips). Frames past the end of the audio are not valid.
+
+    Clips are taken whole, except the one that reaches the budget: it ends with the window in which
+    the budget is met (as a text document does), so a long clip is never decoded past the budget."""
     ids, special, valid, doc, payload, names, offs = [], [], [], [], [], [], []
     content = 0
     for i in _order(len(clips), seed):
@@ -76,6 +79,8 @@ def audio_items(clips: list[Clip], max_tokens: int, seed: int) -> Items:
         c = clips[int(i)]
         n_win = max(1, math.ceil(c.seconds / WHISPER_SECONDS))
         for w in range(n_win):
+            if content >= max_tokens:  # the budget is met inside this clip: its later windows are not read
+                break
             start = w * WHISPER_SECONDS
             dur = min(WHISPER_SECONDS, c.seconds - start)
             n_valid = min(WHISPER_FRAMES, max(1, math.ceil(dur * SAMPLE_RATE / (SAMPLE_RATE * FRAME_SECONDS))))

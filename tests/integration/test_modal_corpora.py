@@ -141,3 +141,106 @@ def test_member_files_reads_folders_archives_and_single_files_alike(tmp_path):
     (tmp_path / "broken.zip").write_bytes(b"PK not really")
     with pytest.raises(InputError, match="not a valid zip"):
         member_files(tmp_path / "broken.zip", suffixes, "images")
+
+
+# ----------------------------------------------------------------------------- issue 27 item 6: the budget
+def _wav(path, seconds: float, sr: int = 16000, seed: int = 0):
+    """A quiet noise recording (PCM 16), written in pieces so the test itself stays small in memory."""
+    import soundfile as sf
+
+    rng = np.random.default_rng(seed)
+    with sf.SoundFile(str(path), "w", sr, 1, "PCM_16") as f:
+        left = int(seconds * sr)
+        while left:
+            n = min(left, 60 * sr)
+            f.write((0.01 * rng.standard_normal(n)).astype(np.float32))
+            left -= n
+    return path
+
+
+@pytest.fixture
+def frames_read(monkeypatch):
+    """Every frame soundfile decodes, counted."""
+    import soundfile as sf
+
+    count = {"frames": 0}
+    orig = sf.SoundFile.read
+
+    def read(self, frames=-1, *a, **k):
+        out = orig(self, frames, *a, **k)
+        count["frames"] += len(out)
+        return out
+
+    monkeypatch.setattr(sf.SoundFile, "read", read)
+    return count
+
+
+def _features_fed(monkeypatch, items) -> list[np.ndarray]:
+    """The audio each window hands to the log-mel front end, through the Whisper adapter itself."""
+    import types
+
+    import torch
+
+    import core.convert.whisper as W
+    from core.modalities.adapters import WhisperEncoderAdapter
+
+    fed = []
+    monkeypatch.setattr(W, "log_mel", lambda a, sr=16000: fed.append(np.array(a)) or np.zeros((80, 3000), np.float32))
+    model = lambda **kw: types.SimpleNamespace(hidden_states=(torch.zeros(1, 1500, 4),))  # noqa: E731
+    WhisperEncoderAdapter().forward(model, items, list(range(len(items.payload))), "cpu")
+    return fed
+
+
+def test_a_long_clip_is_read_only_as_far_as_the_budget(tmp_path, monkeypatch, frames_read):
+    """A 10-minute recording with a budget of 100 frames: one 30 s window is decoded (not 20), and it
+    gives the same items and samples as a 30 s clip of the same sound."""
+    long_dir, short_dir = tmp_path / "long", tmp_path / "short"
+    long_dir.mkdir(), short_dir.mkdir()
+    _wav(long_dir / "talk.wav", 600)
+    _wav(short_dir / "talk.wav", 30)  # the same noise: the first 30 s of the long one
+    (long_clip,), (short_clip,) = A.read_audio_files(long_dir), A.read_audio_files(short_dir)
+    assert long_clip.seconds == 600 and long_clip.data is None  # the header only
+    assert frames_read["frames"] == 0
+    it_long = audio_items([long_clip], max_tokens=100, seed=0)
+    it_short = audio_items([short_clip], max_tokens=100, seed=0)
+    assert len(it_long.payload) == 1 and it_long.n_content_tokens == 1500 == it_short.n_content_tokens
+    assert [v.tolist() for v in it_long.valid] == [v.tolist() for v in it_short.valid]
+    fed_long = _features_fed(monkeypatch, it_long)
+    assert frames_read["frames"] == 30 * 16000  # one window's frames, out of 9.6 million
+    fed_short = _features_fed(monkeypatch, it_short)
+    assert len(fed_long) == 1 and np.array_equal(fed_long[0], fed_short[0])
+    # with a larger budget, the windows read are those the budget needs, and equal slices of the whole clip
+    it = audio_items([long_clip], max_tokens=3001, seed=0)
+    assert [n.split("[")[-1] for n in it.names] == ["0-30 s]", "30-60 s]", "60-90 s]"]
+    whole = long_clip.load()
+    for (clip, start), got in zip(it.payload, _features_fed(monkeypatch, it)):
+        lo = int(start * 16000)
+        assert np.array_equal(got, whole[lo:lo + 30 * 16000])
+
+
+def test_a_part_of_a_clip_at_another_rate_matches_the_whole(tmp_path):
+    """At 44.1 kHz a window is resampled with a margin: the same samples as resampling the whole clip."""
+    import soundfile as sf
+
+    sr = 44100
+    t = np.arange(int(95 * sr)) / sr
+    sf.write(str(tmp_path / "tone.wav"), (0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32), sr, subtype="FLOAT")
+    (clip,) = A.read_audio_files(tmp_path)
+    whole = clip.load()
+    for start in (0.0, 30.0, 60.0, 90.0):
+        part = clip.load(start, 30.0)
+        lo = int(start * 16000)
+        ref = whole[lo:lo + 30 * 16000]
+        assert part.shape == ref.shape and np.max(np.abs(part - ref)) < 1e-4, start
+
+
+def test_clip_length_and_total_size_limits(tmp_path, monkeypatch, frames_read):
+    _wav(tmp_path / "long.wav", 600)
+    monkeypatch.setenv("ANISO_MAX_CLIP_SECONDS", "300")
+    with pytest.raises(InputError, match=r"long.wav is 600 s long: at most 300 s per clip \(ANISO_MAX_CLIP_SECONDS\)"):
+        A.read_audio_files(tmp_path)
+    monkeypatch.delenv("ANISO_MAX_CLIP_SECONDS")
+    monkeypatch.setenv("ANISO_MAX_UNPACKED_MB", "10")  # 600 s of 16-bit 16 kHz: 18 MiB
+    with pytest.raises(InputError, match="unpacks to 18 MiB, more than the limit of 10 MiB"):
+        A.read_audio_files(tmp_path)
+    assert frames_read["frames"] == 0

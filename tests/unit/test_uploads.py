@@ -84,3 +84,97 @@ def test_several_files_become_one_zip_whatever_their_order(tmp_path):
         U.bundle_files([("readme.md", b"x")], (".png",))
     with pytest.raises(InputError, match="not a valid zip"):
         U.bundle_files([("bad.zip", b"PK no")], (".png",))
+
+
+# ----------------------------------------------------------------------------- issue 27 item 5: bombs
+def _zip_bomb(declared_mb: int, extra: tuple = ()) -> bytes:
+    """A small zip whose one PNG-named member unpacks to `declared_mb` MiB of zeros (written in pieces)."""
+    import io
+    import zipfile
+
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as z:
+        for name, data in extra:
+            z.writestr(name, data)
+        with z.open("bomb.png", "w", force_zip64=True) as f:
+            chunk = bytes(2**20)
+            for _ in range(declared_mb):
+                f.write(chunk)
+    return out.getvalue()
+
+
+def png_header_only(w: int, h: int) -> bytes:
+    """A valid 1-bit PNG of w x h pixels, a few hundred KB at most: rows of zeros compressed in a stream."""
+    import struct
+    import zlib
+
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xFFFFFFFF)
+
+    row, c = b"\x00" + bytes((w + 7) // 8), zlib.compressobj(9)
+    body = b"".join(c.compress(row) for _ in range(h)) + c.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+
+
+def test_a_zip_bomb_is_refused_from_its_declared_sizes(tmp_path, monkeypatch):
+    from core.modalities import load_pictures
+
+    bomb = _zip_bomb(64)
+    assert len(bomb) < 200_000  # 64 MiB of zeros in well under 200 KB
+    monkeypatch.setenv("ANISO_MAX_UNPACKED_MB", "16")
+    import zipfile
+
+    real_read = zipfile.ZipFile.read
+    monkeypatch.setattr(zipfile.ZipFile, "read", lambda *a, **k: (_ for _ in ()).throw(AssertionError("read")))
+    with pytest.raises(InputError, match=r"unpacks to 64 MiB, more than the limit of 16 MiB.*ANISO_MAX_UNPACKED_MB"):
+        U.save_upload(bomb, "photos.zip", tmp_path)
+    with pytest.raises(InputError, match="unpacks to 64 MiB"):  # several files bundled in the sidebar
+        U.bundle_files([("a.png", b"x"), ("photos.zip", bomb)], (".png",))
+    (tmp_path / "photos.zip").write_bytes(bomb)  # a zip in the data directory, read by a run (CLI, worker)
+    with pytest.raises(InputError, match="unpacks to 64 MiB"):
+        load_pictures(str(tmp_path / "photos.zip"))
+    monkeypatch.setattr(zipfile.ZipFile, "read", real_read)
+    monkeypatch.setenv("ANISO_MAX_UNPACKED_MB", "100")  # under the limit: read as before (not an image)
+    with pytest.raises(InputError, match="not a readable image"):
+        load_pictures(str(tmp_path / "photos.zip"))
+
+
+@pytest.mark.parametrize("w,h", [(30000, 30000), (13000, 13000), (8000, 6000)])
+def test_a_huge_image_is_refused_from_its_header(tmp_path, monkeypatch, w, h):
+    """A tiny file of huge dimensions: refused with the numbers, never decoded (PIL's own
+    DecompressionBombError above 179 MP was a traceback in the CLI)."""
+    import io
+    import zipfile
+
+    from PIL import Image
+
+    from core.modalities import load_pictures
+
+    raw = png_header_only(w, h)
+    assert len(raw) < 400_000
+    monkeypatch.setenv("ANISO_MAX_IMAGE_PIXELS", "40000000")
+    monkeypatch.setattr(Image.Image, "load", lambda self: (_ for _ in ()).throw(AssertionError("decoded")))
+    (tmp_path / "big.png").write_bytes(raw)
+    z = io.BytesIO()
+    with zipfile.ZipFile(z, "w") as zf:
+        zf.writestr("big.png", raw)
+    (tmp_path / "big.zip").write_bytes(z.getvalue())
+    for corpus in ("big.png", "big.zip"):
+        with pytest.raises(InputError, match=rf"big.png is too large an image \(.*{w * h:,} pixels\): at most "
+                                             r"40,000,000 pixels per image \(ANISO_MAX_IMAGE_PIXELS\)"):
+            load_pictures(str(tmp_path / corpus))
+
+
+def test_images_within_the_limit_are_decoded_when_used(tmp_path, monkeypatch):
+    from PIL import Image
+
+    from core.modalities import load_pictures
+
+    Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "ok.png")
+    monkeypatch.setenv("ANISO_MAX_IMAGE_PIXELS", "1200")
+    (pic,) = load_pictures(str(tmp_path / "ok.png"))
+    assert isinstance(pic.data, bytes) and pic.pixels.shape == (30, 40, 3) and pic.pixels[0, 0, 0] == 200
+    monkeypatch.setenv("ANISO_MAX_IMAGE_PIXELS", "1199")
+    with pytest.raises(InputError, match="1,200 pixels"):
+        load_pictures(str(tmp_path / "ok.png"))
