@@ -408,10 +408,14 @@ class _TrainBar(_Bar):
 
 
 def cmd_train(a) -> int:
-    from .train import preset_specs, train
+    from .train import check_train_size, preset_specs, train
 
     base = _train_spec(a)
+    if a.out:
+        _check_out(a.out)  # before the training, not after it
     runs = preset_specs(a.preset, base) if a.preset else {base.run_name(): base}
+    for spec in runs.values():
+        check_train_size(spec)  # every run of a preset, before the first one starts
     out = {"preset": a.preset, "runs": {}}
     for label, spec in runs.items():
         t0 = time.perf_counter()
@@ -446,6 +450,8 @@ def cmd_series(a) -> int:
     from .series import analyze_series
     from .views.dynamics import summary
 
+    if a.out:
+        _check_out(a.out)
     t0 = time.perf_counter()
     if a.hub is not None:
         from .hub_series import register
@@ -550,6 +556,8 @@ def _floats(text: str, name: str) -> tuple[float, ...]:
 def cmd_drift(a) -> int:
     from .drift import DriftSpec, drift_experiment
 
+    if a.out:
+        _check_out(a.out)
     spec = DriftSpec(d=a.d, heads=a.heads, seq_len=a.seq_len, n_seq=a.n_seq, alphas=_floats(a.alphas, "alphas"),
                      taus=_floats(a.taus, "taus"), seed=a.seed)
     res = drift_experiment(spec, cache_dir=a.cache_dir)

@@ -31,6 +31,8 @@ from .postprocess import PostProcess
 from .settings import Settings
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
+from .trained import is_trained
+from .trained import parse as parse_trained
 from .uploads import is_upload_id, resolve
 
 MAX_MODELS = 4
@@ -176,6 +178,9 @@ def check_model(ident: str, settings: Settings | None = None) -> str:
 
     ident = str(ident).strip()
     if ident in BUILTIN_MODELS:
+        return ident
+    if is_trained(ident):  # a checkpoint trained on this server, named by its id like an upload
+        parse_trained(ident)
         return ident
     st = settings or current_settings()
     builtins = ", ".join(BUILTIN_MODELS)

@@ -263,6 +263,10 @@ def build_data(spec: TrainSpec, tok, progress: Callable[[Progress], None] | None
     else:
         eos, mask, vocab = int(tok.eos_token_id), int(tok.mask_token_id), spec.vocab_size
         content = np.arange(spec.vocab_size - 2)
+    if len(encoded) < 2:  # one document is held out whole: none would be left to train on
+        raise InputError(f"Corpus {spec.corpus!r} holds {len(encoded)} document{'s' if len(encoded) != 1 else ''} "
+                         f"with text: training needs at least two, since whole documents are held out for the "
+                         f"held-out loss. Separate documents with a blank line (or one row each in a table).")
     n_held, held_docs = 0, 0
     max_held = max(1, len(encoded) // 10)  # a small corpus keeps 90% of its documents for training
     while held_docs < max_held and n_held < spec.eval_tokens:
@@ -283,6 +287,53 @@ def build_data(spec: TrainSpec, tok, progress: Callable[[Progress], None] | None
 
 
 # ----------------------------------------------------------------------------- model
+BYTES_VOCAB = 384  # ByT5's tokenizer: 3 specials + 256 bytes + 125 sentinels
+TRAIN_BYTES_PER_PARAM = 16  # float32 weights, gradients and AdamW's two moments
+MEMORY_SHARE = 0.8  # a training may plan to use this share of the free memory
+
+
+def vocab_of(spec: TrainSpec) -> int:
+    return BYTES_VOCAB if spec.tokenizer == "bytes" else spec.vocab_size
+
+
+def count_train_parameters(spec: TrainSpec) -> int:
+    """Parameters of `spec`'s model, by formula (nothing built; `build_model` gives the same count)."""
+    V, T, d, L = vocab_of(spec), spec.seq_len, spec.d_model, spec.n_layers
+    if spec.arch == "gpt2":  # token + position embeddings, 12 d^2 + 13 d per block, final LayerNorm; head tied
+        return V * d + T * d + L * (12 * d * d + 13 * d) + 2 * d
+    if spec.arch == "llama":  # tied embeddings; q, k, v, o and SwiGLU's three matrices; two RMSNorms per block
+        ff = int(math.ceil(8 * d / 3 / 32) * 32)
+        return V * d + L * (4 * d * d + 3 * d * ff + 2 * d) + d
+    # BERT: word, position and one token-type embedding with their LayerNorm; blocks as GPT-2's; MLM head
+    return V * d + T * d + d + 2 * d + L * (12 * d * d + 13 * d) + d * d + d + 2 * d + V
+
+
+def training_memory(spec: TrainSpec) -> tuple[int, int, int]:
+    """(parameters, bytes for weights + gradients + AdamW, bytes of activations) of one training step.
+
+    Activations after Korthikanti et al. 2022 (per block s b h (34 + 5 a s / h) in 16 bits, doubled for
+    float32) plus the logits and their gradient: an estimate, stated as one."""
+    n = count_train_parameters(spec)
+    b, s, h, a, L = spec.batch_size, spec.seq_len, spec.d_model, spec.n_heads, spec.n_layers
+    act = 2 * L * s * b * (34 * h + 5 * a * s) + 2 * 4 * b * s * vocab_of(spec)
+    return n, n * TRAIN_BYTES_PER_PARAM, act
+
+
+def check_train_size(spec: TrainSpec, free: int | None = None) -> None:
+    """Refuse, with the numbers, a training that would not fit in memory (before anything is allocated)."""
+    from .models import available_memory
+
+    n, state, act = training_memory(spec)
+    device = spec.resolved_device()
+    free = available_memory(device) if free is None else free
+    if state + act > MEMORY_SHARE * free:
+        raise InputError(
+            f"This training needs about {(state + act) / 2**30:,.1f} GiB: {n:,} parameters x "
+            f"{TRAIN_BYTES_PER_PARAM} bytes (weights, gradients, AdamW) = {state / 2**30:,.1f} GiB, plus about "
+            f"{act / 2**30:,.1f} GiB of activations for batch {spec.batch_size} x {spec.seq_len} tokens; {device} "
+            f"has {free / 2**30:,.1f} GiB free. Lower --layers, --d-model, --batch-size or --seq-len.")
+
+
 def build_model(spec: TrainSpec, vocab_size: int, eos_id: int, pad_id: int):
     """A freshly initialised model of `spec`'s architecture (call after seeding). Dropout off:
     tiny models, few steps, and the bare-loop benchmark runs the same computation."""
@@ -400,6 +451,7 @@ def train(spec: TrainSpec, cache_dir=None, progress: Callable[[Progress], None] 
     `train` again with the same spec continues from there.
     """
     progress = progress or (lambda p: None)
+    check_train_size(spec)  # before the tokenizer, the data or the model exist
     run = spec.run_name()
     folder = trained.trained_dir(cache_dir) / run
     folder.mkdir(parents=True, exist_ok=True)

@@ -258,3 +258,64 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
     assert err.startswith("error: No trained run 'nope'") and err.count("\n") == 1
     assert main(["train", "--d-model", "30", "--heads", "4", "--cache-dir", str(tmp_path)]) == 2
     assert "multiple of n_heads" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------- issue 27 items 11-12
+@pytest.mark.parametrize("arch", ["gpt2", "llama", "bert"])
+@pytest.mark.parametrize("tokenizer", ["bpe", "bytes"])
+def test_parameter_formula_agrees_with_the_built_model(corpus_file, arch, tokenizer):
+    from core.train import build_model, count_train_parameters, vocab_of
+
+    for d, L, H, T in ((16, 1, 2, 16), (96, 3, 4, 40)):
+        spec = tiny(corpus_file, arch=arch, tokenizer=tokenizer, d_model=d, n_layers=L, n_heads=H, seq_len=T)
+        model = build_model(spec, vocab_of(spec), 1, 0)
+        assert count_train_parameters(spec) == sum(p.numel() for p in model.parameters())
+
+
+def test_a_training_too_large_is_refused_before_anything_is_allocated(corpus_file, monkeypatch, tmp_path):
+    """--layers 1000 --d-model 100000 was a traceback after tokenizing; the Train page's maxima need ~158 GiB."""
+    import core.train as T
+
+    for name in ("make_tokenizer", "build_data", "build_model"):
+        monkeypatch.setattr(T, name, lambda *a, **k: (_ for _ in ()).throw(AssertionError("allocated")))
+    huge = tiny(corpus_file, n_layers=1000, d_model=100_000, n_heads=100)
+    with pytest.raises(InputError, match=r"needs about [\d,.]+ GiB: 120,001,\d{3},\d{3},\d{3} parameters x 16 bytes"):
+        train(huge, cache_dir=tmp_path)
+    assert not (tmp_path / "trained").exists() or not any((tmp_path / "trained").iterdir())
+    page_max = tiny(corpus_file, n_layers=48, d_model=4096, n_heads=32, seq_len=64, batch_size=16)
+    with pytest.raises(InputError, match=r"needs about 15\d.\d GiB: 9,6\d\d,\d{3},\d{3} parameters.*cpu has 64.0 GiB free"):
+        T.check_train_size(page_max, free=64 * 2**30)
+    T.check_train_size(page_max, free=256 * 2**30)  # fits on a large machine
+    T.check_train_size(TrainSpec(), free=1 * 2**30)  # the default training needs a few MB
+
+
+def test_train_out_into_a_missing_folder_fails_before_training(corpus_file, monkeypatch, tmp_path, capsys):
+    import core.train as T
+    from core.cli import main
+
+    monkeypatch.setattr(T, "train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
+    rc = main(["train", "--corpus", corpus_file, "--steps", "4", "--out", str(tmp_path / "missing" / "run.json"),
+               "--cache-dir", str(tmp_path)])
+    assert rc != 0 and "does not exist" in capsys.readouterr().err
+    rc = main(["train", "--corpus", corpus_file, "--layers", "1000", "--d-model", "100000", "--heads", "100",
+               "--cache-dir", str(tmp_path)])
+    assert rc != 0 and "needs about" in capsys.readouterr().err
+
+
+def test_a_one_document_corpus_is_told_what_helps(tmp_path):
+    one = tmp_path / "one.txt"
+    one.write_text("a single long document " * 500)
+    with pytest.raises(InputError, match="holds 1 document with text: training needs at least two") as e:
+        build_data(tiny(str(one)), make_tokenizer(tiny(str(one))))
+    assert "--batch-size" not in str(e.value)
+
+
+def test_trained_checkpoints_open_on_a_shared_server(monkeypatch):
+    from core.selection import Selection, check_model
+
+    monkeypatch.setenv("ANISO_SHARED", "1")
+    assert check_model("trained/my-run@step-64") == "trained/my-run@step-64"
+    assert Selection(models=("trained/my-run@step-64",)).models == ("trained/my-run@step-64",)
+    for bad in ("trained/../etc@step-1", "trained/a b@step-1", "trained/x@main"):
+        with pytest.raises(InputError):
+            check_model(bad)
