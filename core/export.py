@@ -7,7 +7,10 @@ and spreadsheets read it as is): its manifest goes into a sidecar JSON (`sidecar
 The publication style (`PubStyle`) drops the title and the caption from the figure itself (the
 manifest stays in the file's metadata and the sidecar), sizes it for one or two paper columns,
 and gives every line its own dash and marker so it survives greyscale printing.
-Static images go through kaleido 1.x, whose Chromium server is started once per process.
+Static images go through kaleido 1.x, whose Chromium server is started once per process; each
+image is bounded by ANISO_EXPORT_TIMEOUT_S (a Chromium that cannot start would otherwise block the
+request, and the server's exit, for good). After a timeout, static exports are refused at once with
+the same message until the process restarts; the report zip then holds every other file.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import io
 import json
 import struct
 import threading
+import time
 import warnings
 import zipfile
 import zlib
@@ -26,7 +30,9 @@ from typing import Sequence
 from . import __version__
 from . import figures as F
 from .analysis import json_safe
+from .errors import InputError
 from .escape import csv_cell
+from .settings import current as current_settings
 from .uploads import display_name, slug
 
 FIGURE_FORMATS = ("png", "svg", "pdf", "html")
@@ -37,6 +43,11 @@ PNG_SCALE = 2
 
 _kaleido_lock = threading.Lock()  # kaleido's sync server pairs requests and answers through one queue
 _kaleido_started = False
+_kaleido_failed: str | None = None  # why static export is off in this process (after a timeout)
+
+
+class StaticExportError(InputError):
+    """A static image (PNG, SVG, PDF) could not be made here; HTML and data exports still work."""
 
 
 def _ensure_kaleido() -> None:
@@ -46,6 +57,66 @@ def _ensure_kaleido() -> None:
 
         kaleido.start_sync_server(silence_warnings=True)
         _kaleido_started = True
+
+
+def _kaleido_server():
+    """kaleido's process-wide sync server (a private object of kaleido 1.x; None if it moved)."""
+    try:
+        from kaleido._sync_server import GlobalKaleidoServer
+    except ImportError:
+        return None
+    return GlobalKaleidoServer()
+
+
+def _give_up_kaleido(why: str) -> StaticExportError:
+    """Stop waiting for a Chromium that does not answer: static export off for this process, and kaleido's
+    exit hook (which would join the hung thread, so SIGTERM never ends the server) made a no-op."""
+    global _kaleido_failed
+    _kaleido_failed = why
+    server = _kaleido_server()
+    if server is not None and getattr(server, "_initialized", False):
+        server._initialized = False  # its close() now returns at once; the hung threads are daemons
+    return StaticExportError(why)
+
+
+def _to_image(fig, **kw) -> bytes:
+    """fig.to_image through kaleido's server, bounded by ANISO_EXPORT_TIMEOUT_S."""
+    if _kaleido_failed:
+        raise StaticExportError(_kaleido_failed)
+    timeout = current_settings().export_timeout_s
+    box: dict = {}
+
+    def work():
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "kopts is ignored when using a server"
+                box["img"] = fig.to_image(**kw)
+        except Exception as e:  # noqa: BLE001 - handed to the caller below
+            box["err"] = e
+
+    with _kaleido_lock:
+        _ensure_kaleido()
+        t = threading.Thread(target=work, name="kaleido-export", daemon=True)
+        t.start()
+        deadline = time.monotonic() + timeout
+        server = _kaleido_server()
+        while t.is_alive() and time.monotonic() < deadline:
+            t.join(0.2)
+            thread = getattr(server, "_thread", None)
+            if t.is_alive() and thread is not None and not thread.is_alive():
+                break  # kaleido's server died (Chromium failed to start): nobody will answer
+        if t.is_alive():
+            raise _give_up_kaleido(
+                f"Static image export (PNG, SVG, PDF) did not answer within {timeout:g} s: kaleido's Chromium "
+                f"could not start here (install it: apt-get install chromium, or set BROWSER_PATH). The HTML "
+                f"and data (CSV, JSON) exports work without it; static exports stay off until the server "
+                f"restarts (ANISO_EXPORT_TIMEOUT_S sets the wait).")
+    if "err" in box:
+        e = box["err"]
+        raise StaticExportError(f"Static image export (PNG, SVG, PDF) failed: {type(e).__name__}: "
+                                f"{str(e).splitlines()[0] if str(e) else ''} (is Chromium installed? apt-get "
+                                f"install chromium). The HTML and data (CSV, JSON) exports work without it.") from e
+    return box["img"]
 
 
 def manifest_json(manifest: dict, indent: int | None = None) -> str:
@@ -150,11 +221,7 @@ def publication_bytes(view, fmt: str = "pdf", style: PubStyle = PubStyle()) -> b
         raise ValueError(f"fmt must be one of ('pdf', 'svg', 'png'), got {fmt!r}")
     fig = publication_figure(view, style)
     w, h = fig.layout.width, fig.layout.height
-    with _kaleido_lock:
-        _ensure_kaleido()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            img = fig.to_image(format=fmt, width=w, height=h, scale=300 / CSS_PX_PER_IN if fmt == "png" else 1)
+    img = _to_image(fig, format=fmt, width=w, height=h, scale=300 / CSS_PX_PER_IN if fmt == "png" else 1)
     return _with_metadata(img, fmt, view)
 
 
@@ -219,11 +286,7 @@ def figure_bytes(view, fmt: str) -> bytes:
         block = f'<script type="application/json" id="manifest">{safe}</script>'
         return (head + body.replace("</body>", block + "\n</body>", 1)).encode("utf-8")
     fig = _static_figure(view)
-    with _kaleido_lock:
-        _ensure_kaleido()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "kopts is ignored when using a server"
-            img = fig.to_image(format=fmt, width=F.WIDTH, scale=PNG_SCALE if fmt == "png" else 1)
+    img = _to_image(fig, format=fmt, width=F.WIDTH, scale=PNG_SCALE if fmt == "png" else 1)
     return _with_metadata(img, fmt, view)
 
 
@@ -301,12 +364,20 @@ def report_zip(views: Sequence, results: Sequence[dict], selection: dict | None 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
         index = []
+        static_off = None  # why the static images are missing (Chromium did not answer), once
         for v in views:
             files = []
             if v.figure is not None:
                 for fmt in image_formats:
-                    z.writestr(f"figures/{file_name(v, fmt)}", figure_bytes(v, fmt))
-                    files.append(f"figures/{file_name(v, fmt)}")
+                    if static_off is None:
+                        try:
+                            z.writestr(f"figures/{file_name(v, fmt)}", figure_bytes(v, fmt))
+                            files.append(f"figures/{file_name(v, fmt)}")
+                        except StaticExportError as e:
+                            static_off = str(e)
+                if static_off:  # the figure as standalone HTML instead (no Chromium needed)
+                    z.writestr(f"figures/{file_name(v, 'html')}", figure_bytes(v, "html"))
+                    files.append(f"figures/{file_name(v, 'html')}")
             for fmt in DATA_FORMATS:
                 z.writestr(f"data/{file_name(v, fmt)}", data_bytes(v, fmt))
                 files.append(f"data/{file_name(v, fmt)}")
@@ -319,6 +390,8 @@ def report_zip(views: Sequence, results: Sequence[dict], selection: dict | None 
             stem = f"{m['model']['id']}__{slug(display_name(str(c.get('id', '')), c.get('text_column')))}" \
                 .replace("/", "_").replace(" ", "_")
             z.writestr(f"results/{stem}.results.json", json.dumps(json_safe(res), indent=1))
+        if static_off:
+            z.writestr("figures/STATIC-IMAGES-MISSING.txt", static_off + "\nEach figure is here as standalone HTML.\n")
         z.writestr("report.html", report_html(views))
         z.writestr("manifest.json", json.dumps({"app": "anisotropy-workbench", "core_version": __version__,
                                                 "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(

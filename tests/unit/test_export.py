@@ -145,3 +145,53 @@ def test_report_zip(view):
     assert man["selection"] == {"tokens": "600"} and len(man["views"]) == 3
     assert json.loads(z.read("results/synthetic-net__synthetic.results.json"))["manifest"]["model"]["label"] == "synthetic-net"
     assert z.read(f"figures/layers_mean_cosine{c}.png")[:4] == b"\x89PNG"
+
+
+HUNG_EXPORT = r"""
+import sys, time, zipfile, io
+from core import export, views
+from tests.synthetic import synthetic_run
+_, res = synthetic_run()
+view = views.layer_curves([res], "mean_cosine", "layer", reference=False)
+t0 = time.monotonic()
+try:
+    export.figure_bytes(view, "png")
+except export.StaticExportError as e:
+    print("REFUSED", round(time.monotonic() - t0, 1), str(e))
+t1 = time.monotonic()
+try:
+    export.figure_bytes(view, "pdf")
+except export.StaticExportError as e:
+    print("AGAIN", round(time.monotonic() - t1, 1))
+z = zipfile.ZipFile(io.BytesIO(export.report_zip([view], [res])))
+print("ZIP", sorted(n for n in z.namelist() if n.startswith("figures/")))
+print("NOTE", z.read("figures/STATIC-IMAGES-MISSING.txt").decode().splitlines()[0][:40])
+"""
+
+
+@pytest.mark.parametrize("browser", ["hangs", "fails"])
+def test_a_chromium_that_cannot_start_gives_a_message_within_the_timeout(tmp_path, browser):
+    """Issue 27 item 13: Export never answered and the server then ignored SIGTERM. A fake Chromium
+    that hangs (or exits at once): the export says why within ANISO_EXPORT_TIMEOUT_S, the next one at
+    once, the report zip holds HTML figures instead, and the process exits (nothing left to join)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    fake = tmp_path / "chromium"
+    fake.write_text("#!/bin/sh\n" + ("exec sleep 600\n" if browser == "hangs" else "exit 1\n"))
+    fake.chmod(0o755)
+    env = {**os.environ, "BROWSER_PATH": str(fake), "ANISO_EXPORT_TIMEOUT_S": "4"}
+    t0 = time.monotonic()
+    out = subprocess.run([sys.executable, "-c", HUNG_EXPORT], cwd=Path(__file__).resolve().parents[2], env=env,
+                         capture_output=True, text=True, timeout=120)
+    took = time.monotonic() - t0
+    lines = {ln.split(" ", 1)[0]: ln for ln in out.stdout.splitlines()}
+    assert "REFUSED" in lines, out.stdout + out.stderr[-3000:]
+    assert float(lines["REFUSED"].split()[1]) <= 4 + 2 and "Chromium" in lines["REFUSED"]
+    assert float(lines["AGAIN"].split()[1]) < 1  # refused at once from then on
+    assert "mean_cosine" in lines["ZIP"] and ".html" in lines["ZIP"] and ".png" not in lines["ZIP"]
+    assert "Static image export" in lines["NOTE"]
+    assert took < 60  # and the process ended: kaleido's exit hook no longer joins a hung thread
