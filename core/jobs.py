@@ -219,14 +219,68 @@ def queue(cache_dir=None):
                                      "(.venv/bin/python -m pip install redis).") from None
                 h = RedisHuey("aniso-jobs", url=url, results=False, serializer=JsonSerializer())
             else:
-                from huey import SqliteHuey
-
-                h = SqliteHuey("aniso-jobs", filename=where, results=False, serializer=JsonSerializer(),
-                               timeout=30)
+                h = _sqlite_queue(where)
             _tasks[id(h)] = h.task(name="run_job")(_run_job)
             h.signal("interrupted")(_on_interrupted)
             _queues[k] = h
         return _queues[k]
+
+
+_queue_notices: dict[str, str] = {}  # queue file -> why it was set aside (one warning per process and file)
+
+
+def queue_notice(cache_dir=None) -> str | None:
+    """The warning about this cache's job queue, if a damaged one was set aside by this process."""
+    return _queue_notices.get(str(settings.queue_db(cache_dir)))
+
+
+def _sqlite_problem(where: str) -> str | None:
+    """Why the SQLite queue file cannot be used (None: it can, or it does not exist yet)."""
+    import sqlite3
+
+    if not os.path.exists(where) or os.path.getsize(where) == 0:
+        return None
+    try:
+        con = sqlite3.connect(where, timeout=30)
+        try:
+            row = con.execute("PRAGMA quick_check").fetchone()
+        finally:
+            con.close()
+    except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+        return str(e)
+    return None if row and row[0] == "ok" else f"integrity check: {row[0] if row else 'no answer'}"
+
+
+def _sqlite_queue(where: str):
+    """The SQLite queue at `where`; a damaged file is renamed aside (never deleted) and a fresh queue
+    started, with one warning (logged, and shown by the pages through `queue_notice`)."""
+    import sqlite3
+
+    from huey import SqliteHuey
+
+    def make():
+        return SqliteHuey("aniso-jobs", filename=where, results=False, serializer=JsonSerializer(), timeout=30)
+
+    why = _sqlite_problem(where)
+    if why is None:
+        try:
+            return make()
+        except sqlite3.DatabaseError as e:
+            why = str(e)
+    with open(where + ".repair.lock", "a+") as f:  # one process sets it aside; the others see the fresh one
+        fcntl.flock(f, fcntl.LOCK_EX)
+        why = _sqlite_problem(where) and why
+        if why:
+            aside = f"{where}.damaged-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+            for suffix in ("", "-wal", "-shm", "-journal"):
+                if os.path.exists(where + suffix):
+                    os.replace(where + suffix, aside + suffix)
+            msg = (f"The job queue {os.path.basename(where)} was damaged ({why}): it was renamed to "
+                   f"{os.path.basename(aside)} (kept, not deleted) and a fresh queue started. Jobs queued before "
+                   f"are not listed; results already computed are in the cache as before.")
+            log.warning(msg)
+            _queue_notices[where] = msg
+        return make()
 
 
 def _store(cache_dir=None):

@@ -112,6 +112,9 @@ def panel(sel, active_only: bool = False) -> None:
     """The status of every selected run (and its jobs). Polls while a job is queued or running.
 
     active_only: only the jobs queued or running and Run's errors (the pages that show no run)."""
+    damaged = jobs.queue_notice()  # a damaged job queue was set aside: said once per page
+    if damaged:
+        st.warning(md(damaged), icon=":material/warning:")
     rows = _jobs_of(sel, active_only)  # read once per page run; the polling fragment reads them again at each poll
     active = any(j is not None and j.active for _, _, j in rows)
     state.log().jobs_active = active

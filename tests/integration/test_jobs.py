@@ -303,3 +303,42 @@ def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch
     assert all(p.rate > 0 and p.eta_s is not None for p in passes if p.done)
     forward = [p.done for s, p in written if p.stage == Stage.FORWARD]
     assert forward == sorted(forward) and forward[-1] > 0  # the run's own extraction came first, counted too
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_queue_is_set_aside_with_one_warning(cache, caplog, damage):
+    """Issue 27 item 9: a corrupted queue.db made every page an exception box and `jobs list`, `worker`
+    and `jobs retry` tracebacks. Now it is renamed aside (kept), a fresh queue starts, one warning says so."""
+    import logging
+
+    db = cache / "jobs" / "queue.db"
+    db.parent.mkdir(parents=True)
+    if damage == "garbage":
+        db.write_bytes(b"this is not a database at all\n" * 200)
+    else:  # a real queue cut short: the header is fine, the pages are gone
+        jid = jobs.submit("test-steps", _steps(1), cache_dir=cache)
+        assert jobs.status(jid, cache) is not None
+        jobs._queues.clear()
+        raw = db.read_bytes()
+        db.write_bytes(raw[:100] + b"\xff" * (len(raw) - 100))
+    with caplog.at_level(logging.WARNING, logger="core.jobs"):
+        assert jobs.list_jobs(cache) == []
+        assert jobs.list_jobs(cache) == []
+    warned = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
+    assert len(warned) == 1 and "fresh queue" in warned[0] and "not deleted" in warned[0]
+    aside = [p for p in db.parent.iterdir() if p.name.startswith("queue.db.damaged-") and "-" not in p.name[-4:]]
+    assert aside and aside[0].read_bytes()[:4] in (b"this", b"SQLi")  # kept as it was
+    assert jobs.queue_notice(cache) == warned[0]
+    jid = jobs.submit("test-steps", _steps(1), cache_dir=cache)  # the fresh queue works
+    assert jobs.status(jid, cache).status == jobs.QUEUED
+
+
+def test_the_cli_survives_a_damaged_queue(tmp_path):
+    db = tmp_path / "jobs" / "queue.db"
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"garbage" * 1000)
+    env = {**worker_env(tmp_path), "ANISO_WORKER_AUTOSTART": "0"}
+    out = subprocess.run([sys.executable, "-m", "core", "jobs", "list", "--cache-dir", str(tmp_path)], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.count("was damaged") == 1
