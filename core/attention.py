@@ -719,38 +719,23 @@ def _run_attention_group(spec, cache_dir, progress, cancel, force: bool, n_rando
 def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, cancel, n_random: int,
                        device: str | None = None, shard=None, reduce=None, memo: dict | None = None) -> dict:
     """Compute the attention section of the run whose manifest is `m` (outlier dims `dims`)."""
-    from pathlib import Path
-
     import torch
 
     from .analysis import json_safe
-    from .corpora import load_documents, tokenize_budget
     from .errors import InputError
-    from .models import load_model
-    from .pipeline import _effective_seq_len, _tokenizer_identity
+    from .prepare import prepare
 
     device, dtype = device or m["device"], m["dtype"]
-    memo = {} if memo is None else memo  # the same keys as pipeline's: a series tokenizes once
-    dkey = ("documents", spec.corpus, spec.text_column, m["corpus"].get("sha256"))
-    if dkey not in memo:
-        memo.clear()
-        memo[dkey] = load_documents(spec.corpus, spec.text_column, getattr(spec, "encoding", None))
-    docs = memo[dkey]
-    if progress:
-        progress(Progress("load", 0, 1, message=f"loading {spec.model} for attention statistics"))
-    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code)
-    seq_len = _effective_seq_len(spec, lm)
-    wkey = ("windows", _tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
-    if wkey not in memo:
-        memo[wkey] = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
-    windows = memo[wkey]
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, memo=memo,
+                   corpus_sha=m["corpus"].get("sha256"), progress=progress,
+                   load_message=f"loading {spec.model} for attention statistics")
+    lm, docs, windows = prep.lm, prep.documents, prep.windows
     d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
     outl, rand = pick_dims(dims, d, n_random, spec.seed)
     try:
         sums, timing, arch = extract_attention(
             lm.base, windows, outl + rand, special_policy=spec.special_tokens, batch_size=spec.batch_size,
-            device=device, dtype=dtype, pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress,
+            device=device, dtype=dtype, pad_id=prep.pad_id, progress=progress,
             cancel=cancel, shard=shard, reduce=reduce)
     except ValueError as e:
         raise InputError(f"Attention statistics are not available for {m['model']['label']}: {e}") from None
@@ -816,12 +801,9 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     their number), "doc_start" (the document's first words), "causal", "maps": (L, H, n, n) float32,
     "zeroed": same}``.
     """
-    from pathlib import Path
-
-    from .corpora import load_documents, tokenize_budget
     from .errors import InputError
-    from .models import load_model
-    from .pipeline import _effective_seq_len, analyze, get_store
+    from .pipeline import analyze, get_store
+    from .prepare import prepare
     from .spec import stable_hash
 
     res = analyze(spec, cache_dir)
@@ -840,11 +822,8 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     from .outliers import ablation_modules, zeroed_dims
 
     m = res["manifest"]
-    lm = load_model(spec.model, device=m["device"], dtype=m["dtype"],
-                    cache_dir=Path(cache_dir) if cache_dir else None, trust_remote_code=spec.trust_remote_code)
-    docs = load_documents(spec.corpus, spec.text_column)
-    windows = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, _effective_seq_len(spec, lm), spec.seed,
-                              spec.corpus)
+    prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir)
+    lm, docs, windows = prep.lm, prep.documents, prep.windows
     ids = windows.ids[int(window)]
     doc = int(windows.doc[int(window)])
     same = np.flatnonzero(np.asarray(windows.doc) == doc)  # the document's windows, in order

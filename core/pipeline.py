@@ -22,18 +22,18 @@ from . import __version__
 from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
-from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents, numeric_share, tokenize_budget
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
 from .models import (
     check_model_ident,
     describe_model,
-    load_model,
     model_fingerprint,
     model_modality,
     package_versions,
 )
+from .prepare import loading_message, prepare
 from .settings import default_cache_dir
 from .spec import RunSpec, stable_hash
 
@@ -173,49 +173,22 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
         return _compute_items(spec, parts, cache_dir, progress, cancel)
-    memo = {} if memo is None else memo
-    dkey = ("documents", spec.corpus, spec.text_column, parts["corpus_sha256"])
-    if dkey not in memo:
-        memo.clear()  # one corpus per memo: a series never holds two
-        memo[dkey] = load_documents(spec.corpus, spec.text_column, spec.encoding)  # a bad corpus fails before importing torch
-    documents = memo[dkey]
-    import torch
-
-    progress = progress or (lambda p: None)
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     if group is not None:
         device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
-    progress(Progress("load", 0, 1, message=_loading_message(spec.model)))
-    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
-    _check_cancel(cancel)
-    progress(Progress("tokenize", 0, 1, message="tokenizing"))
-    n_hidden = int(lm.info["n_layers"]) + 1
-    if spec.layers is not None and spec.layers[-1] >= n_hidden:
-        raise InputError(f"--layers {spec.layers[-1]} is beyond {spec.model}'s hidden-state layers "
-                         f"(0..{n_hidden - 1}; 0 = embeddings).")
-    seq_len = _effective_seq_len(spec, lm)
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
+                   corpus_sha=parts["corpus_sha256"], progress=progress, cancel=cancel)
+    import torch
+
     from .modalities.adapters import adapter_for
 
-    wkey = ("windows", _tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
-    if wkey not in memo:
-        memo[wkey] = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
-    windows = memo[wkey]
-    _check_cancel(cancel)
-    try:
-        n_emb = int(lm.base.get_input_embeddings().num_embeddings)
-    except Exception:  # noqa: BLE001 - an architecture without a plain embedding table: no check
-        n_emb = None
-    if n_emb is not None and max(int(w.max()) for w in windows.ids) >= n_emb:
-        raise InputError(f"The tokenizer of {spec.model!r} produces token ids beyond the model's {n_emb} "
-                         f"embeddings: tokenizer and model do not match.")
+    lm, windows, documents, seq_len = prep.lm, prep.windows, prep.documents, prep.seq_len
+    n_hidden = int(lm.info["n_layers"]) + 1
     try:
         arrays, timing = extract_stats(
             lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
-            pad_id=int(lm.tokenizer.pad_token_id or 0), progress=progress, cancel=cancel, layers=spec.layers,
+            pad_id=prep.pad_id, progress=progress, cancel=cancel, layers=spec.layers,
             shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None,
             adapter=adapter_for(lm.base))
     except torch.OutOfMemoryError:
@@ -262,18 +235,6 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     return manifest, meta, arrays
 
 
-def _tokenizer_identity(tok) -> str:
-    """What decides a tokenizer's ids: its class, vocabulary and (fast) pipeline."""
-    backend = getattr(tok, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else sorted(tok.get_vocab().items())
-    return stable_hash([type(tok).__name__, body, tok.all_special_tokens])
-
-
-def _check_cancel(cancel) -> None:
-    if cancel is not None and cancel():
-        raise Cancelled("The run was cancelled; nothing partial was stored.")
-
-
 def _corpus_warnings(documents: list[str]) -> list[str]:
     share = numeric_share(documents)
     if share >= 0.5:
@@ -284,22 +245,13 @@ def _corpus_warnings(documents: list[str]) -> list[str]:
 def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     """An image or audio run: the same extraction on items laid out by a modality adapter."""
     from .modalities import run as modal
-    from .modalities.adapters import adapter_for
 
-    info = describe_model(spec.model)
-    modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
-    payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
+    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, progress=progress, cancel=cancel)
     import torch
 
-    progress = progress or (lambda p: None)
-    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
-    if device == "cuda" and not torch.cuda.is_available():
-        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
-    progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
-    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code)
-    adapter = adapter_for(lm.base)
-    items = modal.build_items(modality, payloads, adapter, lm.base, spec.max_tokens, spec.seed)
+    lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
+    info = describe_model(spec.model)
     try:
         arrays, timing = extract_stats(
             lm.base, items, special_policy=spec.special_tokens, batch_size=spec.batch_size,
@@ -335,12 +287,6 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
         "stats_code": parts["stats_code"],
     }
     return manifest, meta, arrays
-
-
-def _effective_seq_len(spec: RunSpec, lm) -> int:
-    """max_seq_len, capped at what the model's position embeddings take (special tokens included)."""
-    cap = lm.max_positions
-    return min(spec.max_seq_len, cap) if cap else spec.max_seq_len
 
 
 def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[str]:
@@ -498,18 +444,12 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
 
         from .outliers import ablation
 
-        device, dtype = res["manifest"]["device"], res["manifest"]["dtype"]
-        if progress:
-            progress(Progress("load", 0, 1, message=_loading_message(spec.model, "for the ablation")))
-        lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                        trust_remote_code=spec.trust_remote_code, device_map=spec.device_map)
-        docs = load_documents(spec.corpus, spec.text_column, spec.encoding)
-        first_len = _effective_seq_len(spec, lm)
-        first = tokenize_budget(docs, lm.tokenizer, spec.max_tokens, first_len, spec.seed, spec.corpus)
-        seq_len = min(first_len, CONFIG.ablation_max_seq_len)
-        held = tokenize_budget(docs, lm.tokenizer, held_out_tokens, seq_len, spec.seed, spec.corpus,
-                               start=max(first.next_position, 1))
-        pad = int(lm.tokenizer.pad_token_id or 0)
+        prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
+                       device_map=spec.device_map, progress=progress,
+                       load_message=loading_message(spec.model, "for the ablation"))
+        lm = prep.lm
+        held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
+        pad = prep.pad_id
         batches = []
         for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
             ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], pad)
@@ -529,12 +469,6 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
                          "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
         store.put(key, got)
     return got
-
-
-def _loading_message(ident: str, why: str = "") -> str:
-    """What the progress panel says while a model loads (untrained ones are built from a config)."""
-    what = "building the model (random weights)" if ident.startswith("untrained-") else f"loading {ident}"
-    return f"{what} {why}".strip()
 
 
 # ---------------------------------------------------------------------- job kinds (core.jobs.KINDS)

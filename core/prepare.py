@@ -1,0 +1,155 @@
+"""The one way a run is prepared: its documents decoded, its model loaded, its windows planned.
+
+    prep = prepare(spec, device=..., dtype=...)   -> Prepared(documents, lm, seq_len, windows)
+
+Analysis (`pipeline`), the outlier ablation, the attention pass and its viewer, series, training
+analysis and the distributed path all call `prepare`, so they read the same documents (in the
+spec's encoding) and plan the same windows. Image and audio runs get their items here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from .corpora import TokenWindows, load_documents, tokenize_budget
+from .errors import Cancelled, InputError
+from .extract import Progress
+from .modalities import corpus_modality
+from .models import load_model, model_modality
+from .spec import RunSpec, stable_hash
+
+
+@dataclass
+class Prepared:
+    """A run ready for forward passes. `documents` is None for image and audio runs (`windows` then
+    holds the modality's items and `modality` names it)."""
+
+    spec: RunSpec
+    lm: object  # models.LoadedModel
+    device: str
+    dtype: str
+    documents: list[str] | None
+    windows: object  # TokenWindows (text) or the modality's items
+    seq_len: int | None = None
+    modality: str = "text"
+    adapter: object = None  # the modality adapter of an image or audio run
+
+    @property
+    def pad_id(self) -> int:
+        return int(self.lm.tokenizer.pad_token_id or 0)
+
+    def windows_after(self, max_tokens: int, seq_len: int) -> TokenWindows:
+        """Windows of `max_tokens` from the documents that follow the run's own (held-out text)."""
+        s = self.spec
+        return tokenize_budget(self.documents, self.lm.tokenizer, max_tokens, seq_len, s.seed, s.corpus,
+                               start=max(self.windows.next_position, 1))
+
+
+def read_documents(spec: RunSpec, memo: dict | None = None, corpus_sha: str | None = None) -> list[str]:
+    """The documents of a text run, decoded with the spec's encoding. No torch.
+
+    `memo` (a dict shared by the runs of one series) keeps one corpus: read once for all of them."""
+    if memo is None:
+        return load_documents(spec.corpus, spec.text_column, spec.encoding)
+    dkey = ("documents", spec.corpus, spec.text_column, spec.encoding, corpus_sha)
+    if dkey not in memo:
+        memo.clear()  # one corpus per memo: a series never holds two
+        memo[dkey] = load_documents(spec.corpus, spec.text_column, spec.encoding)
+    return memo[dkey]
+
+
+def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_map: str | None = None,
+            memo: dict | None = None, corpus_sha: str | None = None,
+            progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None,
+            load_message: str | None = None) -> Prepared:
+    """Decode `spec`'s documents, load its model once (on `device`, in `dtype`) and plan its windows.
+
+    Bad input fails before torch is imported (corpus) or before any forward pass (layers beyond the
+    model, token ids beyond its embeddings). `memo`: see `read_documents`; the windows are kept in it
+    too (same tokenizer, same windows). `progress` hears "load" then "tokenize"; `cancel` is polled
+    between the steps.
+    """
+    if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
+        return _prepare_items(spec, device, dtype, cache_dir, progress)
+    documents = read_documents(spec, memo, corpus_sha)  # a bad corpus fails before importing torch
+    import torch
+
+    progress = progress or (lambda p: None)
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
+    progress(Progress("load", 0, 1, message=load_message or loading_message(spec.model)))
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                    trust_remote_code=spec.trust_remote_code, device_map=device_map)
+    check_cancel(cancel)
+    progress(Progress("tokenize", 0, 1, message="tokenizing"))
+    n_hidden = int(lm.info["n_layers"]) + 1
+    if spec.layers is not None and spec.layers[-1] >= n_hidden:
+        raise InputError(f"--layers {spec.layers[-1]} is beyond {spec.model}'s hidden-state layers "
+                         f"(0..{n_hidden - 1}; 0 = embeddings).")
+    seq_len = effective_seq_len(spec, lm)
+    memo = {} if memo is None else memo
+    wkey = ("windows", tokenizer_identity(lm.tokenizer), spec.max_tokens, seq_len, spec.seed)
+    if wkey not in memo:
+        memo[wkey] = tokenize_budget(documents, lm.tokenizer, spec.max_tokens, seq_len, spec.seed, spec.corpus)
+    windows = memo[wkey]
+    check_cancel(cancel)
+    _check_vocabulary(spec, lm, windows)
+    return Prepared(spec, lm, device, dtype, documents, windows, seq_len)
+
+
+def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress) -> Prepared:
+    """An image or audio run: payloads read (before torch), the model loaded, items laid out by its adapter."""
+    from .modalities import run as modal
+    from .modalities.adapters import adapter_for
+    from .models import describe_model
+
+    info = describe_model(spec.model)
+    modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
+    payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
+    if progress:
+        progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
+    lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
+                    trust_remote_code=spec.trust_remote_code)
+    adapter = adapter_for(lm.base)
+    items = modal.build_items(modality, payloads, adapter, lm.base, spec.max_tokens, spec.seed)
+    return Prepared(spec, lm, device, dtype, None, items, modality=modality, adapter=adapter)
+
+
+def _check_vocabulary(spec: RunSpec, lm, windows: TokenWindows) -> None:
+    try:
+        n_emb = int(lm.base.get_input_embeddings().num_embeddings)
+    except Exception:  # noqa: BLE001 - an architecture without a plain embedding table: no check
+        return
+    if max(int(w.max()) for w in windows.ids) >= n_emb:
+        raise InputError(f"The tokenizer of {spec.model!r} produces token ids beyond the model's {n_emb} "
+                         f"embeddings: tokenizer and model do not match.")
+
+
+def effective_seq_len(spec: RunSpec, lm) -> int:
+    """max_seq_len, capped at what the model's position embeddings take (special tokens included)."""
+    cap = lm.max_positions
+    return min(spec.max_seq_len, cap) if cap else spec.max_seq_len
+
+
+def tokenizer_identity(tok) -> str:
+    """What decides a tokenizer's ids: its class, vocabulary and (fast) pipeline."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    body = backend.to_str() if backend is not None else sorted(tok.get_vocab().items())
+    return stable_hash([type(tok).__name__, body, tok.all_special_tokens])
+
+
+def check_cancel(cancel) -> None:
+    if cancel is not None and cancel():
+        raise Cancelled("The run was cancelled; nothing partial was stored.")
+
+
+def loading_message(ident: str, why: str = "") -> str:
+    """What the progress panel says while a model loads (untrained ones are built from a config)."""
+    what = "building the model (random weights)" if ident.startswith("untrained-") else f"loading {ident}"
+    return f"{what} {why}".strip()
