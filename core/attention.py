@@ -646,12 +646,13 @@ def attention_key(results: dict, n_random: int = CONFIG.attention_random_dims) -
 def is_cached(spec, cache_dir=None) -> bool:
     """Whether the attention section of `spec` is on disk (no torch, no model; the run's results
     must be cached too)."""
-    from .pipeline import analyze, get_store
+    from .pipeline import analyze, get_store, resolve
     from .pipeline import is_cached as run_cached
 
-    if not run_cached(spec, cache_dir):
+    run = resolve(spec, cache_dir)
+    if not run_cached(run, cache_dir):
         return False
-    return attention_key(analyze(spec, cache_dir)) in get_store(cache_dir)
+    return attention_key(analyze(run, cache_dir)) in get_store(cache_dir)
 
 
 def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
@@ -665,11 +666,13 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     are added up across ranks, and rank 0 alone reads and writes the cache and returns the section
     (the other ranks return None).
     """
-    from .pipeline import analyze, get_store
+    from .pipeline import analyze, get_store, resolve
 
+    run = resolve(spec, cache_dir)
+    spec = run.spec
     if group is not None:
-        return _run_attention_group(spec, cache_dir, progress, cancel, force, n_random, group)
-    res = analyze(spec, cache_dir, progress, cancel)
+        return _run_attention_group(run, cache_dir, progress, cancel, force, n_random, group)
+    res = analyze(run, cache_dir, progress, cancel)
     store = get_store(cache_dir)
     key = attention_key(res, n_random)
     got = None if force else store.get_json(key)
@@ -685,12 +688,13 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     return {**got, "cache_hit": False}
 
 
-def _run_attention_group(spec, cache_dir, progress, cancel, force: bool, n_random: int, group) -> dict | None:
+def _run_attention_group(run, cache_dir, progress, cancel, force: bool, n_random: int, group) -> dict | None:
     import contextlib
 
     from .pipeline import analyze, get_store
 
-    res = analyze(spec, cache_dir, progress, cancel, group=group)  # rank 0: the results; others None
+    spec = run.spec
+    res = analyze(run, cache_dir, progress, cancel, group=group)  # rank 0: the results; others None
 
     def look() -> dict:  # rank 0: what every rank needs to know (the run's manifest and dims, or a cache hit)
         key = attention_key(res, n_random)
@@ -699,7 +703,7 @@ def _run_attention_group(spec, cache_dir, progress, cancel, force: bool, n_rando
 
     seen = group.share(look)
     if seen["hit"]:
-        return run_attention(spec, cache_dir, progress, cancel, n_random=n_random) if group.is_main else None
+        return run_attention(run, cache_dir, progress, cancel, n_random=n_random) if group.is_main else None
     import functools
 
     reduce = functools.partial(group.reduce, max_keys=MAX_KEYS)
@@ -727,7 +731,7 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
 
     device, dtype = device or m["device"], m["dtype"]
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, memo=memo,
-                   corpus_sha=m["corpus"].get("sha256"), progress=progress,
+                   corpus_sha=m["corpus"].get("sha256"), fingerprint=m["model"].get("fingerprint"), progress=progress,
                    load_message=f"loading {spec.model} for attention statistics")
     lm, docs, windows = prep.lm, prep.documents, prep.windows
     d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
@@ -778,15 +782,15 @@ def document_index(windows: TokenWindows, docs: list[str]) -> dict:
 def job_attention(params: dict, progress, cancel) -> dict:
     """The "attention" job: the attention section of one run, into the cache (the run first if needed)."""
     from . import settings
-    from .spec import RunSpec
+    from .pipeline import resolve, run_of
 
-    spec = RunSpec.from_dict(params["spec"])
+    run = resolve(run_of(params))  # carried in the job's parameters by the submitter
     nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: a torchrun job of K processes computes it
-    if nproc > 1 and not is_cached(spec):
+    if nproc > 1 and not is_cached(run):
         from .distributed import run_torchrun, spec_args
 
-        run_torchrun(["attention", *spec_args(spec)], nproc, progress, cancel)  # rank 0 stores run and section
-    sec = run_attention(spec, progress=progress, cancel=cancel)
+        run_torchrun(["attention", *spec_args(run.spec)], nproc, progress, cancel)  # rank 0 stores run and section
+    sec = run_attention(run, progress=progress, cancel=cancel)
     return {"blocks": len(sec.get("layers", [])) if isinstance(sec, dict) else 0}
 
 
@@ -802,11 +806,13 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     "zeroed": same}``.
     """
     from .errors import InputError
-    from .pipeline import analyze, get_store
+    from .pipeline import analyze, get_store, resolve
     from .prepare import prepare
     from .spec import stable_hash
 
-    res = analyze(spec, cache_dir)
+    run = resolve(spec, cache_dir)
+    spec = run.spec
+    res = analyze(run, cache_dir)
     n_win = int(res["manifest"]["corpus"]["n_windows"])
     if not 0 <= int(window) < n_win:
         raise InputError(f"Window {window} does not exist: this run has windows 0 to {n_win - 1}.")
@@ -822,7 +828,8 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     from .outliers import ablation_modules, zeroed_dims
 
     m = res["manifest"]
-    prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir)
+    prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir,
+                   fingerprint=m["model"].get("fingerprint"))
     lm, docs, windows = prep.lm, prep.documents, prep.windows
     ids = windows.ids[int(window)]
     doc = int(windows.doc[int(window)])

@@ -502,7 +502,8 @@ _LOAD_LOCK = threading.Lock()
 
 
 def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_dir: Path | None = None,
-               trust_remote_code: bool = False, device_map: str | None = None) -> LoadedModel:
+               trust_remote_code: bool = False, device_map: str | None = None,
+               fingerprint: str | None = None) -> LoadedModel:
     """Load a model by identifier (built-in, local folder or hub id). The only loader in the project.
 
     device_map="auto": the model is spread over the GPUs of this node (accelerate; all on the CPU
@@ -510,20 +511,21 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
 
     One load at a time per process: transformers builds models under process-wide patches (the
     meta-device init), so two threads of one worker loading at once got meta tensors.
+    `fingerprint`: the model's, when the run resolved it already (a hub model: no second hub call).
     """
     with _LOAD_LOCK:
-        return _load_model(ident, device, dtype, cache_dir, trust_remote_code, device_map)
+        return _load_model(ident, device, dtype, cache_dir, trust_remote_code, device_map, fingerprint)
 
 
 def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, trust_remote_code: bool,
-                device_map: str | None) -> LoadedModel:
+                device_map: str | None, fingerprint: str | None = None) -> LoadedModel:
     import torch
     import transformers as tf
 
     check_model_ident(ident)
     tf.utils.logging.disable_progress_bar()
     tf.utils.logging.set_verbosity_error()
-    fp = model_fingerprint(ident, cache_dir)
+    fp = fingerprint or model_fingerprint(ident, cache_dir)
     tdt = torch_dtype(dtype)
     info = describe_model(ident)
     if ident == "minilm-l6":

@@ -90,6 +90,24 @@ class RunStats:
         return self.manifest["model"]["label"]
 
 
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A RunSpec with its identifiers resolved once: the model's and the corpus's fingerprints (a hub
+    model's commit, a file's sha256) and the run key. Small and JSON-able: a job carries it in its
+    parameters (`to_params`), so the worker neither hashes the corpus again nor asks the hub."""
+
+    spec: RunSpec
+    key: str
+    parts: dict = field(hash=False, compare=False)
+
+    def to_params(self) -> dict:
+        return {"key": self.key, "parts": self.parts}
+
+    @classmethod
+    def from_params(cls, spec: RunSpec, d: dict) -> "ResolvedRun":
+        return cls(spec, str(d["key"]), dict(d["parts"]))
+
+
 def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
     check_model_ident(spec.model)
     device = spec.resolved_device()
@@ -107,21 +125,29 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
     return "stats:" + stable_hash(parts), parts
 
 
+def resolve(spec: RunSpec | ResolvedRun, cache_dir=None) -> ResolvedRun:
+    """The run's identifiers resolved and its key computed (the one place that does it). A
+    ResolvedRun passes through: resolve once, then hand the result to every call of the run."""
+    if isinstance(spec, ResolvedRun):
+        return spec
+    key, parts = _spec_key(spec, cache_dir)
+    return ResolvedRun(spec, key, parts)
+
+
 def _versions() -> dict:
     return {"python": platform.python_version(), "core": __version__, **package_versions(), "numpy": np.__version__}
 
 
-def run_key(spec: RunSpec, cache_dir=None) -> str:
+def run_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
     """The cache key of the run's statistics (derived entries are keyed on it). No torch."""
-    return _spec_key(spec, cache_dir)[0]
+    return resolve(spec, cache_dir).key
 
 
-def is_cached(spec: RunSpec, cache_dir=None) -> bool:
-    key, _ = _spec_key(spec, cache_dir)
-    return key in get_store(cache_dir)
+def is_cached(spec: RunSpec | ResolvedRun, cache_dir=None) -> bool:
+    return resolve(spec, cache_dir).key in get_store(cache_dir)
 
 
-def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
               cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
               memo: dict | None = None) -> RunStats | None:
     """Statistics for `spec`, from the cache or computed (once, even across processes).
@@ -134,7 +160,8 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
     if group is not None:
         return _get_stats_group(spec, cache_dir, progress, cancel, force, group, memo)
     store = get_store(cache_dir)
-    key, parts = _spec_key(spec, cache_dir)
+    run = resolve(spec, cache_dir)
+    spec, key, parts = run.spec, run.key, run.parts
     n_events = len(store.events)
     if not force:
         hit = store.get(key)
@@ -151,11 +178,12 @@ def get_stats(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
 
-def _get_stats_group(spec: RunSpec, cache_dir, progress, cancel, force: bool, group,
+def _get_stats_group(spec, cache_dir, progress, cancel, force: bool, group,
                      memo: dict | None = None) -> RunStats | None:
-    key, parts = _spec_key(spec, cache_dir)  # on every rank: a bad spec fails everywhere alike
+    run = resolve(spec, cache_dir)  # on every rank: a bad spec fails everywhere alike
+    spec, key, parts = run.spec, run.key, run.parts
     if group.share(lambda: not force and key in get_store(cache_dir)):
-        return get_stats(spec, cache_dir, progress, cancel) if group.is_main else None
+        return get_stats(run, cache_dir, progress, cancel) if group.is_main else None
     with contextlib.ExitStack() as stack:
         if group.is_main:
             store = get_store(cache_dir)
@@ -177,7 +205,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     if group is not None:
         device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
-                   corpus_sha=parts["corpus_sha256"], progress=progress, cancel=cancel)
+                   corpus_sha=parts["corpus_sha256"], fingerprint=parts["model_fingerprint"], progress=progress,
+                   cancel=cancel)
     import torch
 
     from .modalities.adapters import adapter_for
@@ -247,7 +276,8 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     from .modalities import run as modal
 
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
-    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, progress=progress, cancel=cancel)
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, fingerprint=parts["model_fingerprint"],
+                   progress=progress, cancel=cancel)
     import torch
 
     lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
@@ -305,7 +335,7 @@ def _results_code() -> str:
     return stable_hash(cache_identity("results"))[:16]
 
 
-def results_key(spec: RunSpec, cache_dir=None) -> str:
+def results_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
     """The cache key of results.json for `spec`: the statistics' key + the results code. No torch."""
     return f"results:{_results_code()}:{run_key(spec, cache_dir)}"
 
@@ -324,7 +354,7 @@ def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
     return got
 
 
-def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
             cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
             memo: dict | None = None) -> dict | None:
     """results.json for `spec` (cached; computes the statistics first if needed).
@@ -334,15 +364,16 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     """
     from .analysis import build_results
 
-    key = results_key(spec, cache_dir)
+    run = resolve(spec, cache_dir)
+    key = results_key(run, cache_dir)
     if group is not None:
         stale = group.share(lambda: force or key not in get_store(cache_dir))
         if stale:
-            stats = get_stats(spec, cache_dir, progress, cancel, force, group=group, memo=memo)
+            stats = get_stats(run, cache_dir, progress, cancel, force, group=group, memo=memo)
         if not group.is_main:
             return None
         if not stale:
-            return analyze(spec, cache_dir, progress, cancel)
+            return analyze(run, cache_dir, progress, cancel)
         got = build_results(stats)
         get_store(cache_dir).put(key, got)
         got["manifest"]["cache_hit"] = stats.cached
@@ -353,7 +384,7 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     got = None if force else store.get_json(key)
     cache_hit = got is not None
     if got is None:
-        stats = get_stats(spec, cache_dir, progress, cancel, force, memo=memo)
+        stats = get_stats(run, cache_dir, progress, cancel, force, memo=memo)
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
         got = build_results(stats, isotropic=isotropic_baseline(stats, cache_dir))
@@ -366,15 +397,16 @@ def analyze(spec: RunSpec, cache_dir=None, progress: Callable[[Progress], None] 
     return got
 
 
-def postprocessed(spec: RunSpec, post, cache_dir=None) -> list[dict]:
+def postprocessed(spec: RunSpec | ResolvedRun, post, cache_dir=None) -> list[dict]:
     """Sample metrics of every layer after a post-processing what-if (cached)."""
     from .analysis import postprocessed_rows
 
     store = get_store(cache_dir)
-    key = f"post:{_results_code()}:{run_key(spec, cache_dir)}:{stable_hash(post.to_dict())}"
+    run = resolve(spec, cache_dir)
+    key = f"post:{_results_code()}:{run.key}:{stable_hash(post.to_dict())}"
     got = store.get_json(key)
     if got is None:
-        got = {"rows": postprocessed_rows(get_stats(spec, cache_dir), post)}
+        got = {"rows": postprocessed_rows(get_stats(run, cache_dir), post)}
         store.put(key, got)
     return got["rows"]
 
@@ -403,13 +435,14 @@ def _ablation_defaults(n_random, held_out_tokens) -> tuple[int, int]:
     return n_random, held_out_tokens
 
 
-def cached_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
+def cached_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_random: int | None = None,
                     held_out_tokens: int | None = None, cache_dir=None) -> dict | None:
     """The stored ablation of a computed run, or None (never computes, never loads a model)."""
-    if not is_cached(spec, cache_dir):
+    run = resolve(spec, cache_dir)
+    if not is_cached(run, cache_dir):
         return None
     n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
-    res = analyze(spec, cache_dir)
+    res = analyze(run, cache_dir)
     try:
         _, key = _ablation_request(res, dims, n_random, held_out_tokens)
     except InputError:
@@ -417,7 +450,7 @@ def cached_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int 
     return get_store(cache_dir).get_json(key)
 
 
-def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | None = None,
+def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_random: int | None = None,
                  held_out_tokens: int | None = None, cache_dir=None,
                  progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None) -> dict:
     """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
@@ -429,7 +462,9 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
     from .analysis import json_safe
 
     n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
-    res = analyze(spec, cache_dir, progress, cancel)
+    run = resolve(spec, cache_dir)
+    spec = run.spec
+    res = analyze(run, cache_dir, progress, cancel)
     info = res["manifest"]["model"]
     dims, key = _ablation_request(res, dims, n_random, held_out_tokens)
     store = get_store(cache_dir)
@@ -445,7 +480,7 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
         from .outliers import ablation
 
         prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
-                       device_map=spec.device_map, progress=progress,
+                       device_map=spec.device_map, fingerprint=info.get("fingerprint"), progress=progress,
                        load_message=loading_message(spec.model, "for the ablation"))
         lm = prep.lm
         held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
@@ -472,9 +507,23 @@ def run_ablation(spec: RunSpec, dims: list[int] | None = None, n_random: int | N
 
 
 # ---------------------------------------------------------------------- job kinds (core.jobs.KINDS)
+def analyze_params(spec: RunSpec | ResolvedRun, cache_dir=None) -> dict:
+    """The parameters of an "analyze" (or "attention") job: the spec and its resolution, carried
+    so that neither the queue's job id nor the worker computes the run key again."""
+    run = resolve(spec, cache_dir)
+    return {"spec": run.spec.to_dict(), "resolved": run.to_params()}
+
+
+def run_of(params: dict) -> RunSpec | ResolvedRun:
+    """The run of a job's parameters: resolved already when the submitter carried it."""
+    spec = RunSpec.from_dict(params["spec"])
+    got = params.get("resolved")
+    return ResolvedRun.from_params(spec, got) if got else spec
+
+
 def job_analyze_key(params: dict) -> str:
     """One analysis job per cache key: same statistics, same job (whoever asks)."""
-    return run_key(RunSpec.from_dict(params["spec"]))
+    return run_key(run_of(params))
 
 
 def job_analyze(params: dict, progress, cancel) -> dict:
@@ -482,21 +531,21 @@ def job_analyze(params: dict, progress, cancel) -> dict:
     from . import settings
     from .distributed import job_torchrun
 
-    spec = RunSpec.from_dict(params["spec"])
+    run = resolve(run_of(params))
     nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of K processes
-    if nproc > 1 and not is_cached(spec):
+    if nproc > 1 and not is_cached(run):
         job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
     progress(stage="load", message="reading the corpus")  # until the pipeline reports the model load
-    res = analyze(spec, progress=progress, cancel=cancel)
+    res = analyze(run, progress=progress, cancel=cancel)
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
             "cache_hit": bool(m.get("cache_hit"))}
 
 
-def _ablation_params(params: dict) -> tuple[RunSpec, list[int] | None, int, int]:
+def _ablation_params(params: dict) -> tuple[RunSpec | ResolvedRun, list[int] | None, int, int]:
     dims = params.get("dims")
     n_random, held = _ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
-    return RunSpec.from_dict(params["spec"]), None if dims is None else [int(d) for d in dims], n_random, held
+    return run_of(params), None if dims is None else [int(d) for d in dims], n_random, held
 
 
 def job_ablation_key(params: dict) -> str:

@@ -61,18 +61,19 @@ def read_documents(spec: RunSpec, memo: dict | None = None, corpus_sha: str | No
 
 
 def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_map: str | None = None,
-            memo: dict | None = None, corpus_sha: str | None = None,
+            memo: dict | None = None, corpus_sha: str | None = None, fingerprint: str | None = None,
             progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None,
             load_message: str | None = None) -> Prepared:
     """Decode `spec`'s documents, load its model once (on `device`, in `dtype`) and plan its windows.
 
     Bad input fails before torch is imported (corpus) or before any forward pass (layers beyond the
     model, token ids beyond its embeddings). `memo`: see `read_documents`; the windows are kept in it
-    too (same tokenizer, same windows). `progress` hears "load" then "tokenize"; `cancel` is polled
+    too (same tokenizer, same windows). `fingerprint`: the model's, from the run's resolution (see
+    `pipeline.resolve`), so that loading asks no hub again. `progress` hears "load" then "tokenize"; `cancel` is polled
     between the steps.
     """
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
-        return _prepare_items(spec, device, dtype, cache_dir, progress)
+        return _prepare_items(spec, device, dtype, cache_dir, progress, fingerprint)
     documents = read_documents(spec, memo, corpus_sha)  # a bad corpus fails before importing torch
     import torch
 
@@ -81,7 +82,7 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
     progress(Progress("load", 0, 1, message=load_message or loading_message(spec.model)))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code, device_map=device_map)
+                    trust_remote_code=spec.trust_remote_code, device_map=device_map, fingerprint=fingerprint)
     check_cancel(cancel)
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
     n_hidden = int(lm.info["n_layers"]) + 1
@@ -99,7 +100,7 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
     return Prepared(spec, lm, device, dtype, documents, windows, seq_len)
 
 
-def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress) -> Prepared:
+def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, fingerprint) -> Prepared:
     """An image or audio run: payloads read (before torch), the model loaded, items laid out by its adapter."""
     from .modalities import run as modal
     from .modalities.adapters import adapter_for
@@ -115,7 +116,7 @@ def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress) 
     if progress:
         progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code)
+                    trust_remote_code=spec.trust_remote_code, fingerprint=fingerprint)
     adapter = adapter_for(lm.base)
     items = modal.build_items(modality, payloads, adapter, lm.base, spec.max_tokens, spec.seed)
     return Prepared(spec, lm, device, dtype, None, items, modality=modality, adapter=adapter)

@@ -185,20 +185,21 @@ def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | 
     Returns {"xy": (K, 2) float array, "method", "params", "layer", "post", "n_points",
     "explained_variance" (PCA only), "seconds", "cached"}.
     """
-    from .pipeline import get_stats, get_store, run_key
+    from .pipeline import get_stats, get_store, resolve
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")
     post = post or PostProcess()
     params = {"n_neighbors": n_neighbors, "min_dist": min_dist, "metric": metric, "seed": seed} if method == "umap" else {}
     store = get_store(cache_dir)
-    key = "proj:" + stable_hash({"v": PROJECTION_VERSION, "run": run_key(spec, cache_dir), "layer": layer,
+    run = resolve(spec, cache_dir)
+    key = "proj:" + stable_hash({"v": PROJECTION_VERSION, "run": run.key, "layer": layer,
                                  "method": method, "params": params, "post": post.to_dict()})
     got = store.get(key)  # a hit does not read the run's statistics
     if got is not None:
         meta, arrays = got
         return {**meta, "xy": arrays["xy"], "cached": True}
-    stats = get_stats(spec, cache_dir)
+    stats = get_stats(run, cache_dir)
     if not 0 <= layer < stats.n_layers:
         raise ValueError(f"layer must be in 0..{stats.n_layers - 1}, got {layer}")
     S = stats.sample(layer)

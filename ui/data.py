@@ -44,19 +44,26 @@ def trained_checkpoints() -> list[str]:
 
 
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+def resolved(spec: RunSpec) -> pipeline.ResolvedRun:
+    """The run's identifiers resolved and its key (a hub call, a corpus hash): once per spec per 30 s,
+    shared by the cache look-ups, the job submitted on Run and the results read afterwards."""
+    return pipeline.resolve(spec)
+
+
+@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
 def is_cached(spec: RunSpec) -> bool:
-    return pipeline.is_cached(spec)
+    return pipeline.is_cached(resolved(spec))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def results(spec: RunSpec) -> dict:
-    return pipeline.analyze(spec)
+    return pipeline.analyze(resolved(spec))
 
 
 @st.cache_resource(max_entries=3, show_spinner=False)
 def stats(spec: RunSpec) -> pipeline.RunStats:
     """Statistics with the token sample (large arrays): shared, never copied, never mutated."""
-    return pipeline.get_stats(spec)
+    return pipeline.get_stats(resolved(spec))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
@@ -66,18 +73,18 @@ def sample_table(spec: RunSpec):
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def post_rows(spec: RunSpec, post: PostProcess) -> list[dict]:
-    return pipeline.postprocessed(spec, post)
+    return pipeline.postprocessed(resolved(spec), post)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def projection(spec: RunSpec, layer: int, method: str, post: PostProcess, n_neighbors: int, min_dist: float,
                seed: int) -> dict:
-    return P.project(spec, layer, method, post=post, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
+    return P.project(resolved(spec), layer, method, post=post, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
 
 
 def cached_ablation(spec: RunSpec) -> dict | None:
     """The run's stored ablation (computed by an ablation job), or None. Never computes."""
-    return pipeline.cached_ablation(spec)
+    return pipeline.cached_ablation(resolved(spec))
 
 
 # Views that compute on the sample (seconds): cached on (specs, parameters).
@@ -132,12 +139,12 @@ def difference(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
 # Attention statistics: computed only behind the page's button (they load the model).
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
 def attention_cached(spec: RunSpec) -> bool:
-    return A.is_cached(spec)
+    return A.is_cached(resolved(spec))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def attention(spec: RunSpec) -> dict:
-    return A.run_attention(spec)
+    return A.run_attention(resolved(spec))
 
 
 @st.cache_data(max_entries=4, show_spinner=False)

@@ -13,7 +13,7 @@ import time
 
 import streamlit as st
 
-from core import jobs, views
+from core import jobs, pipeline, views
 from core.errors import InputError
 from core.escape import markdown_text as md
 from core.models import describe_model
@@ -26,11 +26,12 @@ ENSURE_WORKER_S = 5.0  # how often an active panel checks that a worker serves t
 
 
 def analyze_params(spec) -> dict:
-    return {"spec": spec.to_dict()}
+    """The spec with its resolution (run key, fingerprints): the worker computes no key again."""
+    return pipeline.analyze_params(data.resolved(spec))
 
 
 def ablation_params(spec) -> dict:
-    return {"spec": spec.to_dict(), "dims": None}  # the persistent outliers, default draws and held-out text
+    return {**analyze_params(spec), "dims": None}  # the persistent outliers, default draws and held-out text
 
 
 @st.cache_data(ttl=60, max_entries=256, show_spinner=False)

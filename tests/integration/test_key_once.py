@@ -1,0 +1,78 @@
+"""Resolve once, key once: one analysis run through the job path computes the run key at most once
+per process and asks the hub at most once (core.pipeline.resolve, carried in the job's parameters).
+
+The app's side is what ui/run.py does on Run (resolve, look up the cache, submit the job) and what
+the pages do afterwards (read the results); the worker's side runs the queued job's function with
+the job's stored parameters, here in this process, its counters read apart from the app's.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import core.models as M
+from core import jobs, pipeline
+from core.spec import RunSpec
+
+HUB_ID = "test-org/tiny-bert"
+
+
+@pytest.fixture
+def counted(monkeypatch, tiny_bert_dir, tmp_path):
+    """Counters of key computations and hub calls; HUB_ID loads `tiny_bert_dir` as if from the hub."""
+    n = {"keys": 0, "hub": 0}
+    real_key, real_external = pipeline._spec_key, M._load_external
+
+    def spec_key(*a, **kw):
+        n["keys"] += 1
+        return real_key(*a, **kw)
+
+    def hub_commit(name, rev):
+        n["hub"] += 1
+        return "c0ffee"
+
+    def load_external(ident, *a, **kw):
+        return real_external(str(tiny_bert_dir) if ident == HUB_ID else ident, *a, **kw)
+
+    monkeypatch.setattr(pipeline, "_spec_key", spec_key)
+    monkeypatch.setattr(M, "_hub_commit", hub_commit)
+    monkeypatch.setattr(M, "_in_hub_cache", lambda ident: ident == HUB_ID)
+    monkeypatch.setattr(M, "_load_external", load_external)
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "1")
+    return n
+
+
+def _one_run_through_the_job_path(spec: RunSpec, n: dict) -> dict:
+    got = {}
+    # the app, on Run (ui/run.py): resolve, look the run up, queue it
+    run = pipeline.resolve(spec)
+    assert not pipeline.is_cached(run)
+    jid = jobs.submit("analyze", pipeline.analyze_params(run), label="key-once")
+    got["app_submit"], got["hub_app"] = n["keys"], n["hub"]
+    # the worker (another process): the queued job's function on the job's stored parameters
+    n["keys"] = n["hub"] = 0
+    job = jobs.status(jid)
+    fn = jobs._resolve(jobs._kind(job.kind).run)
+    out = fn(dict(job.params), lambda *a, **kw: None, lambda: False)
+    assert out["layers"] > 0 and not out["cache_hit"]
+    got["worker"], got["hub_worker"] = n["keys"], n["hub"]
+    # the app again, drawing the results with the run it resolved (ui/data.py keeps it per spec)
+    n["keys"] = n["hub"] = 0
+    assert pipeline.is_cached(run)
+    res = pipeline.analyze(run)
+    assert res["manifest"]["cache_key"] == run.key
+    got["app_read"], got["hub_read"] = n["keys"], n["hub"]
+    return got
+
+
+def test_a_run_through_the_job_path_keys_once_per_process(counted, varied_txt):
+    spec = RunSpec(model=HUB_ID, corpus=str(varied_txt), max_tokens=200, max_seq_len=24, sample=32,
+                   device="cpu", dtype="float32")
+    got = _one_run_through_the_job_path(spec, counted)
+    assert got["app_submit"] + got["app_read"] <= 1, got  # the app process: one key computation for the run
+    assert got["worker"] <= 1, got  # the worker process: at most one (none: the key travels in the job)
+    assert got["hub_app"] + got["hub_worker"] + got["hub_read"] <= 1, got  # one hub call per run
+    # the job's id is the run key: the queue computes none of its own
+    assert jobs.job_id("analyze", pipeline.analyze_params(pipeline.resolve(spec))).startswith("analyze-")
