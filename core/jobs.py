@@ -56,6 +56,7 @@ from . import settings
 from .errors import Cancelled, InputError
 from .procfs import stat_fields
 from .progress import Progress, Stage
+from .selection import check_job_params
 from .settings import QUEUE_URL_ENV, cache_root
 
 log = logging.getLogger(__name__)
@@ -556,6 +557,7 @@ def _run_job(jid: str, attempt: int) -> None:
         if run.cancel_requested():
             raise Cancelled("cancelled before it started")
         fn = _resolve(_kind(job.kind).run)
+        check_job_params(job.params)  # the worker re-checks what the queue says, under its own settings
         result = fn(dict(job.params), run.progress, run.cancel_requested)
         json.dumps(result, allow_nan=False)
         job.status, job.result, job.message = DONE, result, "done"

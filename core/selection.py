@@ -28,12 +28,12 @@ from .errors import InputError
 from .escape import shorten, visible
 from .modalities import MODAL_CORPORA
 from .postprocess import PostProcess
-from .settings import Settings
+from .settings import Settings, uploads_dir
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 from .trained import is_trained
 from .trained import parse as parse_trained
-from .uploads import is_upload_id, resolve
+from .uploads import is_upload_id, resolve, upload_id
 
 MAX_MODELS = 4
 MAX_CORPORA = 4  # the main corpus and up to 3 more, each run with every model
@@ -206,6 +206,43 @@ def check_model(ident: str, settings: Settings | None = None) -> str:
         raise InputError(f"Model {_shown(ident)} is not a built-in model ({builtins}) nor a valid hub "
                          f"identifier (org/name[@revision]).")
     return ident
+
+
+def check_job_params(params: dict, settings: Settings | None = None) -> None:
+    """The worker's own check of a job's parameters (they come from the queue, which anyone who can
+    write the cache directory can write): the model, the corpus and trust_remote_code of its spec
+    pass the same checks as a URL's, under the worker's settings. InputError when they do not."""
+    spec = params.get("spec") if isinstance(params, dict) else None
+    if not isinstance(spec, dict):
+        return
+    st = settings or current_settings()
+    if spec.get("trust_remote_code") and not st.allow_remote_code:
+        raise InputError("This job asks to run a model folder's own Python code (trust_remote_code), which this "
+                         "worker refuses: set ANISO_ALLOW_REMOTE_CODE=1 on the worker's side to allow it.")
+    if "model" in spec:
+        from .models import control_seed
+
+        model = str(spec["model"])
+        if control_seed(model)[1] == 0:  # an untrained control's other seed is a built-in too
+            check_model(model, st)
+    if "corpus" in spec:
+        corpus = str(spec["corpus"])
+        if corpus in BUILTIN_CORPORA or corpus in MODAL_CORPORA or _is_saved_upload(corpus):
+            return
+        if corpus.startswith(UPLOAD_PREFIX):
+            check_corpus(corpus, st)
+            return
+        _allowed_path(corpus, "Corpus", "a built-in corpus, an upload, or a file or folder in the data directory", st)
+
+
+def _is_saved_upload(path: str) -> bool:
+    """A file that the app saved as an upload in this cache (what an upload id resolves to)."""
+    p = Path(path)
+    try:
+        upload_id(p)
+    except InputError:
+        return False
+    return p.is_absolute() and os.path.realpath(p.parent) == os.path.realpath(uploads_dir())
 
 
 def url_ident(ident: str, settings: Settings | None = None) -> str:

@@ -22,6 +22,9 @@ ANISO_MAX_IMAGE_PIXELS         40000000   largest image (width x height, from it
 ANISO_MAX_CLIP_SECONDS         3600       longest audio clip (from its header, before decoding)
 ANISO_EXPORT_TIMEOUT_S         60         how long a static image export (PNG, SVG, PDF through
                                           kaleido's Chromium) may take before it is given up
+ANISO_ALLOW_REMOTE_CODE        0          1: the job worker may run a job that asks for a model
+                                          folder's own Python code (trust_remote_code); the CLI's
+                                          --trust-remote-code is not a job and is not affected
 ANISO_CACHE_SIZE_GB            20         disk cache size; least recently stored entries go first
 ANISO_HUB_TIMEOUT_S            2          how long to wait for the model hub before calling it
                                           unreachable
@@ -115,6 +118,7 @@ class Settings:
     max_image_pixels: int = 40_000_000
     max_clip_seconds: float = 3600.0
     export_timeout_s: float = 60.0
+    allow_remote_code: bool = False
     cache_size_bytes: int = 20 * 2**30
     hub_timeout_s: float = 2.0
     torchrun_nproc: int = 0
@@ -139,6 +143,7 @@ def current() -> Settings:
         max_image_pixels=int(_number("ANISO_MAX_IMAGE_PIXELS", 40_000_000, 1)),
         max_clip_seconds=_number("ANISO_MAX_CLIP_SECONDS", 3600.0, 1),
         export_timeout_s=_number("ANISO_EXPORT_TIMEOUT_S", 60.0, 1),
+        allow_remote_code=_flag("ANISO_ALLOW_REMOTE_CODE", False),
         cache_size_bytes=int(_number("ANISO_CACHE_SIZE_GB", 20, 0.001) * 2**30),
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
         torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),

@@ -342,3 +342,53 @@ def test_the_cli_survives_a_damaged_queue(tmp_path):
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert out.stderr.count("was damaged") == 1
+
+
+def _forged(cache, jid: str, params: dict) -> None:
+    """A job record and a queue message written straight into queue.db, as plain SQL could."""
+    jobs._write(jobs.Job(jid, "analyze", params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+    jobs._tasks[id(jobs.queue(cache))](jid, 1)
+
+
+def test_the_worker_rechecks_a_forged_job(cache, tmp_path, monkeypatch):
+    """Issue 27 item 2: a record asking for trust_remote_code made the worker import a folder's Python."""
+    from core.spec import RunSpec
+
+    folder = tmp_path / "evil"
+    folder.mkdir()
+    marker = tmp_path / "ran"
+    (folder / "config.json").write_text(json.dumps({"model_type": "evil", "auto_map": {"AutoModel": "evil.Evil"}}))
+    (folder / "evil.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    data = tmp_path / "data"
+    data.mkdir()
+    monkeypatch.setenv("ANISO_DATA_DIR", str(data))
+    cases = {
+        "remote": (RunSpec(model=str(folder), corpus="wiki-en", trust_remote_code=True), "ANISO_ALLOW_REMOTE_CODE"),
+        "folder": (RunSpec(model=str(folder), corpus="wiki-en"), "not available here"),
+        "corpus": (RunSpec(model="minilm-l6", corpus="/etc/passwd"), "not available here"),
+    }
+    for name, (spec, expected) in cases.items():
+        _forged(cache, f"forged-{name}", {"spec": spec.to_dict()})
+        jobs._run_job(f"forged-{name}", 1)
+        job = jobs.status(f"forged-{name}", cache)
+        assert job.status == jobs.FAILED and expected in job.error, (name, job.error)
+    monkeypatch.setenv("ANISO_SHARED", "1")  # a shared server's worker refuses hub ids too
+    _forged(cache, "forged-hub", {"spec": RunSpec(model="someone/model", corpus="wiki-en").to_dict()})
+    jobs._run_job("forged-hub", 1)
+    assert "switched off" in jobs.status("forged-hub", cache).error
+    assert not marker.exists()
+
+
+def test_what_the_app_submits_passes_the_workers_check(cache, tmp_path, monkeypatch):
+    from core.selection import Selection, check_job_params
+    from core.uploads import save_upload, upload_id
+
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "c.txt").write_text("one\n\ntwo")
+    monkeypatch.setenv("ANISO_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setenv("ANISO_SHARED", "1")
+    up = upload_id(save_upload(b"hello world\n\nagain", "a.txt"))
+    for sel in (Selection(corpus=up), Selection(corpus="data:c.txt", models=("untrained-gpt2", "minilm-l6")),
+                Selection(models=("trained/run@step-4",)), Selection(models=("dinov2-vits14",))):
+        for spec in sel.specs():
+            check_job_params({"spec": spec.to_dict()})
