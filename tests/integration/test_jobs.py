@@ -281,6 +281,7 @@ def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch
     records moves through the pass (it stayed at 0 while its stage was an untyped string)."""
     from core.progress import Stage
 
+    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # the worker re-checks the model folder (a server path)
     spec = RunSpec(model=str(tiny_gpt2_dir), corpus="wiki-en", max_tokens=1200, max_seq_len=32, batch_size=2,
                    sample=100)
     jid = jobs.submit("attention", {"spec": spec.to_dict()})
