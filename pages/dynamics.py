@@ -26,6 +26,7 @@ with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step
         else:
             state.log().dynamics_runs = [hub_run]
             st.toast(f"Queued: the analysis of every revision of {hub_id.strip()}.")
+page.job_panel()
 runs = training.series_on_disk()
 if not runs:
     st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
@@ -37,7 +38,6 @@ max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 2
 metric = c2.selectbox("Metric of the heatmap", list(METRICS), format_func=lambda k: METRICS[k][0], key="dyn_metric")
 kw = {"max_tokens": int(max_tokens)}
 
-training.panel()
 series = {}
 for run in chosen:
     ser = training.cached_series(run, **kw)
@@ -45,6 +45,7 @@ for run in chosen:
         st.caption(f":material/hourglass_empty: {run}: checkpoints not all analysed for these settings.")
         if st.button(f"Analyse every checkpoint of {run}", key=f"an_{run}", type="primary"):
             training.submit_series(run, **kw)
+            st.rerun()  # the job panel above shows it
         continue
     series[run] = ser
 

@@ -69,7 +69,7 @@ if go or go_preset:
             state.log().dynamics_runs = names  # Dynamics opens on the preset's runs
         st.toast("Queued: the training runs as a job (navigating or closing the tab does not stop it).")
 
-training.panel()
+page.job_panel()
 if go_preset and state.log().dynamics_runs:
     st.info("When the preset's jobs are done, open **Dynamics** to see what the curves show.",
             icon=":material/science:")

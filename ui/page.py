@@ -87,19 +87,22 @@ def header(title: str):
     return sel, loaded(sel)
 
 
-def title(text: str, caption: str = ""):
-    """The top of a page that shows no selected run (Train, Dynamics): title, caption, and the jobs
-    of the selection that are queued or running (a Run pressed here), so every page shows what Run
-    started. Returns the selection."""
-    from . import run
-
+def title(text: str, caption: str = "") -> None:
+    """The top of a page that shows no selected run (Train, Dynamics): title and caption; its job
+    panel is `job_panel()`, drawn where the page queues its jobs."""
     _through_entrypoint()
     st.title(text)
     if caption:
         st.caption(caption)
-    sel = state.selection()
-    run.panel(sel, active_only=True)
-    return sel
+
+
+def job_panel() -> None:
+    """The job panel of a page that shows no selected run: the trainings and series, and the
+    selection's jobs that are queued or running (a Run pressed there: every page shows what Run
+    started). Draw it after the page's own submit buttons, so a job queued in this run shows at once."""
+    from . import run
+
+    run.panel(state.selection(), active_only=True, trainings=True)
 
 
 def status(sel) -> None:

@@ -18,7 +18,7 @@ from core.errors import InputError
 from core.escape import markdown_text as md
 from core.models import describe_model
 
-from . import data, state
+from . import data, state, training
 from .jobs_panel import failed, progress, start_worker
 
 POLL_S = 1.0  # how often an active panel reads the job records
@@ -89,9 +89,10 @@ def job_active(kind: str, spec) -> bool:
     return job is not None and job.active
 
 
-def _jobs_of(sel, active_only: bool = False) -> list[tuple[object, str, "jobs.Job | None"]]:
+def _jobs_of(sel, active_only: bool = False, trainings: bool = False) -> list[tuple[object, str, "jobs.Job | None"]]:
     """(spec, kind, job record or None) of the selection: its extractions, ablations and attention
-    statistics. active_only: the queued or running jobs, and the runs whose Run failed to queue."""
+    statistics. active_only: the queued or running jobs, and the runs whose Run failed to queue.
+    trainings: then the training and series jobs (spec None), active and recently ended."""
     out = []
     for spec in sel.specs():
         try:
@@ -106,33 +107,37 @@ def _jobs_of(sel, active_only: bool = False) -> list[tuple[object, str, "jobs.Jo
         errors = state.log().errors
         out = [(s, k, j) for s, k, j in out if (j is not None and j.active)
                or (k == "analyze" and state.run_id(s) in errors)]
+    if trainings:
+        out += [(None, j.kind, j) for j in training.recent_jobs()]
     return out
 
 
-def panel(sel, active_only: bool = False) -> None:
-    """The status of every selected run (and its jobs). Polls while a job is queued or running.
+def panel(sel, active_only: bool = False, trainings: bool = False) -> None:
+    """The job panel, the same on every page: the status of every selected run and its jobs, with
+    live progress, Cancel and Retry. Polls while a job is queued or running.
 
-    active_only: only the jobs queued or running and Run's errors (the pages that show no run)."""
+    active_only: only the selection's jobs queued or running and Run's errors (the pages that show no
+    run); trainings: the training and series jobs too (Train, Dynamics)."""
     damaged = jobs.queue_notice()  # a damaged job queue was set aside: said once per page
     if damaged:
         st.warning(md(damaged), icon=":material/warning:")
-    rows = _jobs_of(sel, active_only)  # read once per page run; the polling fragment reads them again at each poll
+    rows = _jobs_of(sel, active_only, trainings)  # read once per page run; the polling fragment reads them again
     active = any(j is not None and j.active for _, _, j in rows)
     state.log().jobs_active = active
     if active:
-        _live_panel(sel, active_only)
+        _live_panel(sel, active_only, trainings)
     else:
         _panel_body(sel, polling=False, rows=rows)
 
 
 @st.fragment(run_every=POLL_S)
-def _live_panel(sel, active_only: bool) -> None:
-    _panel_body(sel, polling=True, active_only=active_only)
+def _live_panel(sel, active_only: bool, trainings: bool) -> None:
+    _panel_body(sel, polling=True, active_only=active_only, trainings=trainings)
 
 
-def _panel_body(sel, polling: bool, rows=None, active_only: bool = False) -> None:
+def _panel_body(sel, polling: bool, rows=None, active_only: bool = False, trainings: bool = False) -> None:
     lg = state.log()
-    rows = _jobs_of(sel, active_only) if rows is None else rows
+    rows = _jobs_of(sel, active_only, trainings) if rows is None else rows
     still_active = False
     seen = st.session_state.setdefault("_jobs_seen_active", set())
     ended = False
@@ -150,6 +155,7 @@ def _panel_body(sel, polling: bool, rows=None, active_only: bool = False) -> Non
         # exists and be lost.
         data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
         data.attention_cached.clear()
+        training.forget_listings()
         st.rerun(scope="app")
     if polling and still_active:
         t = st.session_state.get("_jobs_worker_check", 0.0)
@@ -157,7 +163,9 @@ def _panel_body(sel, polling: bool, rows=None, active_only: bool = False) -> Non
                                                          for _, _, j in rows):
             start_worker()
     for spec, kind, job in rows:
-        if kind == "analyze":
+        if kind in training.KINDS:
+            training.job_row(job)
+        elif kind == "analyze":
             _run_status(spec, job, lg, f" (control, seed {spec.seed})" if spec.seed != sel.seed else "")
         elif kind == "ablation":
             _ablation_status(spec, job)

@@ -1,5 +1,5 @@
-"""The Train and Dynamics pages' work: trainings and series analyses queued as jobs (progress,
-Cancel, Retry in a polling panel), and cached reads of what is on disk."""
+"""The Train and Dynamics pages' work: trainings and series analyses queued as jobs (their rows
+of the job panel, ui/run.panel: progress, Cancel, Retry), and cached reads of what is on disk."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from core.train import TrainSpec
 
 from . import jobs_panel
 
-POLL_S = 1.0  # the training panel's refresh while a job of its kinds is queued or running
 KINDS = ("train", "series")
 
 
@@ -36,7 +35,7 @@ def submit_series(run: str, **series_kw) -> str:
     return jid
 
 
-def _recent() -> list:
+def recent_jobs() -> list:
     """Training and series jobs: every active one (whoever queued it), and the last ended ones."""
     got = jobs.list_jobs(kinds=KINDS)
     active = [j for j in got if j.active]
@@ -44,40 +43,24 @@ def _recent() -> list:
     return active + ended
 
 
-def panel() -> None:
-    """Live status of the training and series jobs; redraws the page when one ends."""
-    if any(j.active for j in _recent()):
-        _live_panel()
-    else:
-        _panel_body(polling=False)
+def job_row(job) -> None:
+    """One training or series job in the job panel (ui/run.panel): progress, failure with Retry, or its end."""
+    name = md(job.label or job.kind)
+    if job.active:
+        jobs_panel.progress(job, f"**{name}**")
+    elif job.status == jobs.FAILED:
+        jobs_panel.failed(job, f"{name} failed: {md(job.error or '')}")
+    elif job.status == jobs.CANCELLED:
+        st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
+                   "when queued again)")
+    elif job.status == jobs.DONE:
+        st.caption(f":material/check_circle: {name}: done")
 
 
-@st.fragment(run_every=POLL_S)
-def _live_panel() -> None:
-    _panel_body(polling=True)
-
-
-def _panel_body(polling: bool) -> None:
-    seen = st.session_state.setdefault("_train_jobs_active", set())
-    recent = _recent()
-    ended = [j.id for j in recent if not j.active and j.id in seen]
-    if ended:  # before drawing: a Retry drawn by this fragment run would be replaced at once (see ui/run.py)
-        seen.difference_update(ended)
-        _runs_in.clear()
-        _record_in.clear()
-        st.rerun(scope="app")
-    for job in recent:
-        name = md(job.label or job.kind)
-        if job.active:
-            seen.add(job.id)
-            jobs_panel.progress(job, f"**{name}**")
-        elif job.status == jobs.FAILED:
-            jobs_panel.failed(job, f"{name} failed: {md(job.error or '')}")
-        elif job.status == jobs.CANCELLED:
-            st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
-                       "when queued again)")
-        elif job.status == jobs.DONE:
-            st.caption(f":material/check_circle: {name}: done")
+def forget_listings() -> None:
+    """A training or series job ended: list the trained runs again."""
+    _runs_in.clear()
+    _record_in.clear()
 
 
 def _last_end() -> float:
