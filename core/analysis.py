@@ -12,6 +12,7 @@ import numpy as np
 
 from . import metrics as M
 from . import outliers as O
+from . import statistics as S
 from .config import CONFIG, cache_identity
 from .postprocess import PostProcess
 
@@ -36,14 +37,12 @@ def json_safe(obj):
 
 def mean_abs(stats) -> np.ndarray:
     """(L+1, d) mean |x_d| per layer over all analysed tokens."""
-    return stats.arrays["sum_abs"] / stats.arrays["n"]
+    return S.Run(stats).mean_abs
 
 
 def cosine_contributions(stats) -> np.ndarray:
     """(L+1, d) CC_d per layer (Timkey & van Schijndel 2021); rows sum to mean_cosine."""
-    a = stats.arrays
-    S = a["group_sum_u"].sum(1)
-    return np.stack([M.cosine_contribution(S[l], a["sum_u_sq"][l], int(a["n"])) for l in range(len(S))])
+    return S.Run(stats).cosine_contributions
 
 
 def frequency_r(stats) -> np.ndarray:
@@ -54,23 +53,18 @@ def frequency_r(stats) -> np.ndarray:
 
 
 def sample_metrics(X: np.ndarray, post: PostProcess | None = None) -> dict:
-    """Every sample-based metric of one layer, after an optional post-processing what-if."""
+    """Every sample-based statistic of one layer (core.statistics), after an optional post-processing what-if."""
     if post is not None and not post.is_identity:
         X = post.apply(X)
-    X = np.asarray(X, dtype=np.float64)
-    if X.shape[0] < 2:  # one token: no pair, no spread; "not enough data" (null in results.json)
-        return {"pc1_variance_ratio": math.nan, "effective_rank": math.nan, "isoscore": math.nan,
-                "partition_isotropy": math.nan, "mean_cosine": math.nan, "n_sample": int(X.shape[0]),
-                "cosine_contribution": []}
-    out = M.spectral_metrics(X)
-    U = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-30)
-    cc = M.cosine_contribution(U.sum(0), (U * U).sum(0), U.shape[0])
-    out["cosine_contribution"] = M.top_contributions(cc, CONFIG.top_k_contributions)
-    return out
+    return S.sample_values(X)
 
 
-# Metrics defined on token ids: "not applicable" for images and audio (never an empty chart).
-TOKEN_ID_METRICS = ("self_similarity", "frequency_correlation", "frequency_binned_cosine")
+def not_applicable_keys() -> list[str]:
+    """What results.json lists as not applicable without token ids: the token-id scalars, the
+    frequency link, the token-id per-dimension statistics."""
+    keys = S.token_id_keys()
+    return ([k for k in keys if S.BY_KEY[k].scalar] + ["frequency_correlation"]
+            + [k for k in keys if not S.BY_KEY[k].scalar])
 
 
 def has_token_ids(stats) -> bool:
@@ -80,68 +74,22 @@ def has_token_ids(stats) -> bool:
 def layer_widths(stats) -> np.ndarray:
     """(L+1,) the real width of each layer: d, or a CNN stage's channel count (the rest of its
     rows is zero padding, which changes no cosine or norm but would bias per-dimension rules)."""
-    a = stats.arrays
-    if "layer_dims" in a:
-        return np.asarray(a["layer_dims"], dtype=np.int64)
-    return np.full(stats.n_layers, stats.d_model, dtype=np.int64)
+    return S.Run(stats).widths
 
 
 def layer_sample(stats, layer: int) -> np.ndarray:
     """(K, d_l) the sample at `layer`, without a CNN stage's zero padding."""
-    return stats.sample(layer)[:, :int(layer_widths(stats)[layer])]
+    return S.Run(stats).sample(layer)
 
 
 def layer_rows(stats, isotropic: dict | None = None) -> list[dict]:
-    """The per-layer metrics over the whole analysed corpus (streaming) and the sample.
+    """The per-layer statistics of core.statistics over the whole analysed corpus (streaming) and the sample.
 
-    `isotropic`: the sample metrics of an isotropic Gaussian of the same K and d
-    (`metrics.isotropic_baseline`), reported beside each as `<metric>_isotropic`.
+    `isotropic`: the baseline statistics of an isotropic Gaussian of the same K and d
+    (`statistics.isotropic_baseline`), reported beside each as `<metric>_isotropic`.
     """
-    a = stats.arrays
-    n = int(a["n"])
-    S = a["group_sum_u"].sum(1)
-    ccs = cosine_contributions(stats)
-    widths = layer_widths(stats)
-    ma = mean_abs(stats)
-    act = [O.activation_outliers(ma[l:l + 1, :int(widths[l])])[0] for l in range(stats.n_layers)]
-    has_ids = has_token_ids(stats)
-    fbins = [M.frequency_binned_cosine(a["bin_sum_u"][l], a["bin_n"], a["bin_u_sq"][l]) for l in range(stats.n_layers)]
-    rows = []
-    ids = stats.layer_ids
-    for l in range(stats.n_layers):
-        mc = M.mean_cosine(S[l], n, float(a["sum_u_sq"][l].sum()))
-        lo, hi = M.mean_cosine_ci(a["group_sum_u"][l], a["group_n"], n_boot=CONFIG.bootstrap_draws, seed=int(ids[l]),
-                                  level=CONFIG.ci_level, group_u_sq=a["group_u_sq"][l])
-        intra = float(a["intra_sum"][l] / a["intra_n"][l]) if a["intra_n"][l] > 0 else math.nan
-        selfsim = (M.self_similarity(a["id_sum_u"][l], a["id_counts"], a["id_seq_sq"][l], a["id_seq_n_sq"])
-                   if len(a["id_counts"]) else math.nan)
-        sm = sample_metrics(layer_sample(stats, l))
-        rows.append({
-            "layer": int(ids[l]),
-            "n_tokens": n,
-            "n_sequences": int(a["n_seq"]),
-            "mean_cosine": mc,
-            "mean_cosine_ci": [lo, hi],
-            "cross_sequence_cosine": M.cross_sequence_cosine(S[l], n, float(a["sum_doc_sq"][l]),
-                                                             float(a["sum_doc_n_sq"])),
-            "intra_sentence_similarity": intra,
-            "intra_sentence_adjusted": intra - mc,
-            "self_similarity": selfsim,
-            "self_similarity_adjusted": selfsim - mc,
-            "self_similarity_n_ids": len(a["id_counts"]),
-            "mean_norm": float(a["sum_norm"][l] / n),
-            "n_sample": sm["n_sample"],
-            "sample_mean_cosine": sm["mean_cosine"],
-            "pc1_variance_ratio": sm["pc1_variance_ratio"],
-            "effective_rank": sm["effective_rank"],
-            "isoscore": sm["isoscore"],
-            "partition_isotropy": sm["partition_isotropy"],
-            **{f"{k}_isotropic": (isotropic or {}).get(k) for k in M.BASELINE_METRICS},
-            "outlier_dims": act[l],
-            "cosine_contribution": M.top_contributions(ccs[l], CONFIG.top_k_contributions),
-            "frequency_binned_cosine": fbins[l].tolist() if has_ids else None,
-        })
-    return rows
+    run = S.Run(stats)
+    return [S.layer_row(run, l, isotropic) for l in range(stats.n_layers)]
 
 
 def _relabel(rows: list[dict], ids: np.ndarray) -> list[dict]:
@@ -198,7 +146,7 @@ def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
 def isotropic_baseline(stats) -> dict:
     """The isotropic Gaussian baseline of this run's sample size and width (seeded by the config)."""
     K = int(stats.arrays["sample"].shape[1])
-    return M.isotropic_baseline(K, stats.d_model, CONFIG.isotropic_seed) if K >= 2 else {}
+    return S.isotropic_baseline(K, stats.d_model, CONFIG.isotropic_seed) if K >= 2 else {}
 
 
 def build_results(stats, isotropic: dict | None = None) -> dict:
@@ -216,7 +164,7 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
         "layers": rows,
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
-        "not_applicable": ([] if has_token_ids(stats) else list(TOKEN_ID_METRICS)),
+        "not_applicable": ([] if has_token_ids(stats) else not_applicable_keys()),
         "frequency_bins": {"rule": f"token types sorted by corpus frequency, cut at each 1/{CONFIG.freq_bins} of the "
                                    "tokens",
                            "log_freq_range": stats.arrays["bin_edges"].tolist(),

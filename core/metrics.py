@@ -41,8 +41,6 @@ __all__ = [
     "pairwise_cosine_histogram",
     "sample_mean_cosine",
     "spectral_metrics",
-    "isotropic_baseline",
-    "BASELINE_METRICS",
 ]
 
 
@@ -853,34 +851,3 @@ def spectral_metrics(X: np.ndarray) -> dict:
         "mean_cosine": float(_pair_mean(s @ s, U.shape[0], (U * U).sum())),
         "n_sample": int(X.shape[0]),
     }
-
-
-# Sample metrics that are biased for a finite sample, so they get an isotropic baseline.
-BASELINE_METRICS = ("pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
-
-
-def isotropic_baseline(K: int, d: int, seed: int = 0) -> dict:
-    """The sample metrics of an isotropic Gaussian sample of the same size K and width d.
-
-    Finite samples are biased: an isotropic Gaussian of K = 5000 scores IsoScore 0.87 at
-    d = 768 and lower as d grows, so a model's value is read against this baseline (reported as
-    ``<metric>_isotropic``). Seeded, so the same (K, d, seed) gives the same numbers.
-
-    Returns
-    -------
-    dict
-        ``pc1_variance_ratio``, ``effective_rank``, ``isoscore``, ``partition_isotropy`` of
-        ``X ~ N(0, I_d)``, X of shape (K, d).
-
-    Examples
-    --------
-    >>> b = isotropic_baseline(2000, 8)
-    >>> 0.9 < b["isoscore"] <= 1.0 and 7.5 < b["effective_rank"] <= 8.0
-    True
-    """
-    K, d = _count(K, "K"), _count(d, "d")
-    if K < 2 or d < 1:
-        raise ValueError(f"need K >= 2 and d >= 1, got K={K}, d={d}")
-    X = np.random.default_rng(seed).standard_normal((K, d))
-    m = spectral_metrics(X)
-    return {k: m[k] for k in BASELINE_METRICS}

@@ -31,6 +31,7 @@ from .postprocess import PostProcess
 from .settings import Settings, uploads_dir
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
+from .statistics import picker, sample_metrics_map
 from .trained import is_trained
 from .trained import parse as parse_trained
 from .uploads import is_upload_id, resolve, upload_id
@@ -44,26 +45,11 @@ MAX_CONTROL_SEEDS = 5
 GODEY_PRESET = ("minilm-l6", "dinov2-vits14", "whisper-tiny-en", "mobilenet-v2")
 UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU cores
 
-# Metric keys of results["layers"], in menu order, with a label and what the y axis shows.
-METRICS: dict[str, tuple[str, str]] = {
-    "mean_cosine": ("Mean cosine similarity", "mean cos(x_i, x_j), all pairs i != j"),
-    "cross_sequence_cosine": ("Cross-sequence cosine", "mean cos, pairs from different documents"),
-    "intra_sentence_similarity": ("Intra-sentence similarity", "mean cos(x_t, sequence mean)"),
-    "intra_sentence_adjusted": ("Intra-sentence similarity, anisotropy-adjusted",
-                                "intra-sentence similarity - mean cosine"),
-    "self_similarity": ("Self-similarity", "mean cos between occurrences of a token id in different sequences"),
-    "self_similarity_adjusted": ("Self-similarity, anisotropy-adjusted", "self-similarity - mean cosine"),
-    "mean_norm": ("Mean norm", "mean ||x_t|| (hidden-state units)"),
-    "pc1_variance_ratio": ("PC1 variance ratio", "top eigenvalue / trace of the covariance"),
-    "effective_rank": ("Effective rank", "exp(entropy of normalised singular values), dimensions"),
-    "isoscore": ("IsoScore", "IsoScore (0 = one direction, 1 = isotropic)"),
-    "partition_isotropy": ("Partition isotropy", "min Z(c) / max Z(c) (1 = isotropic)"),
-    "sample_mean_cosine": ("Mean cosine (sample)", "mean cos over pairs of the token sample"),
-}
-# Metrics computed on the token sample: these are the ones a post-processing what-if changes.
-SAMPLE_METRICS = {"pc1_variance_ratio": "pc1_variance_ratio", "effective_rank": "effective_rank",
-                  "isoscore": "isoscore", "partition_isotropy": "partition_isotropy",
-                  "sample_mean_cosine": "mean_cosine", "mean_cosine": "mean_cosine"}
+# Metric keys of results["layers"], in menu order, with a label and what the y axis shows (core.statistics).
+METRICS: dict[str, tuple[str, str]] = picker()
+# Metrics computed on the token sample: these are the ones a post-processing what-if changes
+# (key -> its key in the post-processed rows).
+SAMPLE_METRICS: dict[str, str] = sample_metrics_map()
 X_AXES = ("layer", "depth")
 LAYER_BY = ("depth", "index")  # how the one-layer views pick each model's layer
 PROJ_METHODS = ("pca", "umap")

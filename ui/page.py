@@ -319,8 +319,8 @@ def lazy_tabs(labels, key: str, default: str | None = None) -> list:
 
 def definition(metric: str) -> None:
     """Formula, how to read it, the paper, and the section of docs/metrics.md."""
-    from core.definitions import DEFINITIONS, DOCS_PATH, docs_section
     from core.selection import METRICS
+    from core.statistics import DEFINITIONS, DOCS_PATH, docs_section
 
     d = DEFINITIONS.get(metric)
     if d is None:

@@ -10,9 +10,9 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
+from .. import statistics as S
 from ..config import CONFIG
-from ..definitions import short as short_definition
-from ..metrics import BASELINE_METRICS, pairwise_cosine_histogram
+from ..metrics import pairwise_cosine_histogram
 from ..reference import reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import (
@@ -36,25 +36,26 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     post-processing what-if (dashed, sample metrics only) and the published curves (dotted)."""
     runs = [as_results(r) for r in runs]
     label, unit = METRICS[metric]
+    stat = S.BY_KEY[metric]
     depth = x_axis == "depth"
     series, rows, notes = [], [], []
     for i, res in enumerate(runs):
-        if metric.startswith("self_similarity") and modality(res) != "text":
+        if not S.applies(metric, modality(res)):
             notes.append(f"{res.run_name}: {label} is not applicable ({TOKEN_ID_WHY}).")
             continue
         L = res.last_layer
         layers = [r["layer"] for r in res.layers]
         xs = [l / L for l in layers] if depth else layers
         ys = res.values(metric)
-        sample_metric = metric in SAMPLE_METRICS and metric != "mean_cosine"
+        sample_metric = stat.kind == "sample"
         n_txt = f"K = {_fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {_fmt_n(res.n_tokens)} tokens"
         name = f"{res.run_name} (N = {_fmt_n(res.n_tokens)})"
-        definition = F.esc(short_definition(metric))
+        definition = F.esc(S.short(metric))
         hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(label)} = {y:.4g}"
                  f"<br>{n_txt}<br><i>{definition}</i>" for l, y in zip(layers, ys)]
         band = None
-        if metric == "mean_cosine":
-            band = res.ci("mean_cosine")
+        if stat.interval is not None:
+            band = res.ci(metric)
             hover = [h + f"<br>95% CI [{lo:.4g}, {hi:.4g}]" for h, lo, hi in zip(hover, *band)]
         series.append({"name": name, "x": xs, "y": ys, "color": i, "band": band, "hover": hover,
                        "band_name": "95% bootstrap CI" if band is not None and i == 0 else None, "group": name})
@@ -64,7 +65,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
             if band is not None:
                 row["ci_low"], row["ci_high"] = band[0][l], band[1][l]
             rows.append(row)
-        if metric in BASELINE_METRICS:  # the same metric on an isotropic Gaussian of the same K and d
+        if stat.baseline:  # the same metric on an isotropic Gaussian of the same K and d
             iso = res.values(f"{metric}_isotropic")
             if any(v == v for v in iso):
                 iname = f"{res.run_name}: isotropic Gaussian, same K and d"
@@ -93,12 +94,12 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                     rows.append({"series": f"after {plabel}", "model": res.model_label, "corpus": res.corpus_label,
                                  "layer": l, "depth": l / L, metric: y, "n_tokens": res.n_tokens,
                                  "n_sample": res.n_sample})
-                if metric == "mean_cosine":
-                    notes.append("After post-processing, mean cosine is measured on the token sample "
+                if stat.sample_twin:
+                    notes.append(f"After post-processing, {label.lower()} is measured on the token sample "
                                  f"(K = {_fmt_n(res.n_sample)}), not on all N tokens.")
             else:
                 notes.append(f"{label} is a corpus-level statistic: the post-processing what-if changes only the "
-                             "sample metrics (mean cosine, PC1 ratio, effective rank, IsoScore, partition isotropy).")
+                             f"sample metrics ({', '.join(_sample_labels())}).")
     refs = []
     if reference:
         for c in reference_curves(metric):
@@ -111,25 +112,29 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                              "depth": l / L, metric: y, "estimator": c["estimator"]})
         if refs:
             notes.append("Published curves use their authors' estimator (hover for it): context, not our measurement.")
-    est = ("exact over all token pairs; band: 95% bootstrap CI over groups of documents" if metric == "mean_cosine"
-           else f"on a sample of {_sizes(runs, 'sampled tokens')} per layer" if metric in SAMPLE_METRICS
-           else "over all analysed tokens")
+    est = S.estimate(metric, _sizes(runs, "sampled tokens"))
     subtitle = f"{F.esc(_corpora(runs))} · N = {F.esc(_sizes(runs))} per layer · {F.esc(est)}"
     fig = F.line_chart(series, refs, title=f"{label} by layer", subtitle=subtitle,
                        x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)" if depth
                        else "layer (0 = embeddings)", y_title=unit,
                        x_range=(-0.03, 1.03) if depth else None,
                        x_dtick=None if depth else _layer_dtick(max(r.n_layers for r in runs)))
+    if stat.figure.log_y or stat.figure.y_range:
+        fig.update_yaxes(type="log" if stat.figure.log_y else None, range=stat.figure.y_range)
     return View(f"layers_{metric}", f"{label} by layer", fig, pd.DataFrame(rows),
                 _manifest("layer_curves", {"metric": metric, "x_axis": x_axis, "reference": reference,
                                            "post": list(post_labels or [])}, runs),
                 caption=f"{label} per layer; {est}. {_corpora(runs)}; N = {_sizes(runs)}.", notes=notes)
 
 
-METRIC_COLUMNS = ["mean_cosine", "mean_cosine_ci", "cross_sequence_cosine", "intra_sentence_similarity",
-                  "intra_sentence_adjusted", "self_similarity", "self_similarity_adjusted", "mean_norm",
-                  "sample_mean_cosine", "pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy",
-                  *[f"{m}_isotropic" for m in BASELINE_METRICS], "n_tokens", "n_sample", "outlier_dims"]
+def _sample_labels() -> list[str]:
+    """What the what-if changes: the exact statistics with a sample twin, and the other sample statistics."""
+    twins = {s.sample_twin for s in S.STATISTICS if s.sample_twin}
+    return ([s.label for s in S.STATISTICS if s.sample_twin]
+            + [s.label for s in S.STATISTICS if s.kind == "sample" and s.scalar and s.key not in twins])
+
+
+METRIC_COLUMNS = S.table_columns()  # every per-layer column of the Numbers table (core.statistics)
 
 
 def metric_table(runs: Sequence[dict]) -> View:
@@ -143,13 +148,14 @@ def metric_table(runs: Sequence[dict]) -> View:
                    "depth": round(r["layer"] / L, 4)}
             for k in METRIC_COLUMNS:
                 v = r.get(k)
-                if k == "mean_cosine_ci":
+                kind = S.BY_KEY[k].kind if k in S.BY_KEY else None
+                if k.endswith("_ci"):
                     lo, hi = (v or [None, None])
                     row["ci_low"], row["ci_high"] = _nan(lo), _nan(hi)
-                elif k == "outlier_dims":
-                    row["outlier_dims"] = " ".join(str(d) for d in (v or []))
+                elif kind == "per-dim":
+                    row[k] = " ".join(str(d) for d in (v or []))
                 else:
-                    row[k] = _nan(v) if k not in ("n_tokens", "n_sample") else int(v)
+                    row[k] = int(v) if kind == "count" else _nan(v)
             rows.append(row)
     return View("layers_table", "Per-layer metrics", None, pd.DataFrame(rows), _manifest("metric_table", {}, runs),
                 caption=f"All per-layer metrics. {_corpora(runs)}; N = {_sizes(runs)}; "

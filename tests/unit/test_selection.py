@@ -239,10 +239,10 @@ def test_problems_never_carry_raw_newlines_or_huge_values(no_settings):
 
 
 def test_every_metric_of_the_picker_has_one_definition_with_its_one_line_form():
-    """core.definitions is the only copy of the metric texts: each metric the app offers has its hover line,
+    """core.statistics is the only copy of the metric texts: each metric the app offers has its hover line,
     formula, reading and paper there, and the hover line states what the docs' heading names."""
-    from core.definitions import DEFINITIONS, docs_section, short
     from core.selection import METRICS
+    from core.statistics import DEFINITIONS, docs_section, short
 
     assert set(METRICS) <= set(DEFINITIONS), set(METRICS) - set(DEFINITIONS)
     for key, d in DEFINITIONS.items():

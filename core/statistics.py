@@ -1,0 +1,481 @@
+"""The statistic registry: one declaration per per-layer statistic of results.json.
+
+Each `Statistic` says what its key is, how its kernel computes it (from the run's streaming sums at
+one layer, or from the layer's token sample), which sums it reads, its kind, its definition
+(one line, formula, reading, paper), whether it gets an isotropic-Gaussian baseline, the
+modalities it applies to, and its figure defaults. Every surface derives from `STATISTICS`:
+
+- results.json's per-layer rows (`layer_row`, in registry order) and the `<key>_isotropic`
+  baselines (`isotropic_baseline`), the post-processing what-if (`sample_values`);
+- the picker and its labels (`picker`, read by core.selection.METRICS), the sample metrics the
+  what-if changes (`sample_metrics_map`), Compare and Dynamics (they list the picker);
+- the Numbers table and its CSV/JSON export (`table_columns`), the report zip (`report_keys`),
+  bench/gpu.py's exactness lists (`report_keys(kind)`);
+- the hover lines and "What is ...?" panels (`DEFINITIONS`, `docs_section`: the section of
+  docs/metrics.md, or the entry's own text for a statistic without one).
+
+A new per-layer statistic is one entry here, its kernel (core/metrics.py) and its test; the
+registry test (tests/unit/test_statistics.py) checks that it then appears on every surface.
+Layer 0 is the embedding output. Numpy only: no torch, no streamlit.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any, Callable
+
+import numpy as np
+
+from . import metrics as M
+from .config import CONFIG
+from .definitions import DOCS_PATH, Definition
+from .definitions import docs_section as _docs_section
+from .outliers import activation_outliers
+
+__all__ = ["Statistic", "Figure", "STATISTICS", "BY_KEY", "DEFINITIONS", "DOCS_PATH", "Definition", "Run", "Sample",
+           "layer_row", "sample_values", "isotropic_baseline", "picker", "sample_metrics_map", "table_columns",
+           "report_keys", "baseline_keys", "token_id_keys", "applies", "short", "docs_section", "get"]
+
+KINDS = ("exact", "sample", "per-dim", "count")
+SCALAR_KINDS = ("exact", "sample")  # one number per layer: pickable, plotted, in the table
+TEXT = ("text",)  # statistics defined on token ids: not applicable to images, audio, feature maps
+
+
+@dataclass(frozen=True)
+class Figure:
+    """Figure defaults of a statistic's per-layer curve."""
+
+    log_y: bool = False
+    y_range: tuple[float, float] | None = None
+    estimate: str = ""  # how it is estimated, for the subtitle ('' = from the kind)
+
+
+@dataclass(frozen=True)
+class Statistic:
+    """One per-layer value of results.json.
+
+    kind: "exact" (streaming, over all analysed tokens), "sample" (on the K sampled positions; the
+    post-processing what-if changes it), "per-dim" (a list over dimensions or bins), "count".
+    sums: the RunStats arrays the kernel reads ("sample" = the token sample). A statistic whose
+    sums are ("sample",) has a kernel of a `Sample`; any other, of a `Layer`.
+    """
+
+    key: str
+    kind: str
+    kernel: Callable[[Any], Any]
+    sums: tuple[str, ...]
+    label: str = ""  # picker / axis label ("" for counts and per-dim lists)
+    axis: str = ""  # what the y axis (or the column) shows
+    definition: Definition | None = None
+    baseline: bool = False  # reported beside it as `<key>_isotropic`: the value for an isotropic Gaussian
+    modalities: tuple[str, ...] | None = None  # None: every modality
+    adjusts: str | None = None  # an anisotropy adjustment of this statistic (X - mean cosine)
+    interval: Callable[[Any], Any] | None = None  # `<key>_ci`, from a Layer
+    sample_twin: str | None = None  # the same quantity on the sample: what the what-if shows for it
+    table: bool = True  # a column of the Numbers table
+    report: bool = True  # a curve of the report zip
+    menu_last: bool = False  # listed after the others in the picker
+    figure: Figure = Figure()
+
+    @property
+    def scalar(self) -> bool:
+        return self.kind in SCALAR_KINDS
+
+    @property
+    def on_sample(self) -> bool:
+        return self.sums == ("sample",)
+
+
+# ----------------------------------------------------------------------------- kernel inputs
+class Sample:
+    """A layer's token sample X (K, d) as the sample kernels read it, with the shared decompositions."""
+
+    def __init__(self, X: np.ndarray):
+        self.X = np.asarray(X, dtype=np.float64)
+        self.K = int(self.X.shape[0])
+
+    @cached_property
+    def eigvals(self) -> np.ndarray:
+        """Covariance eigenvalues (descending), shared by the spectral statistics."""
+        return M._cov_eigvals(M._sample(self.X))
+
+
+class Run:
+    """The run-wide arrays that per-layer kernels index (computed once per run, on first use)."""
+
+    def __init__(self, stats):
+        self.stats = stats
+        self.a = stats.arrays
+        self.n = int(self.a["n"])
+        self.ids = stats.layer_ids
+        self.modality = stats.manifest.get("modality", "text")
+
+    @cached_property
+    def S(self) -> np.ndarray:
+        """(L+1, d) sum of u_t per layer."""
+        return self.a["group_sum_u"].sum(1)
+
+    @cached_property
+    def widths(self) -> np.ndarray:
+        """(L+1,) the real width of each layer (a CNN stage's channel count; the rest is zero padding)."""
+        if "layer_dims" in self.a:
+            return np.asarray(self.a["layer_dims"], dtype=np.int64)
+        return np.full(self.stats.n_layers, self.stats.d_model, dtype=np.int64)
+
+    @cached_property
+    def mean_abs(self) -> np.ndarray:
+        return self.a["sum_abs"] / self.a["n"]
+
+    @cached_property
+    def cosine_contributions(self) -> np.ndarray:
+        """(L+1, d) CC_d per layer (Timkey & van Schijndel 2021); rows sum to mean_cosine."""
+        return np.stack([M.cosine_contribution(self.S[l], self.a["sum_u_sq"][l], self.n) for l in range(len(self.S))])
+
+    def sample(self, l: int) -> np.ndarray:
+        """(K, d_l) the sample at layer l, without a CNN stage's zero padding."""
+        return self.stats.sample(l)[:, :int(self.widths[l])]
+
+
+class Layer:
+    """What a kernel of the streaming sums reads at layer `l`; `values` holds the row so far."""
+
+    def __init__(self, run: Run, l: int, values: dict):
+        self.run, self.l, self.values = run, l, values
+        self.a, self.n = run.a, run.n
+
+    @cached_property
+    def sample(self) -> Sample:
+        return Sample(self.run.sample(self.l))
+
+
+# ----------------------------------------------------------------------------- kernels
+def _mean_cosine(c: Layer) -> float:
+    return M.mean_cosine(c.run.S[c.l], c.n, float(c.a["sum_u_sq"][c.l].sum()))
+
+
+def _mean_cosine_ci(c: Layer) -> list:
+    lo, hi = M.mean_cosine_ci(c.a["group_sum_u"][c.l], c.a["group_n"], n_boot=CONFIG.bootstrap_draws,
+                              seed=int(c.run.ids[c.l]), level=CONFIG.ci_level, group_u_sq=c.a["group_u_sq"][c.l])
+    return [lo, hi]
+
+
+def _intra(c: Layer) -> float:
+    return float(c.a["intra_sum"][c.l] / c.a["intra_n"][c.l]) if c.a["intra_n"][c.l] > 0 else math.nan
+
+
+def _self_similarity(c: Layer) -> float:
+    a = c.a
+    return (M.self_similarity(a["id_sum_u"][c.l], a["id_counts"], a["id_seq_sq"][c.l], a["id_seq_n_sq"])
+            if len(a["id_counts"]) else math.nan)
+
+
+def _adjusted(key: str) -> Callable[[Layer], float]:
+    return lambda c: c.values[key] - c.values["mean_cosine"]
+
+
+def _outlier_dims(c: Layer) -> list[int]:
+    return activation_outliers(c.run.mean_abs[c.l:c.l + 1, :int(c.run.widths[c.l])])[0]
+
+
+def _frequency_binned(c: Layer) -> list:
+    return M.frequency_binned_cosine(c.a["bin_sum_u"][c.l], c.a["bin_n"], c.a["bin_u_sq"][c.l]).tolist()
+
+
+def _spectral(f: Callable[[np.ndarray], float]) -> Callable[[Sample], float]:
+    return lambda s: f(s.eigvals)
+
+
+# ----------------------------------------------------------------------------- the registry
+STATISTICS: tuple[Statistic, ...] = (
+    Statistic("n_tokens", "count", lambda c: c.n, ("n",), axis="analysed tokens (the same in every layer)"),
+    Statistic("n_sequences", "count", lambda c: int(c.a["n_seq"]), ("n_seq",), axis="sequences (windows) read",
+              table=False),
+    Statistic(
+        "mean_cosine", "exact", _mean_cosine, ("group_sum_u", "sum_u_sq", "n"),
+        "Mean cosine similarity", "mean cos(x_i, x_j), all pairs i != j",
+        Definition(
+            "mean of cos(x_i, x_j) over all ordered pairs i != j of analysed tokens: (||sum u||^2 - N) / (N (N - 1)), "
+            "exact (Ethayarajh 2019; Godey et al. 2023)",
+            r"\overline{\cos} = \frac{1}{N(N-1)}\sum_{i \ne j}\cos(x_i, x_j) = \frac{\lVert\sum_t u_t\rVert^2 - N}{N(N-1)}",
+            "near 1: every token vector points the same way (anisotropic, a narrow cone)",
+            "near 0: directions spread out as for random vectors (isotropic); below 0 is possible but rare",
+            "Ethayarajh 2019; Godey et al. 2023 (per layer, trained vs untrained)"),
+        interval=_mean_cosine_ci, sample_twin="sample_mean_cosine",
+        figure=Figure(estimate="exact over all token pairs; band: 95% bootstrap CI over groups of documents")),
+    Statistic(
+        "cross_sequence_cosine", "exact",
+        lambda c: M.cross_sequence_cosine(c.run.S[c.l], c.n, float(c.a["sum_doc_sq"][c.l]), float(c.a["sum_doc_n_sq"])),
+        ("group_sum_u", "sum_doc_sq", "sum_doc_n_sq", "n"),
+        "Cross-sequence cosine", "mean cos, pairs from different documents",
+        Definition(
+            "mean cos over pairs of tokens from different documents (two windows of one document are one context)",
+            r"\frac{\lVert\sum_t u_t\rVert^2 - \sum_D \lVert S_D\rVert^2}{N^2 - \sum_D n_D^2},\quad S_D = \sum_{t \in D} u_t",
+            "tokens of different documents still align: anisotropy not explained by shared context",
+            "near 0: the mean cosine comes from tokens of the same document",
+            "Ethayarajh 2019 (random pairs from different contexts)")),
+    Statistic(
+        "intra_sentence_similarity", "exact", _intra, ("intra_sum", "intra_n"),
+        "Intra-sentence similarity", "mean cos(x_t, sequence mean)",
+        Definition(
+            "mean over sequences of mean_t cos(x_t, mean of the sequence) (Ethayarajh 2019)",
+            r"\frac{1}{|S|}\sum_{s}\frac{1}{n_s}\sum_{t \in s}\cos\big(x_t, \tfrac{1}{n_s}\textstyle\sum_{t' \in s} x_{t'}\big)",
+            "tokens of one sequence share a direction (context is mixed in)",
+            "tokens of a sequence stay distinct",
+            "Ethayarajh 2019")),
+    Statistic(
+        "intra_sentence_adjusted", "exact", _adjusted("intra_sentence_similarity"), ("intra_sum", "intra_n"),
+        "Intra-sentence similarity, anisotropy-adjusted", "intra-sentence similarity - mean cosine",
+        Definition(
+            "intra-sentence similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
+            r"\text{intra-sentence similarity} - \overline{\cos}",
+            "more similar within a sequence than any two tokens are anyway",
+            "near 0: the within-sequence similarity is only the anisotropy",
+            "Ethayarajh 2019 (anisotropy-adjusted)"),
+        adjusts="intra_sentence_similarity", report=False),
+    Statistic(
+        "self_similarity", "exact", _self_similarity, ("id_sum_u", "id_counts", "id_seq_sq", "id_seq_n_sq"),
+        "Self-similarity", "mean cos between occurrences of a token id in different sequences",
+        Definition(
+            "per tracked token id, mean cos over pairs of its occurrences in different sequences; unweighted mean over "
+            "the 200 most frequent ids seen in >= 5 sequences (Ethayarajh 2019)",
+            r"\frac{1}{|W|}\sum_{w \in W}\operatorname{mean}_{i \ne j\ \text{in different sequences}}\cos(x_{w,i}, x_{w,j})",
+            "a token id keeps the same representation whatever its context (static)",
+            "its representation changes with context (contextual)",
+            "Ethayarajh 2019 (tracked ids: the 200 most frequent with at least 5 contexts)"),
+        modalities=TEXT),
+    Statistic(
+        "self_similarity_adjusted", "exact", _adjusted("self_similarity"),
+        ("id_sum_u", "id_counts", "id_seq_sq", "id_seq_n_sq"),
+        "Self-similarity, anisotropy-adjusted", "self-similarity - mean cosine",
+        Definition(
+            "self-similarity - mean cosine (Ethayarajh 2019's anisotropy adjustment)",
+            r"\text{self-similarity} - \overline{\cos}",
+            "a token is more similar to itself across contexts than random tokens are to each other",
+            "near 0: its self-similarity is only the anisotropy",
+            "Ethayarajh 2019 (anisotropy-adjusted)"),
+        modalities=TEXT, adjusts="self_similarity", report=False),
+    Statistic("self_similarity_n_ids", "count", lambda c: len(c.a["id_counts"]), ("id_counts",),
+              axis="token ids tracked for self-similarity", table=False),
+    Statistic(
+        "mean_norm", "exact", lambda c: float(c.a["sum_norm"][c.l] / c.n), ("sum_norm", "n"),
+        "Mean norm", "mean ||x_t|| (hidden-state units)",
+        Definition(
+            "mean of ||x_t|| over analysed tokens",
+            r"\frac{1}{N}\sum_t \lVert x_t\rVert",
+            "large activations (often a few outlier dimensions carry them)",
+            "small activations",
+            "context for the outlier analyses (Kovaleva et al. 2021; Puccetti et al. 2022)")),
+    Statistic("n_sample", "count", lambda s: s.K, ("sample",), axis="sampled tokens (the same positions in every layer)"),
+    Statistic(
+        "sample_mean_cosine", "sample", lambda s: M.sample_mean_cosine(s.X), ("sample",),
+        "Mean cosine (sample)", "mean cos over pairs of the token sample",
+        Definition(
+            "mean cos over all ordered pairs of the token sample (exact on the sample)",
+            r"\text{mean cosine over the pairs of the token sample (K tokens)}",
+            "as mean cosine, on the sample that the post-processing what-if changes",
+            "as mean cosine",
+            "Ethayarajh 2019"),
+        report=False, menu_last=True),
+    Statistic(
+        "pc1_variance_ratio", "sample", _spectral(M._pc1_ratio), ("sample",),
+        "PC1 variance ratio", "top eigenvalue / trace of the covariance",
+        Definition(
+            "top eigenvalue / trace of the covariance of the centred sample",
+            r"\lambda_1 / \operatorname{tr}(\Sigma)\ \text{of the sample covariance}",
+            "one direction carries most of the variance",
+            "variance spread over many directions (1/d for an isotropic cloud)",
+            "Ethayarajh 2019; Cai et al. 2021"),
+        baseline=True),
+    Statistic(
+        "effective_rank", "sample", _spectral(M._effective_rank), ("sample",),
+        "Effective rank", "exp(entropy of normalised singular values), dimensions",
+        Definition(
+            "exp of the entropy of the normalised singular values of the centred sample (Roy & Vetterli 2007)",
+            r"\exp\Big(-\sum_i p_i \log p_i\Big),\quad p_i = \sigma_i / \textstyle\sum_j \sigma_j\ \text{(centred sample)}",
+            "many dimensions in use (at most d)",
+            "the cloud lives in a few dimensions",
+            "Roy & Vetterli 2007"),
+        baseline=True),
+    Statistic(
+        "isoscore", "sample", _spectral(M._isoscore), ("sample",),
+        "IsoScore", "IsoScore (0 = one direction, 1 = isotropic)",
+        Definition(
+            "IsoScore of the sample (Rudman et al. 2022): 1 = isotropic, 0 = one direction",
+            r"\text{IsoScore} \in [0, 1]:\ \text{distance of the normalised PCA variances from the identity}",
+            "1: isotropic (uses every dimension equally)",
+            "0: all variance in one dimension",
+            "Rudman et al. 2022"),
+        baseline=True),
+    Statistic(
+        "partition_isotropy", "sample", lambda s: M._partition_isotropy(M._sample(s.X)), ("sample",),
+        "Partition isotropy", "min Z(c) / max Z(c) (1 = isotropic)",
+        Definition(
+            "min_c Z(c) / max_c Z(c), Z(c) = sum_t exp(c . w_t), c the eigenvectors of W^T W, W = sample rescaled to "
+            "unit mean norm (Mu & Viswanath 2018)",
+            r"\frac{\min_c Z(c)}{\max_c Z(c)},\quad Z(c) = \sum_t \exp(c^\top w_t),\ c \text{ eigenvectors of } W^\top W",
+            "1: isotropic",
+            "lower: a dominant direction (about 1/e for one common direction; vectors rescaled to unit mean norm)",
+            "Mu & Viswanath 2018"),
+        baseline=True),
+    Statistic(
+        "outlier_dims", "per-dim", _outlier_dims, ("sum_abs", "n"), axis="activation outlier dimensions",
+        definition=Definition(
+            f"dims d with m_d > mean(m) + {CONFIG.outlier_sigma:g} std(m), m_d = mean_t |x_td| over that layer's dims",
+            r"\{d : m_d > \bar m + 3\,\mathrm{sd}(m)\},\quad m_d = \tfrac{1}{N}\textstyle\sum_t |x_{t,d}|",
+            "a few dimensions carry most of the magnitude",
+            "no dimension stands out", "after Puccetti et al. 2022 (rule of this tool)"),
+        report=False),
+    Statistic(
+        "cosine_contribution", "per-dim",
+        lambda c: M.top_contributions(c.run.cosine_contributions[c.l], CONFIG.top_k_contributions),
+        ("group_sum_u", "sum_u_sq", "n"), axis="top dimensions of the mean cosine, with their share",
+        definition=Definition(
+            "CC_d = (S_d^2 - Q_d) / (N (N - 1)), S = sum u, Q_d = sum_t u_td^2; the CC_d add up to mean_cosine",
+            r"CC_d = \frac{S_d^2 - Q_d}{N(N-1)}",
+            "a few dimensions make the mean cosine (rogue dimensions)",
+            "the mean cosine is spread over many dimensions", "Timkey & van Schijndel 2021"),
+        table=False, report=False),
+    Statistic(
+        "frequency_binned_cosine", "per-dim", _frequency_binned, ("bin_sum_u", "bin_n", "bin_u_sq"),
+        axis="mean cosine within each token-frequency decile (1 = rarest)",
+        definition=Definition(
+            "mean cos among the tokens of each corpus-frequency decile (bins of equal token counts)",
+            r"\overline{\cos}\ \text{within each frequency bin}",
+            "frequent (or rare) tokens share a direction", "tokens of that bin spread out",
+            "Gao et al. 2019; Puccetti et al. 2022"),
+        modalities=TEXT, table=False, report=False),
+)
+BY_KEY: dict[str, Statistic] = {s.key: s for s in STATISTICS}
+DEFINITIONS: dict[str, Definition] = {s.key: s.definition for s in STATISTICS if s.definition is not None}
+
+
+def get(key: str) -> Statistic | None:
+    return BY_KEY.get(key)
+
+
+# ----------------------------------------------------------------------------- evaluation
+def applies(key: str, modality: str) -> bool:
+    """Whether `key` is defined for runs of `modality` (token-id statistics are text only)."""
+    s = BY_KEY.get(key)
+    return s is None or s.modalities is None or modality in s.modalities
+
+
+def _value(s: Statistic, c: Layer) -> Any:
+    if not applies(s.key, c.run.modality):
+        return None
+    if s.on_sample:
+        if s.kind != "count" and c.sample.K < 2:  # one token: no pair, no spread ("not enough data": null)
+            return math.nan
+        return s.kernel(c.sample)
+    return s.kernel(c)
+
+
+def baseline_keys() -> list[str]:
+    return [s.key for s in STATISTICS if s.baseline]
+
+
+def layer_row(run: Run, l: int, isotropic: dict | None = None) -> dict:
+    """results.json's object for layer position `l`: every statistic in registry order, `<key>_ci`
+    after a statistic with an interval, the `<key>_isotropic` baselines after the last one that has one."""
+    row: dict = {"layer": int(run.ids[l])}
+    c = Layer(run, l, row)
+    base = baseline_keys()
+    for s in STATISTICS:
+        row[s.key] = _value(s, c)
+        if s.interval is not None:
+            row[f"{s.key}_ci"] = s.interval(c)
+        if base and s.key == base[-1]:
+            row.update({f"{k}_isotropic": (isotropic or {}).get(k) for k in base})
+    return row
+
+
+def sample_values(X: np.ndarray) -> dict:
+    """Every statistic of the sample X (K, d) (the post-processing what-if: X is post-processed)."""
+    smp = Sample(X)
+    return {s.key: (math.nan if s.kind != "count" and smp.K < 2 else s.kernel(smp)) for s in STATISTICS if s.on_sample}
+
+
+def isotropic_baseline(K: int, d: int, seed: int = 0) -> dict:
+    """The baseline statistics of an isotropic Gaussian sample of the same size K and width d.
+
+    Finite samples are biased: an isotropic Gaussian of K = 5000 scores IsoScore 0.87 at d = 768
+    and lower as d grows, so a model's value is read against this baseline (`<key>_isotropic`).
+    Seeded, so the same (K, d, seed) gives the same numbers.
+
+    >>> b = isotropic_baseline(2000, 8)
+    >>> 0.9 < b["isoscore"] <= 1.0 and 7.5 < b["effective_rank"] <= 8.0
+    True
+    """
+    K, d = M._count(K, "K"), M._count(d, "d")
+    if K < 2 or d < 1:
+        raise ValueError(f"need K >= 2 and d >= 1, got K={K}, d={d}")
+    smp = Sample(np.random.default_rng(seed).standard_normal((K, d)))
+    return {s.key: s.kernel(smp) for s in STATISTICS if s.baseline}
+
+
+# ----------------------------------------------------------------------------- surfaces
+def picker() -> dict[str, tuple[str, str]]:
+    """Per-layer scalars in menu order: key -> (label, what the y axis shows)."""
+    scal = [s for s in STATISTICS if s.scalar]
+    return {s.key: (s.label, s.axis) for s in [s for s in scal if not s.menu_last] + [s for s in scal if s.menu_last]}
+
+
+def sample_metrics_map() -> dict[str, str]:
+    """Picker key -> key of the post-processed sample rows: the sample statistics, and each exact
+    statistic that has a sample twin (mean cosine -> its value on the sample)."""
+    out = {s.key: s.key for s in STATISTICS if s.scalar and s.kind == "sample"}
+    out.update({s.key: s.sample_twin for s in STATISTICS if s.sample_twin})
+    return out
+
+
+def table_columns() -> list[str]:
+    """The Numbers table's per-layer columns: scalars (and `<key>_ci`), isotropic baselines, counts,
+    per-dimension lists, each group in registry order."""
+    cols: list[str] = []
+    for s in STATISTICS:
+        if s.scalar and s.table:
+            cols += [s.key] + ([f"{s.key}_ci"] if s.interval is not None else [])
+    cols += [f"{k}_isotropic" for k in baseline_keys()]
+    cols += [s.key for s in STATISTICS if s.kind == "count" and s.table]
+    cols += [s.key for s in STATISTICS if s.kind == "per-dim" and s.table]
+    return cols
+
+
+def report_keys(kind: str | None = None) -> list[str]:
+    """The per-layer curves of the report zip (optionally of one kind): scalars that are not an
+    adjustment or a sample twin."""
+    return [s.key for s in STATISTICS if s.scalar and s.report and (kind is None or s.kind == kind)]
+
+
+def token_id_keys() -> list[str]:
+    """The statistics defined on token ids (their own, not their anisotropy adjustments)."""
+    return [s.key for s in STATISTICS if s.modalities == TEXT and s.adjusts is None]
+
+
+def short(key: str) -> str:
+    """The one-line definition of `key` ('' for a key without one)."""
+    d = DEFINITIONS.get(key)
+    return d.short if d is not None else ""
+
+
+def estimate(key: str, sample_sizes: str) -> str:
+    """How `key` is estimated, for subtitles and captions."""
+    s = BY_KEY[key]
+    if s.figure.estimate:
+        return s.figure.estimate
+    return f"on a sample of {sample_sizes} per layer" if s.kind == "sample" else "over all analysed tokens"
+
+
+def docs_section(key: str) -> str | None:
+    """The section of docs/metrics.md about `key`; for a statistic without one, its entry's text."""
+    got = _docs_section(key)
+    s = BY_KEY.get(key)
+    if got or s is None or s.definition is None:
+        return got
+    d = s.definition
+    sums = ", ".join(f"`{a}`" for a in s.sums)
+    return (f"### `{key}`\n\n{d.short}. Kind: {s.kind}; reads {sums}"
+            + (f"; {', '.join(s.modalities)} only" if s.modalities else "") + ".\n\n"
+            f"- High: {d.high}.\n- Low: {d.low}.\n- Paper: {d.paper}.")
