@@ -170,6 +170,7 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
     from bench.common import ROOT, child_env
     from core.distributed import spec_args, torchrun_command
     from core.spec import RunSpec
+    from core.statistics import report_keys
 
     spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, device=device)
     out = {"model": model, "device": device, "nproc": nproc, "tokens_requested": tokens}
@@ -190,10 +191,10 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
                 res[name] = json.loads(Path(cmd[cmd.index("--out") + 1]).read_text())
         if len(res) == 2:
             a, b = res.values()
-            exact = ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity", "mean_norm")
+            exact = report_keys("exact")
             rel = [abs(x[k] - y[k]) / max(abs(x[k]), 1e-300) for x, y in zip(a["layers"], b["layers"]) for k in exact
                    if x[k] is not None and y[k] is not None]
-            samp = ("pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
+            samp = report_keys("sample")
             out.update(tokens_analysed=a["manifest"]["tokens"]["analysed"], max_rel_diff_exact=max(rel),
                        sample_metrics_identical=all(x[k] == y[k] for x, y in zip(a["layers"], b["layers"]) for k in samp),
                        same_cache_key=a["manifest"]["cache_key"] == b["manifest"]["cache_key"],

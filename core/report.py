@@ -12,9 +12,9 @@ from .export import report_zip
 from .pipeline import analyze, cached_ablation, get_stats, is_cached, postprocessed
 from .projection import project, sample_table
 from .selection import SAMPLE_METRICS, Selection, to_query_params
+from .statistics import report_keys
 
-REPORT_METRICS = ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "self_similarity",
-                  "mean_norm", "pc1_variance_ratio", "effective_rank", "isoscore", "partition_isotropy")
+REPORT_METRICS = tuple(report_keys())  # one per-layer curve per statistic of the registry (core.statistics)
 
 
 def _slug(s: str) -> str:
