@@ -7,7 +7,7 @@ Two families:
   exact: ``mean_cosine`` is the mean cosine over all ordered pairs ``i != j``, obtained from
   ``||sum u||^2 = sum_{i,j} u_i . u_j`` in O(N d).
 * **Sample** metrics take ``X`` of shape ``(K, d)``: K sampled token positions of one layer
-  (layer 0 = embeddings). ``spectral_metrics`` computes them all with shared decompositions.
+  (layer 0 = embeddings). core.statistics composes them, sharing one decomposition per layer.
 
 Public functions validate their inputs (plain ``ValueError`` with the shapes); the ``_kernels``
 trust theirs. Nothing here imports torch or streamlit.
@@ -40,7 +40,6 @@ __all__ = [
     "partition_isotropy",
     "pairwise_cosine_histogram",
     "sample_mean_cosine",
-    "spectral_metrics",
 ]
 
 
@@ -820,34 +819,3 @@ def pairwise_cosine_histogram(
         idx = np.floor((vals + 1.0) * (bins / 2.0)).astype(np.int64)
         counts += np.bincount(np.clip(idx, 0, bins - 1), minlength=bins)
     return {"edges": edges, "counts": counts, "n_pairs": int(K * (K - 1) // 2)}
-
-
-def spectral_metrics(X: np.ndarray) -> dict:
-    """All sample-based metrics of one layer, sharing the decompositions.
-
-    One eigendecomposition of the centred covariance serves ``pc1_variance_ratio``,
-    ``effective_rank`` and ``isoscore``; one of the uncentred ``X^T X`` serves
-    ``partition_isotropy``.
-
-    Parameters
-    ----------
-    X : ndarray of shape (K, d)
-
-    Returns
-    -------
-    dict
-        ``pc1_variance_ratio``, ``effective_rank``, ``isoscore``, ``partition_isotropy``,
-        ``mean_cosine`` (exact on the sample), ``n_sample`` (K).
-    """
-    X = _sample(X)
-    lam = _cov_eigvals(X)
-    U = _unit_rows(X)
-    s = U.sum(axis=0)
-    return {
-        "pc1_variance_ratio": _pc1_ratio(lam),
-        "effective_rank": _effective_rank(lam),
-        "isoscore": _isoscore(lam),
-        "partition_isotropy": _partition_isotropy(X),
-        "mean_cosine": float(_pair_mean(s @ s, U.shape[0], (U * U).sum())),
-        "n_sample": int(X.shape[0]),
-    }

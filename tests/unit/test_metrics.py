@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from core import metrics as m
+from core.statistics import baseline_keys, isotropic_baseline, sample_values
 
 # ------------------------------------------------------------------ naive references
 
@@ -416,8 +417,8 @@ def test_isotropic_gaussian_is_isotropic():
     # eigen-directions give Z ~ K exp(lambda/2) with lambda in ~[0.85, 1.17], so min/max ~ 0.85,
     # less sampling noise of the exponential sums: > 0.6 leaves a wide margin.
     X = np.random.default_rng(6).standard_normal((5000, 32))
-    r = m.spectral_metrics(X)
-    assert abs(r["mean_cosine"]) < 0.02
+    r = sample_values(X)
+    assert abs(r["sample_mean_cosine"]) < 0.02
     assert r["isoscore"] > 0.9
     assert r["partition_isotropy"] > 0.6
     assert r["effective_rank"] == pytest.approx(32, rel=0.02)
@@ -504,8 +505,6 @@ def test_partition_isotropy_matches_mu_viswanath_on_unit_mean_norm():
 
 
 def test_isotropic_baseline_is_seeded_and_biased_below_one():
-    from core.statistics import baseline_keys, isotropic_baseline
-
     a, b = isotropic_baseline(500, 64, seed=3), isotropic_baseline(500, 64, seed=3)
     assert a == b and set(a) == set(baseline_keys())
     assert 0.5 < a["isoscore"] < 0.99  # a finite isotropic sample is not perfectly isotropic
@@ -532,20 +531,21 @@ def test_sample_mean_cosine_matches_naive(data):
     assert m.sample_mean_cosine(X) == pytest.approx(naive_mean_cosine(X), abs=1e-9)
 
 
-def test_spectral_metrics_match_independent_computations(data):
-    """spectral_metrics (shared decompositions) against computations that share nothing with core.metrics:
+def test_sample_statistics_match_independent_computations(data):
+    """The registry's sample statistics (core.statistics.sample_values: shared decompositions) against
+    computations that share nothing with core.metrics:
     numpy's SVD of the centred sample, the published IsoScore steps, eigh of the covariance, the naive
     pair loop."""
     X, _ = data
     rng = np.random.default_rng(3)
     for Y in (X, rng.standard_normal((400, 12)) * np.geomspace(8.0, 0.05, 12) + 3.0):
-        r = m.spectral_metrics(Y)
+        r = sample_values(Y)
         lam = np.linalg.eigvalsh(np.cov(Y.T))
         assert r["pc1_variance_ratio"] == pytest.approx(lam.max() / lam.sum(), abs=1e-10)
         assert r["effective_rank"] == pytest.approx(svd_effective_rank(Y), rel=1e-9)
         assert r["isoscore"] == pytest.approx(published_isoscore(Y), abs=1e-10)
         assert r["partition_isotropy"] == pytest.approx(eig_partition_isotropy(Y), rel=1e-9)
-        assert r["mean_cosine"] == pytest.approx(naive_mean_cosine(Y), abs=1e-12)
+        assert r["sample_mean_cosine"] == pytest.approx(naive_mean_cosine(Y), abs=1e-12)
         assert r["n_sample"] == len(Y)
         # the single functions are the same numbers (the API's two entry points agree)
         assert (m.effective_rank(Y), m.isoscore(Y)) == pytest.approx((r["effective_rank"], r["isoscore"]), rel=1e-12)
@@ -585,7 +585,7 @@ def test_histogram_blocks_and_max_pairs():
         lambda: m.mean_cosine_ci(np.ones((3, 2)), np.ones(3), level=1.5),
         lambda: m.pc1_variance_ratio(np.ones(5)),
         lambda: m.isoscore(np.ones((1, 5))),
-        lambda: m.spectral_metrics(np.full((4, 3), np.nan)),
+        lambda: sample_values(np.full((4, 3), np.nan)),
         lambda: m.top_contributions(np.ones(3), k=0),
         lambda: m.pairwise_cosine_histogram(np.ones((4, 3)), bins=0),
     ],
