@@ -39,6 +39,7 @@ __all__ = [
     "isoscore",
     "partition_isotropy",
     "pairwise_cosine_histogram",
+    "high_norm_share",
     "sample_mean_cosine",
 ]
 
@@ -819,3 +820,53 @@ def pairwise_cosine_histogram(
         idx = np.floor((vals + 1.0) * (bins / 2.0)).astype(np.int64)
         counts += np.bincount(np.clip(idx, 0, bins - 1), minlength=bins)
     return {"edges": edges, "counts": counts, "n_pairs": int(K * (K - 1) // 2)}
+
+
+# --------------------------------------------------------------------------- high-norm tokens
+
+
+def _otsu_upper_count(v: np.ndarray) -> int:
+    """How many values of the sorted 1-D `v` lie above Otsu's threshold: the split between two distinct
+    consecutive values that maximises the between-class variance w0 w1 (mu0 - mu1)^2 (the first such
+    split on ties); 0 when all values are equal."""
+    n = v.shape[0]
+    k = np.arange(1, n)  # lower class v[:k], upper class v[k:]
+    c = np.cumsum(v)[:-1]
+    mu0, mu1 = c / k, (c[-1] + v[-1] - c) / (n - k)
+    between = (k / n) * (1 - k / n) * (mu0 - mu1) ** 2
+    between[v[1:] <= v[:-1]] = -1.0  # no threshold between equal values
+    best = int(np.argmax(between))
+    return 0 if between[best] < 0 else int(n - k[best])
+
+
+def high_norm_share(X: np.ndarray) -> float:
+    """Share of high-norm tokens: rows whose norm lies above Otsu's threshold on the log-norms.
+
+    Otsu (1979) on the log of the row norms, without a histogram: of all splits of the sorted
+    log-norms between two distinct values, the one that maximises the between-class variance
+    ``w0 w1 (mu0 - mu1)^2``; the high-norm tokens are those above it (Darcet et al. 2024 find such
+    tokens in vision Transformers, with norms far above the rest). A zero row has no log-norm and
+    counts as low. Otsu always splits: on a unimodal cloud the share is near one half, so a small
+    share (a separate group of a few tokens) is what marks high-norm tokens.
+
+    Examples
+    --------
+    >>> X = np.ones((10, 2)); X[:2] *= 100.0  # two tokens with 100 times the norm of the others
+    >>> high_norm_share(X)
+    0.2
+
+    Parameters
+    ----------
+    X : ndarray of shape (K, d)
+
+    Returns
+    -------
+    float
+        In [0, 1): 0 when fewer than two rows have distinct non-zero norms.
+    """
+    X = _sample(X)
+    norms = np.linalg.norm(X, axis=1)
+    logn = np.sort(np.log(norms[norms > 0]))
+    if logn.shape[0] < 2:
+        return 0.0
+    return _otsu_upper_count(logn) / X.shape[0]

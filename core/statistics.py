@@ -320,6 +320,18 @@ STATISTICS: tuple[Statistic, ...] = (
             "Mu & Viswanath 2018"),
         baseline=True),
     Statistic(
+        "high_norm_share", "sample", lambda s: M.high_norm_share(s.X), ("sample",),
+        "High-norm token share", "share of sampled tokens above Otsu's threshold on log ||x_t||",
+        Definition(
+            "share of the sampled tokens whose norm is above Otsu's threshold on that layer's log-norms: of all splits "
+            "of the sorted log ||x_t|| between two distinct values, the one maximising the between-class variance "
+            "w0 w1 (mu0 - mu1)^2 (zero vectors count as low)",
+            r"\frac{1}{K}\big|\{t : \log\lVert x_t\rVert > \tau\}\big|,\quad \tau = \arg\max_\tau\, w_0 w_1 (\mu_0 - \mu_1)^2"
+            r"\ \text{(Otsu, on the log-norms)}",
+            "near 0.5: no separate group (Otsu always splits, and splits a unimodal cloud near its middle)",
+            "a few percent: a small separate group of tokens with far larger norms (high-norm tokens)",
+            "Darcet et al. 2024 (Vision Transformers Need Registers); Otsu 1979")),
+    Statistic(
         "outlier_dims", "per-dim", _outlier_dims, ("sum_abs", "n"), axis="activation outlier dimensions",
         definition=Definition(
             f"dims d with m_d > mean(m) + {CONFIG.outlier_sigma:g} std(m), m_d = mean_t |x_td| over that layer's dims",
