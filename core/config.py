@@ -29,9 +29,11 @@ STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config",
                  "core.modalities.items", "core.modalities.run", "core.convert.dinov2", "core.convert.whisper",
                  "core.convert.mobilenet", "core.convert.ct2")
 # ... and those that turn statistics into results (results.json, what-ifs, baselines).
-RESULTS_MODULES = ("core.analysis", "core.statistics", "core.metrics", "core.outliers", "core.postprocess", "core.config")
+RESULTS_MODULES = ("core.analysis", "core.statistics", "core.metrics", "core.outliers", "core.ablation", "core.postprocess",
+                   "core.config")
 # ... the attention statistics (their own pass over the corpus) and the controlled drift experiment.
-ATTENTION_MODULES = ("core.attention", "core.batching", "core.corpora", "core.config")
+ATTENTION_MODULES = ("core.attention.arch", "core.attention.stats", "core.attention.summary", "core.attention.run",
+                     "core.attention.viewer", "core.batching", "core.corpora", "core.config")
 DRIFT_MODULES = ("core.drift", "core.config")
 
 

@@ -84,7 +84,7 @@ KINDS: dict[str, JobKind] = {
     "analyze": JobKind("core.pipeline:job_analyze", "core.pipeline:job_analyze_key", "extraction"),
     "ablation": JobKind("core.pipeline:job_ablation", "core.pipeline:job_ablation_key", "ablation"),
     "analyze-torchrun": JobKind("core.distributed:job_torchrun", "core.pipeline:job_analyze_key", "torchrun extraction"),
-    "attention": JobKind("core.attention:job_attention", "core.pipeline:job_analyze_key", "attention statistics"),
+    "attention": JobKind("core.attention.run:job_attention", "core.pipeline:job_analyze_key", "attention statistics"),
     "train": JobKind("core.train:job_train", None, "training"),
     "series": JobKind("core.series:job_series", None, "checkpoint series"),
 }

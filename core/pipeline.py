@@ -227,7 +227,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
             "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"])}
     try:
-        from .outliers import norm_parameters
+        from .ablation import norm_parameters
 
         norms = norm_parameters(lm.model)
         arrays["norm_weight"] = norms["weights"]
@@ -477,7 +477,7 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
             return got
         import torch
 
-        from .outliers import ablation
+        from .ablation import ablation
 
         prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
                        device_map=spec.device_map, fingerprint=info.get("fingerprint"), progress=progress,

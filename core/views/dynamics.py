@@ -27,7 +27,7 @@ from ..selection import METRICS
 from .common import View, _manifest
 
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
-# The query/key statistics of core/attention.py shown over training: key -> (label, what it is).
+# The query/key statistics of core/attention/ shown over training: key -> (label, what it is).
 DRIFT_STATS = {
     "q_drift": ("query drift ||μ_Q|| / E||q||",
                 "norm of the mean query over the mean query norm (0: queries cancel out, 1: all queries equal)"),

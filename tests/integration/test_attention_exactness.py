@@ -4,7 +4,7 @@ The run streams batches of windows of different lengths (padding in every batch)
 random BERT, GPT-2, LLaMA (with grouped-query attention: 4 query heads on 2 key/value heads) and
 GPT-NeoX (Pythia's architecture: fused per-head query_key_value, partial rotary) models. The
 reference runs each window alone (no padding) with output_attentions=True, captures the query/key
-projections with hooks, and computes each definition of core/attention.py literally, query by query.
+projections with hooks, and computes each definition of core/attention/ literally, query by query.
 """
 
 import math

@@ -17,16 +17,12 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
 )
 
+from core.ablation import ablation, ablation_modules, norm_modules, norm_parameters, zeroed_dims  # noqa: E402
 from core.outliers import (  # noqa: E402
-    ablation,
-    ablation_modules,
     activation_outliers,
     agreement,
-    norm_modules,
     norm_param_outliers,
-    norm_parameters,
     persistent_activation_outliers,
-    zeroed_dims,
 )
 
 PLANTED = [5, 17]

@@ -7,7 +7,8 @@ import pytest
 
 from core import export
 from core import figures as F
-from core.attention import _closed_form_cosine, _pearson, finish, layer_means, pick_dims
+from core.attention import finish, layer_means, pick_dims
+from core.attention.summary import _closed_form_cosine, _pearson
 from core.views import attention as AV
 from tests.synthetic import synthetic_run
 
