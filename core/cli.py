@@ -287,22 +287,25 @@ def _warnings(m: dict) -> None:
 
 
 def cmd_analyze(a) -> int:
+    from .pipeline import analyze_params, resolve
+
     spec = _validate(a)
+    run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     t0 = time.perf_counter()
     if world_size_from_env() <= 1:
-        _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
+        _wait_for_job("analyze", analyze_params(run), a)
     with _ranks(spec) as group:
-        res = _analyze(a, spec, group)
+        res = _analyze(a, run, group)
         if a.attention:  # under torchrun the ranks share the attention statistics' batches too
             from .attention import run_attention
 
-            att = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
+            att = run_attention(run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
                                 group=group)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
         return 0
     from .pipeline import cached_ablation
 
-    ab = cached_ablation(spec, cache_dir=a.cache_dir)
+    ab = cached_ablation(run, cache_dir=a.cache_dir)
     if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
         res["ablation"] = ab
     if a.attention:
@@ -318,21 +321,22 @@ def cmd_analyze(a) -> int:
 
 
 def cmd_outliers(a) -> int:
-    from .pipeline import run_ablation
+    from .pipeline import analyze_params, resolve, run_ablation
 
     spec = _validate(a)
+    run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     if world_size_from_env() <= 1:
-        _wait_for_job("analyze", {"spec": spec.to_dict()}, a)
+        _wait_for_job("analyze", analyze_params(run), a)
     with _ranks(spec) as group:
-        res = _analyze(a, spec, group)
+        res = _analyze(a, run, group)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes (and runs the ablation)
         return 0
     out = {"manifest": res["manifest"], "outliers": res["outliers"], "frequency": res["frequency"]}
     if a.ablate:
         dims = a.dim_list
-        _wait_for_job("ablation", {"spec": spec.to_dict(), "dims": dims, "n_random": a.n_random,
+        _wait_for_job("ablation", {**analyze_params(run), "dims": dims, "n_random": a.n_random,
                                    "held_out_tokens": a.held_out_tokens}, a)
-        out["ablation"] = run_ablation(spec, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
+        out["ablation"] = run_ablation(run, dims=dims, n_random=a.n_random, cache_dir=a.cache_dir,
                                        held_out_tokens=a.held_out_tokens, progress=_Bar(a.quiet))
     _write(a.out, out)
     _Bar.end_line()
@@ -526,13 +530,14 @@ def cmd_jobs(a) -> int:
 
 def cmd_attention(a) -> int:
     from .attention import layer_means, run_attention
-    from .pipeline import analyze
+    from .pipeline import analyze, resolve
 
     spec = _spec(a)
     _check_out(a.out)
+    run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     with _ranks(spec) as group:  # under torchrun: every rank runs its share of the batches, rank 0 writes
-        res = analyze(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), group=group)
-        sec = run_attention(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
+        res = analyze(run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), group=group)
+        sec = run_attention(run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
                             group=group)
     if res is None:
         return 0
