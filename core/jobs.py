@@ -85,6 +85,8 @@ KINDS: dict[str, JobKind] = {
     "ablation": JobKind("core.pipeline:job_ablation", "core.pipeline:job_ablation_key", "ablation"),
     "analyze-torchrun": JobKind("core.distributed:job_torchrun", "core.pipeline:job_analyze_key", "torchrun extraction"),
     "attention": JobKind("core.attention.run:job_attention", "core.pipeline:job_analyze_key", "attention statistics"),
+    "attention-maps": JobKind("core.attention.viewer:job_attention_maps", "core.attention.viewer:job_attention_maps_key",
+                              "attention map of one window"),
     "train": JobKind("core.train:job_train", None, "training"),
     "series": JobKind("core.series:job_series", None, "checkpoint series"),
 }

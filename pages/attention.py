@@ -126,10 +126,14 @@ if page.need_runs(runs):
             lg.attention_maps[rid] = (window, int(block), int(head))
             try:
                 with st.spinner("Running the model on one window (twice: as is, and with the outlier dims zeroed)…"):
-                    maps = data.attention_maps(run.spec, window)
-                page.show(AV.attention_map_pair(res, maps, int(block), int(head)), "attn_map")
-                if maps["dims"]:
-                    page.show(AV.attention_map_change(res, maps, int(block), int(head)), "attn_map_change")
+                    maps = ui_run.attention_maps(run.spec, window)  # a job; the page only waits for it
+                if maps is None:
+                    st.info("The map's job waits behind other jobs (see the jobs panel): press **Show attention "
+                            "map** again once it has run.")
+                else:
+                    page.show(AV.attention_map_pair(res, maps, int(block), int(head)), "attn_map")
+                    if maps["dims"]:
+                        page.show(AV.attention_map_change(res, maps, int(block), int(head)), "attn_map_change")
             except InputError as e:
                 st.error(page.md(str(e)))
 drift_section()

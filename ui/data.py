@@ -147,9 +147,24 @@ def attention(spec: RunSpec) -> dict:
     return A.run_attention(resolved(spec))
 
 
+class _NotStored(Exception):
+    """Raised inside a cached accessor on a miss: Streamlit caches values, never exceptions."""
+
+
+def attention_maps(spec: RunSpec, window: int) -> dict | None:
+    """One window's stored attention maps, or None (computed by an "attention-maps" job: ui.run)."""
+    try:
+        return _stored_maps(spec, window)
+    except _NotStored:
+        return None
+
+
 @st.cache_data(max_entries=4, show_spinner=False)
-def attention_maps(spec: RunSpec, window: int) -> dict:
-    return A.attention_maps(spec, window)
+def _stored_maps(spec: RunSpec, window: int) -> dict:
+    got = A.cached_maps(resolved(spec), window)
+    if got is None:
+        raise _NotStored
+    return got
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

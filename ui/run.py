@@ -14,6 +14,7 @@ import time
 import streamlit as st
 
 from core import jobs, pipeline, views
+from core.attention import maps_params
 from core.errors import InputError
 from core.escape import markdown_text as md
 from core.models import describe_model
@@ -23,6 +24,7 @@ from .jobs_panel import failed, progress, start_worker
 
 POLL_S = 1.0  # how often an active panel reads the job records
 ENSURE_WORKER_S = 5.0  # how often an active panel checks that a worker serves the queue
+VIEWER_WAIT_S = 60.0  # how long the attention viewer's Show waits for its job (queued behind others: less)
 
 
 def analyze_params(spec) -> dict:
@@ -77,6 +79,22 @@ def submit_attention(spec) -> str:
     jid = jobs.submit("attention", analyze_params(spec), label=_label(spec))
     start_worker()
     return jid
+
+
+def attention_maps(spec, window: int) -> dict | None:
+    """One window's attention maps for the viewer's Show: stored, or computed by an "attention-maps"
+    job that Show waits for (at most VIEWER_WAIT_S: the model never runs in the page's script).
+    None while that job is still queued or running; InputError when it failed."""
+    got = data.attention_maps(spec, window)
+    if got is not None:
+        return got
+    jid = jobs.submit("attention-maps", maps_params(data.resolved(spec), window),
+                      label=f"window {window} of {_label(spec)}")
+    start_worker()
+    job = jobs.wait(jid, timeout=VIEWER_WAIT_S, poll_s=0.2)
+    if job.status == jobs.FAILED:
+        raise InputError(job.error or "the attention map's job failed")
+    return data.attention_maps(spec, window) if job.status == jobs.DONE else None
 
 
 def job_active(kind: str, spec) -> bool:

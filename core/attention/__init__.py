@@ -21,9 +21,11 @@ from .run import (
 )
 from .stats import MAX_KEYS, SUM_KEYS, AttentionAccumulator, extract_attention, merge_attention, pick_dims
 from .summary import KEY_SETS, finish, head_matrix, layer_means, link_matrix
-from .viewer import attention_maps
+from .viewer import attention_maps, cached_maps, job_attention_maps, maps_params
 
-__all__ = ["Arch", "AttnLayer", "AttentionAccumulator", "KEY_SETS", "MAX_KEYS", "SUM_KEYS", "attention_arch",
-           "attention_key", "attention_maps", "doc_start", "document_index", "eager_attention", "extract_attention",
-           "finish", "head_matrix", "is_cached", "job_attention", "layer_means", "link_dims", "link_matrix",
-           "merge_attention", "pick_dims", "run_attention"]
+__all__ = [
+    "Arch", "AttnLayer", "AttentionAccumulator", "KEY_SETS", "MAX_KEYS", "SUM_KEYS", "attention_arch", "attention_key",
+    "attention_maps", "cached_maps", "doc_start", "document_index", "eager_attention", "extract_attention", "finish",
+    "head_matrix", "is_cached", "job_attention", "job_attention_maps", "layer_means", "link_dims", "link_matrix",
+    "maps_params", "merge_attention", "pick_dims", "run_attention",
+]

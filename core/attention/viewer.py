@@ -10,32 +10,55 @@ from .arch import attention_arch, eager_attention
 from .run import doc_start, link_dims
 
 
-def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict:
+def _request(spec, window: int, cache_dir, max_tokens: int):
+    """(the run resolved, its results, the dims zeroed, the maps' cache key); a window the run does not
+    have is refused before anything runs."""
+    from ..errors import InputError
+    from ..pipeline import analyze, resolve
+    from ..spec import stable_hash
+
+    run = resolve(spec, cache_dir)
+    res = analyze(run, cache_dir)
+    n_win = int(res["manifest"]["corpus"]["n_windows"])
+    if not 0 <= int(window) < n_win:
+        raise InputError(f"Window {window} does not exist: this run has windows 0 to {n_win - 1}.")
+    dims = link_dims(res)
+    key = "attnmap:" + stable_hash({"run": res["manifest"]["cache_key"], "window": int(window), "dims": dims,
+                                    "n": int(max_tokens), **cache_identity("attention")})
+    return run, res, dims, key
+
+
+def cached_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict | None:
+    """The stored maps of one window (see `attention_maps`), or None: never computes, never loads a model."""
+    from ..pipeline import get_store, is_cached, resolve
+
+    run = resolve(spec, cache_dir)
+    if not is_cached(run, cache_dir):
+        return None
+    hit = get_store(cache_dir).get(_request(run, window, cache_dir, max_tokens)[3])
+    return None if hit is None else {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}
+
+
+def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens,
+                   progress=None) -> dict:
     """Attention probabilities of every block and head for one window of the run, as the model
-    computes them and with the outlier dims zeroed in every norm (`outliers.zeroed_dims`, the
+    computes them and with the outlier dims zeroed in every norm (`ablation.zeroed_dims`, the
     ablation's change, undone afterwards). The window runs whole; the first `max_tokens` query and
-    key positions are kept. Cached; only this window's maps are ever held.
+    key positions are kept. Cached; only this window's maps are ever held. The app computes them
+    in a job ("attention-maps"), never in a page's script.
 
     Returns ``{"tokens", "text", "window", "n_positions", "n_shown", "dims", "document" (its corpus
     index), "doc_window", "doc_windows" (the window's place among its document's windows, 0-based, and
     their number), "doc_start" (the document's first words), "causal", "maps": (L, H, n, n) float32,
     "zeroed": same}``.
     """
-    from ..errors import InputError
-    from ..pipeline import analyze, get_store, resolve
+    from ..extract import Progress
+    from ..pipeline import get_store
     from ..prepare import prepare
-    from ..spec import stable_hash
 
-    run = resolve(spec, cache_dir)
+    run, res, dims, key = _request(spec, window, cache_dir, max_tokens)
     spec = run.spec
-    res = analyze(run, cache_dir)
-    n_win = int(res["manifest"]["corpus"]["n_windows"])
-    if not 0 <= int(window) < n_win:
-        raise InputError(f"Window {window} does not exist: this run has windows 0 to {n_win - 1}.")
-    dims = link_dims(res)
     store = get_store(cache_dir)
-    key = "attnmap:" + stable_hash({"run": res["manifest"]["cache_key"], "window": int(window), "dims": dims,
-                                    "n": int(max_tokens), **cache_identity("attention")})
     hit = store.get(key)
     if hit is not None:
         return {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}
@@ -45,24 +68,27 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
 
     m = res["manifest"]
     prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir,
-                   fingerprint=m["model"].get("fingerprint"))
+                   fingerprint=m["model"].get("fingerprint"), progress=progress)
     lm, docs, windows = prep.lm, prep.documents, prep.windows
     ids = windows.ids[int(window)]
     doc = int(windows.doc[int(window)])
     same = np.flatnonzero(np.asarray(windows.doc) == doc)  # the document's windows, in order
     n = min(len(ids), int(max_tokens))
     t = torch.as_tensor(ids, device=m["device"])[None]
+    n_pass = 2 if dims else 1
 
-    def maps():
+    def maps(i: int, what: str):
+        if progress:
+            progress(Progress("forward", i, n_pass, message=f"forward pass {i + 1} of {n_pass}: {what}"))
         with torch.inference_mode():
             out = lm.base(input_ids=t, attention_mask=torch.ones_like(t), output_attentions=True)
         return np.stack([a[0, :, :n, :n].float().cpu().numpy() for a in out.attentions])  # (L, H, n, n)
 
     with eager_attention(lm.base):
-        plain = maps()
+        plain = maps(0, "as is")
         if dims:
             with zeroed_dims([mod for _, mod in ablation_modules(lm.model)], dims):
-                zeroed = maps()
+                zeroed = maps(1, "outlier dims zeroed")
         else:
             zeroed = np.full_like(plain, np.nan)
     meta = {"tokens": lm.tokenizer.convert_ids_to_tokens(ids[:n].tolist()),
@@ -72,4 +98,31 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
             "doc_start": doc_start(docs[doc]) if 0 <= doc < len(docs) else "",
             "causal": bool(attention_arch(lm.base).layers[0].causal)}
     store.put(key, meta, {"maps": plain, "zeroed": zeroed})
+    if progress:
+        progress(Progress("forward", n_pass, n_pass, message="maps stored"))
     return {**meta, "maps": plain, "zeroed": zeroed}
+
+
+# ---------------------------------------------------------------------- the "attention-maps" job (core.jobs.KINDS)
+def maps_params(spec, window: int, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict:
+    """Parameters of the job that computes one window's maps (the run resolved once, carried)."""
+    from ..pipeline import analyze_params
+
+    return {**analyze_params(spec), "window": int(window), "max_tokens": int(max_tokens)}
+
+
+def job_attention_maps_key(params: dict) -> str:
+    from ..pipeline import run_key, run_of
+    from ..spec import stable_hash
+
+    return stable_hash({"run": run_key(run_of(params)), "window": int(params["window"]),
+                        "n": int(params["max_tokens"])})
+
+
+def job_attention_maps(params: dict, progress, cancel) -> dict:
+    """The "attention-maps" job: the viewer's forward passes of one window, into the cache."""
+    from ..pipeline import run_of
+
+    got = attention_maps(run_of(params), int(params["window"]), max_tokens=int(params["max_tokens"]),
+                         progress=progress)
+    return {"window": got["window"], "blocks": int(got["maps"].shape[0]), "n_shown": got["n_shown"]}
