@@ -79,7 +79,7 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
 
     def maps(i: int, what: str):
         if progress:
-            progress(Progress("forward", i, n_pass, message=f"forward pass {i + 1} of {n_pass}: {what}"))
+            progress(Progress("ablation", i, n_pass, message=f"forward pass {i + 1} of {n_pass}: {what}"))
         with torch.inference_mode():
             out = lm.base(input_ids=t, attention_mask=torch.ones_like(t), output_attentions=True)
         return np.stack([a[0, :, :n, :n].float().cpu().numpy() for a in out.attentions])  # (L, H, n, n)
@@ -99,7 +99,7 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
             "causal": bool(attention_arch(lm.base).layers[0].causal)}
     store.put(key, meta, {"maps": plain, "zeroed": zeroed})
     if progress:
-        progress(Progress("forward", n_pass, n_pass, message="maps stored"))
+        progress(Progress("ablation", n_pass, n_pass, message="maps stored"))
     return {**meta, "maps": plain, "zeroed": zeroed}
 
 

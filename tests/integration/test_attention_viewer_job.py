@@ -27,7 +27,7 @@ def test_viewer_maps_are_computed_by_a_job_and_read_back(tiny_llama_dir, varied_
     seen = []
     out = jobs._resolve(jobs._kind(job.kind).run)(dict(job.params), lambda p=None, **kw: seen.append(p), lambda: False)
     assert out["window"] == 1 and out["blocks"] == 2
-    assert [p.stage for p in seen if p is not None][-1] == "forward"  # the job reports its passes
+    assert [p.stage for p in seen if p is not None][-1] == "ablation"  # the job reports its passes (as is, dims zeroed)
     got = cached_maps(run, 1)
     assert got is not None and got["window"] == 1
     again = attention_maps(spec, 1)  # what the CLI and tests call: the same stored maps

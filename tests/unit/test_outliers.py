@@ -154,3 +154,13 @@ def test_frequency_correlation_ignores_nan_in_baseline():
 def test_import_does_not_import_torch():
     code = "import sys, core.outliers; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_the_numpy_rules_never_touch_torch():
+    """The split: core/outliers.py (rules) and core/attention/summary.py are numpy only; what runs a
+    model lives in core/ablation.py and core/attention/{arch,stats}.py."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "core"
+    for f in (root / "outliers.py", root / "attention" / "summary.py"):
+        assert "torch" not in f.read_text(), f
