@@ -104,19 +104,38 @@ class ResolvedRun:
         return {"key": self.key, "parts": self.parts}
 
     @classmethod
-    def from_params(cls, spec: RunSpec, d: dict) -> "ResolvedRun":
-        return cls(spec, str(d["key"]), dict(d["parts"]))
+    def from_params(cls, spec: RunSpec, d) -> "ResolvedRun | None":
+        """The resolution a job carries, or None when it does not hold together: its key is not the
+        hash of its parts, its spec is not `spec` as resolved here (another device under "auto"), or
+        its extraction code is not this process's (a worker older or newer than the submitter).
+        Cheap (no hub call, no file hashed): the fingerprints are what is carried."""
+        try:
+            key, parts = str(d["key"]), dict(d["parts"])
+            ok = (key == "stats:" + stable_hash(parts) and _same(parts.get("spec"), _keyed_spec(spec))
+                  and _same(parts.get("stats_code"), cache_identity("stats")))
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(spec, key, parts) if ok else None
 
 
-def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
-    check_model_ident(spec.model)
+def _same(a, b) -> bool:
+    return stable_hash(a) == stable_hash(b)  # as JSON: a carried list equals the tuple it was
+
+
+def _keyed_spec(spec: RunSpec) -> dict:
+    """The spec as the key sees it: device and dtype resolved here."""
     device = spec.resolved_device()
     dtype = spec.resolved_dtype(device)
     # Placement (device_map, like the number of torchrun ranks) does not change the numbers: not in the
     # key. `layers` is, when set (all layers: the key of runs made before the option existed).
     keyed = {k: v for k, v in spec.to_dict().items() if k != "device_map" and not (k == "layers" and v is None)}
+    return {**keyed, "device": device, "dtype": dtype}
+
+
+def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
+    check_model_ident(spec.model)
     parts = {
-        "spec": {**keyed, "device": device, "dtype": dtype},
+        "spec": _keyed_spec(spec),
         "model_fingerprint": model_fingerprint(spec.model, Path(cache_dir) if cache_dir else default_cache_dir()),
         "corpus_sha256": (corpus_fingerprint(spec.corpus, spec.text_column) if corpus_modality(spec.corpus) == "text"
                           else modal_fingerprint(spec.corpus, cache_dir)),
@@ -515,10 +534,11 @@ def analyze_params(spec: RunSpec | ResolvedRun, cache_dir=None) -> dict:
 
 
 def run_of(params: dict) -> RunSpec | ResolvedRun:
-    """The run of a job's parameters: resolved already when the submitter carried it."""
+    """The run of a job's parameters: resolved already when the submitter carried a resolution that
+    holds together (`ResolvedRun.from_params`), else the spec, to resolve once here."""
     spec = RunSpec.from_dict(params["spec"])
     got = params.get("resolved")
-    return ResolvedRun.from_params(spec, got) if got else spec
+    return (ResolvedRun.from_params(spec, got) if got else None) or spec
 
 
 def job_analyze_key(params: dict) -> str:

@@ -76,3 +76,21 @@ def test_a_run_through_the_job_path_keys_once_per_process(counted, varied_txt):
     assert got["hub_app"] + got["hub_worker"] + got["hub_read"] <= 1, got  # one hub call per run
     # the job's id is the run key: the queue computes none of its own
     assert jobs.job_id("analyze", pipeline.analyze_params(pipeline.resolve(spec))).startswith("analyze-")
+
+
+def test_a_carried_resolution_that_does_not_hold_together_is_resolved_again(counted, varied_txt):
+    """A job record is read from the queue: a key that is not the hash of its parts, or parts of
+    another spec, are not trusted (the worker resolves the spec itself, once)."""
+    spec = RunSpec(model=HUB_ID, corpus=str(varied_txt), max_tokens=200, max_seq_len=24, sample=32,
+                   device="cpu", dtype="float32")
+    good = pipeline.analyze_params(pipeline.resolve(spec))
+    assert isinstance(pipeline.run_of(good), pipeline.ResolvedRun)
+    forged_key = {**good, "resolved": {**good["resolved"], "key": "stats:" + "0" * 64}}
+    other = pipeline.analyze_params(pipeline.resolve(RunSpec(**{**spec.__dict__, "max_tokens": 300})))
+    foreign_parts = {**good, "resolved": other["resolved"]}
+    for params in (forged_key, foreign_parts, {**good, "resolved": {"key": 1}}):
+        run = pipeline.run_of(params)
+        assert isinstance(run, RunSpec)
+        counted["keys"] = 0
+        assert pipeline.resolve(run).key == good["resolved"]["key"]  # resolved here, once
+        assert counted["keys"] == 1
