@@ -42,6 +42,22 @@ MEMORY_FALLBACK_BYTES = 2 * 2**30  # entries kept in memory when the directory c
 _WRITE_ERRORS = (OSError, sqlite3.OperationalError, sqlite3.DatabaseError, diskcache.Timeout)
 
 
+_failed = threading.local()  # per thread: writes that fell back to memory, and the last error
+
+
+def write_failures() -> tuple[int, Exception | None]:
+    """(count, last error) of this thread's cache writes that could not reach the disk (kept in memory).
+
+    The job worker compares it before and after a job: results kept in a worker's memory are of use
+    to nobody, so such a job fails with the reason (a full disk) instead of reporting done."""
+    return getattr(_failed, "n", 0), getattr(_failed, "last", None)
+
+
+def _count_failure(e: Exception | None) -> None:
+    _failed.n = getattr(_failed, "n", 0) + 1
+    _failed.last = e if e is not None else getattr(_failed, "last", None)
+
+
 class NotRawEntry(ValueError):
     """A cache row that is not raw bytes (e.g. a pickle): refused, never loaded."""
 
@@ -81,6 +97,7 @@ class CacheStore:
             self._degrade(e)
 
     def _degrade(self, e: Exception) -> None:
+        self._error = e
         why = getattr(e, "strerror", None) or str(e) or type(e).__name__
         msg = (f"The cache directory cannot be written ({why}): results are computed but kept in memory "
                f"only, for this process. Free disk space or set ANISO_CACHE_DIR to a writable folder.")
@@ -151,8 +168,10 @@ class CacheStore:
                 return
             except _WRITE_ERRORS as e:  # full disk, read-only directory, broken database
                 self._degrade(e)
+                _count_failure(e)
         else:
             self.events.append(self.degraded)
+            _count_failure(getattr(self, "_error", None))
         with self._mem_lock:  # bounded: least recently stored entries go first
             self._mem[key] = blob
             while sum(map(len, self._mem.values())) > min(self.size_limit, MEMORY_FALLBACK_BYTES) \

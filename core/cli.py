@@ -486,15 +486,22 @@ def cmd_series(a) -> int:
     return 0
 
 
+def _queue_notes(jobs, cache_dir) -> None:
+    for n in jobs.notes(cache_dir):  # a corrupted queue set aside, a read-only queue: said once, here
+        print("warning: " + " ".join(n.split()), file=sys.stderr)
+
+
 def cmd_worker(a) -> int:
     from . import jobs
 
+    _queue_notes(jobs, a.cache_dir)
     return jobs.run_worker(a.cache_dir, workers=a.workers, idle_exit=a.idle_exit)
 
 
 def cmd_jobs(a) -> int:
     from . import jobs
 
+    _queue_notes(jobs, a.cache_dir)
     if a.action == "list":
         rows = jobs.list_jobs(a.cache_dir)
         if not a.all:

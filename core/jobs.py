@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import datetime as _dt
+import errno
 import fcntl
 import hashlib
 import importlib
@@ -43,7 +44,9 @@ import json
 import logging
 import math
 import os
+import shutil
 import socket
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -52,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from . import cache as _cache
 from . import settings
 from .errors import Cancelled, InputError
 from .procfs import stat_fields
@@ -202,13 +206,42 @@ def jobs_dir(cache_dir=None) -> Path:
     return d
 
 
+_QUEUE_ERRORS = (OSError, sqlite3.Error)  # what a read-only, full or broken queue raises on access
+CACHE_FULL = "the cache is full"  # how a job that could not store its results fails (ui and tests match it)
+_notes: dict[str, list[str]] = {}  # cache root -> warnings about its queue (read-only), once each
+_readonly: dict[str, str] = {}  # cache root -> why its queue cannot be written (jobs then run in memory)
+
+
+def notes(cache_dir=None) -> list[str]:
+    """Warnings about this cache's job queue: a queue that cannot be written (a read-only cache)."""
+    queue(cache_dir)
+    return list(_notes.get(str(cache_root(cache_dir)), ()))
+
+
+def _note(root: str, msg: str) -> None:
+    if msg not in _notes.setdefault(root, []):
+        log.info(msg)  # the CLI prints it as a warning, the app shows it on every page
+        _notes[root].append(msg)
+
+
+def writable(cache_dir=None) -> bool:
+    """False when this cache's job queue can only be read (a read-only cache directory)."""
+    queue(cache_dir)
+    return str(cache_root(cache_dir)) not in _readonly
+
+
 def queue(cache_dir=None):
-    """The huey instance of this cache directory (or of ANISO_QUEUE_URL), with the job task."""
+    """The huey instance of this cache directory (or of ANISO_QUEUE_URL), with the job task.
+
+    A damaged SQLite queue is set aside and a fresh one started (`_sqlite_queue`, `queue_notice`).
+    A queue that cannot be written (a read-only cache directory) is opened read-only: jobs can be
+    listed, and the app runs new ones in its own process, in memory (`submit(..., here=True)`),
+    with one warning (`notes`).
+    """
     url = settings.queue_url()
-    if not url:
-        jobs_dir(cache_dir)  # created here
+    root = cache_root(cache_dir)
     where = url or str(settings.queue_db(cache_dir))
-    k = (where, str(cache_root(cache_dir)))
+    k = (where, str(root))
     with _queues_lock:
         if k not in _queues:
             if url:
@@ -222,7 +255,7 @@ def queue(cache_dir=None):
                                      "(.venv/bin/python -m pip install redis).") from None
                 h = RedisHuey("aniso-jobs", url=url, results=False, serializer=JsonSerializer())
             else:
-                h = _sqlite_queue(where)
+                h = _open_sqlite(Path(where), str(root))
             _tasks[id(h)] = h.task(name="run_job")(_run_job)
             h.signal("interrupted")(_on_interrupted)
             _queues[k] = h
@@ -286,6 +319,39 @@ def _sqlite_queue(where: str):
         return make()
 
 
+def _sqlite(path: Path, readonly: int = 0):
+    from huey import SqliteHuey
+
+    if readonly:  # immutable: SQLite reads the file alone (no -wal/-shm file, no lock): where ro cannot
+        return SqliteHuey("aniso-jobs", filename=f"{path.as_uri()}?mode=ro{'&immutable=1' if readonly > 1 else ''}",
+                          uri=True, results=False, serializer=JsonSerializer(), journal_mode=None, create_tables=False)
+    return SqliteHuey("aniso-jobs", filename=str(path), results=False, serializer=JsonSerializer(), timeout=30)
+
+
+def _open_sqlite(path: Path, root: str):
+    """The SQLite queue at `path` (a damaged file set aside by `_sqlite_queue`); where it cannot be
+    written (a read-only cache directory), a read-only view of it, with one warning (`notes`)."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        h = _sqlite_queue(str(path))
+        h.storage.put_data("writable", b"1")  # a read-only file opens and reads fine: find out now
+        return h
+    except _QUEUE_ERRORS as e:
+        why = _why(e)
+    _readonly[root] = why
+    _note(root, f"The job queue in {path.parent} cannot be written ({why}): runs are computed in this process "
+                "instead and kept in memory only. Make the cache directory writable or set ANISO_CACHE_DIR to a "
+                "writable folder.")
+    for mode in (1, 2) if path.is_file() else ():  # read-only, with its write-ahead log; else the file alone
+        with contextlib.suppress(*_QUEUE_ERRORS):
+            h = _sqlite(path, readonly=mode)
+            h.storage.result_items()
+            return h
+    from huey import MemoryHuey
+
+    return MemoryHuey("aniso-jobs", results=False, serializer=JsonSerializer())  # nothing to list
+
+
 def _store(cache_dir=None):
     return queue(cache_dir).storage
 
@@ -337,49 +403,130 @@ def job_id(kind: str, params: dict) -> str:
     return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def submit(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
+def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool = False) -> str:
     """Queue a job, or join the same job when it is already queued or running. Returns its id.
 
     Finished, failed or cancelled jobs are queued again (a new attempt); a finished analysis then
     reads from the cache. Concurrent submitters are serialised by an atomic claim per attempt.
+    here=True (the app): when the queue cannot be written (a read-only or full cache directory),
+    run the job in this process instead, its record and results in memory only (`run_here`).
+    Without it such a queue is an InputError that says why.
     """
     json.dumps(params, allow_nan=False)  # params are plain JSON (they travel through the queue)
     jid = job_id(kind, params)
-    st = _store(cache_dir)
-    for _ in range(100):
-        job = status(jid, cache_dir)
-        if job is not None and job.active:
+    try:
+        st = _store(cache_dir)
+        if not writable(cache_dir):
+            raise OSError(errno.EROFS, _readonly[str(cache_root(cache_dir))])
+        for _ in range(100):
+            job = status(jid, cache_dir)
+            if job is not None and job.active:
+                return jid
+            attempt = job.attempt + 1 if job is not None else 1
+            if st.put_if_empty(f"claim:{jid}:{attempt}", b"1"):
+                new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
+                          message="waiting for a worker")
+                with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
+                    _write(new, cache_dir)
+                _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
+                return jid
+            time.sleep(0.05)  # another process claimed this attempt: its record is being written
+        return jid
+    except _QUEUE_ERRORS as e:
+        why = _why(e)
+        if here:
+            return run_here(kind, params, label, cache_dir)
+        raise InputError(f"The job queue cannot be written ({why}); nothing was queued.") from e
+
+
+def _why(e: Exception) -> str:
+    return (getattr(e, "strerror", None) or str(e) or type(e).__name__) if isinstance(e, OSError) else str(e)
+
+
+# Jobs run in this process (the app, when the queue cannot be written): records in memory only.
+_here: dict[tuple[str, str], "_Running"] = {}
+_here_lock = threading.Lock()
+
+
+def run_here(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
+    """Run a job in a thread of this process, its record in memory (the app's fallback). Returns its id.
+
+    Used when the queue cannot take it (a read-only cache directory) and when a worker's job failed
+    because the cache is full: the results then stay in this process's memory (core.cache falls
+    back to memory), where the pages read them, until the process ends.
+    """
+    jid = job_id(kind, params)
+    k = (str(cache_root(cache_dir)), jid)
+    with _here_lock:
+        cur = _here.get(k)
+        if cur is not None and cur.job.active:
             return jid
-        attempt = job.attempt + 1 if job is not None else 1
-        if st.put_if_empty(f"claim:{jid}:{attempt}", b"1"):
-            new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
-                      message="waiting for a worker")
-            with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
-                _write(new, cache_dir)
-            _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
-            return jid
-        time.sleep(0.05)  # another process claimed this attempt: its record is being written
+        job = Job(jid, kind, params, label, QUEUED, (cur.job.attempt + 1) if cur else 1, created=time.time(),
+                  message="computed in this process; kept in memory only", worker={"pid": os.getpid(), "here": True})
+        run = _here[k] = _Running(job, cache_dir, here=True)
+    threading.Thread(target=_execute, args=(run,), name=f"job-here-{jid}", daemon=True).start()
     return jid
 
 
+def _here_job(jid: str, cache_dir=None) -> Job | None:
+    with _here_lock:
+        run = _here.get((str(cache_root(cache_dir)), jid))
+    if run is None:
+        return None
+    with run.lock:
+        job = dataclasses.replace(run.job)
+    job.cancel_requested = job.active and run.cancel_event.is_set()
+    return job
+
+
 def status(jid: str, cache_dir=None) -> Job | None:
-    """The job's record; a running job whose worker is gone is marked failed (and saved so)."""
-    job = _read(jid, cache_dir)
+    """The job's record; a running job whose worker is gone is marked failed (and saved so).
+
+    A job run in this process (`run_here`) is read from memory, unless the queue holds a newer attempt.
+    """
+    mine = _here_job(jid, cache_dir)
+    try:
+        job = _read(jid, cache_dir)
+    except _QUEUE_ERRORS as e:
+        if mine is None:
+            raise InputError(f"The job queue cannot be read ({_why(e)}).") from e
+        job = None
+    if mine is not None and (job is None or mine.created >= job.created):
+        return mine
     if job is None:
         return None
     if job.status == RUNNING:
         dead = _worker_gone(job)
         if dead:
+            if _disk_full(cache_dir):
+                dead = f"{CACHE_FULL} (no space left on its disk): {dead}"
             job = _mark_failed(job, dead, cache_dir)
     if job.active:
         job.cancel_requested = _store(cache_dir).has_data_for_key(_cancel_key(jid, job.attempt))
     return job
 
 
+def cache_full(job: Job | None) -> bool:
+    """True when the job failed because its results could not be stored (no space on the cache's disk)."""
+    return job is not None and job.status == FAILED and job.error.startswith(CACHE_FULL)
+
+
+def _disk_full(cache_dir=None) -> bool:
+    try:
+        return shutil.disk_usage(cache_root(cache_dir)).free < 2**20
+    except OSError:
+        return False
+
+
 @contextlib.contextmanager
 def _record_lock(cache_dir=None):
     """Serialises read-check-write of job records between the processes of this host."""
-    with open(jobs_dir(cache_dir) / "records.lock", "a+") as f:
+    try:
+        f = open(jobs_dir(cache_dir) / "records.lock", "a+")
+    except OSError:  # a read-only cache directory: no process can write a record, nothing to serialise
+        yield
+        return
+    with f:
         fcntl.flock(f, fcntl.LOCK_EX)
         try:
             yield
@@ -388,13 +535,19 @@ def _record_lock(cache_dir=None):
 
 
 def _mark_failed(seen: Job, why: str, cache_dir=None) -> Job:
-    """Record `seen` as failed unless its record changed meanwhile (a retry, the worker's last write)."""
+    """Record `seen` as failed unless its record changed meanwhile (a retry, the worker's last write).
+
+    Where the record cannot be written (a read-only or full cache), the failure is reported unsaved.
+    """
     with _record_lock(cache_dir):
         now = _read(seen.id, cache_dir)
         if now is None or (now.attempt, now.status, now.worker) != (seen.attempt, RUNNING, seen.worker):
             return now if now is not None else seen
         now.status, now.error, now.finished, now.message = FAILED, why, time.time(), "failed"
-        _write(now, cache_dir)
+        try:
+            _write(now, cache_dir)
+        except _QUEUE_ERRORS as e:
+            log.warning("job %s failed (%s); its record could not be updated: %s", now.id, why, _why(e))
         return now
 
 
@@ -435,11 +588,18 @@ def pid_alive(pid: int) -> bool:
 
 
 def list_jobs(cache_dir=None, kinds: tuple[str, ...] | None = None) -> list[Job]:
-    """Every job record, newest first (running jobs with a dead worker read as failed)."""
-    out = []
-    for k in _store(cache_dir).result_items():
-        k = k.decode() if isinstance(k, bytes) else k
-        if k.startswith("job:"):
+    """Every job record, newest first (running jobs with a dead worker read as failed), with this process's own."""
+    out, seen = [], set()
+    try:
+        items = _store(cache_dir).result_items()
+    except _QUEUE_ERRORS as e:
+        raise InputError(f"The job queue cannot be read ({_why(e)}).") from e
+    root = str(cache_root(cache_dir))
+    with _here_lock:
+        mine = [jid for (r, jid) in _here if r == root]
+    for k in [k.decode() if isinstance(k, bytes) else k for k in items] + [f"job:{j}" for j in mine]:
+        if k.startswith("job:") and k not in seen:
+            seen.add(k)
             job = status(k[4:], cache_dir)
             if job is not None and (kinds is None or job.kind in kinds):
                 out.append(job)
@@ -453,22 +613,33 @@ def cancel(jid: str, cache_dir=None) -> Job:
         raise InputError(f"No job {jid!r} (see `python -m core jobs list`).")
     if not job.active:
         raise InputError(f"Job {jid} is {job.status}: nothing to cancel.")
-    _store(cache_dir).put_data(_cancel_key(jid, job.attempt), b"1")
-    if job.status == QUEUED:  # the worker skips it when it reaches it
-        job.status, job.finished, job.message = CANCELLED, time.time(), "cancelled before it started"
-        _write(job, cache_dir)
+    if job.worker.get("here"):
+        with _here_lock:
+            _here[(str(cache_root(cache_dir)), jid)].cancel_event.set()
+        job.cancel_requested = True
+        return job
+    try:
+        _store(cache_dir).put_data(_cancel_key(jid, job.attempt), b"1")
+        if job.status == QUEUED:  # the worker skips it when it reaches it
+            job.status, job.finished, job.message = CANCELLED, time.time(), "cancelled before it started"
+            _write(job, cache_dir)
+    except _QUEUE_ERRORS as e:
+        raise InputError(f"The job queue cannot be written ({_why(e)}): job {jid} was not cancelled.") from e
     job.cancel_requested = True
     return job
 
 
-def retry(jid: str, cache_dir=None) -> Job:
+def retry(jid: str, cache_dir=None, here: bool = False) -> Job:
     """Queue a failed or cancelled job again (a new attempt with the same parameters)."""
     job = status(jid, cache_dir)
     if job is None:
         raise InputError(f"No job {jid!r} (see `python -m core jobs list`).")
     if job.active:
         raise InputError(f"Job {jid} is {job.status}: it is not finished.")
-    submit(job.kind, job.params, job.label, cache_dir)
+    if here and (job.worker.get("here") or cache_full(job)):
+        run_here(job.kind, job.params, job.label, cache_dir)
+    else:
+        submit(job.kind, job.params, job.label, cache_dir, here=here)
     return status(jid, cache_dir)
 
 
@@ -489,22 +660,27 @@ def wait(jid: str, cache_dir=None, timeout: float | None = None, on_update: Call
 
 # ---------------------------------------------------------------------- running a job (worker side)
 class _Running:
-    """The worker's handle on one running job: progress and heartbeat writes, the cancel probe."""
+    """The handle on one running job: progress and heartbeat writes, the cancel probe.
 
-    def __init__(self, job: Job, cache_dir):
-        self.job, self.cache_dir = job, cache_dir
+    here=True: a job run in this process (`run_here`): its record lives in memory, Cancel is an event.
+    """
+
+    def __init__(self, job: Job, cache_dir, here: bool = False):
+        self.job, self.cache_dir, self.here = job, cache_dir, here
         self.lock = threading.Lock()
         self.last_write = 0.0
         self.stage_t0 = time.time()  # when the current progress stage began (a rate for kinds that give none)
         self.last_cancel_check = 0.0
         self.cancelled = False
+        self.cancel_event = threading.Event()
         self.stop = threading.Event()
         self.beat = threading.Thread(target=self._heartbeat, name=f"heartbeat-{job.id}", daemon=True)
 
     def write(self) -> None:
         with self.lock:
             self.job.heartbeat = self.last_write = time.time()
-            _write(self.job, self.cache_dir)
+            if not self.here:
+                _write(self.job, self.cache_dir)
 
     def _heartbeat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
@@ -527,18 +703,25 @@ class _Running:
             self.stage_t0 = now
         j.progress = p.with_rate(now - self.stage_t0)
         if not same_stage or now - self.last_write >= PROGRESS_WRITE_S or p.finished:
-            self.write()
+            try:
+                self.write()
+            except _QUEUE_ERRORS as e:  # a full disk: the job goes on, its outcome is written at the end
+                log.warning("progress of %s could not be recorded: %s", j.id, _why(e))
 
     def cancel_requested(self) -> bool:
+        if self.here:
+            return self.cancel_event.is_set()
         now = time.time()
         if not self.cancelled and now - self.last_cancel_check >= 0.25:
             self.last_cancel_check = now
-            self.cancelled = _store(self.cache_dir).has_data_for_key(_cancel_key(self.job.id, self.job.attempt))
+            with contextlib.suppress(*_QUEUE_ERRORS):
+                self.cancelled = _store(self.cache_dir).has_data_for_key(_cancel_key(self.job.id, self.job.attempt))
         return self.cancelled
 
 
 _in_flight: dict[str, _Running] = {}
 _in_flight_lock = threading.Lock()
+_in_worker = False  # True in a `python -m core worker` process (run_worker)
 
 
 def _run_job(jid: str, attempt: int) -> None:
@@ -547,14 +730,41 @@ def _run_job(jid: str, attempt: int) -> None:
     job = _read(jid, cache_dir)
     if job is None or job.attempt != attempt or job.status != QUEUED:
         return  # cancelled before it started, or superseded by a newer attempt
+    _execute(_Running(job, cache_dir))
+
+
+def _cache_full_error(e: BaseException) -> str:
+    """The message of a job whose results could not be stored: the cache's disk is full (or unwritable)."""
+    why = _why(e)
+    if getattr(e, "errno", None) == errno.ENOSPC or "full" in str(e):
+        return (f"{CACHE_FULL} ({why}): the results were computed but could not be stored. Free disk space "
+                "(or set ANISO_CACHE_DIR to a larger disk) and retry; meanwhile the dashboard computes them "
+                "again in its own memory.")
+    return (f"the cache directory cannot be written ({why}): the results were computed but could not be stored; "
+            "retry once it is writable.")
+
+
+def _disk_error(e: BaseException) -> bool:
+    return (isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EROFS, errno.EDQUOT)) or (
+        isinstance(e, sqlite3.OperationalError) and ("full" in str(e) or "readonly" in str(e)))
+
+
+def _execute(run: _Running) -> None:
+    """Run one job attempt (in a worker, or here) and record its outcome. Never raises."""
+    job, jid = run.job, run.job.id
     job.status, job.started, job.message = RUNNING, time.time(), "starting"
     job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": _proc_start(os.getpid()),
-                  "thread": threading.current_thread().name}
-    run = _Running(job, cache_dir)
-    run.write()
+                  "thread": threading.current_thread().name, **({"here": True} if run.here else {})}
+    try:
+        run.write()
+    except _QUEUE_ERRORS as e:
+        job.status, job.error, job.finished = FAILED, _cache_full_error(e), time.time()
+        _record_outcome(run)
+        return
     with _in_flight_lock:
         _in_flight[jid] = run
     run.beat.start()
+    failures, _ = _cache.write_failures()
     try:
         if run.cancel_requested():
             raise Cancelled("cancelled before it started")
@@ -563,6 +773,9 @@ def _run_job(jid: str, attempt: int) -> None:
         result = fn(dict(job.params), run.progress, run.cancel_requested)
         json.dumps(result, allow_nan=False)
         job.status, job.result, job.message = DONE, result, "done"
+        n, last = _cache.write_failures()
+        if n > failures and not run.here:  # the results are in this worker's memory only: of use to nobody
+            job.status, job.error, job.message = FAILED, _cache_full_error(last), "failed"
     except Cancelled:
         job.status, job.message = CANCELLED, "cancelled; nothing partial was stored"
     except InputError as e:
@@ -571,17 +784,50 @@ def _run_job(jid: str, attempt: int) -> None:
         job.status, job.error = FAILED, ("out of memory: lower the token budget, the sample size, the batch size or "
                                          "the maximum sequence length, and retry")
     except Exception as e:  # noqa: BLE001 - a job's failure is recorded, the worker keeps going
-        log.exception("job %s failed", jid)
-        job.status, job.error = FAILED, f"unexpected error: {type(e).__name__}: {e}"
+        if _disk_error(e):
+            job.status, job.error = FAILED, _cache_full_error(e)
+        else:
+            log.exception("job %s failed", jid)
+            job.status, job.error = FAILED, f"unexpected error: {type(e).__name__}: {e}"
     finally:
         run.stop.set()
-        run.beat.join(timeout=10)
+        if run.beat.is_alive():
+            run.beat.join(timeout=10)
         job.finished = time.time()
         if job.status == RUNNING:  # BaseException (SystemExit) on the way out
             job.status, job.error = FAILED, "the worker stopped while running this job; retry it"
-        run.write()
+        _record_outcome(run)
         with _in_flight_lock:
             _in_flight.pop(jid, None)
+
+
+FINAL_WRITE_TRIES = 5  # attempts at writing a job's outcome before the worker gives up and stops
+
+
+def _record_outcome(run: _Running) -> None:
+    """Write the job's outcome. On a full disk, retry with a smaller record (failed, the cache is full);
+    a worker that still cannot write it stops, so that no job stays in flight for good: readers then
+    see its process gone and report the job failed (with "the cache is full" while the disk is)."""
+    job = run.job
+    for i in range(FINAL_WRITE_TRIES):
+        try:
+            run.write()
+            return
+        except _QUEUE_ERRORS as e:
+            log.warning("the outcome of job %s could not be recorded (%s); try %d/%d", job.id, _why(e), i + 1,
+                        FINAL_WRITE_TRIES)
+            if job.status != FAILED or not job.error.startswith(CACHE_FULL):
+                job.status, job.result, job.message = FAILED, None, "failed"
+                job.error = _cache_full_error(e)
+            time.sleep(min(2.0, 0.2 * 2**i))
+    _unrecordable(job)
+
+
+def _unrecordable(job: Job) -> None:
+    """No outcome could be written: a worker process stops (its jobs then read as failed)."""
+    log.error("job %s: its outcome cannot be written (%s); the worker stops", job.id, job.error)
+    if _in_worker:
+        os._exit(75)  # EX_TEMPFAIL; the app starts a new worker for the next job
 
 
 def _on_interrupted(signal_name, task, *a) -> None:
@@ -592,7 +838,8 @@ def _on_interrupted(signal_name, task, *a) -> None:
     if run is not None:
         run.job.status, run.job.finished = FAILED, time.time()
         run.job.error = "the worker was stopped while running this job; nothing partial was stored; retry it"
-        run.write()
+        with contextlib.suppress(*_QUEUE_ERRORS):
+            run.write()
 
 
 # ---------------------------------------------------------------------- the worker process
@@ -603,7 +850,14 @@ def _worker_lock_path(cache_dir=None) -> Path:
 def worker_pid(cache_dir=None) -> int | None:
     """The pid of the worker serving this cache directory, or None when none runs."""
     path = _worker_lock_path(cache_dir)
-    with open(path, "a+") as f:
+    try:
+        f = open(path, "a+")
+    except OSError:  # a read-only cache directory: a worker holds the file open only where it exists
+        try:
+            f = open(path)
+        except OSError:
+            return None
+    with f:
         try:  # a shared probe: two probes never block each other, the worker's exclusive lock blocks them
             fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -623,8 +877,8 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
     lock and the worker holds `worker.lock` for its lifetime. `ANISO_WORKER_AUTOSTART=0` turns it off.
     """
     pid = worker_pid(cache_dir)
-    if pid is not None or not settings.worker_autostart():
-        return pid
+    if pid is not None or not settings.worker_autostart() or not writable(cache_dir):
+        return pid  # a read-only queue: the app runs its jobs itself (submit(..., here=True))
     d = jobs_dir(cache_dir)
     with open(d / "spawn.lock", "a+") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
@@ -678,8 +932,13 @@ def stop_worker(cache_dir=None, timeout: float = 20) -> bool:
 
 def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | None = None) -> int:
     """Serve the queue until SIGINT/SIGTERM (or `idle_exit` seconds without work). Returns an exit code."""
+    global _in_worker
     root = cache_root(cache_dir)
     settings.set_cache_dir(root)  # job kinds and the pipeline use this cache
+    if not writable(root):
+        raise InputError(f"The job queue of {root} cannot be written ({_readonly[str(root)]}): a worker needs a "
+                         "writable cache directory.")
+    _in_worker = True
     path = _worker_lock_path(root)
     f = open(path, "a+")
     try:  # a probe (worker_pid) may hold a shared lock for an instant: retry briefly before giving up

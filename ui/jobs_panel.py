@@ -65,7 +65,7 @@ def _cancel(jid: str) -> None:
 
 def _retry(jid: str) -> None:
     try:
-        jobs.retry(jid)
+        jobs.retry(jid, here=True)
     except InputError as e:  # it was queued again meanwhile (another tab, the CLI): say so
         st.toast(markdown_text(str(e)), icon=":material/info:")
     start_worker()

@@ -8,7 +8,7 @@ from functools import partial
 
 import streamlit as st
 
-from core import export, pipeline, views
+from core import export, jobs, pipeline, views
 from core.errors import InputError
 from core.escape import markdown_text
 from core.postprocess import PostProcess
@@ -113,6 +113,8 @@ def status(sel) -> None:
     degraded = pipeline.get_store().degraded
     if degraded:
         st.warning(markdown_text(degraded), icon=":material/warning:")
+    for note in jobs.notes():  # the job queue set aside (corrupted) or read-only
+        st.warning(markdown_text(note), icon=":material/warning:")
     for p in lg.url_problems:
         st.warning(markdown_text(p), icon=":material/link_off:")
     if lg.corpus_problem:

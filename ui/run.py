@@ -57,7 +57,7 @@ def run(sel) -> None:
             if data.is_cached(spec):
                 continue
             lg.errors.pop(rid, None)
-            jobs.submit("analyze", analyze_params(spec), label=_label(spec))
+            jobs.submit("analyze", analyze_params(spec), label=_label(spec), here=True)
             queued += 1
         except InputError as e:
             lg.errors[rid] = str(e)
@@ -69,14 +69,14 @@ def run(sel) -> None:
 
 def submit_ablation(spec) -> str:
     """Queue the ablation of a computed run (the Outliers page's button)."""
-    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec))
+    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec), here=True)
     start_worker()
     return jid
 
 
 def submit_attention(spec) -> str:
     """Queue the attention statistics of a run (the Attention page's button)."""
-    jid = jobs.submit("attention", analyze_params(spec), label=_label(spec))
+    jid = jobs.submit("attention", analyze_params(spec), label=_label(spec), here=True)
     start_worker()
     return jid
 
@@ -114,7 +114,11 @@ def _jobs_of(sel, active_only: bool = False, trainings: bool = False) -> list[tu
     out = []
     for spec in sel.specs():
         try:
-            out.append((spec, "analyze", jobs.status(job_id("analyze", spec))))
+            job = jobs.status(job_id("analyze", spec))
+            if jobs.cache_full(job) and not data.is_cached(spec):  # the worker could not store it: compute it
+                jobs.run_here("analyze", analyze_params(spec), job.label)  # here, in memory, and show it
+                job = jobs.status(job.id)
+            out.append((spec, "analyze", job))
             for kind in ("ablation", "attention"):
                 side = jobs.status(job_id(kind, spec))
                 if side is not None:

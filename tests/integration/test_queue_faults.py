@@ -1,0 +1,171 @@
+"""Faults of the job queue that the docs promise to survive (docs/safety.md, Faults): a read-only
+cache, a full cache (the results cannot be stored, the job's outcome cannot be written), a
+corrupted queue.db. Jobs run in this process (`jobs._run_job`, as a worker thread runs it) or in
+`python -m core` subprocesses."""
+
+from __future__ import annotations
+
+import errno
+import sqlite3
+
+import diskcache
+import jobkinds  # noqa: F401 - registers test-steps / test-fail in this process too
+import pytest
+from faults import read_only
+from foundation_helpers import run_cli
+from job_helpers import worker, worker_env
+
+from core import jobs, pipeline
+from core.errors import InputError
+from core.spec import RunSpec
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """A fresh cache directory, as a new process would see it (no queue or store opened yet)."""
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    _fresh_process(monkeypatch)
+    return tmp_path / "cache"
+
+
+def _fresh_process(monkeypatch):
+    for name in ("_queues", "_notes", "_readonly", "_here", "_queue_notices"):
+        monkeypatch.setattr(jobs, name, {}, raising=False)
+    monkeypatch.setattr(pipeline, "_stores", {})
+
+
+def _spec(model) -> RunSpec:
+    return RunSpec(model=str(model), corpus="wiki-en", max_tokens=300, max_seq_len=64, batch_size=4, sample=100)
+
+
+def _cli(cache, *args):
+    env = worker_env(cache)
+    return run_cli("jobs", *args, "--cache-dir", cache, ANISO_JOB_MODULES=env["ANISO_JOB_MODULES"],
+                   PYTHONPATH=env["PYTHONPATH"], timeout=120)
+
+
+# ---------------------------------------------------------------------- a read-only cache
+def test_a_read_only_cache_lists_its_jobs_and_runs_new_ones_in_memory(cache, monkeypatch, tiny_bert_dir):
+    old = jobs.submit("test-steps", {"n": 1, "delay": 0.01}, label="from before")
+    jobs.queue().storage.close()  # this process is done with it (SQLite checkpoints its write-ahead log)
+    with read_only(cache):
+        r = _cli(cache, "list")
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+        assert old in r.stdout and "warning: The job queue" in r.stderr and "cannot be written" in r.stderr
+        r = _cli(cache, "cancel", old)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "cannot be written" in r.stderr, r.stderr
+        r = run_cli("worker", "--cache-dir", cache, timeout=60)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "writable cache directory" in r.stderr
+
+        _fresh_process(monkeypatch)  # the app, started on the read-only cache
+        assert not jobs.writable() and "cannot be written" in jobs.notes()[0]
+        assert [j.id for j in jobs.list_jobs()] == [old]
+        with pytest.raises(InputError, match="cannot be written"):
+            jobs.submit("test-steps", {"n": 2, "delay": 0.01})  # the CLI: a message, not a traceback
+        spec = _spec(tiny_bert_dir)
+        jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label="tiny", here=True)  # the app's Run
+        assert jobs.ensure_worker() is None  # no worker: it would have nothing to write to
+        job = jobs.wait(jid, timeout=300, poll_s=0.1)
+        assert job.status == jobs.DONE, job.error
+        assert job.worker.get("here") and {j.id for j in jobs.list_jobs()} == {old, jid}
+        assert pipeline.is_cached(spec)  # in this process's memory
+        res = pipeline.analyze(spec)
+        assert res["manifest"]["cache_hit"] and len(res["layers"]) == 3
+        assert "cannot be written" in pipeline.get_store().degraded
+        assert jobs.retry(jid, here=True).worker.get("here")  # Retry runs it here again
+        assert jobs.wait(jid, timeout=300, poll_s=0.1).status == jobs.DONE
+
+
+def test_a_job_run_here_can_be_cancelled(cache, monkeypatch):
+    with read_only(cache.parent):
+        jid = jobs.submit("test-steps", {"n": 200, "delay": 0.05}, here=True)
+        jobs.cancel(jid)
+        assert jobs.wait(jid, timeout=60, poll_s=0.05).status == jobs.CANCELLED
+
+
+# ---------------------------------------------------------------------- a full cache
+def _full(*a, **k):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_cache_fails_the_job_and_the_app_shows_the_result_from_memory(cache, monkeypatch, tiny_bert_dir):
+    spec = _spec(tiny_bert_dir)
+    jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label="tiny")
+    monkeypatch.setattr(diskcache.Cache, "set", _full)  # every cache entry write finds the disk full
+    jobs._run_job(jid, 1)  # as the worker's thread runs it
+    job = jobs.status(jid)
+    assert job.status == jobs.FAILED and jobs.cache_full(job)  # not "done", not in flight for good
+    assert job.error.startswith("the cache is full (No space left on device)")
+
+    monkeypatch.setattr(pipeline, "_stores", {})  # the app: another process, the worker's memory is not its own
+    assert not pipeline.is_cached(spec)
+    assert jobs.retry(jid, here=True).worker.get("here")  # what the app's panel does on seeing it (ui.run)
+    done = jobs.wait(jid, timeout=300, poll_s=0.1)
+    assert done.status == jobs.DONE, done.error
+    assert pipeline.is_cached(spec) and len(pipeline.analyze(spec)["layers"]) == 3  # shown from memory
+    assert "No space left" in pipeline.get_store().degraded
+
+
+def test_an_outcome_that_cannot_be_written_never_leaves_the_job_in_flight(cache, monkeypatch):
+    jid = jobs.submit("test-steps", {"n": 3, "delay": 0.01})
+    real, final = jobs._write, []
+
+    def write(job, cache_dir=None):
+        if job.status != jobs.RUNNING and not final:  # the first write of the outcome finds the disk full
+            final.append(job.status)
+            raise sqlite3.OperationalError("database or disk is full")
+        real(job, cache_dir)
+
+    monkeypatch.setattr(jobs, "_write", write)
+    jobs._run_job(jid, 1)
+    job = jobs.status(jid)
+    assert final == [jobs.DONE] and job.status == jobs.FAILED and jobs.cache_full(job), job
+
+    jid = jobs.submit("test-steps", {"n": 4, "delay": 0.01})
+    stopped = []
+    monkeypatch.setattr(jobs, "_write", lambda job, cache_dir=None: (
+        _full() if job.status != jobs.RUNNING else real(job, cache_dir)))
+    monkeypatch.setattr(jobs, "_unrecordable", stopped.append)  # a worker process exits here
+    monkeypatch.setattr(jobs, "FINAL_WRITE_TRIES", 2)
+    jobs._run_job(jid, 1)
+    assert [j.id for j in stopped] == [jid] and jobs.cache_full(stopped[0])
+
+
+def test_a_worker_whose_outcome_cannot_be_written_stops(cache, monkeypatch):
+    """The process side of the above: `_unrecordable` in a worker process exits it, so readers see it gone."""
+    monkeypatch.setattr(jobs, "_in_worker", True)
+    exits = []
+    monkeypatch.setattr(jobs.os, "_exit", exits.append)
+    jobs._unrecordable(jobs.Job("x", "test-steps", {}))
+    assert exits == [75]
+
+
+# ---------------------------------------------------------------------- a corrupted queue.db
+def test_a_corrupted_queue_is_set_aside_and_a_fresh_one_started(cache, monkeypatch):
+    garbage = bytes(range(256)) * 40
+    (cache / "jobs").mkdir(parents=True)
+    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    r = _cli(cache, "list")
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert "no jobs" in r.stdout and r.stderr.count("The job queue queue.db was damaged") == 1, r.stderr
+    [aside] = (cache / "jobs").glob("queue.db.damaged-*")
+    assert aside.read_bytes() == garbage  # renamed, not deleted
+    assert aside.name in r.stderr
+
+    for args in (("list",), ("retry", "no-such-job")):  # again garbage: each command says so, no traceback
+        (cache / "jobs" / "queue.db").write_bytes(garbage)
+        r = _cli(cache, *args)
+        assert "Traceback" not in r.stderr and "was damaged" in r.stderr, r.stderr
+    assert "No job 'no-such-job'" in r.stderr
+    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    r = run_cli("worker", "--cache-dir", cache, "--idle-exit", "1", timeout=120)
+    assert r.returncode == 0 and "Traceback" not in r.stderr and "was damaged" in r.stderr, r.stderr
+
+    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    jobs.queue()  # the app opens it: one warning, shown on its pages
+    assert "was damaged" in jobs.queue_notice()
+    jid = jobs.submit("test-steps", {"n": 2, "delay": 0.01})
+    with worker(cache):  # a worker serves the fresh queue
+        assert jobs.wait(jid, timeout=60).status == jobs.DONE
+    assert len(list((cache / "jobs").glob("queue.db.damaged-*"))) == 5
