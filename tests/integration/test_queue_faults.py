@@ -25,6 +25,7 @@ def cache(tmp_path, monkeypatch):
     """A fresh cache directory, as a new process would see it (no queue or store opened yet)."""
     monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # the jobs name a tiny model's temporary folder
     _fresh_process(monkeypatch)
     return tmp_path / "cache"
 
