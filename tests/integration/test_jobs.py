@@ -30,6 +30,9 @@ from core.spec import RunSpec
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    # The tiny models are folders in temporary directories: a single-user worker may read them (it
+    # re-checks every job's model and corpus under its own settings).
+    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")
     return tmp_path
 
 
@@ -281,7 +284,6 @@ def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch
     records moves through the pass (it stayed at 0 while its stage was an untyped string)."""
     from core.progress import Stage
 
-    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # the worker re-checks the model folder (a server path)
     spec = RunSpec(model=str(tiny_gpt2_dir), corpus="wiki-en", max_tokens=1200, max_seq_len=32, batch_size=2,
                    sample=100)
     jid = jobs.submit("attention", {"spec": spec.to_dict()})
@@ -363,6 +365,7 @@ def test_the_worker_rechecks_a_forged_job(cache, tmp_path, monkeypatch):
     data = tmp_path / "data"
     data.mkdir()
     monkeypatch.setenv("ANISO_DATA_DIR", str(data))
+    monkeypatch.delenv("ANISO_ALLOW_SERVER_PATHS")  # a served dashboard's worker: the data directory only
     cases = {
         "remote": (RunSpec(model=str(folder), corpus="wiki-en", trust_remote_code=True), "ANISO_ALLOW_REMOTE_CODE"),
         "folder": (RunSpec(model=str(folder), corpus="wiki-en"), "not available here"),
