@@ -12,7 +12,7 @@ from .. import figures as F
 from ..attention import head_matrix, layer_means, link_matrix
 from ..drift import grid
 from ..escape import shorten, visible
-from .common import View, _corpora, _fmt_n, _manifest, as_results, model_label, run_name
+from .common import View, _corpora, _fmt_n, _manifest, as_results, model_label, readable_token, run_name
 
 # statistic -> (label, unit, diverging colour scale)
 ATTN_STATS: dict[str, tuple[str, str, bool]] = {
@@ -236,8 +236,10 @@ def _where(maps: dict) -> str:
 
 
 def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
-    """One window's attention map at (block, head) beside the same map with the outlier dims zeroed."""
-    toks = [str(t) for t in maps["tokens"]]
+    """One window's attention map at (block, head) beside the same map with the outlier dims zeroed.
+    Labels show each token's text (`readable_token`); the data keep the tokenizer's tokens too."""
+    raw = [str(t) for t in maps["tokens"]]
+    toks = [readable_token(t) for t in raw]
     n = len(toks)
     a, z = maps["maps"][block - 1, head], maps["zeroed"][block - 1, head]
     et = [F.esc(t) for t in toks]
@@ -260,12 +262,15 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
                "hover": hover(a), **ticks}]
     notes = []
     if dims:
-        panels.append({"z": z, "title": f"outlier dims {dims} zeroed in every norm", "x_title": "key position",
+        # a short title (a list of 14 dims ran into the other panel's): the dims are in the subtitle
+        panels.append({"z": z, "title": f"{len(dims)} outlier dims zeroed", "x_title": "key position",
                        "y_title": "", "hover": hover(z), "y_ticks": False, **ticks})
     else:
         notes.append("This run has no persistent outlier dims: there is nothing to zero.")
     shown = f"first {n} of {maps['n_positions']} positions" if maps["n_positions"] > n else f"{n} positions"
     sub = f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · {shown} · block {block}, head {head}"
+    if dims:
+        sub += f" · right: dims {', '.join(map(str, dims))} zeroed in every norm"
     # One colour scale for both maps, from 0 to the largest entry of either (a 0-1 scale leaves a map
     # that is not dominated by one sink almost uniformly dark).
     top = float(np.nanmax([np.nanmax(a), np.nanmax(z) if dims and np.isfinite(z).any() else 0.0]))
@@ -275,7 +280,8 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
         sub += f" · key labels: every {_nth(x_step)} (hover a cell for its query and key tokens)"
     fig = F.heat_panels(panels, title="Attention map of one window", subtitle=sub, colorbar_title="attention",
                         zmin=0.0, zmax=top, height=_map_layout(n)[1])
-    rows = [{"query": i, "query_token": toks[i], "key": j, "key_token": toks[j], "attention": float(a[i, j]),
+    rows = [{"query": i, "query_token": raw[i], "query_text": toks[i], "key": j, "key_token": raw[j],
+             "key_text": toks[j], "attention": float(a[i, j]),
              "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
                 pd.DataFrame(rows), _manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
@@ -288,7 +294,7 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
     """The change the ablation makes to one window's map at (block, head): the map with the outlier
     dims zeroed minus the map as computed, on a diverging scale symmetric about 0 (blue: less
     attention once the dims are zeroed, red: more). None of it when the run has no outlier dims."""
-    toks = [str(t) for t in maps["tokens"]]
+    toks = [readable_token(t) for t in maps["tokens"]]
     n = len(toks)
     dims = maps["dims"]
     a, z = maps["maps"][block - 1, head], maps["zeroed"][block - 1, head]

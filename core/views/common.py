@@ -119,3 +119,44 @@ def post_for(results, post: PostProcess, drop_outliers: bool = False) -> PostPro
         remove |= set(r.persistent_activation_outliers)
     return PostProcess(center=post.center, zscore=post.zscore, abtt=post.abtt, whiten=post.whiten,
                        whiten_k=post.whiten_k, remove=tuple(sorted(remove)))
+
+
+def _byte_decoder() -> dict[str, int]:
+    """GPT-2's byte-level BPE alphabet (every byte as a printable character), inverted."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs, n = bs[:], 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+_BYTES = _byte_decoder()
+
+
+def readable_token(tok: str) -> str:
+    """A tokenizer's token as the text it stands for: byte-level BPE markers decoded (`ĠPolish` ->
+    ` Polish`, `Ċ` -> a newline), SentencePiece's `▁` as a space and its `<0x0A>` bytes as characters;
+    newlines and tabs then shown as ↵ and ⇥, a blank token as ␣. Other tokens (WordPiece's `##ing`,
+    specials such as `<|endoftext|>`) are returned as they are.
+
+    >>> readable_token("ĠPolish"), readable_token("Ċ"), readable_token("▁the"), readable_token("##ing")
+    (' Polish', '↵', ' the', '##ing')
+    """
+    s = str(tok)
+    if len(s) == 6 and s.startswith("<0x") and s.endswith(">"):  # SentencePiece byte fallback
+        try:
+            s = bytes([int(s[3:5], 16)]).decode("utf-8")
+        except (ValueError, UnicodeDecodeError):
+            return s
+    elif "▁" in s:
+        s = s.replace("▁", " ")
+    elif s and all(c in _BYTES for c in s):
+        try:
+            s = bytes(_BYTES[c] for c in s).decode("utf-8")
+        except UnicodeDecodeError:  # not byte-level text (e.g. WordPiece's "café"), or half a character
+            pass
+    s = s.replace("\n", "↵").replace("\r", "↵").replace("\t", "⇥")
+    return s if s.strip() else "␣" * max(1, len(s))

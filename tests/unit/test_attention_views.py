@@ -117,6 +117,20 @@ def test_attention_map_escapes_tokens(case):
     assert list(v.data["key_token"][:4]) == toks  # the data keep the raw tokens
 
 
+def test_attention_map_labels_show_decoded_text_and_a_short_zeroed_title(case):
+    res, _, _, _ = case
+    toks = ["ĠPolish", "Ċ", "Ã©t", "▁the", "##ing", "<|endoftext|>"]
+    m = np.random.default_rng(4).random((1, 1, 6, 6))
+    maps = {"tokens": toks, "maps": m / m.sum(-1, keepdims=True), "zeroed": m / m.sum(-1, keepdims=True),
+            "dims": list(range(14)), "window": 0, "n_positions": 6, "document": 0}
+    v = AV.attention_map_pair(res, maps, 1, 0)
+    assert list(v.figure.layout.yaxis.ticktext) == [" Polish", "↵", "ét", " the", "##ing", "&lt;|endoftext|&gt;"]
+    titles = [a.text for a in v.figure.layout.annotations][:2]
+    assert titles == ["as computed", "14 outlier dims zeroed"]  # short: no overlap with the left panel's title
+    assert "dims 0, 1, 2" in v.figure.layout.title.subtitle.text
+    assert list(v.data["key_text"][:6]) == [" Polish", "↵", "ét", " the", "##ing", "<|endoftext|>"]
+
+
 def test_windows_grouped_by_document_for_the_viewer():
     from core.attention import doc_start, document_index
     from core.corpora import TokenWindows
