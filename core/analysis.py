@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from . import dimension as D
 from . import metrics as M
 from . import outliers as O
 from . import statistics as S
@@ -140,6 +141,13 @@ def frequency_report(stats, outliers: dict, seed: int = 0) -> dict:
     rep["layers"] = _relabel(rep["layers"], stats.layer_ids)
     rep["variable"] = "Pearson r between log corpus frequency of the token and |x_d|, over all analysed tokens"
     rep["special_tokens"] = stats.manifest["tokens"]["special_tokens"]
+    a = stats.arrays
+    if a["sample"].shape[1] >= 3:  # the position confound, on the token sample (core.dimension)
+        special = stats.meta.get("sample_special")
+        pos = D.position_report(a["sample"], np.log(np.maximum(a["sample_freq"], 1)), a["sample_position"],
+                                None if special is None else np.asarray(special, dtype=bool), rep["outlier_dims"])
+        pos["layers"] = _relabel(pos["layers"], stats.layer_ids)
+        rep["position"] = pos
     return rep
 
 

@@ -345,6 +345,10 @@ def cmd_outliers(a) -> int:
     print(f"persistent activation outliers: {o['activation']['persistent']}", file=sys.stderr)
     if "persistent" in o.get("norm_parameters", {}):
         print(f"persistent norm-parameter outliers: {o['norm_parameters']['persistent']}", file=sys.stderr)
+    from .views.dimension import position_notes  # the same warning as the Frequency tab
+
+    for note in position_notes(res):
+        print(f"note: {note}", file=sys.stderr)
     if a.ablate:
         ab = out["ablation"]
         print(f"ablation of {ab['dims']}: loss {ab['baseline_loss']:.4f} -> {ab['ablated_loss']:.4f} "

@@ -120,3 +120,113 @@ def r_summary(R: np.ndarray, dims, baseline_dims) -> pd.DataFrame:
                      "max_r": float(np.nanmax(r)), "peak_layer": peak, "r_at_peak": float(r[peak]),
                      "layers_above_baseline": int(np.sum(np.abs(r[ok]) > base[ok]))})
     return pd.DataFrame(rows)
+
+
+# --------------------------------------------------------------------------- position confound
+# In a causal LM without a BOS token the first position of every window carries huge activations
+# in a few dims (attention sinks). The first tokens of documents are also a particular set of
+# types, so a plain frequency link can be a first-position effect: these separate the two.
+FIRST, SPECIAL, LATER = 0, 1, 2
+POSITION_CLASSES = ("position 0", "special token", "later position")
+TOP_POSITION_WARN = 0.5  # warn when more than this share of a dim's top tokens sit at one position
+
+
+def position_classes(position: np.ndarray, special: np.ndarray | None = None) -> np.ndarray:
+    """(K,) class of each sampled token: FIRST (position 0 of its window), SPECIAL (a special
+    token elsewhere) or LATER."""
+    pos = np.asarray(position)
+    cls = np.full(pos.shape, LATER, dtype=np.int64)
+    if special is not None:
+        cls[np.asarray(special, dtype=bool)] = SPECIAL
+    cls[pos == 0] = FIRST
+    return cls
+
+
+def _pearson(a: np.ndarray, b: np.ndarray) -> float:
+    ok = np.isfinite(a) & np.isfinite(b)
+    a, b = a[ok], b[ok]
+    if a.size < 3 or a.std() == 0 or b.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def partial_r(f: np.ndarray, x: np.ndarray, groups: np.ndarray) -> float:
+    """Pearson r of f and x given a categorical covariate: both residualised on the group means
+    (the least-squares fit on group dummies), then correlated. NaN when undefined.
+
+    >>> g = np.array([0, 0, 1, 1]); round(partial_r(np.array([1., 2, 11, 12]), np.array([1., 2, 5, 6]), g), 3)
+    1.0
+    """
+    f, x, g = (np.asarray(v, dtype=float) for v in (f, x, groups))
+    ok = np.isfinite(f) & np.isfinite(x)
+    f, x, g = f[ok], x[ok], np.unique(g[ok], return_inverse=True)[1]
+    if f.size < 3:
+        return float("nan")
+    n = np.bincount(g).astype(float)
+    rf = f - (np.bincount(g, f) / n)[g]
+    rx = x - (np.bincount(g, x) / n)[g]
+    return _pearson(rf, rx)
+
+
+def position_link(x_d: np.ndarray, log_f: np.ndarray, classes: np.ndarray) -> dict:
+    """The frequency link of one dim on the sample three ways: plain r, r over later positions only
+    (position 0 and special tokens excluded), and the partial r given the position class."""
+    x = np.abs(np.asarray(x_d, dtype=float))
+    f = np.asarray(log_f, dtype=float)[: len(x)]
+    c = np.asarray(classes)[: len(x)]
+    later = c == LATER
+    return {"r": _pearson(f, x), "r_later": _pearson(f[later], x[later]), "partial_r": partial_r(f, x, c)}
+
+
+def top_position_share(x_d: np.ndarray, position: np.ndarray, top: int = TOP_TOKENS) -> tuple[int, float]:
+    """(the most common position among the `top` tokens with the largest |x_d|, its share of them)."""
+    x = np.abs(np.asarray(x_d, dtype=float))
+    order = np.argsort(-x, kind="stable")[:top]
+    if not order.size:
+        return -1, float("nan")
+    vals, cnt = np.unique(np.asarray(position)[order], return_counts=True)
+    j = int(np.argmax(cnt))
+    return int(vals[j]), float(cnt[j] / order.size)
+
+
+def position_report(sample: np.ndarray, log_f: np.ndarray, position: np.ndarray, special: np.ndarray | None,
+                    dims, top: int = TOP_TOKENS) -> dict:
+    """results.json's frequency["position"]: for every outlier dim and layer, the sample's plain r,
+    r over later positions, partial r given the position class, and where its top tokens sit.
+
+    sample : (L+1, K, d) the token sample's hidden states; log_f, position, special: (K,) per sampled token.
+    """
+    cls = position_classes(position, special)
+    layers = []
+    for l in range(sample.shape[0]):
+        links = [position_link(sample[l, :, int(d)], log_f, cls) for d in dims]
+        tops = [top_position_share(sample[l, :, int(d)], position, top) for d in dims]
+        layers.append({"layer": l, "r_sample": [k["r"] for k in links], "r_later": [k["r_later"] for k in links],
+                       "partial_r": [k["partial_r"] for k in links],
+                       "top_position": [p for p, _ in tops], "top_position_share": [s for _, s in tops]})
+    counts = np.bincount(cls, minlength=3)
+    return {"outlier_dims": [int(d) for d in dims], "sample_size": int(len(cls)),
+            "n_position0": int(counts[FIRST]), "n_special": int(counts[SPECIAL]), "top": int(top),
+            "variable": "on the token sample: r_sample = Pearson r of log corpus frequency and |x_d|; r_later = the "
+                        "same over later positions only (position 0 of each window and special tokens excluded); "
+                        "partial_r = r given the position class (position 0 / special / later; both variables "
+                        "residualised on the class means); top_position = the most common position among the "
+                        f"{top} tokens with the largest |x_d|, top_position_share its share",
+            "layers": layers}
+
+
+def position_dominated(report: dict, threshold: float = TOP_POSITION_WARN) -> dict[int, int]:
+    """{dim: its most common top-token position} for the dims whose top tokens sit mostly (> threshold)
+    at one position in at least half of the layers."""
+    layers = report.get("layers") or []
+    out = {}
+    for j, d in enumerate(report.get("outlier_dims") or []):
+        hits = [l["top_position"][j] for l in layers if _finite_gt(l["top_position_share"][j], threshold)]
+        if layers and len(hits) * 2 >= len(layers):
+            vals, cnt = np.unique(hits, return_counts=True)
+            out[int(d)] = int(vals[np.argmax(cnt)])
+    return out
+
+
+def _finite_gt(v, t) -> bool:
+    return v is not None and np.isfinite(v) and v > t

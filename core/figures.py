@@ -134,8 +134,9 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
     """Lines with markers, one per series, an optional band, and dotted published references.
 
     series: dicts with ``name``, ``x``, ``y``, ``color`` (index or hex), optional ``dash``
-    ("solid"/"dash"/"dot"), ``band`` ((lo, hi) lists), ``band_name``, ``hover`` (per-point text),
-    ``group`` (legend group), ``band_only`` (draw the band alone, e.g. a baseline range).
+    ("solid"/"dash"/"dot"), ``band`` ((lo, hi) lists), ``band_name``, ``band_alpha``, ``band_edge`` (outline
+    the band), ``hover`` (per-point text), ``width``, ``marker_size``, ``opacity``, ``group`` (legend group),
+    ``band_only`` (draw the band alone, e.g. a baseline range).
     references: ``name``, ``x``, ``y``, ``estimator`` (hover text).
     """
     fig = base(title, subtitle, x_title, y_title)
@@ -146,16 +147,19 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
             lo, hi = s["band"]
             x = list(s["x"])
             fig.add_trace(go.Scatter(
-                x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself", fillcolor=_rgba(c, 0.18),
-                line=dict(width=0), hoverinfo="skip", name=esc(s.get("band_name") or f"{s['name']}: 95% CI"),
+                x=x + x[::-1], y=list(hi) + list(lo)[::-1], mode="lines", fill="toself",
+                fillcolor=_rgba(c, s.get("band_alpha", 0.18)),
+                line=dict(width=1, color=_rgba(c, 0.9)) if s.get("band_edge") else dict(width=0), hoverinfo="skip",
+                name=esc(s.get("band_name") or f"{s['name']}: 95% CI"),
                 legendgroup=group, showlegend=bool(s.get("band_name"))))
         if s.get("band_only"):  # a shaded range with its own legend entry (e.g. a baseline), no line
             continue
         hover = s.get("hover")
         fig.add_trace(go.Scatter(
             x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=esc(s["name"]), legendgroup=group,
-            line=dict(color=c, width=2.2, dash=s.get("dash", "solid")),
-            marker=dict(size=6, symbol=s.get("symbol", "circle"), color=c),
+            line=dict(color=c, width=s.get("width", 2.2), dash=s.get("dash", "solid")),
+            marker=dict(size=s.get("marker_size", 6), symbol=s.get("symbol", "circle"), color=c),
+            opacity=s.get("opacity", 1.0),
             text=list(hover) if hover is not None else None,
             hovertemplate=("%{text}<extra></extra>" if hover is not None
                            else f"{esc(s['name'])}<br>x=%{{x}}<br>y=%{{y:.4g}}<extra></extra>")))
@@ -239,11 +243,15 @@ def ranked_bars(labels: Sequence[str], values: Sequence[float], highlight: Seque
 
 
 def delta_bars(items: Sequence[dict], *, title: str, subtitle: str, y_title: str) -> go.Figure:
-    """Bars with error bars and the individual draws as points. items: name, value, std, points, color."""
+    """Bars with error bars, their values written on them, and the individual draws as points.
+    items: name, value, std, points, color, label (default: the value, ± std)."""
     fig = base(title, subtitle, "", y_title)
     for i, it in enumerate(items):
         c = color(it.get("color", i)) if not isinstance(it.get("color"), str) else it["color"]
+        label = it.get("label", f"{it['value']:+.3g}" + (f" ± {it['std']:.2g}" if it.get("std") is not None else ""))
         fig.add_trace(go.Bar(x=[esc(it["name"])], y=[it["value"]], name=esc(it["name"]), marker_color=c,
+                             text=[esc(label)], textposition="outside", cliponaxis=False,
+                             textfont=dict(size=13, color="#222222"),
                              error_y=dict(type="data", array=[it.get("std") or 0.0], visible=it.get("std") is not None),
                              hovertemplate=f"{esc(it['name'])}<br>%{{y:.4f}}<extra></extra>"))
         pts = it.get("points") or []
@@ -342,10 +350,24 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
 
 def scatter_xy(x: Sequence[float], y: Sequence[float], hover: Sequence[str], *, title: str, subtitle: str,
                x_title: str, y_title: str, name: str, color_values: Sequence[float] | None = None,
-               color_title: str = "") -> go.Figure:
-    """One cloud of points (WebGL for large samples) with per-point hover text."""
+               color_title: str = "", groups: Sequence[dict] | None = None) -> go.Figure:
+    """One cloud of points (WebGL for large samples) with per-point hover text.
+
+    groups: instead of one cloud, one legend entry per group (name, mask, color, symbol, size), drawn in order.
+    """
     fig = base(title, subtitle, x_title, y_title)
     marker = dict(size=5, opacity=0.55, color=OKABE_ITO[0])
+    if groups:
+        x, y, hover = np.asarray(x), np.asarray(y), np.asarray(list(hover), dtype=object)
+        for g in groups:
+            m = np.asarray(g["mask"], dtype=bool)
+            if not m.any():
+                continue
+            fig.add_trace(go.Scattergl(x=x[m].tolist(), y=y[m].tolist(), mode="markers", name=esc(g["name"]),
+                                       marker=dict(size=g.get("size", 5), opacity=g.get("opacity", 0.55),
+                                                   color=g["color"], symbol=g.get("symbol", "circle")),
+                                       text=hover[m].tolist(), hovertemplate="%{text}<extra></extra>"))
+        return fig
     if color_values is not None:
         marker.update(color=list(color_values), colorscale=SEQUENTIAL,
                       colorbar=dict(title=dict(text=color_title), thickness=14))

@@ -244,7 +244,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
                          f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
                          "or use a smaller model.") from None
     meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
-            "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"])}
+            "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"]),
+            "sample_special": np.isin(arrays["sample_token_id"], list(lm.tokenizer.all_special_ids or [])).tolist()}
     try:
         from .ablation import norm_parameters
 

@@ -239,4 +239,6 @@ def sample_table(stats):
             df[k[len("sample_"):]] = a[k]
     if "sample_item" in stats.meta:
         df["item"] = stats.meta["sample_item"]
+    if "sample_special" in stats.meta:  # runs made before it was stored: position 0 is still known
+        df["special"] = np.asarray(stats.meta["sample_special"], dtype=bool)
     return df

@@ -27,6 +27,7 @@ from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREF
 from .errors import InputError
 from .escape import shorten, visible
 from .modalities import MODAL_CORPORA
+from .outliers import run_outlier_dims
 from .postprocess import PostProcess
 from .settings import Settings, uploads_dir
 from .settings import current as current_settings
@@ -54,6 +55,9 @@ X_AXES = ("layer", "depth")
 LAYER_BY = ("depth", "index")  # how the one-layer views pick each model's layer
 PROJ_METHODS = ("pca", "umap")
 PROJ_COLORS = ("log_frequency", "position", "document", "search")
+# The outlier dims the Frequency and drill-down tabs use: the run's persistent dims (either definition),
+# or the dims over the 3-sigma rule at the page's layer.
+OUTLIER_SETS = ("persistent", "layer")
 # Bounds of the numeric fields (the sidebar's widgets use the same): a URL value outside is clamped.
 LIMITS: dict[str, tuple[int, int]] = {
     "max_tokens": (1, 10_000_000), "max_seq_len": (8, 8192), "batch_size": (1, 512),
@@ -281,6 +285,7 @@ class Selection:
     search: str = ""
     dim: int | None = None  # the dimension drilled into on the Outliers page (None: the first outlier)
     ablation: bool = False  # show the focused run's LM-loss ablation (Outliers page)
+    outlier_set: str = "persistent"  # the dims of the Frequency and drill-down tabs (OUTLIER_SETS)
 
     def __post_init__(self):
         models = tuple(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
@@ -323,6 +328,8 @@ class Selection:
             raise InputError(f"x_axis must be one of {X_AXES}, got {_shown(self.x_axis)}.")
         if self.proj_method not in PROJ_METHODS:
             raise InputError(f"proj_method must be one of {PROJ_METHODS}, got {_shown(self.proj_method)}.")
+        if self.outlier_set not in OUTLIER_SETS:
+            raise InputError(f"outlier_set must be one of {OUTLIER_SETS}, got {_shown(self.outlier_set)}.")
         if self.proj_color not in PROJ_COLORS:
             raise InputError(f"proj_color must be one of {PROJ_COLORS}, got {_shown(self.proj_color)}.")
         if not 0.0 <= float(self.depth) <= 1.0:
@@ -406,14 +413,14 @@ class Selection:
         return "depth" if self.reference or len(set(layer_counts)) > 1 else "layer"
 
     def dim_for(self, results: dict) -> int:
-        """The dimension drilled into for a run: the chosen one (within the model's d), else its first
-        persistent outlier (either definition), else 0."""
+        """The dimension drilled into for a run: the chosen one (within the model's d), else its strongest
+        persistent outlier (either definition; the largest max |x_d| among the massive activations, then the
+        most layers flagged), else 0."""
         d = int(results["manifest"]["model"].get("hidden_size") or 1)
         if self.dim is not None and int(self.dim) < d:
             return int(self.dim)
-        o = results["outliers"]
-        outs = sorted(set(o["activation"]["persistent"]) | set(o.get("norm_parameters", {}).get("persistent") or []))
-        return int(outs[0]) if outs else 0
+        dims = strongest_dims(results["outliers"])
+        return dims[0] if dims else 0
 
     def replace(self, **kw) -> "Selection":
         return dataclasses.replace(self, **kw)
@@ -444,6 +451,7 @@ _KEYS = {
     "ref": "reference",
     "proj": "proj_method", "color": "proj_color", "nn": "n_neighbors", "md": "min_dist", "q": "search",
     "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds", "ablate": "ablation",
+    "oset": "outlier_set",
 }
 _PP_KEYS = {"pp_center": "center", "pp_zscore": "zscore", "pp_abtt": "abtt", "pp_whiten": "whiten",
             "pp_k": "whiten_k", "pp_drop": "remove"}
@@ -590,3 +598,16 @@ def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection,
 
 def field_names() -> list[str]:
     return [f.name for f in fields(Selection)]
+
+
+def strongest_dims(outliers: dict) -> list[int]:
+    """The persistent outlier dims (either definition), strongest first: by their largest max |x_d| in
+    results' massive activations, then by the number of layers the activation rule flags them in."""
+    outs = run_outlier_dims(outliers)
+    peak = {d: 0.0 for d in outs}
+    for m in outliers.get("massive_activations") or []:
+        for d, v in zip(m.get("dims") or [], m.get("values") or []):
+            if int(d) in peak and v is not None and v > peak[int(d)]:
+                peak[int(d)] = float(v)
+    flagged = {d: sum(d in ds for ds in outliers["activation"].get("per_layer") or []) for d in outs}
+    return sorted(outs, key=lambda d: (-peak[d], -flagged[d], d))

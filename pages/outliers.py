@@ -11,17 +11,32 @@ from core.escape import markdown_text
 from ui import data, page, state
 from ui import run as ui_run
 
+OUTLIER_SETS = {"persistent": "persistent dims (all layers)", "layer": "3-sigma dims at this layer"}
 SECTIONS = ("Outlier dimensions", "Across layers", "Two definitions", "Frequency", "Drill into a dimension", "Ablation")
+
+
+def _set_picker(sel, run, layer: int) -> tuple[str, list[int], str]:
+    """The outlier set of the Frequency and drill-down tabs (kept in the URL)."""
+    which = st.radio("Outlier set", list(OUTLIER_SETS), index=list(OUTLIER_SETS).index(sel.outlier_set),
+                     format_func=OUTLIER_SETS.get, horizontal=True, key="w_outlier_set",
+                     help="Persistent: flagged by the 3-sigma rule in many layers, or by the norm-parameter rule "
+                          "(the ablation's dims). At this layer: the dims over the 3-sigma rule at the layer picked "
+                          "above (the first tab's).")
+    if which != sel.outlier_set:
+        state.update(outlier_set=which)
+    dims, name = views.outlier_set(run.results, which, layer)
+    st.caption(f"This tab uses {name}: {dims or 'none'}.")
+    return which, dims, name
 
 
 def _ablation(sel, run) -> None:
     """The stored ablation of the run, or the button that queues it as a job."""
     res = run.results
     dims = views.ablation_dims(res)
-    st.caption(f"Zero the outlier dimensions in every norm. Dimensions: {dims or 'none'} (persistent outliers "
-               "of either definition). The LM loss on held-out text is compared with zeroing as many random "
-               "dimensions (5 draws). Runs as a job (progress above; it loads the model, then 7 forward passes): "
-               "keep browsing meanwhile.")
+    st.caption(f"Zero the outlier dimensions in every norm. This tab uses the run's {len(dims)} persistent outlier "
+               f"dims: {dims or 'none'} (either definition, whatever the other tabs show). The LM loss on held-out "
+               "text is compared with zeroing as many random dimensions (5 draws). Runs as a job (progress above; "
+               "it loads the model, then 7 forward passes): keep browsing meanwhile.")
     ab = data.cached_ablation(run.spec)
     if ab is not None:
         if not sel.ablation:
@@ -62,6 +77,12 @@ if page.need_runs(runs):
         SECTIONS, "outliers_section", "Drill into a dimension" if sel.dim is not None else "Ablation" if sel.ablation else None)
     if dims_tab.open:
         with dims_tab:
+            here, _ = views.outlier_set(res, "layer", layer)
+            persistent, _ = views.outlier_set(res)
+            st.caption(f"This tab uses the dims over the 3-sigma rule at layer {layer} ({here or 'none'}). The "
+                       f"Frequency, Drill and Ablation tabs use the run's {len(persistent)} persistent outlier dims "
+                       "by default (flagged in many layers, or by the norm-parameter rule); Frequency and Drill "
+                       "can switch to this layer's set.")
             page.show(data.outlier_bars(run.spec, layer), "bars")
             page.show(data.cosine_contribution_bars(run.spec, layer), "cc")
 
@@ -85,14 +106,18 @@ if page.need_runs(runs):
 
     if freq_tab.open:
         with freq_tab:
-            freq, freq_table = data.frequency_views(run.spec)
+            which, _, _ = _set_picker(sel, run, layer)
+            freq, freq_table = data.frequency_views(run.spec, which, layer)
             page.show(freq, "freq")
             st.markdown("**Pearson r per outlier dimension**")
             page.show(freq_table, "freq_table")
+            with st.expander("What the columns mean"):
+                st.markdown("\n".join(f"- **{k}**: {markdown_text(v)}" for k, v in views.FREQUENCY_COLUMNS.items()))
 
     if drill_tab.open:
         with drill_tab:
-            page.dimension_picker(state.selection(), run, "outliers")
+            _, set_dims, _ = _set_picker(sel, run, layer)
+            page.dimension_picker(state.selection(), run, "outliers", set_dims)
             dim = state.selection().dim_for(run.results)
             tokens, scatter, rprof = data.dimension_views(run.spec, dim, layer)
             s1, s2 = st.columns(2)

@@ -115,9 +115,13 @@ def frequency_r(spec: RunSpec) -> np.ndarray:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def frequency_views(spec: RunSpec) -> tuple[views.View, views.View]:
+def frequency_views(spec: RunSpec, which: str = "persistent", layer: int | None = None
+                    ) -> tuple[views.View, views.View]:
+    """The frequency link of an outlier set (views.outlier_set): the chart and the per-dim table."""
     res, R = results(spec), frequency_r(spec)
-    return views.frequency_correlation(res, R), views.frequency_r_table(res, R)
+    dims, name = views.outlier_set(res, which, layer)
+    pos = views.position_for(stats(spec), res, dims)
+    return (views.frequency_correlation(res, R, dims, name, pos), views.frequency_r_table(res, R, dims, pos))
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -13,6 +13,7 @@ from core.errors import InputError
 from core.escape import markdown_text
 from core.postprocess import PostProcess
 from core.results import not_enough_data
+from core.selection import strongest_dims
 from core.spec import RunSpec
 
 from . import data, state
@@ -339,23 +340,26 @@ def definition(metric: str) -> None:
             st.markdown(sec)
 
 
-def dimension_picker(sel, run: Loaded, key: str) -> int:
-    """The dim drilled into: one of the run's outlier dims, or any dim typed in (kept in the URL)."""
+def dimension_picker(sel, run: Loaded, key: str, dims: list[int] | None = None) -> int:
+    """The dim drilled into: one of `dims` (default: the run's persistent outlier dims, strongest first),
+    or any dim typed in (kept in the URL). Both boxes show the selection's dim: picking in one updates the other."""
     res = run.results
     d = int(res["manifest"]["model"].get("hidden_size") or 1)
-    outs = views.ablation_dims(res)
+    strong = strongest_dims(res["outliers"])
+    outs = strong if dims is None else sorted(dims, key=lambda x: (strong.index(x) if x in strong else len(strong), x))
     cur = sel.dim_for(res)
-    c1, c2 = st.columns([2, 1], vertical_alignment="bottom")
+    kp, ka = f"dim_pick_{key}", f"dim_any_{key}"
     opts = outs + ([cur] if cur not in outs else [])
-    pick = c1.selectbox("Dimension", opts, index=opts.index(cur), key=f"dim_pick_{key}",
-                        format_func=lambda x: f"dim {x}" + (" (persistent outlier)" if x in outs else ""),
-                        help="The run's persistent outlier dims (either definition); type any other dim on the right.")
-    typed = c2.number_input(f"or any dim (0-{d - 1})", 0, d - 1, int(cur), key=f"dim_any_{key}")
-    new = int(typed) if int(typed) != cur else int(pick)
-    if new != cur:
-        state.update(dim=new)
-        state.forget_widgets([f"dim_pick_{key}", f"dim_any_{key}"])
-        st.rerun()
+    st.session_state[kp] = st.session_state[ka] = cur  # the selection is the truth (set before the widgets exist)
+
+    def chosen(k: str) -> None:  # runs before the rerun's script: the selection (and URL) take the new dim
+        state.update(dim=int(st.session_state[k]))
+
+    c1, c2 = st.columns([2, 1], vertical_alignment="bottom")
+    c1.selectbox("Dimension", opts, key=kp, on_change=chosen, args=(kp,),
+                 format_func=lambda x: f"dim {x}" + (" (outlier)" if x in outs else ""),
+                 help="The outlier set's dims, the strongest first; type any other dim on the right.")
+    c2.number_input(f"or any dim (0-{d - 1})", 0, d - 1, key=ka, on_change=chosen, args=(ka,))
     return cur
 
 

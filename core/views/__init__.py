@@ -24,7 +24,16 @@ from .common import (
 from .compare import compare_summary, outlier_counts
 from .controls import add_seed_bands
 from .difference import mean_cosine_difference
-from .dimension import dimension_r, dimension_scatter, dimension_tokens, frequency_correlation, frequency_r_table
+from .dimension import (
+    FREQUENCY_COLUMNS,
+    dimension_r,
+    dimension_scatter,
+    dimension_tokens,
+    frequency_correlation,
+    frequency_r_table,
+    outlier_set,
+    position_for,
+)
 from .layers import METRIC_COLUMNS, frequency_deciles, layer_curves, metric_table, pairwise_histogram
 from .outliers import (
                      ablation_dims,
@@ -43,5 +52,6 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "frequency_deciles", "METRIC_COLUMNS", "outlier_bars", "outlier_heatmap", "cosine_contribution_bars",
            "outlier_definitions", "outlier_summary", "massive_activations", "frequency_correlation",
            "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary",
-           "frequency_r_table", "dimension_tokens", "dimension_scatter", "dimension_r", "mean_cosine_difference",
+           "frequency_r_table", "outlier_set", "position_for", "FREQUENCY_COLUMNS", "dimension_tokens",
+           "dimension_scatter", "dimension_r", "mean_cosine_difference",
            "add_seed_bands"]

@@ -184,6 +184,24 @@ def ablation_view(ab: dict, results: dict) -> View:
     for rd, loss, dl in zip(ab["random_dims"], ab["random_losses"], ab["random_deltas"]):
         rows.append({"ablation": "random dims", "dims": " ".join(map(str, rd)), "loss": loss, "delta": dl})
     df = pd.DataFrame(rows).assign(baseline_loss=ab["baseline_loss"], n_tokens=ab.get("n_tokens"))
+    sentence = ablation_sentence(ab)
     return View("ablation", "Ablation of outlier dimensions", fig, df,
                 _manifest("ablation", {"dims": ab["dims"]}, [results]),
-                caption=f"Zeroing dims {ab['dims']}: Δloss {ab['delta']:+.4f} vs random {ab['random_delta_mean']:+.4f}.")
+                caption=f"Zeroing dims {ab['dims']}: Δloss {ab['delta']:+.4f} vs random {ab['random_delta_mean']:+.4f}. "
+                        + sentence, notes=[sentence])
+
+
+def _change(delta: float) -> str:
+    return f"{'raises' if delta >= 0 else 'lowers'} the loss by"
+
+
+def ablation_sentence(ab: dict) -> str:
+    """One sentence from the ablation's numbers, e.g. "Zeroing the 14 outlier dims raises the loss by
+    8.7 nats/token (3.1 → 11.8); zeroing 14 random dims raises it by 0.32 ± 0.17 (mean ± std of 5 draws)."."""
+    k, n = len(ab["dims"]), len(ab["random_deltas"])
+    m, sd = ab["random_delta_mean"], ab["random_delta_std"]
+    ratio = (f" The outlier dims' change is {abs(ab['delta'] / m):.0f} times the random dims' mean."
+             if m and np.isfinite(m) and abs(ab["delta"] / m) >= 2 else "")
+    return (f"Zeroing the {k} outlier dims {_change(ab['delta'])} {abs(ab['delta']):.3g} nats/token "
+            f"({ab['baseline_loss']:.3g} → {ab['ablated_loss']:.3g}); zeroing {k} random dims "
+            f"{_change(m).replace('the loss', 'it')} {abs(m):.2g} ± {sd:.2g} (mean ± std of {n} draws).{ratio}")

@@ -13,7 +13,7 @@ import pytest
 from app_helpers import APP, SMALL, TIMEOUT, by_title, figures, no_exception, run_clicked, title
 
 from core.pipeline import analyze, is_cached
-from core.selection import Selection
+from core.selection import Selection, strongest_dims
 
 PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
 TWO = ("minilm-l6", "untrained-bert-base")
@@ -133,14 +133,23 @@ def test_outliers_default(app, computed):
     assert freq["data"][0]["name"].startswith("baseline")  # the random dims' band, first in the legend
     at.session_state["outliers_section"] = "Drill into a dimension"
     at.run()
-    prof = by_title(at, "with token frequency per layer")  # the drill-down of the first outlier dim
-    dim = res["outliers"]["activation"]["persistent"][0] if res["outliers"]["activation"]["persistent"] else None
-    if dim is not None:
-        assert f"Dim {dim}:" in title(prof)
-    assert by_title(at, "vs token frequency, layer 3")
+    prof = by_title(at, "with token frequency per layer")  # the drill-down of the strongest outlier dim
+    strongest = strongest_dims(res["outliers"])
+    if strongest:
+        assert f"Dim {strongest[0]}:" in title(prof)
+        assert at.number_input(key="dim_any_outliers").value == strongest[0]
+    scatter = by_title(at, "vs token frequency, layer 3")
+    assert any(t["name"].startswith("position 0") for t in scatter["data"])  # each point's position class
+    assert "given the position class" in scatter["layout"]["title"]["subtitle"]["text"]
+    if len(strongest) > 1:  # a dim picked from the list shows in the "or any dim" box too
+        at.selectbox(key="dim_pick_outliers").set_value(strongest[1]).run()
+        no_exception(at)
+        assert by_title(at, f"Dim {strongest[1]}: Pearson r")
+        assert at.number_input(key="dim_any_outliers").value == strongest[1]
     at.number_input(key="dim_any_outliers").set_value(7).run()
     no_exception(at)
     assert by_title(at, "Dim 7: Pearson r") and at.query_params["dim"] in (["7"], "7")
+    assert at.selectbox(key="dim_pick_outliers").value == 7
     assert at.session_state["outliers_section"] == "Drill into a dimension"  # still there after the rerun
     # The ablation needs an LM head: MiniLM has none, the message says so and the page keeps working.
     at.session_state["outliers_section"] = "Ablation"

@@ -67,8 +67,18 @@ def test_frequency_figure_is_signed_with_distinct_lines_and_a_baseline_first():
     lines = [t for t in traces if t.fill != "toself"]
     assert len({(t.line.color, t.marker.symbol, t.line.dash) for t in lines}) == len(lines)
     assert v.figure.layout.legend.orientation == "h"  # under the plot: it never hides the baseline
-    styles = {tuple(VD._style(j).values()) for j in range(40)}
-    assert len(styles) == 40
+    # 14 dims (issue 28 item 8): the 6 strongest in distinct colours (no yellow), the rest grey; a legible band
+    dims = list(range(14))
+    many = VD.frequency_correlation(res, R, dims, "14 dims")
+    band, lines = many.figure.data[0], [t for t in many.figure.data if t.fill != "toself"]
+    assert float(band.fillcolor.rsplit(",", 1)[1].rstrip(")")) >= 0.3 and band.line.width > 0
+    coloured = [t for t in lines if t.line.color != VD.OTHERS]
+    assert len(coloured) == VD.HIGHLIGHT_K and len({t.line.color for t in coloured}) == VD.HIGHLIGHT_K
+    assert "#F0E442" not in {t.line.color for t in lines}
+    peak = {d: np.nanmax(np.abs(R[:, d])) for d in dims}
+    strongest = sorted(dims, key=lambda d: -peak[d])[:VD.HIGHLIGHT_K]
+    assert [t.name for t in coloured] == [f"dim {d}" for d in strongest]  # strongest first in the legend
+    assert many.notes[0] == "Outlier set: 14 dims."
     tab = VD.frequency_r_table(res, R)
     assert tab.figure is None and set(tab.data["dim"]) == set(res["frequency"]["outlier_dims"])
 
@@ -110,3 +120,71 @@ def test_seed_band_spans_the_seeds():
     np.testing.assert_allclose(band[0].y[:n], ys.max(0))
     np.testing.assert_allclose(band[0].y[n:], ys.min(0)[::-1])
     assert len(banded.manifest["runs"]) == 3 and views.add_seed_bands(v, [a], [[]], "mean_cosine", "layer") is v
+
+
+def _lstsq_partial(f, x, groups):
+    """Independent partial r: residualise both on group dummies by least squares, then Pearson."""
+    Z = (groups[:, None] == np.unique(groups)[None, :]).astype(float)  # dummies span the intercept
+    rf = f - Z @ np.linalg.lstsq(Z, f, rcond=None)[0]
+    rx = x - Z @ np.linalg.lstsq(Z, x, rcond=None)[0]
+    return np.corrcoef(rf, rx)[0, 1]
+
+
+def test_partial_r_given_position_class_matches_a_least_squares_residualisation():
+    rng = np.random.default_rng(3)
+    g = rng.integers(0, 3, size=400)
+    f = rng.normal(size=400) + 2.0 * g
+    x = 0.3 * f + rng.normal(size=400) + 5.0 * (g == 0)
+    assert D.partial_r(f, x, g) == pytest.approx(_lstsq_partial(f, x, g), abs=1e-12)
+
+
+def test_a_first_position_effect_shows_in_the_plain_r_and_vanishes_given_the_position():
+    # |x_d| is large only at position 0, whose tokens are rare: a strong plain r, none within classes.
+    rng = np.random.default_rng(0)
+    K = 600
+    pos = np.tile(np.arange(20), K // 20)
+    logf = rng.normal(5, 1, size=K) - 3.0 * (pos == 0)
+    x = rng.normal(size=K) * 0.1 + 40.0 * (pos == 0)
+    cls = D.position_classes(pos)
+    link = D.position_link(x, logf, cls)
+    assert link["r"] < -0.4
+    assert abs(link["r_later"]) < 0.15 and abs(link["partial_r"]) < 0.15
+    assert link["partial_r"] == pytest.approx(_lstsq_partial(logf, np.abs(x), cls), abs=1e-12)
+    assert D.top_position_share(x, pos) == (0, 1.0)
+    special = np.zeros(K, dtype=bool)
+    special[[1, 2, 20]] = True
+    c = D.position_classes(pos, special)  # position 0 wins over special; later special tokens are their own class
+    assert c[0] == D.FIRST and c[1] == D.SPECIAL and c[20] == D.FIRST and c[3] == D.LATER
+
+
+def test_results_frequency_carries_the_position_adjusted_link_and_the_views_warn():
+    stats, res = synthetic_run()
+    pos = res["frequency"]["position"]
+    dims = res["frequency"]["outlier_dims"]
+    assert pos["outlier_dims"] == dims and len(pos["layers"]) == stats.n_layers
+    a = stats.arrays
+    logf = np.log(np.maximum(a["sample_freq"], 1))
+    cls = D.position_classes(a["sample_position"])
+    for j, d in enumerate(dims):
+        x = np.abs(a["sample"][2, :, d].astype(float))
+        assert pos["layers"][2]["r_sample"][j] == pytest.approx(np.corrcoef(logf, x)[0, 1])
+        assert pos["layers"][2]["partial_r"][j] == pytest.approx(_lstsq_partial(logf, x, cls), abs=1e-9)
+    assert pos["n_position0"] == int((a["sample_position"] == 0).sum())
+    table = VD.frequency_r_table(res, frequency_r(stats)).data
+    assert {"r_sample", "r_later", "partial_r"} <= set(table.columns)
+    # a dim whose top tokens all sit at position 0 is named in the warning
+    rep = {"outlier_dims": [7, 9], "layers": [{"top_position": [0, 3], "top_position_share": [0.9, 0.2]}] * 4}
+    assert D.position_dominated(rep) == {7: 0}
+
+
+def test_the_drill_down_opens_on_the_strongest_outlier_dim_not_the_lowest_index():
+    from core.selection import Selection, strongest_dims
+
+    outliers = {"activation": {"persistent": [8, 308, 100], "per_layer": [[308], [308, 8], [100, 308]]},
+                "norm_parameters": {"persistent": [14]},
+                "massive_activations": [{"layer": 1, "dims": [308, 8], "values": [900.0, 40.0]},
+                                        {"layer": 2, "dims": [100], "values": [60.0]}]}
+    assert strongest_dims(outliers) == [308, 100, 8, 14]
+    res = {"manifest": {"model": {"hidden_size": 576}}, "outliers": outliers}
+    assert Selection().dim_for(res) == 308
+    assert Selection().replace(dim=14).dim_for(res) == 14
