@@ -22,7 +22,7 @@ from . import __version__
 from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
-from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, english_share, numeric_share
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
@@ -266,7 +266,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         "model": {**info, "fingerprint": parts["model_fingerprint"]},
         "corpus": {"id": spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name,
                    "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
-                   "n_documents": windows.n_documents, "n_windows": len(windows.ids)},
+                   "n_documents": windows.n_documents, "n_windows": len(windows.ids),
+                   "english_share": english_share(documents)},
         "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
                    "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
                    "max_seq_len": seq_len,

@@ -6,6 +6,7 @@ their modality (Godey et al. 2023's all-modalities figure is a preset)."""
 import streamlit as st
 
 from core import views
+from core.escape import markdown_text
 from core.postprocess import PostProcess
 from core.selection import GODEY_PRESET, METRICS
 from core.views import attention as AV
@@ -21,7 +22,8 @@ def _by_depth(sel, runs, results) -> None:
     sel = state.update(metric=metric)
     page.show(views.add_seed_bands(views.layer_curves(results, sel.metric, "depth", sel.reference), results,
                                    [r.controls for r in runs], sel.metric, "depth"), "c_curves")
-    page.published_language_note(sel, runs)
+    if len(runs) >= 2:
+        st.markdown(markdown_text(views.comparison_sentence(results, sel.metric)))
     page.definition(sel.metric)
     if len(runs) >= 2:
         st.subheader("Is the difference real? Mean cosine of A minus B")

@@ -33,7 +33,6 @@ if page.need_runs(runs):
             curves = views.add_seed_bands(curves, [r.results for r in runs], [r.controls for r in runs], sel.metric,
                                           x_axis)
             page.show(curves, "curves")
-            page.published_language_note(sel, runs)
             page.definition(sel.metric)
             box = page.lazy_expander("Post-processing what-if (dashed curves)", "post_open_layers",
                                      expanded=not sel.post.is_identity or sel.drop_outliers)

@@ -287,21 +287,6 @@ def layer_picker(sel, runs: list[Loaded], key: str) -> tuple[int, ...]:
     return layers
 
 
-ENGLISH_CORPORA = ("wiki-en", "python-docs")
-
-
-def published_language_note(sel, runs: list[Loaded]) -> None:
-    """Ethayarajh's published curves were measured on English text: say so next to other corpora."""
-    if not sel.reference:
-        return
-    other = [views.corpus_label(r.results) for r in runs
-             if str(r.results["manifest"]["corpus"].get("id")) not in ENGLISH_CORPORA]
-    if other:
-        st.caption(f":material/translate: The published curves (Ethayarajh 2019) were measured on English text; "
-                   f"{md(', '.join(dict.fromkeys(other)))} is not (or may not be) English, so compare shapes, "
-                   "not values.")
-
-
 def lazy_expander(label: str, key: str, expanded: bool = False, **kw):
     """An expander whose body is made only while it is open (Streamlit's stateful expander): the
     script and the browser skip what nobody looks at. Returns it when open, else None. `expanded`

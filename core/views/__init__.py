@@ -21,7 +21,7 @@ from .common import (
                      post_for,
                      run_name,
 )
-from .compare import compare_summary, outlier_counts
+from .compare import compare_summary, comparison_sentence, outlier_counts
 from .controls import add_seed_bands
 from .difference import mean_cosine_difference
 from .dimension import (
@@ -51,7 +51,7 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram",
            "frequency_deciles", "METRIC_COLUMNS", "outlier_bars", "outlier_heatmap", "cosine_contribution_bars",
            "outlier_definitions", "outlier_summary", "massive_activations", "frequency_correlation",
-           "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary",
+           "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary", "comparison_sentence",
            "frequency_r_table", "outlier_set", "position_for", "FREQUENCY_COLUMNS", "dimension_tokens",
            "dimension_scatter", "dimension_r", "mean_cosine_difference",
            "add_seed_bands"]

@@ -12,11 +12,13 @@ import pandas as pd
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
+from ..corpora import ENGLISH_CORPORA, ENGLISH_SHARE_MIN
 from ..metrics import pairwise_cosine_histogram
 from ..reference import reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import (
     TOKEN_ID_WHY,
+    Results,
     View,
     _corpora,
     _fmt_n,
@@ -102,7 +104,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                              f"sample metrics ({', '.join(_sample_labels())}).")
     refs = []
     if reference:
-        for c in reference_curves(metric):
+        shown, hidden = published_for(runs, metric)
+        notes += hidden
+        for c in shown:
             L = max(c["layers"]) or 1
             xs = [l / L for l in c["layers"]] if depth else c["layers"]
             refs.append({"name": c["label"], "x": xs, "y": c["values"], "estimator": c["estimator"],
@@ -227,3 +231,41 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
                 _manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
                 caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.",
                 notes=[f"Not shown (not applicable, no token ids): {', '.join(skipped)}"] if skipped else [])
+
+
+# Ethayarajh (2019) measured English text with these models: a curve is drawn when at least one run is
+# English text read by a model of its family (the model's class name starts with the prefix).
+REFERENCE_FAMILIES = {"bert-base-cased": ("Bert", "BERT"), "gpt2": ("GPT2", "GPT-2")}
+
+
+def _reference_reason(res: Results, ref_model: str) -> str | None:
+    """Why a published curve does not apply to this run (None when it does)."""
+    m = res.manifest
+    if modality(res) != "text":
+        return f"{res.run_name} reads {modality(res)} inputs"
+    corpus = m.get("corpus") or {}
+    share = corpus.get("english_share")
+    if str(corpus.get("id")) not in ENGLISH_CORPORA:
+        if share is None:
+            return f"the language of {res.corpus_label} is unknown (run made before it was measured)"
+        if not share >= ENGLISH_SHARE_MIN:
+            return (f"{res.corpus_label} is not English ({share:.0%} of its words are common English words; "
+                    f"English prose has ~40%)")
+    prefix, family = REFERENCE_FAMILIES.get(ref_model, ("", ref_model))
+    cls = str(m["model"].get("model_class") or "")
+    if prefix and not cls.startswith(prefix):
+        return f"{res.model_label} is not a {family} model"
+    return None
+
+
+def published_for(runs: Sequence[Results], metric: str) -> tuple[list[dict], list[str]]:
+    """(the published curves of `metric` that apply to at least one run, a note per curve hidden with why)."""
+    shown, notes = [], []
+    for c in reference_curves(metric):
+        why = [_reference_reason(r, c["model"]) for r in runs]
+        if any(w is None for w in why):
+            shown.append(c)
+        else:
+            notes.append(f"{c['label']} hidden: it was measured on English text with {c['model']}, and "
+                         + "; ".join(dict.fromkeys(w for w in why if w)) + ".")
+    return shown, notes

@@ -47,7 +47,11 @@ def test_sample_metrics_show_their_isotropic_baseline_as_a_dotted_line(run_a, ru
 
 
 def test_layer_curves_plot_the_results(run_a, run_b):
-    (_, a), (_, b) = run_a, run_b
+    import copy
+
+    (_, a), (_, b) = copy.deepcopy(run_a), copy.deepcopy(run_b)
+    for r, cls in ((a, "BertModel"), (b, "GPT2Model")):  # English text read by the published models' families
+        r["manifest"]["model"]["model_class"], r["manifest"]["corpus"]["id"] = cls, "wiki-en"
     v = views.layer_curves([a, b], "mean_cosine", "layer", reference=True)
     measured = _measured(v.figure)
     assert len(measured) == 2
@@ -155,7 +159,15 @@ def test_summary_tables_and_compare(run_a, run_b):
     cs = views.compare_summary([a, b])
     assert list(cs.data["layers (L)"]) == [4, 8] and list(cs.data["d"]) == [24, 32]
     oc = views.outlier_counts([a, b])
-    assert list(oc.figure.data[1].y) == [len(x) for x in b["outliers"]["activation"]["per_layer"]]
+    # as a share of the width (d = 32 here), the count kept in the data (issue 28 item 5)
+    assert list(oc.figure.data[1].y) == pytest.approx([100 * len(x) / 32 for x in b["outliers"]["activation"]["per_layer"]])
+    assert list(oc.data[oc.data["d"] == 32]["n_outlier_dims"]) == [len(x) for x in b["outliers"]["activation"]["per_layer"]]
+    assert "% of d" in oc.figure.layout.yaxis.title.text
+    text = views.comparison_sentence([a, b], "mean_cosine")
+    ya, yb = (np.asarray([r["mean_cosine"] for r in x["layers"]]) for x in (a, b))
+    assert f"to {ya[-1]:.3g} at the last layer" in text and f"to {yb[-1]:.3g} at the last layer" in text
+    hi = "deep-net" if yb[-1] > ya[-1] else "synthetic-net"
+    assert f"At the last layer {hi}" in text
     fr = views.frequency_correlation(a)
     assert fr.figure.data[1].name == "dim 5" and max(_y(fr.figure.data[1])) > 0.5  # signed r, positive here
     assert "random" in fr.figure.data[0].name and fr.figure.data[0].fill == "toself"  # the baseline band first
@@ -258,3 +270,36 @@ def test_diverging_scale_changes_lightness_evenly():
     fig = F.heat_panels([{"z": [[-1, 0.5], [0, 1]], "title": "t"}], title="x", subtitle="s", colorbar_title="r",
                         zmin=-1, zmax=1, diverging=True)
     assert fig.layout.coloraxis.colorscale[0][1] == F.DIVERGING[0][1]
+
+
+def test_published_curves_only_where_they_apply():
+    """Ethayarajh's curves (English text, BERT and GPT-2) are drawn for an English run of that family,
+    hidden with the reason otherwise (issue 28 item 5); an English upload is not called 'maybe not English'."""
+    import copy
+
+    from core.views.layers import published_for
+    from tests.synthetic import synthetic_run
+
+    _, base = synthetic_run()
+
+    def run(cls, corpus, share=None, modality="text"):
+        r = copy.deepcopy(base)
+        r["manifest"]["model"]["model_class"] = cls
+        r["manifest"]["modality"] = modality
+        r["manifest"]["corpus"].update(id=corpus, english_share=share)
+        return r
+
+    def names(runs):
+        shown, notes = published_for([views.as_results(r) for r in runs], "mean_cosine")
+        return [c["model"] for c in shown], notes
+
+    assert names([run("BertModel", "wiki-en")])[0] == ["bert-base-cased"]
+    assert names([run("GPT2LMHeadModel", "upload:abc.csv", share=0.41)])[0] == ["gpt2"]  # an English CSV
+    shown, notes = names([run("LlamaForCausalLM", "wiki-en")])
+    assert shown == [] and any("is not a BERT model" in n for n in notes) and not any("English)" in n for n in notes)
+    shown, notes = names([run("BertModel", "wiki-fr", share=0.03)])
+    assert shown == [] and "wiki-fr" in notes[0] and "is not English (3%" in notes[0]
+    shown, notes = names([run("Dinov2Model", "images", modality="image")])
+    assert shown == [] and "reads image inputs" in notes[0]
+    v = views.layer_curves([run("LlamaForCausalLM", "wiki-en")], "mean_cosine")
+    assert not [t for t in v.figure.data if t.name.startswith("published")] and any("hidden" in n for n in v.notes)

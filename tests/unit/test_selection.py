@@ -27,7 +27,7 @@ def test_round_trip_of_every_field(tmp_path, monkeypatch):
                     metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False, dim=5,
                     post=PostProcess(center=True, zscore=True, abtt=2, whiten=True, whiten_k=10, remove=(9, 3)),
                     drop_outliers=True, proj_method="umap", proj_color="search", n_neighbors=30, min_dist=0.3,
-                    search="the")
+                    search="the", outlier_set="layer")
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
     assert params["pp_drop"] == "3,9" and params["ref"] == "0"
@@ -46,6 +46,7 @@ def test_models_accept_a_comma_list_and_drop_duplicates():
 @pytest.mark.parametrize("key,value,field", [
     ("tokens", "many", "max_tokens"), ("metric", "nope", "metric"), ("device", "tpu", "device"),
     ("layer", "x", "layer"), ("depth", "1.5", "depth"), ("x", "time", "x_axis"), ("pp_abtt", "x", "post"),
+    ("oset", "all", "outlier_set"),
 ])
 def test_a_bad_value_is_reported_and_falls_back_to_its_default(key, value, field):
     sel, problems = from_query_params({key: [value], "sample": ["700"]})
