@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from core import pipeline, trained
+from core import trained
 from core.errors import Cancelled, InputError
 from core.train import TrainSpec, build_data, byte_ids, bytes_tokenizer, checkpoint_schedule, make_tokenizer, train
 
@@ -175,7 +175,7 @@ def test_checkpoints_are_models(three_checkpoints, cache_dir):
 
 @pytest.mark.slow
 def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, cache_dir, monkeypatch):
-    from core import corpora, series
+    from core import corpora, prepare, series
 
     calls = {"n": 0}
     real = corpora.tokenize_budget
@@ -184,8 +184,7 @@ def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, ca
         calls["n"] += 1
         return real(*a, **k)
 
-    monkeypatch.setattr(pipeline, "tokenize_budget", counting)
-    monkeypatch.setattr(corpora, "tokenize_budget", counting)  # the attention statistics' import
+    monkeypatch.setattr(prepare, "tokenize_budget", counting)  # every run plans its windows in prepare()
     kw = dict(max_tokens=600, sample=200)
     assert series.cached_steps("series-test", **kw) == []
     ser = series.analyze_series("series-test", **kw)
