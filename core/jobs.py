@@ -283,8 +283,16 @@ def _sqlite_problem(where: str) -> str | None:
         finally:
             con.close()
     except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
-        return str(e)
+        return str(e) if _damage(e) else None  # locked, unreadable: not damaged (the open says why)
     return None if row and row[0] == "ok" else f"integrity check: {row[0] if row else 'no answer'}"
+
+
+def _damage(e: Exception) -> bool:
+    """True for SQLite's own verdict that a file is damaged (not for a lock, a permission, a full disk)."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB)
+    return not isinstance(e, sqlite3.OperationalError)
 
 
 def _sqlite_queue(where: str):
@@ -302,6 +310,8 @@ def _sqlite_queue(where: str):
         try:
             return make()
         except sqlite3.DatabaseError as e:
+            if not _damage(e):
+                raise
             why = str(e)
     with open(where + ".repair.lock", "a+") as f:  # one process sets it aside; the others see the fresh one
         fcntl.flock(f, fcntl.LOCK_EX)

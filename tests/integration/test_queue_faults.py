@@ -143,10 +143,18 @@ def test_a_worker_whose_outcome_cannot_be_written_stops(cache, monkeypatch):
 
 
 # ---------------------------------------------------------------------- a corrupted queue.db
+def _garble(cache, garbage: bytes) -> None:
+    """queue.db overwritten with garbage; SQLite's side files of the previous queue go (a stale write-ahead
+    log would otherwise lend the garbage its pages)."""
+    for side in ("queue.db-wal", "queue.db-shm"):
+        (cache / "jobs" / side).unlink(missing_ok=True)
+    (cache / "jobs" / "queue.db").write_bytes(garbage)
+
+
 def test_a_corrupted_queue_is_set_aside_and_a_fresh_one_started(cache, monkeypatch):
     garbage = bytes(range(256)) * 40
     (cache / "jobs").mkdir(parents=True)
-    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    _garble(cache, garbage)
     r = _cli(cache, "list")
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert "no jobs" in r.stdout and r.stderr.count("The job queue queue.db was damaged") == 1, r.stderr
@@ -155,15 +163,15 @@ def test_a_corrupted_queue_is_set_aside_and_a_fresh_one_started(cache, monkeypat
     assert aside.name in r.stderr
 
     for args in (("list",), ("retry", "no-such-job")):  # again garbage: each command says so, no traceback
-        (cache / "jobs" / "queue.db").write_bytes(garbage)
+        _garble(cache, garbage)
         r = _cli(cache, *args)
         assert "Traceback" not in r.stderr and "was damaged" in r.stderr, r.stderr
     assert "No job 'no-such-job'" in r.stderr
-    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    _garble(cache, garbage)
     r = run_cli("worker", "--cache-dir", cache, "--idle-exit", "1", timeout=120)
     assert r.returncode == 0 and "Traceback" not in r.stderr and "was damaged" in r.stderr, r.stderr
 
-    (cache / "jobs" / "queue.db").write_bytes(garbage)
+    _garble(cache, garbage)
     jobs.queue()  # the app opens it: one warning, shown on its pages
     assert "was damaged" in jobs.queue_notice()
     jid = jobs.submit("test-steps", {"n": 2, "delay": 0.01})
