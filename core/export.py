@@ -202,6 +202,11 @@ def publication_figure(view, style: PubStyle = PubStyle()):
     fig.update_annotations(font_size=f * 0.9)
     fig.update_xaxes(title_font_size=f, tickfont_size=f * 0.9, title_standoff=2)
     fig.update_yaxes(title_font_size=f, tickfont_size=f * 0.9, title_standoff=2, automargin=True)
+    for ax in [k for k in fig.layout.to_plotly_json() if k.startswith(("xaxis", "yaxis"))]:
+        title = fig.layout[ax].title.text
+        if title:  # typeset maths, not ASCII (≠, ‖·‖, subscripts)
+            fig.layout[ax].title.text = F.pretty_math(title)
+    F.hide_thin_bands(fig)  # at this size a thin interval band is invisible: no legend entry for it
     k = 0
     for tr in fig.data:  # every drawn line gets its own dash and marker: readable in greyscale
         if getattr(tr, "type", "") != "scatter" or tr.fill == "toself" or "lines" not in (tr.mode or ""):

@@ -54,6 +54,25 @@ def _rgba(hex_color: str, alpha: float) -> str:
     return f"rgba({r},{g},{b},{alpha})"
 
 
+_MATH_WORDS = {"mu": "μ", "sigma": "σ", "Delta": "Δ", "lambda": "λ", "tau": "τ", "alpha": "α"}
+
+
+def pretty_math(text: str) -> str:
+    """ASCII maths in a (plotly) label as typeset text: ``!=`` -> ≠, ``<=``/``>=`` -> ≤/≥, ``||x||`` ->
+    ‖x‖, Greek names -> letters, ``x_i`` -> x<sub>i</sub> (one-character subscripts only), `` - `` -> −.
+
+    >>> pretty_math("mean cos(x_i, x_j), all pairs i != j")
+    'mean cos(x<sub>i</sub>, x<sub>j</sub>), all pairs i ≠ j'
+    >>> pretty_math("||mu_Q|| / E||q||")
+    '‖μ<sub>Q</sub>‖ / E‖q‖'
+    """
+    import re
+
+    s = str(text).replace("!=", "≠").replace("<=", "≤").replace(">=", "≥").replace("||", "‖").replace(" - ", " − ")
+    s = re.sub(r"\b(" + "|".join(_MATH_WORDS) + r")(?=\b|_)", lambda m: _MATH_WORDS[m.group(1)], s)
+    return re.sub(r"(?<![A-Za-z0-9_])([A-Za-zμσλτα])_([A-Za-z0-9])(?![A-Za-z0-9_])", r"\1<sub>\2</sub>", s)
+
+
 def esc(s: str) -> str:
     """Text safe for Plotly's HTML-ish labels: tags shown as text (tokens such as <s> stay
     visible), bidi controls and zero-width characters shown as <U+XXXX>. Every name, title and
@@ -177,7 +196,33 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
     if x_dtick is not None:
         fig.update_xaxes(dtick=x_dtick)
     _legend_right(fig)
+    hide_thin_bands(fig)
     return fig
+
+
+THIN_BAND = 0.01  # a band narrower than this share of the y span hides under its line
+
+
+def hide_thin_bands(fig: go.Figure, frac: float = THIN_BAND) -> list[str]:
+    """Drop the legend entry of every band (a filled polygon) narrower than `frac` of the plot's y span
+    everywhere: an entry for something nobody can see misleads. Returns the names of those bands."""
+    def ys(t):
+        return np.asarray([np.nan if v is None else v for v in (t.y or [])], dtype=float)
+
+    lines = [ys(t) for t in fig.data if getattr(t, "fill", None) != "toself"]
+    finite = np.concatenate([y[np.isfinite(y)] for y in lines]) if lines else np.array([])
+    span = float(finite.max() - finite.min()) if finite.size else 0.0
+    hidden = []
+    for t in fig.data:
+        if getattr(t, "fill", None) != "toself" or t.showlegend is False or span <= 0:
+            continue
+        y = ys(t)
+        n = len(y) // 2
+        width = np.abs(y[:n] - y[n:][::-1])
+        if n and np.isfinite(width).any() and np.nanmax(width) < frac * span:
+            t.showlegend = False
+            hidden.append(t.name)
+    return hidden
 
 
 def histogram_lines(series: Sequence[dict], *, title: str, subtitle: str, x_title: str,

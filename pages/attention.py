@@ -116,8 +116,8 @@ if page.need_runs(runs):
         c3, c4 = st.columns(2)
         block = c3.slider("block", 1, sec["n_blocks"], min(shown[1], sec["n_blocks"]) if shown else 1,
                           key="attn_block")
-        head = c4.slider("head", 0, sec["n_heads"] - 1, min(shown[2], sec["n_heads"] - 1) if shown else 0,
-                         key="attn_head")
+        head = c4.slider("head (1 = first)", 1, sec["n_heads"], min(shown[2], sec["n_heads"] - 1) + 1 if shown else 1,
+                         key="attn_head") - 1  # numbered from 1 as blocks are; the arrays index from 0
         st.caption("Show runs the model on the chosen window (twice: as is, and with the outlier dims zeroed); "
                    "block and head then switch between that window's maps at once.")
         show = st.button("Show attention map", key="attn_show", icon=":material/grid_on:")

@@ -35,7 +35,7 @@ def _by_depth(sel, runs, results) -> None:
             st.caption("Pick two different runs.")
         else:
             with st.spinner("Bootstrapping…"):
-                page.show(data.difference(runs[ia].spec, runs[ib].spec), "c_diff")
+                page.show(data.difference(runs[ia].spec, runs[ib].spec, "depth"), "c_diff")  # as the curves above
 
 
 def _attention(runs) -> None:

@@ -135,9 +135,10 @@ def dimension_views(spec: RunSpec, dim: int, layer: int) -> tuple[views.View, vi
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def difference(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
+def difference(spec_a: RunSpec, spec_b: RunSpec, x_axis: str | None = None) -> views.View:
     """Mean cosine of run A minus run B per layer, with the bootstrap interval (seconds)."""
-    return views.mean_cosine_difference(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))
+    return views.mean_cosine_difference(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b),
+                                        x_axis=x_axis)
 
 
 # Attention statistics: computed only behind the page's button (they load the model).

@@ -235,9 +235,11 @@ def focus_picker(sel, runs: list[Loaded], key: str) -> Loaded:
     return runs[choice]
 
 
-def x_axis_picker(sel, runs: list[Loaded], container, key: str) -> str | None:
+def x_axis_picker(sel, runs: list[Loaded], container, key: str, note=None) -> str | None:
     """Layer index or relative depth for the layer curves; auto (depth when the models' depths differ
-    or published curves are overlaid) until the user picks one. Returns the explicit choice, if any."""
+    or published curves are overlaid) until the user picks one. Returns the explicit choice, if any.
+    note: where the "auto: ..." caption goes (default: under the radio, in `container`; a row of
+    bottom-aligned controls puts it under the row, or the controls beside it sit lower)."""
     counts = [r.n_layers for r in runs]
     cur = sel.x_axis_for(counts)
     opts = ["layer", "depth"]
@@ -247,7 +249,7 @@ def x_axis_picker(sel, runs: list[Loaded], container, key: str) -> str | None:
                                 "on one 0-1 axis.")
     if sel.x_axis is None:
         why = "published curves overlaid" if sel.reference else "models of different depths"
-        container.caption(f"auto: {'relative depth (' + why + ')' if cur == 'depth' else 'layer index'}")
+        (note or container).caption(f"x axis auto: {'relative depth (' + why + ')' if cur == 'depth' else 'layer index'}")
     return pick if pick != cur or sel.x_axis is not None else None
 
 

@@ -21,8 +21,8 @@ ATTN_STATS: dict[str, tuple[str, str, bool]] = {
     "sink_special": ("Attention to special tokens", "mean attention share", False),
     "sink_special_not_first": ("Attention to special tokens after the first", "mean attention share", False),
     "cos_mu_qk": ("cos(mean query, mean key)", "cosine (signed)", True),
-    "q_drift": ("Query drift ||mu_Q|| / E||q||", "ratio", False),
-    "k_drift": ("Key drift ||mu_K|| / E||k||", "ratio", False),
+    "q_drift": ("Query drift ‖μ_Q‖ / E‖q‖", "ratio", False),
+    "k_drift": ("Key drift ‖μ_K‖ / E‖k‖", "ratio", False),
     "q_mean_cosine": ("Mean cosine among queries", "mean pairwise cosine", True),
     "k_mean_cosine": ("Mean cosine among keys", "mean pairwise cosine", True),
     "mean_term_share": ("Share of the mean logit carried by the mean terms", "share", True),
@@ -30,6 +30,8 @@ ATTN_STATS: dict[str, tuple[str, str, bool]] = {
 HEATMAP_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift")
 CURVE_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine",
                "mean_term_share")
+# Statistics bounded by [0, 1]: their curves span 0 to 1 (an auto range zoomed to 0.85-0.93 looked like a change)
+UNIT_RANGE = ("entropy", "sink_first", "sink_special", "sink_special_not_first", "q_drift", "k_drift")
 PRE_ROTARY = "q, k are the projection outputs before any rotary position embedding"
 
 
@@ -52,22 +54,27 @@ def _heads_label(sec: dict) -> str:
     return f"{sec['n_heads']} heads"
 
 
+def _head_labels(H: int) -> dict:
+    """Heads numbered from 1, as blocks are (column h of the arrays is head h + 1)."""
+    return {"x_labels": [str(h + 1) for h in range(H)], "x_angle": 0}
+
+
 def head_heatmap(res: dict, sec: dict, key: str) -> View:
     """Blocks x heads heatmap of one per-head statistic."""
     label, unit, div = ATTN_STATS[key]
     z = head_matrix(sec, key)
     L, H = z.shape
-    hover = np.asarray([[f"block {l + 1}, head {h}<br>{F.esc(label)} = {z[l, h]:.4g}" for h in range(H)]
+    hover = np.asarray([[f"block {l + 1}, head {h + 1}<br>{F.esc(label)} = {z[l, h]:.4g}" for h in range(H)]
                         for l in range(L)], dtype=object)
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
     sub = (f"{F.esc(run_name(res))} · N = {_fmt_n(as_results(res).n_tokens)} analysed tokens · {_heads_label(sec)} · "
            + F.esc(PRE_ROTARY if qk else _queries(res, sec)))
-    fig = F.heat_panels([{"z": z, "title": "", "x_title": "head", "y_title": "block (1 = first)",
-                          "y_labels": [str(l + 1) for l in range(L)], "hover": hover}],
+    fig = F.heat_panels([{"z": z, "title": "", "x_title": "head (1 = first)", "y_title": "block (1 = first)",
+                          "y_labels": [str(l + 1) for l in range(L)], **_head_labels(H), "hover": hover}],
                         title=f"{label} per block and head", subtitle=sub, colorbar_title=unit,
                         zmin=-1.0 if div and key != "mean_term_share" else None,
                         zmax=1.0 if div and key != "mean_term_share" else None, diverging=div)
-    rows = [{"model": model_label(res), "block": l + 1, "head": h, key: z[l, h]} for l in range(L) for h in range(H)]
+    rows = [{"model": model_label(res), "block": l + 1, "head": h + 1, key: z[l, h]} for l in range(L) for h in range(H)]
     return View(f"attention_{key}", f"{label} per block and head", fig, pd.DataFrame(rows),
                 _sec_manifest("attention_heatmap", {"statistic": key}, [res], [sec]),
                 caption=f"{label} ({unit}) per block and head; {PRE_ROTARY if qk else _queries(res, sec)}.")
@@ -111,17 +118,18 @@ def link_grid(res: dict, sec: dict, key_set: str = "excluded", summary: str = "m
                     a = np.where(np.isfinite(r), np.abs(r), -1.0)
                     best = a.argmax(axis=2)
                     z = np.take_along_axis(r, best[..., None], axis=2)[..., 0]
-        hover = np.asarray([[f"block {l + 1}, head {h}<br>{how} = {z[l, h]:.3f}"
+        hover = np.asarray([[f"block {l + 1}, head {h + 1}<br>{how} = {z[l, h]:.3f}"
                              + (f" (dim {dims[best[l, h]]})" if best[l, h] >= 0 else "") + "<br>"
                              + "<br>".join(f"dim {d}: r = {r[l, h, j]:.3f}" for j, d in enumerate(dims[:12]))
                              for h in range(H)] for l in range(L)], dtype=object)
-        panels.append({"z": z, "title": f"{name} ({len(dims)}): {how}", "x_title": "head",
-                       "y_title": "block (1 = first)", "y_labels": [str(l + 1) for l in range(L)], "hover": hover})
+        panels.append({"z": z, "title": f"{name} ({len(dims)}): {how}", "x_title": "head (1 = first)",
+                       "y_title": "block (1 = first)", "y_labels": [str(l + 1) for l in range(L)], **_head_labels(H),
+                       "hover": hover})
         for l in range(L):
             for h in range(H):
                 for j, d in enumerate(dims):
                     rows.append({"model": model_label(res), "key_positions": f"special tokens {key_set}",
-                                 "kind": name, "block": l + 1, "head": h, "dim": d, "r": r[l, h, j]})
+                                 "kind": name, "block": l + 1, "head": h + 1, "dim": d, "r": r[l, h, j]})
     n_keys = sec["layers"][0]["link"][key_set]["n_keys"] if sec["layers"] else 0
     sub = (f"{F.esc(run_name(res))} · Pearson r between |x_d| (residual stream the block reads) and the attention "
            f"each key position receives · {_fmt_n(n_keys)} key positions, special tokens {key_set} · {how} "
@@ -176,6 +184,8 @@ def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str =
     fig = F.line_chart(series, title=f"{label} by {'relative depth' if depth else 'block'}", subtitle=sub,
                        x_title="relative depth (block / L)" if depth else "block (1 = first)", y_title=unit,
                        x_range=(-0.03, 1.03) if depth else None)
+    if key in UNIT_RANGE:
+        fig.update_yaxes(range=[0, 1.02])
     return View(f"attention_curve_{key}", f"{label} by {'relative depth' if depth else 'block'}", fig,
                 pd.DataFrame(rows),
                 _sec_manifest("attention_curves", {"statistic": key, "x_axis": x_axis}, runs, [p[1] for p in pairs]),
@@ -268,7 +278,7 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
     else:
         notes.append("This run has no persistent outlier dims: there is nothing to zero.")
     shown = f"first {n} of {maps['n_positions']} positions" if maps["n_positions"] > n else f"{n} positions"
-    sub = f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · {shown} · block {block}, head {head}"
+    sub = f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · {shown} · block {block}, head {head + 1}"
     if dims:
         sub += f" · right: dims {', '.join(map(str, dims))} zeroed in every norm"
     # One colour scale for both maps, from 0 to the largest entry of either (a 0-1 scale leaves a map
@@ -286,7 +296,7 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
                 pd.DataFrame(rows), _manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
                                                                "zeroed_dims": dims}, [res]),
-                caption=f"Attention probabilities of {_where(maps)}, block {block}, head {head}; right: "
+                caption=f"Attention probabilities of {_where(maps)}, block {block}, head {head + 1}; right: "
                         f"the same with dims {dims} zeroed in every norm (the ablation).", notes=notes)
 
 
@@ -309,7 +319,7 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
              "x_labels": toks, "y_labels": toks, "max_labels": MAP_LABELS, "label_size": _map_layout(n)[0],
              "x_angle": -90, "reverse_y": True}
     biggest = np.unravel_index(np.nanargmax(np.abs(d)), d.shape) if np.isfinite(d).any() else None
-    sub = (f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · block {block}, head {head} · zeroed minus as computed "
+    sub = (f"{F.esc(run_name(res))} · {F.esc(_where(maps))} · block {block}, head {head + 1} · zeroed minus as computed "
            f"(outlier dims {dims}) · colour scale ±{top:.3g} (the largest change)")
     if biggest is not None:
         i, j = (int(x) for x in biggest)
@@ -324,7 +334,7 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
                 _manifest("attention_change", {"window": maps["window"], "block": block, "head": head,
                                                "zeroed_dims": dims}, [res]),
                 caption=f"Attention with dims {dims} zeroed in every norm minus attention as computed, "
-                        f"{_where(maps)}, block {block}, head {head} (rows of a whole window sum to 0).",
+                        f"{_where(maps)}, block {block}, head {head + 1} (rows of a whole window sum to 0).",
                 notes=[] if dims else ["This run has no persistent outlier dims: there is nothing to zero."])
 
 

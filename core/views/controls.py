@@ -35,10 +35,13 @@ def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], met
         fig.add_trace(go.Scatter(x=xs + xs[::-1], y=list(hi) + list(lo[::-1]), mode="lines", fill="toself",
                                  fillcolor=F._rgba(c, 0.10), line=dict(color=c, width=0.8, dash="dot"), name=F.esc(name),
                                  hoverinfo="skip"))
-        for r, ys in zip(allr, Y):
-            for l, (x, y) in enumerate(zip(xs, ys)):
-                extra_rows.append({"series": f"seed run: {r.model_label}", "model": r.model_label,
-                                   "corpus": r.corpus_label, "layer": l, "depth": l / last, metric: y})
+        seeds = [r.model_label for r in allr]
+        for l in range(n):  # one row per layer: the band as min/max columns, each seed's value beside them
+            extra_rows.append({"series": f"seed band: {allr[0].model_label}", "model": allr[0].model_label,
+                               "corpus": allr[0].corpus_label, "layer": l, "depth": l / last,
+                               f"{metric}_seed_min": float(lo[l]), f"{metric}_seed_max": float(hi[l]),
+                               "n_seeds": len(allr), "seed_runs": " | ".join(seeds),
+                               f"{metric}_per_seed": " ".join(f"{v:.6g}" for v in Y[:, l])})
         notes.append(f"{allr[0].model_label}: {len(allr)} random initialisations (seeds); the band spans their "
                      f"smallest to largest {metric.replace('_', ' ')} per layer.")
         added += [e for e in extra]

@@ -20,8 +20,12 @@ def _n_tokens(results) -> int:
 N_BOOT = 1000
 
 
-def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: int = N_BOOT) -> View:
-    """mean_cosine(A) - mean_cosine(B) per layer with a 95% bootstrap interval over sequence groups."""
+def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: int = N_BOOT,
+                           x_axis: str | None = None) -> View:
+    """mean_cosine(A) - mean_cosine(B) per layer with a 95% bootstrap interval over sequence groups.
+
+    x_axis: "depth" (relative depth, as the curves above it on Compare) or "layer"; None: layer when the
+    two runs have the same depth, else depth."""
     La, Lb = n_layers(res_a), n_layers(res_b)
     same = La == Lb
     short, (sa, ra), (sb, rb) = (La <= Lb), (stats_a, res_a), (stats_b, res_b)
@@ -39,7 +43,8 @@ def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: i
         rows.append({"depth": depth, "layer_a": la, "layer_b": lb, "difference": d, "ci_low": lo, "ci_high": hi,
                      "excludes_zero": bool(np.isfinite(lo) and (lo > 0 or hi < 0))})
     df = pd.DataFrame(rows)
-    xs = df["layer_a"].tolist() if same else df["depth"].tolist()
+    by_layer = same if x_axis is None else (x_axis == "layer" and same)
+    xs = df["layer_a"].tolist() if by_layer else df["depth"].tolist()
     name_a, name_b = run_name(res_a), run_name(res_b)
     hover = [f"layer {a} vs {b}<br>difference {d:+.4f}<br>95% CI [{lo:+.4f}, {hi:+.4f}]"
              for a, b, d, lo, hi in zip(df["layer_a"], df["layer_b"], df["difference"], df["ci_low"], df["ci_high"])]
@@ -50,9 +55,9 @@ def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: i
                                       f"(N = {_fmt_n(_n_tokens(res_b))}) · band: 95% percentile bootstrap, each run "
                                       f"resampled by groups of sequences, {n_boot} draws"
                                       + ("" if same else " · layers matched by relative depth")),
-                       x_title="layer (0 = embeddings)" if same else
+                       x_title="layer (0 = embeddings)" if by_layer else
                        "relative depth (layer / L; 0 = embeddings, 1 = last layer)",
-                       y_title="mean cos(A) - mean cos(B)")
+                       y_title="mean cos(A) − mean cos(B)", x_range=None if by_layer else (-0.03, 1.03))
     fig.add_hline(y=0, line=dict(color="black", width=0.8, dash="dot"))
     df.insert(0, "run_b", name_b)
     df.insert(0, "run_a", name_a)

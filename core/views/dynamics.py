@@ -29,9 +29,9 @@ from .common import View, _manifest
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
 # The query/key statistics of core/attention/ shown over training: key -> (label, what it is).
 DRIFT_STATS = {
-    "q_drift": ("query drift ||μ_Q|| / E||q||",
+    "q_drift": ("query drift ‖μ_Q‖ / E‖q‖",
                 "norm of the mean query over the mean query norm (0: queries cancel out, 1: all queries equal)"),
-    "k_drift": ("key drift ||μ_K|| / E||k||", "norm of the mean key over the mean key norm"),
+    "k_drift": ("key drift ‖μ_K‖ / E‖k‖", "norm of the mean key over the mean key norm"),
     "cos_mu_qk": ("cos(μ_Q, μ_K)", "signed cosine between the mean query and the mean key of each head"),
 }
 
@@ -100,6 +100,7 @@ def cosine_curves(series: dict, metric: str = "mean_cosine") -> View:
     fig = F.line_chart(lines, title=f"{label} over training, per layer", subtitle=_sub(series, what),
                        x_title="training step", y_title=F.esc(label))
     _tick_axis(fig, steps)
+    fig.update_yaxes(rangemode="tozero")  # from 0: an auto range zoomed on 0.85-0.93 makes any wiggle look large
     df = series_table(series)[["run", "step", "layer", metric]]
     return View(f"dynamics_curves_{metric}", f"{label} over training", fig, df,
                 _manifest("dynamics_curves", {"metric": metric}, series["results"]),
@@ -216,15 +217,17 @@ def qk_drift(series: dict, stat: str = "q_drift") -> View:
                       "hover": [f"block {b + 1}, step {s:,}<br>{label} = {m:.4g} (mean over heads)"
                                 for s, m in zip(steps, mean[:, b])]})
         for h in range(n_heads if n_heads > 1 else 0):
-            lines.append({"name": f"block {b + 1} head {h}", "x": x, "y": v[:, b, h].tolist(), "color": b,
+            lines.append({"name": f"block {b + 1} head {h + 1}", "x": x, "y": v[:, b, h].tolist(), "color": b,
                           "dash": "dot", "group": f"block {b + 1}",
-                          "hover": [f"block {b + 1}, head {h}, step {s:,}<br>{label} = {val:.4g}"
+                          "hover": [f"block {b + 1}, head {h + 1}, step {s:,}<br>{label} = {val:.4g}"
                                     for s, val in zip(steps, v[:, b, h])]})
-        rows += [{"run": series["run"], "step": s, "block": b + 1, "head": h, stat: v[j, b, h]}
+        rows += [{"run": series["run"], "step": s, "block": b + 1, "head": h + 1, stat: v[j, b, h]}
                  for j, s in enumerate(steps) for h in range(n_heads)]
     fig = F.line_chart(lines, title=f"{label} over training", subtitle=_sub(series, what),
                        x_title="training step", y_title=F.esc(label))
     _tick_axis(fig, steps)
+    # the statistic's whole range (a ratio in [0, 1], a cosine in [-1, 1]), not an auto zoom on 0.85-0.93
+    fig.update_yaxes(range=[-1.02, 1.02] if stat == "cos_mu_qk" else [0, 1.02])
     return View(f"dynamics_{stat}", f"{label} over training", fig, pd.DataFrame(rows),
                 _manifest("dynamics_qk", {"statistic": stat, "steps": steps}, series["results"]),
                 caption=f"{label} at each checkpoint: block l reads hidden state l-1; q and k as the projections "

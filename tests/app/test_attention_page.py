@@ -79,20 +79,23 @@ def test_attention_page_end_to_end(app, spec):
                                                                for k in range(len(entry["windows"]))]
     at.selectbox(key=f"attn_doc_win_{di}").set_value(1)
     at.slider(key="attn_block").set_value(2)
-    at.slider(key="attn_head").set_value(3)
+    at.slider(key="attn_head").set_value(4)  # heads numbered from 1 (as blocks): column 3 of the arrays
     at.button(key="attn_show").click().run()
     no_exception(at)
     window = entry["windows"][1]
     maps = attention_maps(spec, window)
     amap = by_title(at, "Attention map of one window")
     sub = amap["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
-    assert f"document {entry['doc']} “" in sub and "block 2, head 3" in sub
+    assert f"document {entry['doc']} “" in sub and "block 2, head 4" in sub
     assert f"window 2 of {len(entry['windows'])} (run window {window})" in sub
     z = amap["data"][0]["z"]
     np.testing.assert_allclose(z, maps["maps"][1, 3], rtol=1e-6)
     if "first" not in sub:  # the whole window: rows are distributions
         np.testing.assert_allclose(z.sum(1), 1.0, atol=1e-5)
-    assert list(amap["layout"]["yaxis"]["ticktext"]) == list(maps["tokens"])  # every query's token
+    from core.figures import esc
+
+    want = [esc(AV.readable_token(t)) for t in maps["tokens"]]
+    assert list(amap["layout"]["yaxis"]["ticktext"]) == want  # every query's token, as text (not ĠPolish)
     if sec["outlier_dims"]:
         assert len(amap["data"]) == 2 and not np.allclose(amap["data"][0]["z"], amap["data"][1]["z"])
         change = by_title(at, "Change in attention when the outlier dims are zeroed")  # on the diverging scale
@@ -100,12 +103,12 @@ def test_attention_page_end_to_end(app, spec):
         assert change["layout"]["coloraxis"]["cmin"] == -change["layout"]["coloraxis"]["cmax"] < 0
     # block and head switch between that window's maps (no button); choosing another document
     # does not change the map until Show
-    at.slider(key="attn_head").set_value(0).run()
+    at.slider(key="attn_head").set_value(1).run()
     at.selectbox(key="attn_doc").set_value((di + 1) % len(docs)).run()
     no_exception(at)
     amap = by_title(at, "Attention map of one window")
     sub = amap["layout"]["title"]["subtitle"]["text"].replace("<br>", " ")
-    assert f"(run window {window})" in sub and "block 2, head 0" in sub
+    assert f"(run window {window})" in sub and "block 2, head 1" in sub
     np.testing.assert_allclose(amap["data"][0]["z"], maps["maps"][1, 0], rtol=1e-6)
     # a window number in the session that this run does not have (stale or forged): nothing is run
     log = at.session_state[LOG_KEY]

@@ -103,6 +103,11 @@ def test_difference_of_mean_cosine_has_a_bootstrap_interval():
     v = VDF.mean_cosine_difference(st1, res1, st2, res2, n_boot=100)
     assert len(v.data) == len(res1["layers"]) and {"difference", "ci_low", "ci_high"} <= set(v.data.columns)
     assert (v.data["ci_low"] <= v.data["difference"]).all() and (v.data["difference"] <= v.data["ci_high"]).all()
+    assert list(v.figure.data[-1].x) == list(range(len(res1["layers"])))  # same depth: by layer, unless asked
+    dv = VDF.mean_cosine_difference(st1, res1, st2, res2, n_boot=100, x_axis="depth")  # Compare: as its curves
+    L = len(res1["layers"]) - 1
+    assert list(dv.figure.data[-1].x) == pytest.approx([l / L for l in range(L + 1)])
+    assert "relative depth" in dv.figure.layout.xaxis.title.text
 
 
 def test_seed_band_spans_the_seeds():
@@ -120,6 +125,10 @@ def test_seed_band_spans_the_seeds():
     np.testing.assert_allclose(band[0].y[:n], ys.max(0))
     np.testing.assert_allclose(band[0].y[n:], ys.min(0)[::-1])
     assert len(banded.manifest["runs"]) == 3 and views.add_seed_bands(v, [a], [[]], "mean_cosine", "layer") is v
+    rows = banded.data[banded.data["series"].str.startswith("seed band")]  # the CSV: min/max columns per layer
+    assert len(rows) == n and rows["n_seeds"].eq(3).all()
+    np.testing.assert_allclose(rows["mean_cosine_seed_min"], ys.min(0))
+    np.testing.assert_allclose(rows["mean_cosine_seed_max"], ys.max(0))
 
 
 def _lstsq_partial(f, x, groups):

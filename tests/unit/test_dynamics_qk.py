@@ -32,7 +32,7 @@ def test_qk_drift_data_are_the_sections_numbers(stat):
     for step, sec in zip(STEPS, ser["attention"]):
         for row in sec["layers"]:
             for h, v in enumerate(row[stat]):
-                x = got.loc[(step, row["layer"], h)]
+                x = got.loc[(step, row["layer"], h + 1)]  # heads numbered from 1, as blocks
                 assert (math.isnan(x) if v is None else x == pytest.approx(v))
     # one solid line per block (mean over its heads, NaN heads left out) and a dotted line per head
     assert len(view.figure.data) == N_BLOCKS * (1 + N_HEADS)

@@ -195,3 +195,25 @@ def test_a_chromium_that_cannot_start_gives_a_message_within_the_timeout(tmp_pat
     assert "mean_cosine" in lines["ZIP"] and ".html" in lines["ZIP"] and ".png" not in lines["ZIP"]
     assert "Static image export" in lines["NOTE"]
     assert took < 60  # and the process ended: kaleido's exit hook no longer joins a hung thread
+
+
+def test_publication_figure_typesets_the_axis_maths_and_drops_invisible_bands():
+    from core import figures as F
+
+    _, res = synthetic_run()
+    v = views.layer_curves([res], "mean_cosine", reference=False)
+    ytitle = v.figure.layout.yaxis.title.text
+    fig = export.publication_figure(v)
+    if "!=" in ytitle or "_" in ytitle:  # the registry's ASCII axis label, typeset (issue 28 item 9)
+        assert "!=" not in fig.layout.yaxis.title.text and ("≠" in fig.layout.yaxis.title.text
+                                                           or "<sub>" in fig.layout.yaxis.title.text)
+    x = list(range(5))
+    series = [{"name": "thin", "x": x, "y": [0.0, 0.2, 0.5, 0.8, 1.0], "color": 0, "band_name": "thin: 95% CI",
+               "band": ([v - 1e-4 for v in [0.0, 0.2, 0.5, 0.8, 1.0]], [v + 1e-4 for v in [0.0, 0.2, 0.5, 0.8, 1.0]])},
+              {"name": "wide", "x": x, "y": [0.5] * 5, "color": 1, "band_name": "wide: 95% CI",
+               "band": ([0.3] * 5, [0.7] * 5)}]
+    chart = F.line_chart(series, title="t", subtitle="s", x_title="x", y_title="mean cos(x_i, x_j), i != j")
+    bands = {t.name: t.showlegend for t in chart.data if t.fill == "toself"}
+    assert bands == {"thin: 95% CI": False, "wide: 95% CI": True}  # no legend entry for a band nobody can see
+    assert export.publication_figure(views.View("t", "t", chart, pd.DataFrame(), {})).layout.yaxis.title.text \
+        == "mean cos(x<sub>i</sub>, x<sub>j</sub>), i ≠ j"
