@@ -256,34 +256,6 @@ def _read_table(path: Path, text_column: str | None, encoding: str | None = None
     return [" ".join(v.split()) for v in strings.tolist() if v.strip()]
 
 
-ENGLISH_CORPORA = ("wiki-en", "python-docs")  # built-in corpora in English
-# The most frequent English words: about 40% of the words of English prose, a few % of French or German.
-_ENGLISH_WORDS = frozenset("the of and to a in is that for it as was with be by on not he this are or his from at "
-                           "which but have an they you were her she there been one all we their has would when if "
-                           "so no will can more its".split())
-ENGLISH_SHARE_MIN = 0.2  # above it, a corpus counts as English (Ethayarajh's published curves apply)
-
-
-def english_share(documents: list[str], max_words: int = 200_000) -> float:
-    """Share of the first `max_words` words (lower-cased, punctuation stripped) that are among the most
-    frequent English words: ~0.4 for English prose, < 0.1 for other languages. NaN without words.
-
-    >>> round(english_share(["The cat sat on the mat and it was happy."]), 2)
-    0.6
-    """
-    n = hit = 0
-    for d in documents:
-        for w in d.lower().split():
-            w = w.strip(".,;:!?\"'()[]{}«»“”‘’")
-            if not w:
-                continue
-            n += 1
-            hit += w in _ENGLISH_WORDS
-            if n >= max_words:
-                return hit / n
-    return hit / n if n else float("nan")
-
-
 def numeric_share(documents: list[str]) -> float:
     """Share of documents that are a number only (a text column that is really numbers)."""
     if not documents:

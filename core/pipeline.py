@@ -22,7 +22,7 @@ from . import __version__
 from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
-from .corpora import BUILTIN_CORPORA, corpus_fingerprint, english_share, numeric_share
+from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
@@ -34,6 +34,7 @@ from .models import (
     package_versions,
 )
 from .prepare import loading_message, prepare
+from .reference import english_share
 from .settings import default_cache_dir
 from .spec import RunSpec, stable_hash
 

@@ -12,9 +12,8 @@ import pandas as pd
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
-from ..corpora import ENGLISH_CORPORA, ENGLISH_SHARE_MIN
 from ..metrics import pairwise_cosine_histogram
-from ..reference import reference_curves
+from ..reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import (
     TOKEN_ID_WHY,
