@@ -26,14 +26,15 @@ from typing import Mapping
 from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
 from .errors import InputError
 from .escape import shorten, visible
+from .hub_series import is_hub_series
 from .modalities import MODAL_CORPORA
 from .outliers import run_outlier_dims
 from .postprocess import PostProcess
-from .settings import Settings, uploads_dir
+from .settings import Settings, cache_root, uploads_dir
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 from .statistics import picker, sample_metrics_map
-from .trained import is_trained
+from .trained import RUN_NAME, is_trained
 from .trained import parse as parse_trained
 from .uploads import is_upload_id, resolve, upload_id
 
@@ -198,14 +199,39 @@ def check_model(ident: str, settings: Settings | None = None) -> str:
     return ident
 
 
+# Options a checkpoint series takes from a job (series.series_specs); anything else (cache_dir...) is refused.
+SERIES_OPTIONS = ("corpus", "text_column", "max_tokens", "sample", "seed", "batch_size", "device", "dtype", "attention")
+
+
 def check_job_params(params: dict, settings: Settings | None = None) -> None:
     """The worker's own check of a job's parameters (they come from the queue, which anyone who can
-    write the cache directory can write): the model, the corpus and trust_remote_code of its spec
-    pass the same checks as a URL's, under the worker's settings. InputError when they do not."""
-    spec = params.get("spec") if isinstance(params, dict) else None
-    if not isinstance(spec, dict):
-        return
+    write the cache directory can write): the model, the corpus and trust_remote_code of its spec,
+    a series' run and options, and the cache and processes a torchrun job names, pass the same
+    checks as a URL's, under the worker's settings. InputError when they do not."""
+    if not isinstance(params, dict):
+        raise InputError("The job's parameters are not an object.")
     st = settings or current_settings()
+    spec = params.get("spec")
+    if isinstance(spec, dict):
+        _check_job_spec(spec, st)
+    for name in ("kw", "series"):  # a checkpoint series' options ("series" jobs; "train" jobs that analyse)
+        kw = params.get(name)
+        if kw is None:
+            continue
+        if not isinstance(kw, dict) or set(kw) - set(SERIES_OPTIONS):
+            raise InputError(f"This job's series options are not ones the app gives ({', '.join(SERIES_OPTIONS)}).")
+        if kw.get("corpus") is not None:
+            _check_job_corpus(str(kw["corpus"]), st)
+    if "run" in params:
+        _check_job_run(str(params["run"]), st)
+    if params.get("cache_dir") is not None and Path(str(params["cache_dir"])).resolve() != cache_root():
+        raise InputError("This job names another cache directory than the worker's.")
+    if "nproc" in params and int(params["nproc"]) > max(1, st.torchrun_nproc):
+        raise InputError(f"This job asks for {int(params['nproc'])} torchrun processes; the worker's "
+                         f"ANISO_TORCHRUN_NPROC allows {max(1, st.torchrun_nproc)}.")
+
+
+def _check_job_spec(spec: dict, st: Settings) -> None:
     if spec.get("trust_remote_code") and not st.allow_remote_code:
         raise InputError("This job asks to run a model folder's own Python code (trust_remote_code), which this "
                          "worker refuses: set ANISO_ALLOW_REMOTE_CODE=1 on the worker's side to allow it.")
@@ -216,13 +242,24 @@ def check_job_params(params: dict, settings: Settings | None = None) -> None:
         if control_seed(model)[1] == 0:  # an untrained control's other seed is a built-in too
             check_model(model, st)
     if "corpus" in spec:
-        corpus = str(spec["corpus"])
-        if corpus in BUILTIN_CORPORA or corpus in MODAL_CORPORA or _is_saved_upload(corpus):
-            return
-        if corpus.startswith(UPLOAD_PREFIX):
-            check_corpus(corpus, st)
-            return
-        _allowed_path(corpus, "Corpus", "a built-in corpus, an upload, or a file or folder in the data directory", st)
+        _check_job_corpus(str(spec["corpus"]), st)
+
+
+def _check_job_corpus(corpus: str, st: Settings) -> None:
+    if corpus in BUILTIN_CORPORA or corpus in MODAL_CORPORA or _is_saved_upload(corpus):
+        return
+    if corpus.startswith(UPLOAD_PREFIX):
+        check_corpus(corpus, st)
+        return
+    _allowed_path(corpus, "Corpus", "a built-in corpus, an upload, or a file or folder in the data directory", st)
+
+
+def _check_job_run(run: str, st: Settings) -> None:
+    """A series' run: a run trained here (a plain name, never a path) or a hub series of an allowed hub id."""
+    if is_hub_series(run):
+        check_model(run.split(":", 1)[1], st)
+    elif not RUN_NAME.match(run):
+        raise InputError(f"Trained run {_shown(run)} is not a run name (letters, digits, '.', '_', '-').")
 
 
 def _is_saved_upload(path: str) -> bool:

@@ -396,3 +396,30 @@ def test_what_the_app_submits_passes_the_workers_check(cache, tmp_path, monkeypa
                 Selection(models=("trained/run@step-4",)), Selection(models=("dinov2-vits14",))):
         for spec in sel.specs():
             check_job_params({"spec": spec.to_dict()})
+
+
+def test_the_worker_rechecks_series_and_torchrun_parameters(cache, tmp_path, monkeypatch):
+    """The parameters beyond the spec: a series' options and run, a torchrun job's cache and processes."""
+    from core.spec import RunSpec
+
+    monkeypatch.delenv("ANISO_ALLOW_SERVER_PATHS")
+    elsewhere = tmp_path / "elsewhere"
+    outside = tmp_path / "outside.txt"
+    outside.write_text("private\n\nnotes\n")
+    small = RunSpec(model="minilm-l6", corpus="wiki-en", max_tokens=200, sample=50).to_dict()
+    cases = {
+        "series-cache": ("series", {"run": "r", "kw": {"cache_dir": str(elsewhere)}}, "series options"),
+        "series-corpus": ("series", {"run": "r", "kw": {"corpus": str(outside)}}, "not available here"),
+        "series-run": ("series", {"run": "../../x", "kw": {}}, "not a run name"),
+        "train-series": ("train", {"spec": {"corpus": "wiki-en"}, "analyse": True, "series": {"cache_dir": "/"}},
+                         "series options"),
+        "torchrun-cache": ("analyze-torchrun", {"spec": small, "nproc": 1, "cache_dir": str(elsewhere)},
+                           "another cache directory"),
+        "torchrun-nproc": ("analyze-torchrun", {"spec": small, "nproc": 64}, "torchrun processes"),
+    }
+    for name, (kind, params, expected) in cases.items():
+        jobs._write(jobs.Job(f"forged-{name}", kind, params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+        jobs._run_job(f"forged-{name}", 1)
+        job = jobs.status(f"forged-{name}", cache)
+        assert job.status == jobs.FAILED and expected in job.error, (name, job.error)
+    assert not elsewhere.exists()
