@@ -16,7 +16,7 @@ from core.results import not_enough_data
 from core.selection import strongest_dims
 from core.spec import RunSpec
 
-from . import data, state
+from . import data, run, state
 
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
@@ -101,15 +101,11 @@ def job_panel() -> None:
     """The job panel of a page that shows no selected run: the trainings and series, and the
     selection's jobs that are queued or running (a Run pressed there: every page shows what Run
     started). Draw it after the page's own submit buttons, so a job queued in this run shows at once."""
-    from . import run
-
     run.panel(state.selection(), active_only=True, trainings=True)
 
 
 def status(sel) -> None:
     """URL problems, then one line per selected run: loaded / computing (progress) / failed / not computed."""
-    from . import run
-
     lg = state.log()
     degraded = pipeline.get_store().degraded
     if degraded:
