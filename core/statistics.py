@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import geometry as G
 from . import metrics as M
 from .config import CONFIG
 from .definitions import DOCS_PATH, Definition
@@ -100,6 +101,13 @@ class Sample:
     def eigvals(self) -> np.ndarray:
         """Covariance eigenvalues (descending), shared by the spectral statistics."""
         return M._cov_eigvals(M._sample(self.X))
+
+    @cached_property
+    def neighbours(self) -> tuple[np.ndarray, int]:
+        """(distances of each distinct vector to its nearest distinct neighbours (K', 2 max(GRIDE scales)),
+        the number of duplicate vectors dropped), shared by the intrinsic-dimension statistics."""
+        U, dropped = G.unique_rows(self.X)
+        return G.neighbour_distances(U, 2 * max(G.GRIDE_SCALES)), dropped
 
 
 class Run:
@@ -320,6 +328,40 @@ STATISTICS: tuple[Statistic, ...] = (
             "Mu & Viswanath 2018"),
         baseline=True),
     Statistic(
+        "intrinsic_dim_twonn", "sample", lambda s: G.twonn(s.neighbours[0]), ("sample",),
+        "Intrinsic dimension (TwoNN)", "TwoNN intrinsic dimension, dimensions",
+        Definition(
+            "TwoNN (Facco et al. 2017) on the distinct vectors of the sample: the slope through the origin of "
+            "-log(1 - F(mu)) against log mu, mu = r2 / r1 (second / first neighbour distance), the 10% largest mu left out",
+            r"-\log\big(1 - F(\mu)\big) = d \log \mu,\quad \mu_i = r_2(i) / r_1(i)",
+            "the cloud fills many dimensions locally (an isotropic Gaussian of the same K and d: see the baseline)",
+            "the tokens lie near a low-dimensional manifold (Valeriani et al. 2023: the minimum marks the semantic layers)",
+            "Facco et al. 2017; Valeriani et al. 2023"),
+        baseline=True, figure=Figure(estimate="on the sample's distinct vectors (duplicates dropped)")),
+    Statistic(
+        "intrinsic_dim_gride", "sample", lambda s: G.gride(s.neighbours[0], G.GRIDE_N1), ("sample",),
+        "Intrinsic dimension (GRIDE, 16th/8th neighbour)", "GRIDE intrinsic dimension, dimensions",
+        Definition(
+            f"GRIDE (Denti et al. 2022): the maximum-likelihood dimension of mu = r_{2 * G.GRIDE_N1} / r_{G.GRIDE_N1} "
+            "(neighbour distances of the sample's distinct vectors): a larger scale than TwoNN, less sensitive to noise",
+            r"\hat d = \arg\max_d \sum_i \log f(\mu_i \mid d),\quad \mu_i = r_{16}(i) / r_{8}(i)",
+            "many dimensions at the scale of the 8th-16th neighbours",
+            "a low-dimensional manifold at that scale",
+            "Denti et al. 2022; Valeriani et al. 2023"),
+        baseline=True, figure=Figure(estimate="on the sample's distinct vectors (duplicates dropped), n1 = 8, n2 = 16")),
+    Statistic(
+        "matrix_entropy", "sample", lambda s: G.matrix_entropy(s.X), ("sample",),
+        "Matrix entropy", "entropy of the trace-normalised Gram matrix, nats",
+        Definition(
+            "Shannon (alpha = 1) entropy of the eigenvalues of the trace-normalised Gram matrix X X^T / tr(X X^T) "
+            "of the uncentred sample (Skean et al. 2025); at most log(min(K, d))",
+            r"S_1 = -\sum_i \lambda_i \log \lambda_i,\quad "
+            r"\lambda_i = \operatorname{eig}\big(XX^\top / \operatorname{tr}(XX^\top)\big)",
+            "the sample spreads its energy over many directions (log d for an isotropic cloud with K > d)",
+            "a few directions (the common mean direction included) carry the energy; 0 for rank 1",
+            "Skean et al. 2025 (Layer by Layer); Giraldo et al. 2014"),
+        baseline=True),
+    Statistic(
         "high_norm_share", "sample", lambda s: M.high_norm_share(s.X), ("sample",),
         "High-norm token share", "share of sampled tokens above Otsu's threshold on log ||x_t||",
         Definition(
@@ -331,6 +373,18 @@ STATISTICS: tuple[Statistic, ...] = (
             "near 0.5: no separate group (Otsu always splits, and splits a unimodal cloud near its middle)",
             "a few percent: a small separate group of tokens with far larger norms (high-norm tokens)",
             "Darcet et al. 2024 (Vision Transformers Need Registers); Otsu 1979")),
+    Statistic("intrinsic_dim_duplicates", "count", lambda s: s.neighbours[1], ("sample",),
+              axis="duplicate sample vectors dropped before the intrinsic dimension"),
+    Statistic(
+        "intrinsic_dim_gride_scales", "per-dim", lambda s: G.gride_scales(s.neighbours[0]), ("sample",),
+        axis=f"GRIDE intrinsic dimension at n1 = {', '.join(map(str, G.GRIDE_SCALES))} (n2 = 2 n1)",
+        definition=Definition(
+            f"GRIDE at the scales n1 = {', '.join(map(str, G.GRIDE_SCALES))} with n2 = 2 n1 (n1 = 1 is TwoNN's "
+            "maximum-likelihood estimate): how the dimension changes with the neighbourhood size",
+            r"\hat d(n_1),\ \mu_i = r_{2 n_1}(i) / r_{n_1}(i)",
+            "flat: the same dimension at every scale", "falling with the scale: noise inflates the small scales",
+            "Denti et al. 2022"),
+        table=False, report=False),
     Statistic(
         "outlier_dims", "per-dim", _outlier_dims, ("sum_abs", "n"), axis="activation outlier dimensions",
         definition=Definition(
