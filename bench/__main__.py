@@ -22,7 +22,7 @@ import time
 import traceback
 from pathlib import Path
 
-from core import settings  # noqa: E402
+from core import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from core import settings
+from core import jobs, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -62,8 +62,6 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
                 time.sleep(0.5)
         yield url, proc
     finally:
-        from core import jobs
-
         jobs.stop_worker(cache)  # the app may have started a worker process for this cache
         proc.terminate()
         try:

@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 
-from core import settings  # noqa: E402
+from core import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
 

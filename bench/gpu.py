@@ -13,7 +13,15 @@ from __future__ import annotations
 
 import time
 
-from bench.common import bare_forward, log, median, subset_windows
+from bench.common import ROOT, bare_forward, child_env, log, median, subset_windows
+from bench.peers import run_peer
+from core.batching import plan_batches
+from core.cache import CacheStore
+from core.distributed import spec_args, torchrun_command
+from core.extract import analysed_masks, extract_stats
+from core.models import _gpt2_tokenizer, minilm_folder
+from core.spec import RunSpec
+from core.statistics import report_keys
 
 # Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from the vendors' data sheets.
 BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH200", 989.0), ("A100", 312.0),
@@ -44,10 +52,8 @@ def _tokenizer(kind: str):
     if kind == "bert":
         from transformers import AutoTokenizer
 
-        from core.models import minilm_folder
 
         return AutoTokenizer.from_pretrained(str(minilm_folder()))
-    from core.models import _gpt2_tokenizer
 
     return _gpt2_tokenizer()
 
@@ -68,9 +74,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 peer_tokens: int = 20_000) -> dict:
     import torch
 
-    from core.batching import plan_batches
     from core.corpora import load_documents, tokenize_budget
-    from core.extract import extract_stats
 
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     is_cuda = device.startswith("cuda")
@@ -145,8 +149,6 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
 def _peer_vs_tool(model, w, tool, device: str) -> dict:
     """The per-document peer (one forward per document, hidden states to the host, sampled pairs)
     against the tool on the same windows: the speed-up of batching and on-device statistics."""
-    from bench.peers import run_peer
-    from core.extract import analysed_masks
 
     analysed = analysed_masks(w, "exclude")
     tool_s = tool(w)
@@ -167,10 +169,6 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
     import tempfile
     from pathlib import Path
 
-    from bench.common import ROOT, child_env
-    from core.distributed import spec_args, torchrun_command
-    from core.spec import RunSpec
-    from core.statistics import report_keys
 
     spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, device=device)
     out = {"model": model, "device": device, "nproc": nproc, "tokens_requested": tokens}
@@ -207,7 +205,6 @@ def _same_sample(key: str, one: str, many: str) -> bool:
     """Whether two cache entries of one key hold the same sample, bit for bit."""
     import numpy as np
 
-    from core.cache import CacheStore
 
     a, b = CacheStore(one).get(key), CacheStore(many).get(key)
     return a is not None and b is not None and bool(np.array_equal(a[1]["sample"], b[1]["sample"]))

@@ -11,6 +11,11 @@ from __future__ import annotations
 import time
 
 from bench.common import log, median
+from core.batching import plan_batches
+from core.convert.whisper import log_mel
+from core.extract import extract_stats
+from core.modalities.adapters import _pixels, adapter_for
+from core.modalities.run import build_items, load_payloads
 
 MODELS = (("dinov2-vits14", "images-crops"), ("whisper-tiny-en", "speech-human"))
 BATCH = 8
@@ -21,8 +26,6 @@ def _bare(model, adapter, items, batches) -> float:
     import numpy as np
     import torch
 
-    from core.convert.whisper import log_mel
-    from core.modalities.adapters import _pixels
 
     t0 = time.perf_counter()
     with torch.inference_mode():
@@ -36,18 +39,12 @@ def _bare(model, adapter, items, batches) -> float:
 
 
 def _tool(model, adapter, items, sample: int) -> float:
-    from core.extract import extract_stats
-
     t0 = time.perf_counter()
     extract_stats(model, items, batch_size=BATCH, sample_size=sample, seed=SEED, adapter=adapter)
     return time.perf_counter() - t0
 
 
 def section_modalities(ctx) -> dict:
-    from core.batching import plan_batches
-    from core.modalities.adapters import adapter_for
-    from core.modalities.run import build_items, load_payloads
-
     sizes = ctx.sizes
     out = {"goal": 0.90, "order": "alternating A B B A: bare, tool, tool, bare, ...", "models": []}
     for ident, corpus in MODELS:

@@ -26,15 +26,28 @@ from bench.common import (
     log,
     median,
     mem_available,
+    padded_batch,
     profile_diff_table,
     run_task,
     subset_windows,
     torch_profile_ops,
 )
+from core.analysis import sample_metrics
+from core.attention import eager_attention, extract_attention
+from core.batching import padding_fraction, plan_batches
+from core.corpora import load_documents
+from core.extract import extract_stats
+from core.models import load_model
+from core.outliers import activation_outliers, persistent_activation_outliers
+from core.pipeline import get_stats
+from core.postprocess import PostProcess
+from core.projection import pca_2d, project
+from core.selection import Selection
 from core.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
 from core.spec import DEFAULT_CORPUS as CORPUS
 from core.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
 from core.spec import DEFAULT_SAMPLE as SAMPLE
+from core.spec import RunSpec
 
 SEED = 0
 
@@ -97,15 +110,11 @@ class Ctx:
 
     def docs(self) -> list[str]:
         if self._docs is None:
-            from core.corpora import load_documents
-
             self._docs = load_documents(CORPUS)
         return self._docs
 
     def model(self, ident: str):
         if ident not in self._models:
-            from core.models import load_model
-
             self._models[ident] = load_model(ident, device="cpu", dtype="float32", cache_dir=self.cache)
         return self._models[ident]
 
@@ -132,8 +141,6 @@ def _pad_id(lm) -> int:
 
 
 def _tool(lm, windows, batch_size=BATCH, sample=SAMPLE):
-    from core.extract import extract_stats
-
     t0 = time.perf_counter()
     arrays, timing = extract_stats(lm.base, windows, special_policy="exclude", batch_size=batch_size,
                                    sample_size=sample, seed=SEED, device="cpu", dtype="float32", pad_id=_pad_id(lm))
@@ -143,7 +150,6 @@ def _tool(lm, windows, batch_size=BATCH, sample=SAMPLE):
 # ----------------------------------------------------------------------------- 1. overhead
 def section_overhead(ctx: Ctx) -> dict:
     """The tool's extraction (all streaming metrics + sample) vs the bare forward, same windows/batches."""
-    from core.batching import padding_fraction, plan_batches
 
     out = {"goal": 0.90, "order": "alternating A B B A: bare, tool, tool, bare, ...", "models": []}
     for ident, tokens in (("minilm-l6", ctx.sizes.minilm_tokens), ("smollm2-135m", ctx.sizes.smollm_tokens)):
@@ -194,8 +200,6 @@ def section_overhead(ctx: Ctx) -> dict:
 
 
 def _stash_smollm(ctx: Ctx, arrays: dict) -> None:
-    from core.outliers import activation_outliers, persistent_activation_outliers
-
     L1 = arrays["sample"].shape[0]
     layer = L1 // 2
     flags = activation_outliers(arrays["sum_abs"] / arrays["n"])
@@ -356,14 +360,10 @@ def _page_render(ctx: Ctx) -> dict:
         return {"status": "skipped", "reason": f"no Layers page among {[p.name for p in pages]}"}
     override = None
     try:
-        from core.selection import Selection
-
         if ctx.quick:  # the app's default (20k tokens) is too slow for --quick: a smaller selection
             override = {"max_tokens": ctx.sizes.cache_minilm_tokens}
         specs = Selection(**(override or {})).specs()
     except Exception:  # noqa: BLE001 - older/newer core: fall back to the default run
-        from core.spec import RunSpec
-
         specs = [RunSpec()]
     log(f"cache: computing the app's default selection ({len(specs)} run(s), untimed)")
     pre = run_task("analyze_specs", {"specs": [sp.to_dict() for sp in specs], "cache_dir": str(ctx.cache)},
@@ -385,9 +385,6 @@ def _page_render(ctx: Ctx) -> dict:
 # ----------------------------------------------------------------------------- 5. projection
 def section_projection(ctx: Ctx) -> dict:
     """UMAP cold / fresh / warm, PCA, and cached projections. umap is never imported in this process."""
-    from core.pipeline import get_stats
-    from core.projection import pca_2d
-    from core.spec import RunSpec
 
     s = ctx.sizes
     spec = RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=s.cache_minilm_tokens)
@@ -432,16 +429,12 @@ def section_projection(ctx: Ctx) -> dict:
             r = pr[method]
             out[f"project_{method}"] = {**r, "hit_median_s": median(r["hit_s"])}
     if (out.get("project_umap") or {}).get("hit_median_s", 0) > 0.5:
-        from core.projection import project
-
         out["project_profile"] = cprofile_table(lambda: project(spec, layer, "umap", cache_dir=ctx.cache), top=14)
     return out
 
 
 # ----------------------------------------------------------------------------- 6. batching
 def section_batching(ctx: Ctx) -> dict:
-    from core.batching import padding_fraction, plan_batches
-
     s = ctx.sizes
     lm = ctx.model("minilm-l6")
     w = ctx.windows("minilm-l6", s.batching_tokens)
@@ -473,9 +466,6 @@ def section_batching(ctx: Ctx) -> dict:
 def _smollm_sample(ctx: Ctx) -> dict:
     if "smollm_sample" in ctx.stash:
         return ctx.stash["smollm_sample"]
-    from core.outliers import activation_outliers, persistent_activation_outliers
-    from core.pipeline import get_stats
-    from core.spec import RunSpec
 
     spec = RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens)
     log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
@@ -489,9 +479,6 @@ def _smollm_sample(ctx: Ctx) -> dict:
 
 
 def section_postproc(ctx: Ctx) -> dict:
-    from core.analysis import sample_metrics
-    from core.postprocess import PostProcess
-
     smp = _smollm_sample(ctx)
     X = smp["X"]
     dims = tuple(int(d) for d in smp["outliers"]) or (0,)
@@ -524,8 +511,6 @@ def _eager_forward(model, windows, batches, pad_id: int) -> float:
     probabilities returned, nothing computed from them)."""
     import torch
 
-    from bench.common import padded_batch
-    from core.attention import eager_attention
 
     t0 = time.perf_counter()
     with eager_attention(model), torch.inference_mode():
@@ -539,7 +524,6 @@ def _eager_forward(model, windows, batches, pad_id: int) -> float:
 def section_attention(ctx: Ctx) -> dict:
     """Attention statistics (core.attention.extract_attention) vs the bare SDPA forward and vs the bare
     forward with output_attentions=True, same windows and batches; the model's attention afterwards."""
-    from core.attention import extract_attention
     from core.extract import plan_batches
 
     out = {"goal": 0.80, "order": "alternating: sdpa, eager+output_attentions, tool, then reversed", "models": []}

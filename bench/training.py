@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from core import settings  # noqa: E402
+from core import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
 settings.env_default(TOKENIZERS_PARALLELISM="false")

@@ -26,10 +26,20 @@ import sys
 import time
 from pathlib import Path
 
+from . import jobs
+from .attention import layer_means, run_attention
 from .config import CONFIG
-from .distributed import RankFailed, rank_from_env, world_size_from_env
+from .corpora import list_corpora
+from .distributed import RankFailed, group_from_env, rank_from_env, world_size_from_env
+from .drift import DriftSpec, drift_experiment
 from .errors import Cancelled, InputError
+from .hub_series import register
+from .modalities import list_modal_corpora
+from .models import list_models
+from .pipeline import analyze, analyze_params, cached_ablation, resolve, run_ablation
 from .progress import Stage
+from .selection import Selection, to_query_params
+from .series import SERIES_MAX_TOKENS, SERIES_SAMPLE, analyze_series
 from .settings import use_cache_dir
 from .spec import (
     DEFAULT_BATCH_SIZE,
@@ -43,6 +53,7 @@ from .spec import (
     SPECIAL_POLICIES,
     RunSpec,
 )
+from .train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, check_train_size, preset_specs, train
 
 
 def _layer_list(text: str) -> tuple[int, ...]:
@@ -169,8 +180,6 @@ def _write(path: str, obj) -> None:
 
 
 def cmd_models(a) -> int:
-    from .models import list_models
-
     models = list_models()
     for modality in ("text", "image", "audio"):
         print(f"# {modality}")
@@ -183,9 +192,6 @@ def cmd_models(a) -> int:
 
 
 def cmd_corpora(a) -> int:
-    from .corpora import list_corpora
-    from .modalities import list_modal_corpora
-
     print("# text")
     for c in list_corpora():
         print(f"{c['id']:<18} {c['description']}")
@@ -203,7 +209,6 @@ def cmd_corpora(a) -> int:
 def _wait_for_job(kind: str, params: dict, a) -> None:
     """When the worker is computing (or about to compute) this very thing, wait for its job
     instead of starting a second computation; the result is then read from the cache."""
-    from . import jobs
 
     if a.force:
         return
@@ -239,7 +244,6 @@ def _group(spec):
     """The torchrun job this process is a rank of (None for a plain run); see core/distributed.py."""
     if world_size_from_env() <= 1:
         return None
-    from .distributed import group_from_env
 
     return group_from_env(spec)
 
@@ -261,7 +265,6 @@ def _quiet(a, group) -> bool:
 
 def _analyze(a, spec, group=None):
     """analyze() alone or as one rank of a torchrun job (None on ranks other than 0)."""
-    from .pipeline import analyze
 
     return analyze(spec, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force, group=group)
 
@@ -287,8 +290,6 @@ def _warnings(m: dict) -> None:
 
 
 def cmd_analyze(a) -> int:
-    from .pipeline import analyze_params, resolve
-
     spec = _validate(a)
     run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     t0 = time.perf_counter()
@@ -297,13 +298,10 @@ def cmd_analyze(a) -> int:
     with _ranks(spec) as group:
         res = _analyze(a, run, group)
         if a.attention:  # under torchrun the ranks share the attention statistics' batches too
-            from .attention import run_attention
-
             att = run_attention(run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
                                 group=group)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
         return 0
-    from .pipeline import cached_ablation
 
     ab = cached_ablation(run, cache_dir=a.cache_dir)
     if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
@@ -321,8 +319,6 @@ def cmd_analyze(a) -> int:
 
 
 def cmd_outliers(a) -> int:
-    from .pipeline import analyze_params, resolve, run_ablation
-
     spec = _validate(a)
     run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     if world_size_from_env() <= 1:
@@ -361,8 +357,6 @@ def dashboard_link(results: dict, port: int = 8501) -> str:
     """The dashboard URL that opens the run of a results.json (computed anywhere: on a cluster too)."""
     from urllib.parse import urlencode
 
-    from .selection import Selection, to_query_params
-    from .spec import RunSpec
 
     try:
         spec = RunSpec.from_dict(results["manifest"]["spec"])
@@ -388,8 +382,6 @@ def cmd_link(a) -> int:
 
 
 def _train_spec(a):
-    from .train import TrainSpec
-
     return TrainSpec(corpus=a.corpus, text_column=a.text_column, arch=a.arch, tokenizer=a.tokenizer,
                      vocab_size=a.vocab_size, n_layers=a.layers, d_model=a.d_model, n_heads=a.heads,
                      seq_len=a.seq_len, batch_size=a.batch_size, steps=a.steps, lr=a.lr, seed=a.seed,
@@ -416,8 +408,6 @@ class _TrainBar(_Bar):
 
 
 def cmd_train(a) -> int:
-    from .train import check_train_size, preset_specs, train
-
     base = _train_spec(a)
     if a.out:
         _check_out(a.out)  # before the training, not after it
@@ -435,7 +425,6 @@ def cmd_train(a) -> int:
               f"{rec['timing']['tokens_per_s']:,.0f} tok/s, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         entry = {"record": rec}
         if a.analyze:
-            from .series import analyze_series
             from .views.dynamics import summary
 
             ser = analyze_series(rec["run"], cache_dir=a.cache_dir, progress=_Bar(a.quiet),
@@ -455,15 +444,12 @@ def cmd_train(a) -> int:
 
 
 def cmd_series(a) -> int:
-    from .series import analyze_series
     from .views.dynamics import summary
 
     if a.out:
         _check_out(a.out)
     t0 = time.perf_counter()
     if a.hub is not None:
-        from .hub_series import register
-
         if not a.revisions:
             raise InputError("--hub needs --revisions (e.g. --revisions step0,step1000,step2000).")
         a.run = register(a.hub, a.revisions, a.cache_dir)
@@ -496,15 +482,11 @@ def _queue_notes(jobs, cache_dir) -> None:
 
 
 def cmd_worker(a) -> int:
-    from . import jobs
-
     _queue_notes(jobs, a.cache_dir)
     return jobs.run_worker(a.cache_dir, workers=a.workers, idle_exit=a.idle_exit)
 
 
 def cmd_jobs(a) -> int:
-    from . import jobs
-
     _queue_notes(jobs, a.cache_dir)
     if a.action == "list":
         rows = jobs.list_jobs(a.cache_dir)
@@ -540,9 +522,6 @@ def cmd_jobs(a) -> int:
 
 
 def cmd_attention(a) -> int:
-    from .attention import layer_means, run_attention
-    from .pipeline import analyze, resolve
-
     spec = _spec(a)
     _check_out(a.out)
     run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
@@ -570,8 +549,6 @@ def _floats(text: str, name: str) -> tuple[float, ...]:
 
 
 def cmd_drift(a) -> int:
-    from .drift import DriftSpec, drift_experiment
-
     if a.out:
         _check_out(a.out)
     spec = DriftSpec(d=a.d, heads=a.heads, seq_len=a.seq_len, n_seq=a.n_seq, alphas=_floats(a.alphas, "alphas"),
@@ -609,8 +586,6 @@ def build_parser() -> argparse.ArgumentParser:
     li.set_defaults(fn=cmd_link)
 
 
-    from .series import SERIES_MAX_TOKENS, SERIES_SAMPLE
-    from .train import ARCHS, PRESETS, TOKENIZERS, TrainSpec
 
     d = TrainSpec()
     tr = sub.add_parser("train", help="train a small Transformer from scratch, keeping log-spaced checkpoints")

@@ -26,8 +26,10 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .errors import InputError
+from .errors import Cancelled, InputError
+from .extract import MAX_KEYS, Progress
 from .settings import TORCHRUN_VARS, cache_root, torchrun_env
+from .spec import RunSpec
 
 ENV_VARS = TORCHRUN_VARS
 DEFAULT_TIMEOUT_S = 1800  # a collective that waits longer than this fails (a rank died silently)
@@ -144,8 +146,7 @@ class Group:
         import torch.distributed as dist
 
         if max_keys is None:
-            from .extract import MAX_KEYS as max_keys
-
+            max_keys = MAX_KEYS
         self.agree(None)
         for k in sorted(tensors):  # the same order on every rank
             op = dist.ReduceOp.MAX if k in max_keys else dist.ReduceOp.SUM
@@ -218,7 +219,6 @@ def group_from_env(spec) -> Group | None:
 # ---------------------------------------------------------------------- launching torchrun
 def spec_args(spec) -> list[str]:
     """CLI options that reproduce `spec` (`python -m core analyze` parses them back into it)."""
-    from .spec import RunSpec
 
     defaults = RunSpec()
     out: list[str] = []
@@ -281,8 +281,6 @@ def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], can
     import time
     from pathlib import Path
 
-    from .errors import Cancelled
-    from .extract import Progress
 
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="aniso-torchrun-") as tmp:
@@ -321,7 +319,6 @@ def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[
     params: {"spec": RunSpec.to_dict(), "nproc": processes (default `default_nproc`), "cache_dir":
     optional}. A cancel ends every rank and stores nothing (`run_torchrun`). Returns the run's cache key.
     """
-    from .spec import RunSpec
 
     spec = RunSpec.from_dict(params["spec"])
     nproc = int(params.get("nproc") or default_nproc(spec))

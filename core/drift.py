@@ -18,6 +18,8 @@ import numpy as np
 
 from .config import cache_identity
 from .errors import InputError
+from .pipeline import get_store
+from .spec import stable_hash
 
 
 @dataclass(frozen=True)
@@ -123,8 +125,6 @@ def run_drift(spec: DriftSpec) -> dict:
 
 def drift_experiment(spec: DriftSpec, cache_dir=None) -> dict:
     """`run_drift`, cached on the spec."""
-    from .pipeline import get_store
-    from .spec import stable_hash
 
     store = get_store(cache_dir)
     key = "drift:" + stable_hash({"spec": spec.to_dict(), **cache_identity("drift")})

@@ -29,6 +29,7 @@ from .batching import padding_fraction, plan_batches
 from .config import CONFIG, AnalysisConfig
 from .corpora import TokenWindows
 from .errors import Cancelled, InputError
+from .modalities.adapters import TextAdapter
 from .models import torch_dtype
 from .progress import Progress
 
@@ -237,7 +238,6 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     cfg = plan.cfg
     dev = torch.device(device)
     tdt = torch_dtype(dtype)
-    from .modalities.adapters import TextAdapter
 
     adapter = adapter or TextAdapter()
     n_hidden, d = adapter.dims(model)

@@ -18,6 +18,7 @@ import re
 from pathlib import Path
 
 from . import settings
+from .config import cache_identity
 from .errors import InputError
 from .hub import hub_reachable, local_commit  # noqa: F401 - hub_series.local_commit is public
 from .settings import hub_series_dir
@@ -108,8 +109,6 @@ def no_attention(rec: dict) -> str | None:
 
 
 def _attention_code() -> str:
-    from .config import cache_identity
-
     return cache_identity("attention")["code"]
 
 

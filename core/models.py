@@ -17,8 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import trained
+from .convert.sources import package_file
 from .errors import InputError
 from .hub import _HUB_PROBE, hub_reachable, local_commit  # noqa: F401 - models.hub_reachable is public
+from .modalities import zoo
+from .modalities.adapters import adapter_for
+from .procfs import meminfo
 from .settings import default_cache_dir, hub_offline, models_dir
 
 UNTRAINED_SEED = 1234  # the controls are seeded: the same "untrained" model every time
@@ -106,8 +110,6 @@ DEFAULT_MODEL = "minilm-l6"
 
 # ----------------------------------------------------------------------------- locations
 def _pkg_path(dist: str, rel: str) -> Path:
-    from .convert.sources import package_file  # one reader of files inside weight packages (no torch)
-
     return package_file(dist, rel)
 
 
@@ -410,7 +412,6 @@ def available_memory(device: str) -> int:
 
     if device.startswith("cuda"):
         return int(torch.cuda.mem_get_info(torch.device(device))[0])
-    from .procfs import meminfo
 
     return meminfo("MemAvailable") or int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES"))
 
@@ -581,7 +582,6 @@ def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, tru
     model.eval()
     if not device_map:
         model.to(device)
-    from .modalities.adapters import adapter_for
 
     n_states, width = adapter_for(model).dims(model)
     info.update(model_class=type(model).__name__, n_params=int(sum(p.numel() for p in model.parameters())),
@@ -601,8 +601,6 @@ def _dispatch(model, tdt):
 
 
 def _load_modality_model(ident: str, cache_dir: Path, fp: str, k: int = 0):
-    from .modalities import zoo
-
     if ident == "dinov2-vits14":
         return zoo.dinov2_vits14(cache_dir, fp)
     if ident in ("whisper-tiny-en", "whisper-base"):

@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from .pipeline import get_stats, get_store, resolve
 from .postprocess import PostProcess
 from .spec import RunSpec, stable_hash
 
@@ -185,7 +186,6 @@ def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | 
     Returns {"xy": (K, 2) float array, "method", "params", "layer", "post", "n_points",
     "explained_variance" (PCA only), "seconds", "cached"}.
     """
-    from .pipeline import get_stats, get_store, resolve
 
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, got {method!r}")

@@ -16,6 +16,7 @@ import math
 from dataclasses import dataclass
 
 from .outliers import run_outlier_dims
+from .uploads import display_name
 
 
 def _float(v) -> float:
@@ -25,7 +26,6 @@ def _float(v) -> float:
 def corpus_display(cid: str, text_column: str | None = None) -> str:
     """A corpus for people: a built-in id as is, an upload by the name it was uploaded (or renamed) under,
     with a table's text column ("my-corpus.csv [text]"); see core.uploads.display_name."""
-    from .uploads import display_name
 
     return display_name(cid, text_column)
 

@@ -28,6 +28,7 @@ from .errors import InputError
 from .escape import shorten, visible
 from .hub_series import is_hub_series
 from .modalities import MODAL_CORPORA
+from .models import BUILTIN_MODELS, control_seed, control_variant, model_modality
 from .outliers import run_outlier_dims
 from .postprocess import PostProcess
 from .settings import Settings, cache_root, uploads_dir
@@ -165,7 +166,6 @@ def check_model(ident: str, settings: Settings | None = None) -> str:
     Built-in ids as they are; hub identifiers (``org/name[@revision]``) unless ANISO_ALLOW_HUB=0;
     model folders in the data directory (as absolute paths) unless ANISO_ALLOW_MODEL_FOLDERS=0.
     """
-    from .models import BUILTIN_MODELS
 
     ident = str(ident).strip()
     if ident in BUILTIN_MODELS:
@@ -236,8 +236,6 @@ def _check_job_spec(spec: dict, st: Settings) -> None:
         raise InputError("This job asks to run a model folder's own Python code (trust_remote_code), which this "
                          "worker refuses: set ANISO_ALLOW_REMOTE_CODE=1 on the worker's side to allow it.")
     if "model" in spec:
-        from .models import control_seed
-
         model = str(spec["model"])
         if control_seed(model)[1] == 0:  # an untrained control's other seed is a built-in too
             check_model(model, st)
@@ -384,7 +382,6 @@ class Selection:
     # ------------------------------------------------------------------ runs
     def corpus_for(self, model: str) -> str | None:
         """The image or speech corpus of a model of that modality; None for a text model."""
-        from .models import model_modality
 
         return {"image": self.image_corpus, "audio": self.audio_corpus}.get(model_modality(model))
 
@@ -418,7 +415,6 @@ class Selection:
 
     def control_specs(self, model: str, corpus: str | None = None) -> list[RunSpec]:
         """The runs of an untrained control with its other seeds (none for a trained model)."""
-        from .models import BUILTIN_MODELS, control_variant
 
         e = BUILTIN_MODELS.get(model)
         if e is None or e.trained or e.large:  # a real-size model: one draw is costly enough

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-from . import hub_series, pipeline, trained
+from . import attention as A
+from . import hub_series, pipeline, settings, trained
+from .distributed import run_torchrun
 from .errors import InputError
 from .extract import Progress
 from .spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, RunSpec
@@ -58,7 +60,6 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
     as `pipeline.analyze` does it (batches shared, sums reduced, rank 0 stores); rank 0 returns the
     series and the other ranks None.
     """
-    from . import attention as A
 
     specs = series_specs(run, cache_dir=cache_dir, **kw)
     attention, note = _attention_wanted(run, cache_dir, attention)
@@ -97,7 +98,6 @@ def _attention_wanted(run: str, cache_dir, attention: bool) -> tuple[bool, str |
 def cached_steps(run: str, cache_dir=None, attention: bool = True, **kw) -> list[int]:
     """Steps whose results (and, with `attention`, attention statistics) are already cached (no
     model loaded, no torch)."""
-    from . import attention as A
 
     got = []
     attention = _attention_wanted(run, cache_dir, attention)[0]
@@ -112,13 +112,10 @@ def job_series(params: dict, progress, cancel) -> dict:
 
     With the setting ANISO_TORCHRUN_NPROC = K > 1, the checkpoints not cached yet are analysed by a
     local torchrun job of K processes first (rank 0 stores them); the series is then read back."""
-    from . import settings
 
     kw = params.get("kw") or {}
     nproc = settings.current().torchrun_nproc
     if nproc > 1 and len(cached_steps(params["run"], **kw)) < len(series_specs(params["run"], **kw)):
-        from .distributed import run_torchrun
-
         flags = [x for k, v in kw.items() if v is not None for x in ("--" + k.replace("_", "-"), str(v))]
         run_torchrun(["series", "--training", params["run"], *flags], nproc, progress, cancel)
     got = analyze_series(params["run"], progress=progress, cancel=cancel, **kw)

@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass
 
 from .errors import InputError
+from .procfs import nvidia_driver_present
 
 DEVICES = ("auto", "cpu", "cuda")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -98,7 +99,6 @@ class RunSpec:
         if self.device != "auto":
             return self.device
         # Probe without importing torch (a cache hit must not pay for it) before asking torch.
-        from .procfs import nvidia_driver_present
 
         if not nvidia_driver_present():
             return "cpu"

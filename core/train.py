@@ -34,11 +34,12 @@ from typing import Callable
 
 import numpy as np
 
-from . import trained
+from . import series, trained
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents
 from .errors import Cancelled, InputError
 from .extract import Progress
 from .models import gpt2_tokenizer_file, package_versions
+from .procfs import nvidia_driver_present
 from .spec import stable_hash
 
 ARCHS = {"gpt2": "GPT-2-style causal LM", "llama": "LLaMA-style causal LM (RMSNorm, RoPE, SwiGLU)",
@@ -133,7 +134,6 @@ def _device_class(device: str) -> str:
     """cpu and cuda give different weights; auto is whatever the machine has."""
     if device != "auto":
         return device
-    from .procfs import nvidia_driver_present
 
     return "cuda" if nvidia_driver_present() else "cpu"
 
@@ -661,8 +661,6 @@ def job_train(params: dict, progress, cancel) -> dict:
     rec = train(spec, progress=progress, cancel=cancel)
     out = {"run": rec["run"], "checkpoints": len(rec.get("checkpoints", []))}
     if params.get("analyse"):
-        from . import series
-
         series.analyze_series(rec["run"], progress=progress, cancel=cancel, **(params.get("series") or {}))
         out["analysed"] = True
     return out

@@ -11,10 +11,12 @@ import streamlit as st
 from core import export, jobs, pipeline, views
 from core.errors import InputError
 from core.escape import markdown_text
+from core.figures import legend_below
 from core.postprocess import PostProcess
 from core.results import not_enough_data
-from core.selection import strongest_dims
+from core.selection import LAYER_BY, METRICS, strongest_dims
 from core.spec import RunSpec
+from core.statistics import DEFINITIONS, DOCS_PATH, docs_section
 
 from . import data, run, state
 
@@ -138,7 +140,6 @@ def show(view: views.View, key: str, half: bool = False, static: bool = False) -
     half: the view sits in one of two columns (legend under the plot, subtitle wrapped narrower);
     static: a small table drawn whole, cells wrapped (nothing cut off).
     """
-    from core.figures import legend_below
 
     if view.figure is not None:
         fig = legend_below(view.figure) if half else view.figure
@@ -252,7 +253,6 @@ def x_axis_picker(sel, runs: list[Loaded], container, key: str, note=None) -> st
 def layer_picker(sel, runs: list[Loaded], key: str) -> tuple[int, ...]:
     """The layer of the one-layer views, for every run: by relative depth or by layer index, said
     explicitly, with each model's resulting layer and a note when an index is past a model's last layer."""
-    from core.selection import LAYER_BY
 
     deep = deepest(runs)
     c1, c2 = st.columns([1, 2], vertical_alignment="bottom")
@@ -305,8 +305,6 @@ def lazy_tabs(labels, key: str, default: str | None = None) -> list:
 
 def definition(metric: str) -> None:
     """Formula, how to read it, the paper, and the section of docs/metrics.md."""
-    from core.selection import METRICS
-    from core.statistics import DEFINITIONS, DOCS_PATH, docs_section
 
     d = DEFINITIONS.get(metric)
     if d is None:

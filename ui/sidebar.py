@@ -13,6 +13,7 @@ from core import pipeline, report, settings
 from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
 from core.errors import InputError
 from core.escape import markdown_code, markdown_text
+from core.modalities import MODAL_CORPORA
 from core.modalities.audio import AUDIO_SUFFIXES
 from core.modalities.images import IMAGE_SUFFIXES
 from core.models import BUILTIN_MODELS, describe_model
@@ -196,7 +197,6 @@ def _more_corpora(sel, corpus: str, col: str | None) -> tuple[str, ...]:
 
 def _modal_corpora(sel, models) -> dict:
     """The image and the speech corpus, shown when an image or speech model is selected."""
-    from core.modalities import MODAL_CORPORA
 
     out = {}
     for modality, fieldname, title in (("image", "image_corpus", "Image corpus"),

@@ -11,7 +11,10 @@ from pathlib import Path
 
 from ..errors import InputError
 from ..settings import current as current_settings
+from . import audio, images
+from .audio import AUDIO_SUFFIXES
 from .files import check_unpacked
+from .images import IMAGE_SUFFIXES, pictures_fingerprint
 
 
 @dataclass(frozen=True)
@@ -48,8 +51,6 @@ def corpus_modality(ident: str) -> str:
     if ident in MODAL_CORPORA:
         return MODAL_CORPORA[ident].modality
     p = Path(ident).expanduser()
-    from .audio import AUDIO_SUFFIXES
-    from .images import IMAGE_SUFFIXES
 
     if p.suffix.lower() in IMAGE_SUFFIXES:
         return "image"
@@ -77,8 +78,6 @@ def _names(p: Path) -> list[str]:
 
 
 def load_pictures(ident: str, seed: int = 0):
-    from . import images
-
     if ident == "images-natural":
         return images.sample_photographs()
     if ident == "images-crops":
@@ -90,8 +89,6 @@ def load_pictures(ident: str, seed: int = 0):
 
 
 def load_clips(ident: str, cache_dir=None):
-    from . import audio
-
     if ident == "speech-human":
         return audio.human_clips()
     if ident == "speech-synthetic":
@@ -107,8 +104,6 @@ def modal_fingerprint(ident: str, cache_dir=None) -> str:
 
     if corpus_modality(ident) == "image":
         if ident in MODAL_CORPORA:  # the built-ins are deterministic: hash what they decode to
-            from .images import pictures_fingerprint
-
             return pictures_fingerprint(load_pictures(ident))
     elif ident == "speech-synthetic":
         from .audio import clips_fingerprint

@@ -19,8 +19,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..batching import pad_batch
+from ..convert.dinov2 import preprocess
+from ..convert.whisper import log_mel
 from ..errors import InputError
 from .items import CNN_GRID, WHISPER_SECONDS
+from .zoo import model_channels
 
 IMAGE_SIZE = 224
 
@@ -38,8 +42,6 @@ def hidden_states_of(out):
 
 
 def _pixels(pictures) -> np.ndarray:
-    from ..convert.dinov2 import preprocess
-
     return np.stack([preprocess(p.pixels, IMAGE_SIZE) for p in pictures])
 
 
@@ -54,7 +56,6 @@ class TextAdapter:
     def forward(self, model, windows, b, dev, pad_id: int = 0):
         import torch
 
-        from ..batching import pad_batch
 
         ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
         ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
@@ -115,7 +116,6 @@ class WhisperEncoderAdapter:
     def forward(self, model, items, b, dev, pad_id: int = 0):
         import torch
 
-        from ..convert.whisper import log_mel
 
         feats = []
         for i in b:
@@ -130,8 +130,6 @@ class CNNAdapter:
     modality = "image"
 
     def __init__(self, model):
-        from .zoo import model_channels
-
         self.channels = model_channels(model)
 
     def dims(self, model) -> tuple[int, int]:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..convert.sources import beckett_wav
+from ..corpora import load_documents
 from ..errors import InputError
 from ..settings import corpora_dir
 from ..settings import current as current_settings
@@ -138,8 +140,6 @@ def alsa_clips() -> list[Clip]:
 
 
 def beckett_clip(source: int = 0) -> Clip:
-    from ..convert.sources import beckett_wav
-
     p = beckett_wav()
     return _file_clip("moonshine:beckett.wav", p, source)
 
@@ -159,7 +159,6 @@ def human_clips() -> list[Clip]:
 
 def wiki_sentences(n: int = SYNTH_SENTENCES, seed: int = 0) -> list[str]:
     """n sentences of the English Wikipedia corpus (first sentence of seeded articles, <= 200 chars)."""
-    from ..corpora import load_documents
 
     docs = load_documents("wiki-en")
     out = []

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import InputError
 from . import MODAL_CORPORA, corpus_modality, load_clips, load_pictures
+from .items import audio_items, image_items, position_meta
 
 
 def check_pairing(model_modality: str, corpus_ident: str, model_label: str) -> str:
@@ -30,8 +31,6 @@ def load_payloads(modality: str, ident: str, cache_dir=None) -> list:
 
 
 def build_items(modality: str, payloads: list, adapter, model, max_tokens: int, seed: int):
-    from .items import audio_items, image_items
-
     if modality == "image":
         positions, prefix, grid = adapter.layout(model)
         unit = "cell" if hasattr(adapter, "channels") else "patch"  # a CNN's grid cells are not patches
@@ -41,7 +40,6 @@ def build_items(modality: str, payloads: list, adapter, model, max_tokens: int, 
 
 def sample_metadata(items, arrays: dict) -> tuple[dict, dict]:
     """(extra arrays, meta) describing each sampled position: image + patch, or clip + time."""
-    from .items import position_meta
 
     pm = position_meta(items, arrays["sample_window"], arrays["sample_position"])
     extra = {}

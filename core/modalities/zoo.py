@@ -14,6 +14,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ..convert import sources
+from ..convert.dinov2 import build_dinov2
+from ..convert.whisper import build_whisper
 from ..settings import models_dir
 
 UNTRAINED_SEED = 1234
@@ -41,7 +43,6 @@ def _converted(cache_dir: Path, name: str, fingerprint: str, build) -> Path:
 def dinov2_vits14(cache_dir: Path, fingerprint: str):
     from transformers import Dinov2Model
 
-    from ..convert.dinov2 import build_dinov2
 
     folder = _converted(cache_dir, "dinov2-vits14", fingerprint,
                         lambda tmp: build_dinov2(sources.dinov2_onnx(), tmp))
@@ -51,7 +52,6 @@ def dinov2_vits14(cache_dir: Path, fingerprint: str):
 def dinov2_vits14_config():
     from transformers import Dinov2Config
 
-    from ..convert.dinov2 import IMAGE_SIZE  # noqa: F401 - same input size as the trained model
 
     # the converted model's configuration (dinov2_state_dict derives the same from the graph)
     return Dinov2Config(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, mlp_ratio=4, patch_size=14,
@@ -62,7 +62,6 @@ def whisper_encoder(cache_dir: Path, fingerprint: str, which: str):
     """The encoder of Whisper tiny.en or base (converted from CTranslate2)."""
     from transformers import WhisperForConditionalGeneration
 
-    from ..convert.whisper import build_whisper
 
     src = sources.whisper_tiny_en_dir() / "model.bin" if which == "tiny.en" else sources.whisper_base_parts()
     folder = _converted(cache_dir, f"whisper-{which}", fingerprint, lambda tmp: build_whisper(src, tmp))

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from .. import figures as F
-from .common import View, as_results
+from .common import View, _manifest, as_results
 
 
 def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], metric: str, x_axis: str) -> View:
@@ -47,7 +47,6 @@ def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], met
         added += [e for e in extra]
     if not added:
         return view
-    from .common import _manifest
 
     man = _manifest(view.manifest.get("view", "layer_curves"), {**view.manifest.get("params", {}), "seed_band": True},
                     list(runs) + added)
