@@ -94,9 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     if a.threads:
         settings.export_env(**{var: str(a.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                  "OPENBLAS_NUM_THREADS")})  # children inherit it
+        # lazy: torch only in the sections that run a model
         import torch
 
         torch.set_num_threads(a.threads)
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from bench.gpu import cuda_refusal
     from bench.sections import SECTIONS, Ctx, Sizes, cleanup
 
@@ -211,6 +213,7 @@ def _gpu_reason(refusal: str | None) -> str:
 
 
 def run_gpu(a, argv: list[str]) -> int:
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from bench.gpu import cuda_refusal, section_distributed, section_gpu
 
     why = cuda_refusal()
@@ -218,6 +221,7 @@ def run_gpu(a, argv: list[str]) -> int:
         print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
               "the CPU benchmark is `python -m bench`.", file=sys.stderr)
         return 2
+    # lazy: torch and transformers only in the sections that run a model
     import torch
     import transformers
 

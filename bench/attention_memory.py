@@ -17,6 +17,7 @@ import sys
 import time
 
 from core import settings
+from core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN
 
 settings.export_env(HF_HUB_OFFLINE="1")
 
@@ -30,13 +31,14 @@ def _hwm_mib() -> float:
 
 
 def one(model: str, tokens: int, threads: int) -> dict:
+    # lazy: torch only in the sections that run a model
     import torch
 
     torch.set_num_threads(threads)
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.attention import extract_attention
     from core.corpora import load_documents, tokenize_budget
     from core.models import load_model
-    from core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN
 
     lm = load_model(model, device="cpu", dtype="float32")
     w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)

@@ -118,6 +118,7 @@ def machine_info() -> dict:
         "loadavg_start": loadavg(),
     }
     try:
+        # lazy: torch only in the sections that run a model
         import torch
 
         info["torch_threads"] = torch.get_num_threads()
@@ -269,6 +270,7 @@ class RssSampler:
 # ----------------------------------------------------------------------------- profiles
 def torch_profile_ops(fn) -> dict[str, tuple[float, int]]:
     """Run fn() under torch.profiler (CPU); {op name: (self CPU ms, calls)}."""
+    # lazy: torch only in the sections that run a model
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -318,6 +320,7 @@ def cprofile_table(fn, top: int = 15) -> str:
 # ----------------------------------------------------------------------------- token windows
 def subset_windows(windows, n_tokens: int):
     """The first windows of `windows` holding about n_tokens analysed tokens (for profiles)."""
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.corpora import TokenWindows
 
     ids, special, doc = [], [], []
@@ -335,6 +338,7 @@ def subset_windows(windows, n_tokens: int):
 
 def padded_batch(windows, b, pad_id: int):
     """(input_ids, attention_mask) int64 numpy arrays of one batch, right-padded by the tool's own function."""
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.batching import pad_batch
 
     return pad_batch([windows.ids[i] for i in b], pad_id)
@@ -342,6 +346,7 @@ def padded_batch(windows, b, pad_id: int):
 
 def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None) -> float:
     """Seconds for the bare forward pass over `batches`: no hidden states kept, no metrics."""
+    # lazy: torch only in the sections that run a model
     import torch
 
     t0 = time.perf_counter()

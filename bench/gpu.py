@@ -19,7 +19,7 @@ from core.batching import plan_batches
 from core.cache import CacheStore
 from core.distributed import spec_args, torchrun_command
 from core.extract import analysed_masks, extract_stats
-from core.models import _gpt2_tokenizer, minilm_folder
+from core.models import _gpt2_tokenizer, minilm_folder, untrained_config
 from core.spec import RunSpec
 from core.statistics import report_keys
 
@@ -43,13 +43,12 @@ PEER_MODELS = ("BERT-base", "GPT-2 (124M)")  # the per-document peer keeps every
 
 
 def _configs():
-    from core.models import untrained_config
-
     return {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
 
 
 def _tokenizer(kind: str):
     if kind == "bert":
+        # lazy: transformers only in the sections that run a model
         from transformers import AutoTokenizer
 
 
@@ -60,6 +59,7 @@ def _tokenizer(kind: str):
 
 def build_model(cfg, device: str, dtype):
     """A random-init base model (no LM head) directly on `device` in `dtype`."""
+    # lazy: torch and transformers only in the sections that run a model
     import torch
     import transformers as tf
 
@@ -72,6 +72,7 @@ def build_model(cfg, device: str, dtype):
 def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100_000, batch_size: int = 16,
                 reps: int = 3, configs: dict | None = None, peak: float | None = None,
                 peer_tokens: int = 20_000) -> dict:
+    # lazy: torch only in the sections that run a model
     import torch
 
     from core.corpora import load_documents, tokenize_budget
@@ -213,6 +214,7 @@ def _same_sample(key: str, one: str, many: str) -> bool:
 def cuda_refusal() -> str | None:
     """None when CUDA is usable; otherwise the reason, in one line."""
     try:
+        # lazy: torch only in the sections that run a model
         import torch
     except ImportError:
         return "torch is not installed"

@@ -33,7 +33,9 @@ from pathlib import Path
 
 from bench.appserver import CHROMIUM, ROOT, app_server
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from core import settings
+from core import jobs, settings
+from core.procfs import stat_fields, status_bytes
+from core.spec import RunSpec
 
 # page -> the figures of its first section (the one open on a visit) for the browsed run: all of them
 # must be drawn before the view counts as shown
@@ -49,8 +51,6 @@ STRESS_S = 40.0  # phase 3 (no think time) lasts at most this long
 
 
 def _rss(pid: int | None) -> int:
-    from core.procfs import status_bytes
-
     return status_bytes("VmRSS", pid) if pid else 0
 
 
@@ -64,8 +64,6 @@ class MemoryProbe:
         self.t = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        from core import jobs
-
         while not self.stop.wait(0.25):
             self.peak_server = max(self.peak_server, _rss(self.server_pid))
             w = jobs.worker_pid(self.cache)
@@ -231,6 +229,7 @@ def _summary(times: list, errors: list, slow: list, cpu: dict | None = None) -> 
 
 
 def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.pipeline import analyze
     from core.selection import from_query_params
 
@@ -265,7 +264,6 @@ def _warm_up(url: str, server_pid: int) -> None:
 
 def _proc_stats() -> dict[int, list[str]]:
     """pid -> the fields of /proc/<pid>/stat, for every process now."""
-    from core.procfs import stat_fields
 
     stats = {}
     for entry in os.listdir("/proc"):
@@ -333,8 +331,6 @@ def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None
 def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
     """Warm-up, then phase 1 (browsing, no job), phase 2 (the same while a long job runs) and phase 3
     (the job still running, no think time: the stress variant; skipped when stress_seconds is 0)."""
-    from core import jobs
-    from core.spec import RunSpec
 
     probe.t.start()
     print("warm-up: one user browses until the server is warm (not timed)", file=sys.stderr)

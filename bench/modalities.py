@@ -23,6 +23,7 @@ SEED = 0
 
 
 def _bare(model, adapter, items, batches) -> float:
+    # lazy: torch only in the sections that run a model
     import numpy as np
     import torch
 

@@ -35,7 +35,7 @@ from bench.common import (
 from core.analysis import sample_metrics
 from core.attention import eager_attention, extract_attention
 from core.batching import padding_fraction, plan_batches
-from core.corpora import load_documents
+from core.corpora import load_documents, tokenize_budget
 from core.extract import extract_stats
 from core.models import load_model
 from core.outliers import activation_outliers, persistent_activation_outliers
@@ -119,8 +119,6 @@ class Ctx:
         return self._models[ident]
 
     def windows(self, ident: str, tokens: int):
-        from core.corpora import tokenize_budget
-
         return tokenize_budget(self.docs(), self.model(ident).tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
 
     def fresh_dir(self, name: str) -> Path:
@@ -509,6 +507,7 @@ def section_postproc(ctx: Ctx) -> dict:
 def _eager_forward(model, windows, batches, pad_id: int) -> float:
     """Seconds for the bare forward with eager attention and output_attentions=True (every layer's
     probabilities returned, nothing computed from them)."""
+    # lazy: torch only in the sections that run a model
     import torch
 
 
@@ -524,8 +523,6 @@ def _eager_forward(model, windows, batches, pad_id: int) -> float:
 def section_attention(ctx: Ctx) -> dict:
     """Attention statistics (core.attention.extract_attention) vs the bare SDPA forward and vs the bare
     forward with output_attentions=True, same windows and batches; the model's attention afterwards."""
-    from core.extract import plan_batches
-
     out = {"goal": 0.80, "order": "alternating: sdpa, eager+output_attentions, tool, then reversed", "models": []}
     for ident in ("minilm-l6", "smollm2-135m"):
         tokens = int(ctx.sizes.attention_tokens.get(ident, 40_000))

@@ -28,6 +28,7 @@ settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 def bare_loop(spec, data, steps: int) -> float:
     """Seconds of a plain PyTorch loop: same model, rows, fused AdamW, cosine schedule, clipping."""
+    # lazy: torch and transformers only in the sections that run a model
     import torch
     import transformers as tf
 
@@ -61,6 +62,7 @@ def bare_loop(spec, data, steps: int) -> float:
 def one_run(spec, which: str) -> dict:
     """One timed run in this process: "tool" (core.train.train), "bare" (the plain loop) or
     "bare-steady" (the plain loop after the tool's malloc setting, core.train.steady_malloc)."""
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.train import build_data, make_tokenizer, steady_malloc, train
 
     tokens = spec.steps * spec.batch_size * spec.seq_len
@@ -110,6 +112,7 @@ def throughput(spec, reps: int) -> dict:
 
 
 def series_cost(spec, max_tokens: int) -> dict:
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core import pipeline
     from core.series import analyze_series, series_specs
     from core.train import train
@@ -183,6 +186,7 @@ def main(argv=None) -> int:
     p.add_argument("--one", choices=("tool", "bare", "bare-steady"), help=argparse.SUPPRESS)  # one run, JSON out
     p.add_argument("--spec", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
+    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.train import TrainSpec
 
     if a.one:

@@ -19,6 +19,7 @@ from core import settings
 
 def _preimport():
     """Import the heavy libraries before any clock starts (both the tool and the peers pay them)."""
+    # lazy: each task measures its own imports in a fresh process
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
@@ -28,6 +29,7 @@ def _preimport():
 
 
 def _vm_size() -> int:
+    # lazy: each task measures its own imports in a fresh process
     from core.procfs import status_bytes
 
     return status_bytes("VmSize")
@@ -37,6 +39,7 @@ def _vm_size() -> int:
 def task_tool_e2e(a: dict) -> dict:
     """core.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
     _preimport()
+    # lazy: each task measures its own imports in a fresh process
     from core.pipeline import analyze
     from core.spec import RunSpec
 
@@ -65,6 +68,7 @@ def task_tool_e2e(a: dict) -> dict:
 def task_peer(a: dict) -> dict:
     """The naive peer (bench.peers) end to end, optionally under a memory cap (RLIMIT_AS)."""
     _preimport()
+    # lazy: each task measures its own imports in a fresh process
     import sklearn.metrics.pairwise  # noqa: F401 - a script imports it at the top
     import torch
 
@@ -120,9 +124,11 @@ def task_umap_fit(a: dict) -> dict:
 
     X = np.load(a["x_path"]).astype(np.float32)
     t0 = time.perf_counter()
+    # lazy: each task measures its own imports in a fresh process
     import umap  # noqa: F401
 
     t1 = time.perf_counter()
+    # lazy: each task measures its own imports in a fresh process
     from core.projection import umap_2d
 
     xy = umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
@@ -138,6 +144,7 @@ def task_umap_fit(a: dict) -> dict:
 
 def task_project(a: dict) -> dict:
     """core.projection.project in a fresh process: first call (computes and stores), then cache hits."""
+    # lazy: each task measures its own imports in a fresh process
     from core.projection import project
     from core.spec import RunSpec
 
@@ -155,6 +162,7 @@ def task_project(a: dict) -> dict:
         out[method] = {"first_s": t_first, "first_cached": bool(first["cached"]), "fit_s": first.get("seconds"),
                        "hit_s": hits, "hit_cached": bool(r["cached"]), "n_points": int(r["n_points"])}
     if a.get("warm_x_path"):  # warm UMAP fits in this process (kernels compiled by the first call)
+        # lazy: each task measures its own imports in a fresh process
         import numpy as np
 
         from core.projection import umap_2d
@@ -170,6 +178,7 @@ def task_project(a: dict) -> dict:
 
 def task_cli_modules(a: dict) -> dict:
     """Run `python -m core ARGV` in this process; report whether torch/transformers got imported."""
+    # lazy: each task measures its own imports in a fresh process
     from core.cli import main
 
     t0 = time.perf_counter()
@@ -181,6 +190,7 @@ def task_cli_modules(a: dict) -> dict:
 
 
 def task_cprofile_cli(a: dict) -> dict:
+    # lazy: each task measures its own imports in a fresh process
     from core.cli import main
 
     return {"table": cprofile_table(lambda: main(a["argv"]), top=int(a.get("top", 18)))}
@@ -199,6 +209,7 @@ def task_apptest(a: dict) -> dict:
     at = AppTest.from_file(a["app"], default_timeout=float(a.get("timeout", 120)))
     if a.get("selection"):
         # Only for --quick: a smaller run than the app's default, through the app's session key.
+        # lazy: each task measures its own imports in a fresh process
         from core.selection import Selection
         from ui.state import KEY
 
@@ -214,6 +225,7 @@ def task_apptest(a: dict) -> dict:
         at.run()
         out["page_first_render_s"] = time.perf_counter() - t0
     try:
+        # lazy: each task measures its own imports in a fresh process
         from core import projection
 
         t0 = time.perf_counter()
@@ -239,6 +251,7 @@ def task_apptest(a: dict) -> dict:
 
 def task_analyze_specs(a: dict) -> dict:
     """core.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
+    # lazy: each task measures its own imports in a fresh process
     from core.pipeline import analyze
     from core.spec import RunSpec
 

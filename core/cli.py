@@ -425,6 +425,7 @@ def cmd_train(a) -> int:
               f"{rec['timing']['tokens_per_s']:,.0f} tok/s, {time.perf_counter() - t0:.0f} s)", file=sys.stderr)
         entry = {"record": rec}
         if a.analyze:
+            # lazy: plotly and pandas only for the commands that report a series
             from .views.dynamics import summary
 
             ser = analyze_series(rec["run"], cache_dir=a.cache_dir, progress=_Bar(a.quiet),
@@ -433,6 +434,7 @@ def cmd_train(a) -> int:
             entry["summary"] = summary(ser)
         out["runs"][label] = entry
     if a.analyze:
+        # lazy: plotly and pandas only for the commands that report a series
         from .views.dynamics import compare_findings
 
         out["findings"] = compare_findings({k: v["summary"] for k, v in out["runs"].items()})
@@ -444,6 +446,7 @@ def cmd_train(a) -> int:
 
 
 def cmd_series(a) -> int:
+    # lazy: plotly and pandas only for the commands that report a series
     from .views.dynamics import summary
 
     if a.out:

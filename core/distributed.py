@@ -98,6 +98,7 @@ class Group:
     def agree(self, error: str | None = None) -> None:
         """Every rank says whether it failed; if any did, every rank raises RankFailed with the
         first failing rank's message."""
+        # lazy: keeps torch out of a cache hit
         import torch.distributed as dist
 
         errors: list[Any] = [None] * self.world
@@ -122,6 +123,7 @@ class Group:
 
     def share(self, fn: Callable[[], Any]) -> Any:
         """fn() on rank 0 only, its value (or its failure) shared with every rank."""
+        # lazy: keeps torch out of a cache hit
         import torch.distributed as dist
 
         box: list[Any] = [None]
@@ -143,6 +145,7 @@ class Group:
         """All-reduce the accumulators in place: MAX for `max_keys` (default `extract.MAX_KEYS`), SUM
         for every other key (sums, and the sample whose rows come from one rank each). Starts with
         `agree()`."""
+        # lazy: keeps torch out of a cache hit
         import torch.distributed as dist
 
         if max_keys is None:
@@ -164,6 +167,7 @@ class Group:
         interpreter is finalizing is ended mid-unwind. After the barrier the last collective of
         every rank holds no Python tensor, and every rank leaves only once rank 0 is done.
         """
+        # lazy: keeps torch out of a cache hit
         import torch.distributed as dist
 
         if not dist.is_initialized():
@@ -177,6 +181,7 @@ class Group:
 def init_group(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Group:
     """Join the torchrun job this process belongs to (env:// rendezvous). `device` is the run's
     resolved device ("cpu" or "cuda"): NCCL with one GPU per local rank on CUDA, gloo on CPU."""
+    # lazy: keeps torch out of a cache hit
     import torch
     import torch.distributed as dist
 
@@ -260,6 +265,7 @@ def torchrun_command(spec, nproc: int, out: str, cache_dir: str | None = None, q
 def default_nproc(spec) -> int:
     """Processes of a local torchrun job: one per GPU on CUDA, 2 on the CPU."""
     if spec.resolved_device() == "cuda":
+        # lazy: keeps torch out of a cache hit
         import torch
 
         return max(1, torch.cuda.device_count())

@@ -67,6 +67,7 @@ def _mean_cosine(x) -> float:
 
 def _block(d: int, heads: int, seed: int):
     """A pre-norm Transformer block with PyTorch's default (seeded) initialisation."""
+    # lazy: keeps torch out of a cache hit
     import torch
     from torch import nn
 
@@ -83,6 +84,7 @@ def _block(d: int, heads: int, seed: int):
 
 def _forward(m, x, heads: int, tau: float):
     """(block output (B, T, d), attention probabilities (B, H, T, T)) of one pre-norm block."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     B, T, d = x.shape
@@ -98,6 +100,7 @@ def _forward(m, x, heads: int, tau: float):
 def run_drift(spec: DriftSpec) -> dict:
     """The alpha x tau sweep (no cache): {"spec", "output_mean_cosine", "input_mean_cosine",
     "attention_entropy"}, each a list over alphas of lists over taus."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     gen = torch.Generator().manual_seed(spec.seed)

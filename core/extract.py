@@ -233,6 +233,7 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
                   progress: Callable[[Progress], None], cancel: Callable[[], bool] | None,
                   layers: Sequence[int] | None = None, shard=None, reduce=None, adapter=None):
     """The batch loop: forward, then every float64 accumulator and the sample rows, on the device."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     cfg = plan.cfg
@@ -382,6 +383,7 @@ class _DocSums:
 
     def add(self, acc_doc_sq, b: np.ndarray, S_all) -> None:
         """S_all (L+1, B, d): per-window sums of u of batch `b`; adds complete documents' ||S_D||^2."""
+        # lazy: keeps torch out of a cache hit
         import torch
 
         docs = self.doc[b]
@@ -425,6 +427,7 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     per-token scatter but for the tracked ids; in chunks of rows so the float64 temporaries stay
     bounded whatever the window length.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     dev = an_t.device
@@ -452,6 +455,7 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
 
 def _report_non_finite(hs, an_t, ids_t, norm_sums, dtype: str) -> None:
     """Raise NonFiniteHiddenState naming the first layer, token id and position holding a NaN/inf."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     layer = int(torch.nonzero(~torch.isfinite(norm_sums))[0])
@@ -506,6 +510,7 @@ def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
 def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_tracked: int) -> dict:
     """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots and
     the (sequence, tracked id) pair of each tracked occurrence."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     if "one_bin" in luts:  # no token ids: no per-position frequencies or bins to look up
@@ -526,6 +531,7 @@ def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_track
 def _buffer(scratch: dict | None, name: str, like):
     """A float64 tensor shaped like `like`, reused across calls (a fresh multi-megabyte tensor per
     operation costs more than the operation: the allocator maps and zeroes new pages each time)."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     if scratch is None:
@@ -545,6 +551,7 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     A hidden state that is exactly zero has u = 0: counted in n, with cosine 0 to every token.
     Three (B, T, d) float64 temporaries, from `scratch` when given: x, u and one for |x|, x^2, u^2.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     d = h.shape[-1]

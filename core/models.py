@@ -384,6 +384,7 @@ LLAMA_COMMON = dict(num_attention_heads=32, num_key_value_heads=8, vocab_size=12
 
 def untrained_config(ident: str):
     """The transformers config of a built-in untrained model of real size (no weights, no download)."""
+    # lazy: keeps transformers out of a cache hit
     import transformers as tf
 
     if ident == "untrained-bert-base":
@@ -397,6 +398,7 @@ def untrained_config(ident: str):
 
 def count_parameters(ident: str) -> int:
     """Parameters of an untrained built-in, counted on the meta device (nothing allocated)."""
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
 
@@ -408,6 +410,7 @@ def count_parameters(ident: str) -> int:
 
 def available_memory(device: str) -> int:
     """Bytes that a model may take on `device`: free GPU memory, or MemAvailable of the host."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     if device.startswith("cuda"):
@@ -419,6 +422,7 @@ def available_memory(device: str) -> int:
 def _build_large(ident: str, device: str, tdt, device_map: str | None):
     """A random-init model of real size built directly on its device in its dtype (seeded), after
     checking that it fits: an 8B model is not built where it would not fit."""
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
 
@@ -436,12 +440,14 @@ def _build_large(ident: str, device: str, tdt, device_map: str | None):
 
 def torch_dtype(name: str):
     """torch dtype of a RunSpec dtype name."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
 
 
 def _gpt2_tokenizer():
+    # lazy: keeps transformers out of a cache hit
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -473,6 +479,7 @@ def smollm2_folder(cache_dir: Path | None = None) -> Path:
 
 
 def _dequantize_smollm2(out: Path) -> Path:
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
@@ -520,6 +527,7 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
 
 def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, trust_remote_code: bool,
                 device_map: str | None, fingerprint: str | None = None) -> LoadedModel:
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
 
@@ -612,6 +620,7 @@ def _load_modality_model(ident: str, cache_dir: Path, fp: str, k: int = 0):
 
 
 def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | None = None):
+    # lazy: keeps transformers out of a cache hit
     import transformers as tf
 
     name, rev = (ident.split("@", 1) + [None])[:2] if "@" in ident else (ident, None)

@@ -64,6 +64,7 @@ def umap_2d(X: np.ndarray, n_neighbors: int = 15, min_dist: float = 0.1, metric:
 
 def _umap_fit(X: np.ndarray, n_neighbors: int, min_dist: float, metric: str, seed: int) -> np.ndarray:
     try:
+        # lazy: keeps umap (and numba's JIT) out of a cache hit
         import umap
     except ImportError:  # pragma: no cover - umap-learn is in requirements.txt
         raise ImportError("UMAP needs umap-learn: pip install umap-learn==0.5.12") from None

@@ -102,6 +102,7 @@ class RunSpec:
 
         if not nvidia_driver_present():
             return "cpu"
+        # lazy: keeps torch out of a cache hit
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"

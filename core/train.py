@@ -116,6 +116,7 @@ class TrainSpec:
     def resolved_device(self) -> str:
         if self.device != "auto":
             return self.device
+        # lazy: keeps torch out of a cache hit
         import torch
 
         return "cuda" if torch.cuda.is_available() else "cpu"
@@ -170,6 +171,7 @@ def preset_specs(preset: str, base: TrainSpec | None = None) -> dict[str, TrainS
 # ----------------------------------------------------------------------------- tokenizers
 def bpe_tokenizer(vocab_size: int, seq_len: int):
     """GPT-2's BPE cut to its first `vocab_size - 2` tokens, + <|endoftext|> and <mask>."""
+    # lazy: keeps transformers out of a cache hit
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
@@ -192,6 +194,7 @@ def bpe_tokenizer(vocab_size: int, seq_len: int):
 
 def bytes_tokenizer(seq_len: int):
     """ByT5's byte tokenizer (no vocabulary file); special-token strings in text stay plain bytes."""
+    # lazy: keeps transformers out of a cache hit
     from transformers import ByT5Tokenizer
 
     return ByT5Tokenizer(model_max_length=seq_len, mask_token="<extra_id_0>", split_special_tokens=True)
@@ -337,6 +340,7 @@ def check_train_size(spec: TrainSpec, free: int | None = None) -> None:
 def build_model(spec: TrainSpec, vocab_size: int, eos_id: int, pad_id: int):
     """A freshly initialised model of `spec`'s architecture (call after seeding). Dropout off:
     tiny models, few steps, and the bare-loop benchmark runs the same computation."""
+    # lazy: keeps transformers out of a cache hit
     import transformers as tf
 
     d, L, H, T = spec.d_model, spec.n_layers, spec.n_heads, spec.seq_len
@@ -363,12 +367,14 @@ class Collator:
     drawn from torch's global generator (seeded by the Trainer, so runs repeat)."""
 
     def __init__(self, masked: bool, mask_id: int, content_ids: np.ndarray, generator=None):
+        # lazy: keeps torch out of a cache hit
         import torch
 
         self.masked, self.mask_id, self.generator = masked, mask_id, generator
         self.content = torch.as_tensor(content_ids)
 
     def __call__(self, rows):
+        # lazy: keeps torch out of a cache hit
         import torch
 
         ids = torch.stack([torch.as_tensor(r["input_ids"]) if isinstance(r, dict) else torch.as_tensor(r)
@@ -402,6 +408,7 @@ def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int | None = 
     """Fixed evaluation batches (the masked positions drawn once, from a seeded generator), of the
     training batch size by default (batches of 64 rows were slower on CPU: 64 x seq_len x vocab logits)."""
     batch_size = batch_size or spec.batch_size
+    # lazy: keeps torch out of a cache hit
     import torch
 
     g = torch.Generator().manual_seed(spec.seed + 7)
@@ -411,6 +418,7 @@ def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int | None = 
 
 def held_out_loss(model, batches: list[dict], device: str, masked: bool) -> float:
     """Mean loss per predicted token over the held-out batches."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     was_training = model.training
@@ -475,6 +483,7 @@ def train(spec: TrainSpec, cache_dir=None, progress: Callable[[Progress], None] 
 
 
 def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel) -> dict:
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
     from transformers.trainer_utils import get_last_checkpoint

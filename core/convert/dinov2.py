@@ -77,6 +77,7 @@ def dinov2_state_dict(onnx_path: Path | str) -> tuple[dict[str, np.ndarray], dic
 
 def build_dinov2(onnx_path: Path | str, out_dir: Path | None = None):
     """Rebuild the backbone as a float32 `Dinov2Model`; save it when out_dir is given."""
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     from transformers import Dinov2Config, Dinov2Model
 

@@ -91,6 +91,7 @@ def special_ids(vocab_size: int, ct2_config: dict | None = None) -> dict:
 
 def build_whisper(model_bin: Path | list, out_dir: Path | None = None):
     """Rebuild `WhisperForConditionalGeneration` (float32) from a CT2 model; save it when out_dir."""
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     from transformers import WhisperConfig, WhisperForConditionalGeneration
 
@@ -116,6 +117,7 @@ def build_whisper(model_bin: Path | list, out_dir: Path | None = None):
 
 @functools.lru_cache(maxsize=1)
 def _fe():
+    # lazy: keeps transformers out of a cache hit
     from transformers import WhisperFeatureExtractor
 
     return WhisperFeatureExtractor()  # 80 log-mel bins, 16 kHz, 30 s windows: Whisper's defaults
@@ -130,6 +132,7 @@ def log_mel(audio: np.ndarray, sr: int = 16000) -> np.ndarray:
 
 def greedy_transcribe(model, audio: np.ndarray, tokenizer, max_new_tokens: int = 96) -> str:
     """Greedy decoding without timestamps: the simplest check that encoder and decoder work."""
+    # lazy: keeps torch out of a cache hit
     import torch
 
     ids = special_ids(model.config.vocab_size)

@@ -54,6 +54,7 @@ class TextAdapter:
                 int(getattr(cfg, "hidden_size", 0) or cfg.n_embd))
 
     def forward(self, model, windows, b, dev, pad_id: int = 0):
+        # lazy: keeps torch out of a cache hit
         import torch
 
 
@@ -100,6 +101,7 @@ class ViTAdapter:
         return prefix + g * g, prefix, (g, g)
 
     def forward(self, model, items, b, dev, pad_id: int = 0):
+        # lazy: keeps torch out of a cache hit
         import torch
 
         x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)
@@ -114,6 +116,7 @@ class WhisperEncoderAdapter:
         return int(model.config.encoder_layers) + 1, int(model.config.d_model)
 
     def forward(self, model, items, b, dev, pad_id: int = 0):
+        # lazy: keeps torch out of a cache hit
         import torch
 
 
@@ -140,6 +143,7 @@ class CNNAdapter:
         return CNN_GRID * CNN_GRID, 0, (CNN_GRID, CNN_GRID)
 
     def maps(self, model, x) -> list:
+        # lazy: keeps torch out of a cache hit
         from ..convert.mobilenet import MobileNetV2
 
         if isinstance(model, MobileNetV2):
@@ -147,6 +151,7 @@ class CNNAdapter:
         return list(hidden_states_of(model(pixel_values=x, output_hidden_states=True)))
 
     def forward(self, model, items, b, dev, pad_id: int = 0):
+        # lazy: keeps torch out of a cache hit
         import torch
 
         x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)

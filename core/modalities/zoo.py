@@ -41,6 +41,7 @@ def _converted(cache_dir: Path, name: str, fingerprint: str, build) -> Path:
 
 
 def dinov2_vits14(cache_dir: Path, fingerprint: str):
+    # lazy: keeps transformers out of a cache hit
     from transformers import Dinov2Model
 
 
@@ -50,6 +51,7 @@ def dinov2_vits14(cache_dir: Path, fingerprint: str):
 
 
 def dinov2_vits14_config():
+    # lazy: keeps transformers out of a cache hit
     from transformers import Dinov2Config
 
 
@@ -60,6 +62,7 @@ def dinov2_vits14_config():
 
 def whisper_encoder(cache_dir: Path, fingerprint: str, which: str):
     """The encoder of Whisper tiny.en or base (converted from CTranslate2)."""
+    # lazy: keeps transformers out of a cache hit
     from transformers import WhisperForConditionalGeneration
 
 
@@ -69,6 +72,7 @@ def whisper_encoder(cache_dir: Path, fingerprint: str, which: str):
 
 
 def whisper_tiny_en_config():
+    # lazy: keeps transformers out of a cache hit
     from transformers import WhisperConfig
 
     return WhisperConfig(vocab_size=51864, d_model=384, encoder_layers=4, decoder_layers=4,
@@ -78,6 +82,7 @@ def whisper_tiny_en_config():
 
 def untrained(k: int, kind: str):
     """A random-init control of the same configuration as the trained model (seed UNTRAINED_SEED + k)."""
+    # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
 
@@ -89,6 +94,7 @@ def untrained(k: int, kind: str):
     if kind == "resnet":
         return tf.ResNetModel(tf.ResNetConfig())  # ResNet-50
     if kind == "mobilenet":
+        # lazy: keeps torch out of a cache hit
         from ..convert.mobilenet import MobileNetV2
 
         return MobileNetV2().eval()
@@ -96,6 +102,7 @@ def untrained(k: int, kind: str):
 
 
 def mobilenet_v2():
+    # lazy: keeps torch out of a cache hit
     from ..convert.mobilenet import build_mobilenet_v2
 
     return build_mobilenet_v2(sources.mobilenet_v2_pth())
@@ -108,6 +115,7 @@ def cnn_config(model) -> SimpleNamespace:
 
 def model_channels(model) -> list[int]:
     """Channels of every hidden state of a CNN (stem first)."""
+    # lazy: keeps torch out of a cache hit
     from ..convert.mobilenet import MobileNetV2
 
     if isinstance(model, MobileNetV2):
