@@ -217,6 +217,9 @@ def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
             t.join()
         assert pids[0] and pids[0] == pids[1]
         wait_for(lambda: jobs.worker_pid(cache) == pids[0], timeout=60, what="the worker to take its lock")
+        if os.path.exists(f"/proc/{pids[0]}/cmdline"):  # its cache root is an argument, not the environment
+            argv = open(f"/proc/{pids[0]}/cmdline").read().split("\0")
+            assert argv[argv.index("--cache-dir") + 1] == str(cache.resolve())
         jid = jobs.submit("test-steps", _steps(n=2))
         assert jobs.wait(jid, timeout=60).status == jobs.DONE  # the auto-started worker serves the queue
         # It leads its own session: its autogroup is niced too, or it would take an equal share of the CPU

@@ -20,3 +20,53 @@ def test_torchrun_processes_refuses_what_is_not_a_count(monkeypatch, raw):
     monkeypatch.setenv("ANISO_TORCHRUN_NPROC", raw)
     with pytest.raises(InputError, match=r"ANISO_TORCHRUN_NPROC must be a whole number of processes .*got '"):
         settings.current()
+
+
+def test_cache_dir_given_to_the_process_wins_over_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "env"))
+    assert settings.default_cache_dir() == tmp_path / "env"
+    with settings.use_cache_dir(tmp_path / "given"):
+        assert settings.default_cache_dir() == (tmp_path / "given").resolve()
+        assert settings.child_env()["ANISO_CACHE_DIR"] == str((tmp_path / "given").resolve())  # children follow
+        with settings.use_cache_dir(None):  # no --cache-dir: nothing changes
+            assert settings.default_cache_dir() == (tmp_path / "given").resolve()
+    assert settings.default_cache_dir() == tmp_path / "env"
+    monkeypatch.delenv("ANISO_CACHE_DIR")
+    assert settings.default_cache_dir() == settings.REPO_ROOT / "cache"
+
+
+def test_cache_layout(tmp_path):
+    assert settings.queue_db(tmp_path) == tmp_path.resolve() / "jobs" / "queue.db"
+    assert settings.jobs_dir(tmp_path) == tmp_path.resolve() / "jobs"
+    for fn, name in ((settings.results_dir, "entries"), (settings.uploads_dir, "uploads"),
+                     (settings.trained_dir, "trained"), (settings.hub_series_dir, "hub-series"),
+                     (settings.models_dir, "models"), (settings.corpora_dir, "corpora"), (settings.locks_dir, "locks")):
+        assert fn(tmp_path) == tmp_path / name
+
+
+def test_worker_and_queue_switches(monkeypatch):
+    for v in ("ANISO_QUEUE_URL", "ANISO_JOB_MODULES", "ANISO_WORKER_AUTOSTART", "ANISO_WORKERS", "ANISO_WORKER_NICE"):
+        monkeypatch.delenv(v, raising=False)
+    assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
+            settings.worker_nice()) == ("", [], True, 1, 10)
+    monkeypatch.setenv("ANISO_QUEUE_URL", " redis://h:6379/0 ")
+    monkeypatch.setenv("ANISO_JOB_MODULES", "a, b,,")
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    monkeypatch.setenv("ANISO_WORKERS", "3")
+    monkeypatch.setenv("ANISO_WORKER_NICE", "0")
+    assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
+            settings.worker_threads(2), settings.worker_nice()) == ("redis://h:6379/0", ["a", "b"], False, 3, 2, 0)
+
+
+def test_hub_and_torchrun_variables(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
+    assert settings.hub_offline() and settings.hub_endpoint() == "https://huggingface.co"
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setenv("HF_ENDPOINT", "http://mirror:8080")
+    assert not settings.hub_offline() and settings.hub_endpoint() == "http://mirror:8080"
+    for v in settings.TORCHRUN_VARS:
+        monkeypatch.delenv(v, raising=False)
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert settings.torchrun_env() == {"RANK": "1", "WORLD_SIZE": "2"}
