@@ -51,7 +51,6 @@ def _tokenizer(kind: str):
         # lazy: transformers only in the sections that run a model
         from transformers import AutoTokenizer
 
-
         return AutoTokenizer.from_pretrained(str(minilm_folder()))
 
     return _gpt2_tokenizer()
@@ -170,7 +169,6 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
     import tempfile
     from pathlib import Path
 
-
     spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, device=device)
     out = {"model": model, "device": device, "nproc": nproc, "tokens_requested": tokens}
     with tempfile.TemporaryDirectory(prefix="aniso-dist-") as tmp:
@@ -205,7 +203,6 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
 def _same_sample(key: str, one: str, many: str) -> bool:
     """Whether two cache entries of one key hold the same sample, bit for bit."""
     import numpy as np
-
 
     a, b = CacheStore(one).get(key), CacheStore(many).get(key)
     return a is not None and b is not None and bool(np.array_equal(a[1]["sample"], b[1]["sample"]))

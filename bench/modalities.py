@@ -27,7 +27,6 @@ def _bare(model, adapter, items, batches) -> float:
     import numpy as np
     import torch
 
-
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in batches:

@@ -510,7 +510,6 @@ def _eager_forward(model, windows, batches, pad_id: int) -> float:
     # lazy: torch only in the sections that run a model
     import torch
 
-
     t0 = time.perf_counter()
     with eager_attention(model), torch.inference_mode():
         for b in batches:

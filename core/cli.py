@@ -357,7 +357,6 @@ def dashboard_link(results: dict, port: int = 8501) -> str:
     """The dashboard URL that opens the run of a results.json (computed anywhere: on a cluster too)."""
     from urllib.parse import urlencode
 
-
     try:
         spec = RunSpec.from_dict(results["manifest"]["spec"])
     except (KeyError, TypeError) as e:
@@ -587,8 +586,6 @@ def build_parser() -> argparse.ArgumentParser:
     li.add_argument("results", help="a results.json written by `analyze`")
     li.add_argument("--port", type=int, default=8501)
     li.set_defaults(fn=cmd_link)
-
-
 
     d = TrainSpec()
     tr = sub.add_parser("train", help="train a small Transformer from scratch, keeping log-spaced checkpoints")

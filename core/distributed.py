@@ -287,7 +287,6 @@ def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], can
     import time
     from pathlib import Path
 
-
     root = Path(__file__).resolve().parent.parent
     with tempfile.TemporaryDirectory(prefix="aniso-torchrun-") as tmp:
         out, log = Path(tmp) / "out.json", Path(tmp) / "stderr.txt"

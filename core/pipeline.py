@@ -18,14 +18,18 @@ from typing import Callable
 
 import numpy as np
 
-from . import __version__
+from . import __version__, settings
+from .ablation import ablation, norm_parameters
 from .batching import pad_batch
 from .cache import CacheStore
 from .config import CONFIG, cache_identity
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
+from .distributed import job_torchrun
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
+from .modalities import run as modal
+from .modalities.adapters import adapter_for
 from .models import (
     check_model_ident,
     describe_model,
@@ -33,9 +37,10 @@ from .models import (
     model_modality,
     package_versions,
 )
+from .outliers import run_outlier_dims
 from .prepare import loading_message, prepare
 from .reference import english_share
-from .settings import default_cache_dir
+from .settings import current, default_cache_dir
 from .spec import RunSpec, stable_hash
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
@@ -47,8 +52,6 @@ def get_store(cache_dir: str | Path | None = None) -> CacheStore:
     """One CacheStore per directory per process."""
     d = str(Path(cache_dir or default_cache_dir()).resolve())
     if d not in _stores:
-        from .settings import current
-
         _stores[d] = CacheStore(d, size_limit=current().cache_size_bytes)
     return _stores[d]
 
@@ -227,9 +230,8 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
                    corpus_sha=parts["corpus_sha256"], fingerprint=parts["model_fingerprint"], progress=progress,
                    cancel=cancel)
+    # lazy: keeps torch out of a cache hit
     import torch
-
-    from .modalities.adapters import adapter_for
 
     lm, windows, documents, seq_len = prep.lm, prep.windows, prep.documents, prep.seq_len
     n_hidden = int(lm.info["n_layers"]) + 1
@@ -248,8 +250,6 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
             "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"]),
             "sample_special": np.isin(arrays["sample_token_id"], list(lm.tokenizer.all_special_ids or [])).tolist()}
     try:
-        from .ablation import norm_parameters
-
         norms = norm_parameters(lm.model)
         arrays["norm_weight"] = norms["weights"]
         if norms.get("biases") is not None:
@@ -295,11 +295,11 @@ def _corpus_warnings(documents: list[str]) -> list[str]:
 
 def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     """An image or audio run: the same extraction on items laid out by a modality adapter."""
-    from .modalities import run as modal
 
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, fingerprint=parts["model_fingerprint"],
                    progress=progress, cancel=cancel)
+    # lazy: keeps torch out of a cache hit
     import torch
 
     lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
@@ -364,6 +364,7 @@ def results_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
 
 def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
     """The sample metrics of an isotropic Gaussian of this run's K and d (cached: one per width)."""
+    # lazy: plotly and pandas only for the commands that report a series
     from .analysis import isotropic_baseline as compute
 
     K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
@@ -384,6 +385,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
     With a `core.distributed.Group`, the ranks compute the statistics together; rank 0 returns
     the results and the other ranks None. `memo`: see `get_stats` (a series shares its corpus).
     """
+    # lazy: plotly and pandas only for the commands that report a series
     from .analysis import build_results
 
     run = resolve(spec, cache_dir)
@@ -421,6 +423,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
 
 def postprocessed(spec: RunSpec | ResolvedRun, post, cache_dir=None) -> list[dict]:
     """Sample metrics of every layer after a post-processing what-if (cached)."""
+    # lazy: plotly and pandas only for the commands that report a series
     from .analysis import postprocessed_rows
 
     store = get_store(cache_dir)
@@ -435,7 +438,6 @@ def postprocessed(spec: RunSpec | ResolvedRun, post, cache_dir=None) -> list[dic
 
 def _ablation_request(res: dict, dims, n_random: int, held_out_tokens: int) -> tuple[list[int], str]:
     """The dims to ablate (default: the persistent outliers of either definition) and the cache key."""
-    from .outliers import run_outlier_dims
 
     info = res["manifest"]["model"]
     if not info.get("causal_lm"):
@@ -481,6 +483,7 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
     run's seeded order. Cached; the model is loaded for this call only and restored after each
     ablation (a job never shares a model it mutates). `cancel` is polled between forward passes.
     """
+    # lazy: plotly and pandas only for the commands that report a series
     from .analysis import json_safe
 
     n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
@@ -497,9 +500,8 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
         got = store.get_json(key)
         if got is not None:
             return got
+        # lazy: keeps torch out of a cache hit
         import torch
-
-        from .ablation import ablation
 
         prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
                        device_map=spec.device_map, fingerprint=info.get("fingerprint"), progress=progress,
@@ -551,8 +553,6 @@ def job_analyze_key(params: dict) -> str:
 
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
-    from . import settings
-    from .distributed import job_torchrun
 
     run = resolve(run_of(params))
     nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of K processes

@@ -17,7 +17,9 @@ from .corpora import TokenWindows, load_documents, tokenize_budget
 from .errors import Cancelled, InputError
 from .extract import Progress
 from .modalities import corpus_modality
-from .models import load_model, model_modality
+from .modalities import run as modal
+from .modalities.adapters import adapter_for
+from .models import describe_model, load_model, model_modality
 from .spec import RunSpec, stable_hash
 
 
@@ -75,6 +77,7 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         return _prepare_items(spec, device, dtype, cache_dir, progress, fingerprint)
     documents = read_documents(spec, memo, corpus_sha)  # a bad corpus fails before importing torch
+    # lazy: keeps torch out of a cache hit
     import torch
 
     progress = progress or (lambda p: None)
@@ -102,13 +105,11 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
 
 def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, fingerprint) -> Prepared:
     """An image or audio run: payloads read (before torch), the model loaded, items laid out by its adapter."""
-    from .modalities import run as modal
-    from .modalities.adapters import adapter_for
-    from .models import describe_model
 
     info = describe_model(spec.model)
     modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
     payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
+    # lazy: keeps torch out of a cache hit
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():

@@ -324,6 +324,7 @@ def training_memory(spec: TrainSpec) -> tuple[int, int, int]:
 
 def check_train_size(spec: TrainSpec, free: int | None = None) -> None:
     """Refuse, with the numbers, a training that would not fit in memory (before anything is allocated)."""
+    # lazy: looked up at call time, so that a test's stand-in for models.available_memory applies
     from .models import available_memory
 
     n, state, act = training_memory(spec)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, load_documents, table_columns
 from .errors import InputError
+from .modalities.files import check_unpacked
 from .settings import current as current_settings
 from .settings import uploads_dir
 
@@ -124,8 +125,6 @@ def _check_zip(data: bytes, name: str, max_bytes: int) -> None:
     import io
     import zipfile
 
-    from .modalities.files import check_unpacked
-
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as z:
             check_unpacked(sum(i.file_size for i in z.infolist()), name, max_bytes)
@@ -140,8 +139,6 @@ def bundle_files(files: list[tuple[str, bytes]], suffixes: tuple[str, ...]) -> b
     """
     import io
     import zipfile
-
-    from .modalities.files import check_unpacked
 
     st = current_settings()
     limit = min(st.max_upload_bytes, st.max_unpacked_bytes)  # the bundle is saved as an upload, uncompressed

@@ -12,7 +12,7 @@ from pathlib import Path
 from ..errors import InputError
 from ..settings import current as current_settings
 from . import audio, images
-from .audio import AUDIO_SUFFIXES
+from .audio import AUDIO_SUFFIXES, clips_fingerprint
 from .files import check_unpacked
 from .images import IMAGE_SUFFIXES, pictures_fingerprint
 
@@ -106,12 +106,8 @@ def modal_fingerprint(ident: str, cache_dir=None) -> str:
         if ident in MODAL_CORPORA:  # the built-ins are deterministic: hash what they decode to
             return pictures_fingerprint(load_pictures(ident))
     elif ident == "speech-synthetic":
-        from .audio import clips_fingerprint
-
         return clips_fingerprint(load_clips(ident, cache_dir))
     elif ident == "speech-human":
-        from .audio import clips_fingerprint
-
         return clips_fingerprint(load_clips(ident))
     p = Path(ident).expanduser()
     h = hashlib.sha256()

@@ -57,7 +57,6 @@ class TextAdapter:
         # lazy: keeps torch out of a cache hit
         import torch
 
-
         ids, att = pad_batch([windows.ids[i] for i in b], pad_id)
         ids_t = torch.as_tensor(ids).to(dev, non_blocking=True)
         out = model(input_ids=ids_t, attention_mask=torch.as_tensor(att).to(dev, non_blocking=True),
@@ -118,7 +117,6 @@ class WhisperEncoderAdapter:
     def forward(self, model, items, b, dev, pad_id: int = 0):
         # lazy: keeps torch out of a cache hit
         import torch
-
 
         feats = []
         for i in b:

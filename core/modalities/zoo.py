@@ -44,7 +44,6 @@ def dinov2_vits14(cache_dir: Path, fingerprint: str):
     # lazy: keeps transformers out of a cache hit
     from transformers import Dinov2Model
 
-
     folder = _converted(cache_dir, "dinov2-vits14", fingerprint,
                         lambda tmp: build_dinov2(sources.dinov2_onnx(), tmp))
     return Dinov2Model.from_pretrained(str(folder))
@@ -53,7 +52,6 @@ def dinov2_vits14(cache_dir: Path, fingerprint: str):
 def dinov2_vits14_config():
     # lazy: keeps transformers out of a cache hit
     from transformers import Dinov2Config
-
 
     # the converted model's configuration (dinov2_state_dict derives the same from the graph)
     return Dinov2Config(hidden_size=384, num_hidden_layers=12, num_attention_heads=6, mlp_ratio=4, patch_size=14,
@@ -64,7 +62,6 @@ def whisper_encoder(cache_dir: Path, fingerprint: str, which: str):
     """The encoder of Whisper tiny.en or base (converted from CTranslate2)."""
     # lazy: keeps transformers out of a cache hit
     from transformers import WhisperForConditionalGeneration
-
 
     src = sources.whisper_tiny_en_dir() / "model.bin" if which == "tiny.en" else sources.whisper_base_parts()
     folder = _converted(cache_dir, f"whisper-{which}", fingerprint, lambda tmp: build_whisper(src, tmp))

@@ -18,14 +18,15 @@ HEAVY = ("torch", "transformers", "umap")  # what a cache hit and the app's firs
 # Floors of the import graph, lowest first: a module imports only from its own floor or below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("core", "core.errors", "core.settings", "core.escape", "core.procfs", "core.config",
-                    "core.definitions", "core.spec", "core.hub")),
+                    "core.definitions", "core.spec", "core.hub", "core.progress")),
     ("kernels", ("core.metrics", "core.postprocess", "core.dimension", "core.reference", "core.batching",
-                 "core.cache", "core.figures", "core.convert", "core.convert.*", "core.statistics")),
+                 "core.cache", "core.figures", "core.convert", "core.convert.*")),
     ("inputs", ("core.trained", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
-    ("runs", ("core.extract", "core.outliers", "core.outliers.*", "core.analysis", "core.distributed",
-              "core.pipeline", "core.prepare", "core.attention", "core.attention.*", "core.projection", "core.series",
+    ("statistics", ("core.statistics", "core.outliers", "core.outliers*")),  # the registry and the outlier rules
+    ("runs", ("core.extract", "core.analysis", "core.distributed",
+              "core.pipeline", "core.prepare", "core.attention", "core.attention*", "core.projection", "core.series",
               "core.train", "core.drift", "core.results", "core.selection")),
     ("views", ("core.views", "core.views.*", "core.export", "core.report")),
     ("entry points", ("core.jobs", "core.cli", "core.__main__")),
@@ -42,8 +43,6 @@ ENV_ALLOWED: dict[str, str] = {}
 LAZY_PENDING: dict[str, str] = {
     "core/attention.py": "being split into one file per job (issue 22 item 5): its imports are sorted out there",
     "core/outliers.py": "being split into numpy rules and torch model surgery (issue 22 item 5)",
-    "core/pipeline.py": "being reworked into prepare(spec) (issue 22 item 2)",
-    "core/prepare.py": "being written (issue 22 item 2)",
 }
 
 
