@@ -60,6 +60,7 @@ def _hidden_size(model: Any) -> int | None:
 def _blocks(model: Any) -> tuple[str, list]:
     """(qualified name, children) of the block list: the longest ModuleList whose every item
     contains a norm (so MoE expert lists and head lists are not mistaken for blocks)."""
+    # lazy: keeps torch out of a cache hit
     import torch.nn as nn
 
     best: tuple[int, int, str, list] | None = None
@@ -136,6 +137,7 @@ def norm_parameters(model: "torch.nn.Module") -> dict:
     class name, "placement": "post" | "pre" | "unknown", "layer_offset": the hidden layer
     matching block b is b + layer_offset (1 for post-norm, 0 for pre-norm)}``.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     sel = _select(model)
@@ -195,6 +197,7 @@ def zeroed_dims(modules: list["torch.nn.Module"], dims: list[int]) -> Iterator[N
     Only the touched slices are saved, never the whole model; restoration is bit-exact and
     runs even when the body raises.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
@@ -220,6 +223,7 @@ def _causal_lm_check(model: Any) -> None:
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if callable(get_out) else None
     try:
+        # lazy: keeps transformers out of a cache hit
         from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
 
         causal = set()
@@ -227,6 +231,7 @@ def _causal_lm_check(model: Any) -> None:
             causal.update(v if isinstance(v, (tuple, list)) else (v,))
     except ImportError:  # pragma: no cover - transformers layout changed
         causal = set()
+    # lazy: keeps torch out of a cache hit
     import torch.nn as nn
 
     if not isinstance(head, nn.Module) or not (cls.endswith("ForCausalLM") or cls in causal):
@@ -239,6 +244,7 @@ def lm_loss(model: "torch.nn.Module", batches: list[dict]) -> tuple[float, int]:
     Labels are input_ids with padding (attention_mask 0) set to -100; each position predicts
     the next one. Call under torch.inference_mode().
     """
+    # lazy: keeps torch out of a cache hit
     import torch
     import torch.nn.functional as F
 
@@ -290,6 +296,7 @@ def ablation(
     "random_delta_mean", "random_delta_std" (sample std, 0 for a single draw), "dims",
     "random_dims", "modules", "n_tokens"}``.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     _causal_lm_check(model)

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 from typing import Callable
 
+from .. import settings
+from ..analysis import json_safe
 from ..config import CONFIG, cache_identity
 from ..corpora import TokenWindows
+from ..distributed import run_torchrun, spec_args
+from ..errors import InputError
 from ..extract import Progress
 from ..outliers import run_outlier_dims
+from ..pipeline import analyze, get_store, resolve, run_of
+from ..pipeline import is_cached as run_cached
+from ..prepare import prepare
+from ..spec import stable_hash
 from .stats import MAX_KEYS, extract_attention, pick_dims
 from .summary import finish
 
@@ -21,7 +29,6 @@ def link_dims(results: dict) -> list[int]:
 
 def attention_key(results: dict, n_random: int = CONFIG.attention_random_dims) -> str:
     """Cache key of the attention section: the run's results, the dims, the rules and the code."""
-    from ..spec import stable_hash
 
     return "attention:" + stable_hash({"run": results["manifest"]["cache_key"], **cache_identity("attention"),
                                        "dims": link_dims(results), "n_random": int(n_random),
@@ -31,8 +38,6 @@ def attention_key(results: dict, n_random: int = CONFIG.attention_random_dims) -
 def is_cached(spec, cache_dir=None) -> bool:
     """Whether the attention section of `spec` is on disk (no torch, no model; the run's results
     must be cached too)."""
-    from ..pipeline import analyze, get_store, resolve
-    from ..pipeline import is_cached as run_cached
 
     run = resolve(spec, cache_dir)
     if not run_cached(run, cache_dir):
@@ -51,7 +56,6 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     are added up across ranks, and rank 0 alone reads and writes the cache and returns the section
     (the other ranks return None).
     """
-    from ..pipeline import analyze, get_store, resolve
 
     run = resolve(spec, cache_dir)
     spec = run.spec
@@ -75,8 +79,6 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
 
 def _run_attention_group(run, cache_dir, progress, cancel, force: bool, n_random: int, group) -> dict | None:
     import contextlib
-
-    from ..pipeline import analyze, get_store
 
     spec = run.spec
     res = analyze(run, cache_dir, progress, cancel, group=group)  # rank 0: the results; others None
@@ -108,11 +110,8 @@ def _run_attention_group(run, cache_dir, progress, cancel, force: bool, n_random
 def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, cancel, n_random: int,
                        device: str | None = None, shard=None, reduce=None, memo: dict | None = None) -> dict:
     """Compute the attention section of the run whose manifest is `m` (outlier dims `dims`)."""
+    # lazy: keeps torch out of a cache hit
     import torch
-
-    from ..analysis import json_safe
-    from ..errors import InputError
-    from ..prepare import prepare
 
     device, dtype = device or m["device"], m["dtype"]
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, memo=memo,
@@ -166,14 +165,10 @@ def document_index(windows: TokenWindows, docs: list[str]) -> dict:
 
 def job_attention(params: dict, progress, cancel) -> dict:
     """The "attention" job: the attention section of one run, into the cache (the run first if needed)."""
-    from .. import settings
-    from ..pipeline import resolve, run_of
 
     run = resolve(run_of(params))  # carried in the job's parameters by the submitter
     nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: a torchrun job of K processes computes it
     if nproc > 1 and not is_cached(run):
-        from ..distributed import run_torchrun, spec_args
-
         run_torchrun(["attention", *spec_args(run.spec)], nproc, progress, cancel)  # rank 0 stores run and section
     sec = run_attention(run, progress=progress, cancel=cancel)
     return {"blocks": len(sec.get("layers", [])) if isinstance(sec, dict) else 0}

@@ -86,6 +86,7 @@ class _Batch:
         got = self._derived.get(causal)
         if got is not None:
             return got
+        # lazy: keeps torch out of a cache hit
         import torch
 
         B, T = self.real.shape
@@ -139,6 +140,7 @@ class AttentionAccumulator:
     """
 
     def __init__(self, arch: Arch, dims: list[int], device, head_dim: int | None = None):
+        # lazy: keeps torch out of a cache hit
         import torch
 
         self.arch, self.dims, self.dev = arch, list(dims), device
@@ -199,6 +201,7 @@ class AttentionAccumulator:
     # -- per layer
     def _qk(self, l: int):
         """(q (B, T, H, dh), k (B, T, Hkv, dh)) float32 of the batch, as the projections output them."""
+        # lazy: keeps torch out of a cache hit
         import torch
 
         b = self.batch
@@ -220,6 +223,7 @@ class AttentionAccumulator:
         smallest normal float32 so that 0 log 0 = 0, log, times a, sum), so the passes stay in the
         CPU's cache and nothing of A's size is allocated. Causal: a chunk of rows [r0, r1) reads the
         keys before r1 only (the rest of those rows is exactly 0), so about half of A is skipped."""
+        # lazy: keeps torch out of a cache hit
         import torch
 
         B, H, T, _ = A.shape
@@ -252,6 +256,7 @@ class AttentionAccumulator:
         return out.double().neg_()
 
     def _attention(self, l: int, w) -> None:
+        # lazy: keeps torch out of a cache hit
         import torch
 
         a, b = self.acc, self.batch
@@ -277,6 +282,7 @@ class AttentionAccumulator:
     def _geometry(self, l: int) -> None:
         """Query/key sums over the analysed positions: each window's sum over its positions (at most
         T terms) in float32, by one batched product with the (B, T) weights; windows added in float64."""
+        # lazy: keeps torch out of a cache hit
         import torch
 
         a, b = self.acc, self.batch
@@ -318,6 +324,7 @@ class AttentionAccumulator:
 
     def link(self, hidden_states) -> None:
         """Outlier-link sums of the current batch (hidden_states: the model's, block l reads [l])."""
+        # lazy: keeps torch out of a cache hit
         import torch
 
         a, b = self.acc, self.batch
@@ -369,6 +376,7 @@ def extract_attention(model, windows: TokenWindows, dims: list[int], *, special_
     adds up (in place, on the device) the sums of every process: the torchrun path
     (`core.distributed`). Every statistic is per window, so any split of the batches is exact.
     """
+    # lazy: keeps torch out of a cache hit
     import torch
 
     progress = progress or (lambda p: None)

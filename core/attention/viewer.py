@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..ablation import ablation_modules, zeroed_dims
 from ..config import CONFIG, cache_identity
+from ..errors import InputError
+from ..extract import Progress
+from ..pipeline import analyze, analyze_params, get_store, is_cached, resolve, run_key, run_of
+from ..prepare import prepare
+from ..spec import stable_hash
 from .arch import attention_arch, eager_attention
 from .run import doc_start, link_dims
 
@@ -13,9 +19,6 @@ from .run import doc_start, link_dims
 def _request(spec, window: int, cache_dir, max_tokens: int):
     """(the run resolved, its results, the dims zeroed, the maps' cache key); a window the run does not
     have is refused before anything runs."""
-    from ..errors import InputError
-    from ..pipeline import analyze, resolve
-    from ..spec import stable_hash
 
     run = resolve(spec, cache_dir)
     res = analyze(run, cache_dir)
@@ -30,7 +33,6 @@ def _request(spec, window: int, cache_dir, max_tokens: int):
 
 def cached_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict | None:
     """The stored maps of one window (see `attention_maps`), or None: never computes, never loads a model."""
-    from ..pipeline import get_store, is_cached, resolve
 
     run = resolve(spec, cache_dir)
     if not is_cached(run, cache_dir):
@@ -52,9 +54,6 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     their number), "doc_start" (the document's first words), "causal", "maps": (L, H, n, n) float32,
     "zeroed": same}``.
     """
-    from ..extract import Progress
-    from ..pipeline import get_store
-    from ..prepare import prepare
 
     run, res, dims, key = _request(spec, window, cache_dir, max_tokens)
     spec = run.spec
@@ -62,9 +61,8 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
     hit = store.get(key)
     if hit is not None:
         return {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}
+    # lazy: keeps torch out of a cache hit
     import torch
-
-    from ..ablation import ablation_modules, zeroed_dims
 
     m = res["manifest"]
     prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir,
@@ -106,22 +104,17 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
 # ---------------------------------------------------------------------- the "attention-maps" job (core.jobs.KINDS)
 def maps_params(spec, window: int, max_tokens: int = CONFIG.attention_viewer_tokens) -> dict:
     """Parameters of the job that computes one window's maps (the run resolved once, carried)."""
-    from ..pipeline import analyze_params
 
     return {**analyze_params(spec), "window": int(window), "max_tokens": int(max_tokens)}
 
 
 def job_attention_maps_key(params: dict) -> str:
-    from ..pipeline import run_key, run_of
-    from ..spec import stable_hash
-
     return stable_hash({"run": run_key(run_of(params)), "window": int(params["window"]),
                         "n": int(params["max_tokens"])})
 
 
 def job_attention_maps(params: dict, progress, cancel) -> dict:
     """The "attention-maps" job: the viewer's forward passes of one window, into the cache."""
-    from ..pipeline import run_of
 
     got = attention_maps(run_of(params), int(params["window"]), max_tokens=int(params["max_tokens"]),
                          progress=progress)

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
     ("statistics", ("core.statistics", "core.outliers", "core.outliers*")),  # the registry and the outlier rules
-    ("runs", ("core.extract", "core.analysis", "core.distributed",
+    ("runs", ("core.extract", "core.analysis", "core.ablation", "core.distributed",
               "core.pipeline", "core.prepare", "core.attention", "core.attention*", "core.projection", "core.series",
               "core.train", "core.drift", "core.results", "core.selection")),
     ("views", ("core.views", "core.views.*", "core.export", "core.report")),
@@ -39,11 +39,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
 
 # Environment reads that cannot go through core/settings.py, each with its reason (none today).
 ENV_ALLOWED: dict[str, str] = {}
-# Files whose in-function imports are not checked yet, each with its reason.
-LAZY_PENDING: dict[str, str] = {
-    "core/attention.py": "being split into one file per job (issue 22 item 5): its imports are sorted out there",
-    "core/outliers.py": "being split into numpy rules and torch model surgery (issue 22 item 5)",
-}
+# Files whose in-function imports are not checked yet, each with its reason (none today).
+LAZY_PENDING: dict[str, str] = {}
 
 
 def _files() -> dict[str, Path]:
