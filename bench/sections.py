@@ -32,7 +32,6 @@ from bench.common import (
     subset_windows,
     torch_profile_ops,
 )
-from core.analysis import sample_metrics
 from core.attention import eager_attention, extract_attention
 from core.batching import padding_fraction, plan_batches
 from core.corpora import load_documents, tokenize_budget
@@ -477,6 +476,9 @@ def _smollm_sample(ctx: Ctx) -> dict:
 
 
 def section_postproc(ctx: Ctx) -> dict:
+    # lazy: plotly and pandas only for the commands that report a series
+    from core.analysis import sample_metrics
+
     smp = _smollm_sample(ctx)
     X = smp["X"]
     dims = tuple(int(d) for d in smp["outliers"]) or (0,)

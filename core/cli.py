@@ -341,6 +341,7 @@ def cmd_outliers(a) -> int:
     print(f"persistent activation outliers: {o['activation']['persistent']}", file=sys.stderr)
     if "persistent" in o.get("norm_parameters", {}):
         print(f"persistent norm-parameter outliers: {o['norm_parameters']['persistent']}", file=sys.stderr)
+    # lazy: plotly and pandas only for the commands that report a series
     from .views.dimension import position_notes  # the same warning as the Frequency tab
 
     for note in position_notes(res):

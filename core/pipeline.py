@@ -364,7 +364,7 @@ def results_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
 
 def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
     """The sample metrics of an isotropic Gaussian of this run's K and d (cached: one per width)."""
-    # lazy: plotly and pandas only for the commands that report a series
+    # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
     from .analysis import isotropic_baseline as compute
 
     K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
@@ -385,7 +385,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
     With a `core.distributed.Group`, the ranks compute the statistics together; rank 0 returns
     the results and the other ranks None. `memo`: see `get_stats` (a series shares its corpus).
     """
-    # lazy: plotly and pandas only for the commands that report a series
+    # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
     from .analysis import build_results
 
     run = resolve(spec, cache_dir)
@@ -423,7 +423,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
 
 def postprocessed(spec: RunSpec | ResolvedRun, post, cache_dir=None) -> list[dict]:
     """Sample metrics of every layer after a post-processing what-if (cached)."""
-    # lazy: plotly and pandas only for the commands that report a series
+    # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
     from .analysis import postprocessed_rows
 
     store = get_store(cache_dir)
@@ -483,7 +483,7 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
     run's seeded order. Cached; the model is loaded for this call only and restored after each
     ablation (a job never shares a model it mutates). `cancel` is polled between forward passes.
     """
-    # lazy: plotly and pandas only for the commands that report a series
+    # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
     from .analysis import json_safe
 
     n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)

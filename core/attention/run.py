@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Callable
 
 from .. import settings
-from ..analysis import json_safe
 from ..config import CONFIG, cache_identity
 from ..corpora import TokenWindows
 from ..distributed import run_torchrun, spec_args
@@ -112,6 +111,8 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
     """Compute the attention section of the run whose manifest is `m` (outlier dims `dims`)."""
     # lazy: keeps torch out of a cache hit
     import torch
+
+    from ..analysis import json_safe
 
     device, dtype = device or m["device"], m["dtype"]
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, memo=memo,

@@ -9,8 +9,9 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
+from .. import statistics as S
 from ..config import CONFIG
-from .common import View, _corpora, _manifest, _sizes, as_results
+from .common import View, _corpora, _manifest, _sizes, as_results, modality
 
 
 def outlier_counts(runs: Sequence[dict]) -> View:
@@ -46,8 +47,6 @@ def outlier_counts(runs: Sequence[dict]) -> View:
 def comparison_sentence(runs: Sequence[dict], metric: str = "mean_cosine") -> str:
     """One sentence from the numbers of the compared curves: each run's value at the embeddings, the last
     layer and its peak (with its relative depth), then which run ends highest and lowest."""
-    from .. import statistics as S
-    from .common import modality
 
     runs = [as_results(r) for r in runs]
     label = S.BY_KEY[metric].label if metric in S.BY_KEY else metric
