@@ -15,6 +15,7 @@ from . import metrics as M
 from . import outliers as O
 from . import statistics as S
 from .config import CONFIG, cache_identity
+from .geometry import cka_section
 from .postprocess import PostProcess
 
 
@@ -172,6 +173,7 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
         "layers": rows,
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
+        "cka": cka_section(stats),
         "not_applicable": ([] if has_token_ids(stats) else not_applicable_keys()),
         "frequency_bins": {"rule": f"token types sorted by corpus frequency, cut at each 1/{CONFIG.freq_bins} of the "
                                    "tokens",

@@ -165,19 +165,6 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
     return float(cka_cross([X], [Y])[0, 0])
 
 
-def _terms(Xs: list[np.ndarray], block: int) -> tuple[np.ndarray, list]:
-    """Per sample: its blocks of Gram rows are made on demand; returns (row sums (m, n), totals (m,))."""
-    n = len(Xs[0])
-    R = np.zeros((len(Xs), n))
-    for a in range(0, n, block):
-        b = min(n, a + block)
-        for i, X in enumerate(Xs):
-            G = X[a:b] @ X.T
-            G[np.arange(b - a), np.arange(a, b)] = 0.0
-            R[i, a:b] = G.sum(1)
-    return R, R.sum(1)
-
-
 def cka_cross(Xs: list[np.ndarray], Ys: list[np.ndarray] | None = None, block: int = 256) -> np.ndarray:
     """(len(Xs), len(Ys)) linear CKA with the unbiased HSIC between every X of Xs and Y of Ys (all of n rows,
     the same positions). Gram matrices are made a block of rows at a time (memory O(m block n)).
@@ -189,17 +176,18 @@ def cka_cross(Xs: list[np.ndarray], Ys: list[np.ndarray] | None = None, block: i
     if n < 4 or any(len(Z) != n for Z in Xs + Ys):
         return np.full((len(Xs), len(Ys)), math.nan)
     allz = Xs if same else Xs + Ys
-    R, T = _terms(allz, block)
     m = len(allz)
-    tr = np.zeros((m, m))
+    tr, R = np.zeros((m, m)), np.zeros((m, n))
     for a in range(0, n, block):
         b = min(n, a + block)
         F = np.empty((m, (b - a) * n))
         for i, Z in enumerate(allz):
             G = Z[a:b] @ Z.T
             G[np.arange(b - a), np.arange(a, b)] = 0.0
+            R[i, a:b] = G.sum(1)
             F[i] = G.ravel()
         tr += F @ F.T
+    T = R.sum(1)
     H = (tr + np.outer(T, T) / ((n - 1) * (n - 2)) - 2.0 / (n - 2) * (R @ R.T)) / (n * (n - 3))
     dg = np.sqrt(np.clip(np.diag(H), 0.0, None))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -212,3 +200,28 @@ def cka_cross(Xs: list[np.ndarray], Ys: list[np.ndarray] | None = None, block: i
 def cka_matrix(Xs: list[np.ndarray], block: int = 256) -> np.ndarray:
     """The layers x layers linear CKA (unbiased HSIC) of one run's samples."""
     return cka_cross(Xs, None, block)
+
+
+CKA_POSITIONS = 2048  # CKA uses at most this many of the sample's positions (a seeded subset, the same in every layer)
+CKA_ESTIMATOR = "linear CKA with the unbiased HSIC estimator (Song et al. 2012; Nguyen et al. 2021)"
+
+
+def cka_positions(K: int, n_max: int = CKA_POSITIONS, seed: int = 0) -> np.ndarray:
+    """The sample rows CKA reads: all K, or a seeded subset of n_max (sorted), the same in every layer."""
+    if K <= n_max:
+        return np.arange(K)
+    return np.sort(np.random.default_rng(seed).choice(K, n_max, replace=False))
+
+
+def cka_section(stats) -> dict | None:
+    """results.json's `cka`: the layers x layers linear CKA of the run's token sample (the same
+    positions in every layer), or None with fewer than 4 sampled tokens."""
+    K = int(stats.arrays["sample"].shape[1])
+    if K < 4:
+        return None
+    idx = cka_positions(K)
+    C = cka_matrix([np.asarray(stats.sample(l), dtype=np.float64)[idx] for l in range(stats.n_layers)])
+    return {"estimator": CKA_ESTIMATOR, "n_positions": int(len(idx)), "sample_size": K,
+            "positions": f"a seeded subset of {len(idx)} of the {K} sampled positions" if len(idx) < K
+            else f"all {K} sampled positions",
+            "layers": [int(x) for x in stats.layer_ids], "matrix": C.tolist()}

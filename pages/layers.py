@@ -56,3 +56,4 @@ if page.need_runs(runs):
                 page.show(data.pairwise_histogram(tuple(r.spec for r in runs), layers), "hist", half=True)
             with h2:
                 page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles", half=True)
+            page.show(views.cka_heatmap([r.results for r in runs]), "cka")

@@ -34,7 +34,7 @@ from .dimension import (
     outlier_set,
     position_for,
 )
-from .layers import METRIC_COLUMNS, frequency_deciles, layer_curves, metric_table, pairwise_histogram
+from .layers import METRIC_COLUMNS, cka_heatmap, frequency_deciles, layer_curves, metric_table, pairwise_histogram
 from .outliers import (
                      ablation_dims,
                      ablation_view,
@@ -48,7 +48,7 @@ from .outliers import (
 from .projection import projection
 
 __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name", "n_layers",
-           "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram",
+           "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram", "cka_heatmap",
            "frequency_deciles", "METRIC_COLUMNS", "outlier_bars", "outlier_heatmap", "cosine_contribution_bars",
            "outlier_definitions", "outlier_summary", "massive_activations", "frequency_correlation",
            "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary", "comparison_sentence",

@@ -268,3 +268,35 @@ def published_for(runs: Sequence[Results], metric: str) -> tuple[list[dict], lis
             notes.append(f"{c['label']} hidden: it was measured on English text with {c['model']}, and "
                          + "; ".join(dict.fromkeys(w for w in why if w)) + ".")
     return shown, notes
+
+
+def cka_heatmap(runs: Sequence[dict]) -> View:
+    """Layers x layers linear CKA within each run (results.json's `cka`): one panel per run, one colour scale."""
+    runs = [as_results(r) for r in runs]
+    panels, rows, parts, est = [], [], [], ""
+    for res in runs:
+        sec = res.raw.get("cka")
+        if not sec:
+            continue
+        est = sec["estimator"]
+        z = np.asarray(sec["matrix"], dtype=float)
+        ids = [int(x) for x in sec["layers"]]
+        hover = np.asarray([[f"{F.esc(res.model_label)}<br>layer {ids[i]} vs layer {ids[j]}<br>CKA = {z[i, j]:.4f}"
+                             for j in range(len(ids))] for i in range(len(ids))], dtype=object)
+        panels.append({"z": z, "title": res.run_name, "x_title": "layer (0 = embeddings)",
+                       "y_title": "layer (0 = embeddings)" if not panels else "",
+                       "x_labels": [str(x) for x in ids], "y_labels": [str(x) for x in ids], "x_angle": 0, "hover": hover})
+        parts.append(f"{res.model_label}: {sec['positions']}")
+        rows += [{"model": res.model_label, "corpus": res.corpus_label, "layer_a": ids[i], "layer_b": ids[j],
+                  "cka": float(z[i, j]), "n_positions": int(sec["n_positions"])}
+                 for i in range(len(ids)) for j in range(len(ids))]
+    if not panels:
+        return not_applicable("layers_cka", "Linear CKA between layers", runs,
+                              "no CKA in these results (computed from this version on; a run with fewer than 4 "
+                              "sampled tokens has none).")
+    sub = F.esc(f"{est}; " + "; ".join(parts))
+    fig = F.heat_panels(panels[:4], title="Linear CKA between layers (the same token positions in every layer)",
+                        subtitle=sub, colorbar_title="CKA", zmin=0.0, zmax=1.0)
+    return View("layers_cka", "Linear CKA between layers", fig, pd.DataFrame(rows), _manifest("cka_heatmap", {}, runs),
+                caption=f"Similarity of the representations of two layers on the same tokens: 1 = the same up to a "
+                        f"rotation and scale, 0 = unrelated. {est}; " + "; ".join(parts) + ".")

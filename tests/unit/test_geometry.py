@@ -127,3 +127,24 @@ def test_cka_matrix_is_symmetric_with_a_unit_diagonal_and_blocks_do_not_matter()
         for j in range(4):
             assert C[i, j] == pytest.approx(_naive_cka(Xs[i], Xs[j]), abs=1e-8)
     np.testing.assert_allclose(G.cka_cross(Xs[:2], Xs[2:]), C[:2, 2:], atol=1e-12)
+
+
+def test_results_json_has_the_run_cka_matrix_and_the_layers_page_draws_it():
+    import json
+
+    from core import export, views
+    from tests.synthetic import synthetic_run
+
+    st, res = synthetic_run(n_layers=4, seed=0, label="net-a")
+    sec = res["cka"]
+    assert sec["estimator"].startswith("linear CKA with the unbiased HSIC")
+    idx = G.cka_positions(int(st.arrays["sample"].shape[1]))
+    want = G.cka_matrix([st.sample(l)[idx] for l in range(st.n_layers)])
+    np.testing.assert_allclose(np.asarray(sec["matrix"], dtype=float), want, atol=1e-12)
+    assert sec["layers"] == [int(x) for x in st.layer_ids] and sec["n_positions"] == len(idx)
+    other = synthetic_run(n_layers=3, d=16, seed=1, label="net-b")[1]
+    v = views.cka_heatmap([res, other])
+    assert len(v.figure.data) == 2 and len(v.data) == len(res["layers"]) ** 2 + len(other["layers"]) ** 2
+    assert {"layer_a", "layer_b", "cka"} <= set(json.loads(export.data_bytes(v, "json"))["data"][0])
+    old = {k: v for k, v in res.items() if k != "cka"}  # results of an earlier version: said, not an empty chart
+    assert views.cka_heatmap([old]).figure is None
