@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("core", "core.errors", "core.settings", "core.escape", "core.procfs", "core.config",
                     "core.definitions", "core.spec", "core.hub", "core.progress")),
     ("kernels", ("core.metrics", "core.postprocess", "core.dimension", "core.reference", "core.batching",
-                 "core.cache", "core.figures", "core.convert", "core.convert.*")),
+                 "core.cache", "core.figures", "core.convert", "core.convert.*", "core.geometry")),
     ("inputs", ("core.trained", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
