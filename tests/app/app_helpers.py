@@ -15,30 +15,11 @@ SMALL = {"tokens": "2000", "sample": "500", "seeds": "1"}
 TIMEOUT = 120
 
 
-# The job worker re-checks every job under its own settings, which it inherits when the app starts it: a
-# test that changes these gets a fresh worker (started by the app with the test's settings).
-WORKER_SETTINGS = ("ANISO_DATA_DIR", "ANISO_ALLOW_SERVER_PATHS", "ANISO_ALLOW_MODEL_FOLDERS", "ANISO_ALLOW_HUB",
-                   "ANISO_SHARED", "ANISO_ALLOW_REMOTE_CODE")
-_worker_settings: list = []
-
-
-def worker_with_these_settings() -> None:
-    import os
-
-    now = tuple(os.environ.get(k) for k in WORKER_SETTINGS)
-    if _worker_settings and _worker_settings[-1] != now:
-        from core import jobs
-
-        jobs.stop_worker()
-    _worker_settings[:] = [now]
-
-
 def app_factory(timeout: float = TIMEOUT):
     """make(models=[...], page=None, **query) -> an AppTest after its first run (and the page's)."""
     from streamlit.testing.v1 import AppTest
 
     def make(models=("minilm-l6",), page: str | None = None, **query):
-        worker_with_these_settings()
         at = AppTest.from_file(APP, default_timeout=timeout)
         for k, v in {**SMALL, **query}.items():
             at.query_params[k] = v
