@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 from pathlib import Path
 
@@ -13,6 +14,28 @@ APP = str(ROOT / "app.py")
 # Fast runs (one seed per untrained control); the URL carries them like a shared link would.
 SMALL = {"tokens": "2000", "sample": "500", "seeds": "1"}
 TIMEOUT = 120
+
+
+@contextlib.contextmanager
+def entrypoint_runs_every_time():
+    """Make AppTest run app.py on every rerun, as `streamlit run` does.
+
+    AppTest 1.67 treats a folder named pages/ next to the script as an old-style pages directory
+    and, from the second run on, executes the page file alone (no sidebar, no navigation). A real
+    server always runs the entrypoint when it calls st.navigation (checked by the browser test).
+    """
+    import pytest
+    from streamlit.runtime.pages_manager import PagesManager
+
+    orig = PagesManager.__init__
+
+    def init(self, *a, **k):
+        orig(self, *a, **k)
+        PagesManager.uses_pages_directory = False
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(PagesManager, "__init__", init)
+        yield
 
 
 def app_factory(timeout: float = TIMEOUT):

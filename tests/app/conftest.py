@@ -1,39 +1,60 @@
-"""AppTest fixtures: run app.py in-process with a selection from the URL."""
+"""AppTest fixtures: run app.py in-process with a selection from the URL, on synthetic runs (no model).
+
+The app tier has its own cache directory (this `cache_dir` replaces the session one of tests/conftest.py),
+and the worker the app starts there runs the "analyze" job on synthetic statistics written under the
+run's real key (synthetic_runs.py, which the worker imports through ANISO_JOB_MODULES). After the last
+app test, that worker is stopped and the environment restored: no other tier ever sees a synthetic run.
+"""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
-from app_helpers import app_factory
+from app_helpers import app_factory, entrypoint_runs_every_time
+
+HERE = Path(__file__).resolve().parent
+_SAVED: dict = {}  # the environment before the app tier, and its cache directory
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _entrypoint_runs_every_time():
-    """Make AppTest run app.py on every rerun, as `streamlit run` does.
-
-    AppTest 1.67 treats a folder named pages/ next to the script as an old-style pages directory
-    and, from the second run on, executes the page file alone (no sidebar, no navigation). A real
-    server always runs the entrypoint when it calls st.navigation (checked by the browser test).
-    """
-    from streamlit.runtime.pages_manager import PagesManager
-
-    orig = PagesManager.__init__
-
-    def init(self, *a, **k):
-        orig(self, *a, **k)
-        PagesManager.uses_pages_directory = False
-
-    with pytest.MonkeyPatch.context() as mp:  # session-wide: module fixtures run apps too
-        mp.setattr(PagesManager, "__init__", init)
+    with entrypoint_runs_every_time():  # session-wide: module fixtures run apps too
         yield
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _job_worker(cache_dir):
-    """The app starts a worker process for the session's cache on its first Run: stop it at the end."""
-    yield
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """The app tier's cache, served by a worker that runs synthetic extractions (see the module doc)."""
+    d = tmp_path_factory.mktemp("app-cache")
+    path = os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])
+    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_runs", "PYTHONPATH": path}.items():
+        _SAVED[k] = os.environ.get(k)
+        os.environ[k] = v
+    _SAVED["_dir"] = d
+    yield d
+    _leave()
+
+
+def _leave() -> None:
+    """Stop the app tier's worker and give the next tiers their environment back (once)."""
+    if "_dir" not in _SAVED:
+        return
     from core import jobs
 
-    jobs.stop_worker(cache_dir)
+    jobs.stop_worker(_SAVED.pop("_dir"))
+    for k, v in _SAVED.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _SAVED.clear()
+
+
+def pytest_runtest_teardown(item, nextitem):
+    if nextitem is None or HERE not in Path(str(nextitem.path)).resolve().parents:
+        _leave()  # the last app test of the session (the tiers run one after the other)
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
 """Every page with the default selection (MiniLM + Wikipedia) and with two models, via AppTest.
 
-Runs are small (2,000 tokens, sample 500, from the URL) and shared through the session cache:
-the first test computes them (pressing Run), the others load them from the cache.
+Runs are small (2,000 tokens, sample 500, from the URL) and shared through the app tier's cache: the
+first test computes them (pressing Run: the worker runs a synthetic extraction, see synthetic_runs.py),
+the others load them from the cache. No model is loaded: what needs one (a local model folder, the
+ablation job) is in tests/integration/test_app_models.py.
 """
 
 from __future__ import annotations
@@ -338,18 +340,6 @@ def test_report_zip_of_the_selection(computed):
     assert html.count("Plotly.newPlot") >= 20
 
 
-def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir, monkeypatch):
-    monkeypatch.setenv("ANISO_DATA_DIR", str(tiny_bert_dir.parent))  # the URL names folders in the data dir
-    at = app(models=("minilm-l6", f"data:{tiny_bert_dir.name}"), tokens="600", sample="200")
-    no_exception(at)
-    assert any("not computed yet" in c.value for c in at.caption)
-    run_clicked(at)
-    no_exception(at)
-    assert not at.error, [e.value for e in at.error]
-    names = [t["name"] for t in by_title(at, "Mean cosine similarity by layer")["data"] if t.get("fill") != "toself"]
-    assert any(tiny_bert_dir.name in n for n in names) and any("MiniLM" in n for n in names)
-
-
 def test_one_model_on_several_corpora(app, computed):
     """The selection is a set of (model, corpus) runs: MiniLM on wiki-en and on the uniform-random control."""
     at = app(vs=["uniform-random"], ref="0")
@@ -429,73 +419,3 @@ def test_cancel_button_stops_the_job_and_stores_nothing(app, computed):
     assert any("cancelled" in c.value and "nothing partial" in c.value for c in at.caption)
 
 
-@pytest.fixture(scope="module")
-def planted_gpt2(tmp_path_factory):
-    """A tiny GPT-2 whose LayerNorm gain of dim 5 is 8 in every block: a persistent norm outlier."""
-    import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    from core.models import _gpt2_tokenizer
-
-    d = tmp_path_factory.mktemp("planted-gpt2")
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_embd=32, n_layer=5, n_head=2, n_positions=128))
-    with torch.no_grad():
-        for block in model.transformer.h:
-            block.ln_1.weight[5] = 8.0
-            block.ln_2.weight[5] = 8.0
-    model.save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
-    return d
-
-
-@pytest.mark.slow
-def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, computed, planted_gpt2, tmp_path,
-                                                                        monkeypatch):
-    """Run ablation queues a job; its result is shown, goes into results.json (CLI), the report
-    zip and the URL (`ablate=1`), and a fresh session opened on that URL shows it again."""
-    import io
-    import subprocess
-    import sys
-    import time
-    import zipfile
-
-    from core import jobs
-    from core.report import build_report
-
-    q = {"tokens": "800", "sample": "200", "seqlen": "64"}
-    monkeypatch.setenv("ANISO_DATA_DIR", str(planted_gpt2.parent))  # the URL names folders in the data dir
-    model = f"data:{planted_gpt2.name}"
-    at = app(models=(model,), page="pages/outliers.py", **q)
-    run_clicked(at)
-    no_exception(at)
-    at.session_state["outliers_section"] = "Ablation"
-    at.run()
-    at.button(key="ablate").click().run()
-    no_exception(at)
-    [job] = _active_jobs()
-    assert job.kind == "ablation"
-    assert any("ablation job is running" in c.value for c in at.caption)
-    t0 = time.monotonic()
-    while jobs.status(job.id).active:
-        assert time.monotonic() - t0 < 900
-        time.sleep(0.5)
-    assert jobs.status(job.id).status == jobs.DONE, jobs.status(job.id).error
-    at.run()
-    no_exception(at)
-    assert by_title(at, "zeroed in every norm")
-    qp = {k: (v if isinstance(v, str) else v[-1]) for k, v in at.query_params.items()}
-    assert qp.get("ablate") == "1"
-    # A fresh session on the shared URL: the ablation is there, nothing recomputed.
-    again = app(models=(model,), page="pages/outliers.py", ablate="1", **q)
-    no_exception(again)
-    assert by_title(again, "zeroed in every norm")
-    sel = Selection(models=(str(planted_gpt2),), max_tokens=800, sample=200, max_seq_len=64)
-    names = zipfile.ZipFile(io.BytesIO(build_report(sel, image_formats=()))).namelist()
-    assert any("ablation" in n for n in names if n.startswith("data/"))
-    out = tmp_path / "r.json"
-    cli = subprocess.run([sys.executable, "-m", "core", "analyze", "--model", str(planted_gpt2), "--max-tokens", "800",
-                          "--sample", "200", "--max-seq-len", "64", "--out", str(out)], capture_output=True, text=True,
-                         timeout=300, env={**__import__("os").environ})
-    assert cli.returncode == 0, cli.stderr
-    assert 5 in json.loads(out.read_text())["ablation"]["dims"]

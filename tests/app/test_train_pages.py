@@ -1,14 +1,14 @@
-"""The Train and Dynamics pages (AppTest): train from the form, list checkpoints, show a series."""
+"""The Train and Dynamics pages (AppTest) without training: no run yet, the form's checks and the
+corpora it lists, the hub-series form. Training from the form, then its dynamics, is in
+tests/integration/test_app_models.py."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from app_helpers import figures, no_exception, title, wait_for_jobs
+from app_helpers import no_exception
 
-from core import jobs, trained
+from core import jobs
 
 
 @pytest.fixture(scope="module")
@@ -19,56 +19,6 @@ def corpus_file(tmp_path_factory):
     p = tmp_path_factory.mktemp("train-corpus") / "small.txt"
     p.write_text("\n\n".join(docs))
     return str(p)
-
-
-def _set(at, key, value):
-    at.number_input(key=key).set_value(value) if key != "t_path" else at.text_input(key=key).set_value(value)
-
-
-@pytest.mark.slow
-def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypatch):
-    monkeypatch.setenv("ANISO_DATA_DIR", str(Path(corpus_file).parent))  # the form names files in the data directory
-    at = app(page="pages/train.py")
-    no_exception(at)
-    before = set(trained.list_runs())
-    for key, value in {"t_path": "data:" + Path(corpus_file).name, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
-                       "t_batch": 4, "t_seq": 16, "t_vocab": 512}.items():
-        _set(at, key, value)
-    at.button(key="FormSubmitter:train_form-Train").click().run(timeout=120)
-    no_exception(at)
-    assert not at.error and not at.warning, [e.value for e in list(at.error) + list(at.warning)]
-    queued = jobs.list_jobs(kinds=("train",))
-    assert queued and queued[0].kind == "train"  # a job of the queue, not the page's script run
-    wait_for_jobs(900)
-    assert jobs.status(queued[0].id).status == jobs.DONE, jobs.status(queued[0].id).error
-    at = app(page="pages/train.py")
-    new = set(trained.list_runs()) - before
-    assert len(new) == 1
-    run = new.pop()
-    rec = trained.read_run(run)
-    assert rec["status"] == "done" and [c["step"] for c in rec["checkpoints"]] == [0, 1, 2]
-    at.run()
-    assert any(run in e.label for e in at.expander)
-    assert any(f"trained/{run}@step-2" in str(df.value) for df in at.dataframe)
-
-    dyn = app(page="pages/dynamics.py")
-    no_exception(dyn)
-    dyn.multiselect(key="dyn_pick").set_value([run]).run()
-    dyn.number_input(key="dyn_tokens").set_value(1000).run()
-    assert not figures(dyn)  # nothing analysed yet: a button, no figures
-    dyn.button(key=f"an_{run}").click().run(timeout=120)
-    wait_for_jobs(900)
-    dyn.run(timeout=300)
-    no_exception(dyn)
-    titles = [title(f) for f in figures(dyn)]
-    assert any("by layer over training" in t for t in titles)
-    assert any("loss over training" in t.lower() for t in titles)
-    assert any("Persistent outlier dimensions over training" in t for t in titles)
-    for stat in ("query drift", "key drift", "cos(μ_Q, μ_K)"):  # the attention statistics over training
-        assert any(t.startswith(stat) and "over training" in t for t in titles), (stat, titles)
-    text = " ".join(m.value for m in dyn.markdown)
-    assert "Held-out loss went from" in text and "Mean cosine of the last layer" in text
-    assert "Query/key drift of the last block" in text
 
 
 def test_pages_without_runs(app, tmp_path, monkeypatch):

@@ -1,4 +1,5 @@
-"""Every page with a text, an image and a speech model selected together (AppTest).
+"""Every page with a text, an image and a speech model selected together (AppTest, real models: the
+item layouts of images and audio come from the models' adapters; tests/app runs on synthetic text runs).
 
 The three runs are computed once through the pipeline with the selection's own specs, so the app
 loads them from the cache; token-id metrics must say "not applicable" for images and audio.
@@ -7,18 +8,31 @@ loads them from the cache; token-id metrics must say "not applicable" for images
 from __future__ import annotations
 
 import re
+import sys
+from pathlib import Path
 
 import pytest
-from app_helpers import TIMEOUT, app_factory, figures, no_exception
 
-from core.pipeline import analyze
-from core.selection import GODEY_PRESET, Selection
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
+from app_helpers import TIMEOUT, app_factory, entrypoint_runs_every_time, figures, no_exception  # noqa: E402
+
+from core import jobs  # noqa: E402
+from core.pipeline import analyze  # noqa: E402
+from core.selection import GODEY_PRESET, Selection  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
 MODELS = ("minilm-l6", "untrained-vit-s14", "untrained-whisper-tiny")
 QUERY = {"tokens": "600", "sample": "300", "seeds": "1"}  # one seed per control: no band to compute
 PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _app_module(cache_dir):
+    """As tests/app/conftest.py: the entrypoint on every rerun; the worker stopped at the end."""
+    with entrypoint_runs_every_time():
+        yield
+    jobs.stop_worker(cache_dir)
 
 
 @pytest.fixture
