@@ -76,6 +76,21 @@ def wait_for_jobs(timeout: float = 900) -> None:
         time.sleep(0.5)
 
 
+def stop_worker(cache_dir, timeout: float = 60) -> None:
+    """Stop the worker of `cache_dir` and wait until its process is gone: ensure_worker does not start
+    another while the last one it spawned (under a minute ago) is still alive, even while exiting."""
+    import time
+
+    from core import jobs
+
+    pid = jobs.worker_pid(cache_dir)
+    jobs.stop_worker(cache_dir)
+    t0 = time.monotonic()
+    while pid and pid > 0 and jobs.pid_alive(pid):
+        assert time.monotonic() - t0 < timeout, f"the worker {pid} did not exit"
+        time.sleep(0.1)
+
+
 def no_exception(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
 

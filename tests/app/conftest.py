@@ -2,8 +2,9 @@
 
 The app tier has its own cache directory (this `cache_dir` replaces the session one of tests/conftest.py),
 and the worker the app starts there runs the "analyze" job on synthetic statistics written under the
-run's real key (synthetic_runs.py, which the worker imports through ANISO_JOB_MODULES). After the last
-app test, that worker is stopped and the environment restored: no other tier ever sees a synthetic run.
+run's real key (synthetic_runs.py, which the worker imports through ANISO_JOB_MODULES). Loading a model
+fails, in the worker and in this process. After the last app test, that worker is stopped and the
+environment and the model loader restored: no other tier ever sees a synthetic run.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import os
 from pathlib import Path
 
 import pytest
-from app_helpers import app_factory, entrypoint_runs_every_time
+import synthetic_runs
+from app_helpers import app_factory, entrypoint_runs_every_time, stop_worker
 
 HERE = Path(__file__).resolve().parent
 _SAVED: dict = {}  # the environment before the app tier, and its cache directory
@@ -33,17 +35,31 @@ def cache_dir(tmp_path_factory) -> Path:
         _SAVED[k] = os.environ.get(k)
         os.environ[k] = v
     _SAVED["_dir"] = d
+    synthetic_runs.refuse_models()  # here as in the worker: a page that loads a model fails its test
     yield d
     _leave()
+
+
+@pytest.fixture(autouse=True)
+def _app_cache(cache_dir):
+    """Every app test in the app tier's cache, even one that asks for no fixture."""
+
+
+@pytest.fixture
+def fresh_worker(cache_dir):
+    """For a test that sets ANISO_DATA_DIR (or another setting the worker checks jobs against): the
+    worker is stopped before and after, so the one its Run starts has the test's settings."""
+    stop_worker(cache_dir)
+    yield
+    stop_worker(cache_dir)
 
 
 def _leave() -> None:
     """Stop the app tier's worker and give the next tiers their environment back (once)."""
     if "_dir" not in _SAVED:
         return
-    from core import jobs
-
-    jobs.stop_worker(_SAVED.pop("_dir"))
+    stop_worker(_SAVED.pop("_dir"))
+    synthetic_runs.allow_models()
     for k, v in _SAVED.items():
         if v is None:
             os.environ.pop(k, None)

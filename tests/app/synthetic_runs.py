@@ -18,6 +18,7 @@ Real models run in tests/integration and tests/browser only.
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -209,6 +210,7 @@ def job_analyze(params: dict, progress, cancel) -> dict:
     first spends a few seconds in steps (checking Cancel), so that a test can cancel it while it runs."""
     from core.pipeline import job_analyze as real
 
+    refuse_models()  # in the worker, before anything runs (tests/app/conftest.py does it in the test process)
     spec = RunSpec.from_dict(params["spec"])
     steps = spec.max_tokens // 20_000 if spec.max_tokens > 100_000 else 0
     for i in range(steps):
@@ -218,6 +220,40 @@ def job_analyze(params: dict, progress, cancel) -> dict:
         time.sleep(1.0)
     seed(spec)
     return real(params, progress, cancel)
+
+
+class ModelLoaded(AssertionError):
+    pass
+
+
+_REAL: dict = {}  # the real core.models.load_model
+
+
+def _refused(model, *a, **k):
+    raise ModelLoaded(f"the app tier loads no model (asked for {model!r}): seed a synthetic run, or move the "
+                      "test to tests/integration")
+
+
+def refuse_models() -> list[str]:
+    """Make every core module's `load_model` fail in this process; returns the modules patched now."""
+    from core import models
+
+    _REAL.setdefault("load_model", models.load_model)
+    real = _REAL["load_model"]
+    patched = []
+    for name, mod in list(sys.modules.items()):
+        if (name == "core" or name.startswith("core.")) and getattr(mod, "load_model", None) is real:
+            mod.load_model = _refused
+            patched.append(name)
+    return patched
+
+
+def allow_models() -> None:
+    """Undo `refuse_models` in this process (every core module that holds the refusal, imported since
+    included, gets the real loader back): the tiers after the app tier load models."""
+    for name, mod in list(sys.modules.items()):
+        if (name == "core" or name.startswith("core.")) and getattr(mod, "load_model", None) is _refused:
+            mod.load_model = _REAL["load_model"]
 
 
 jobs.register("analyze", "synthetic_runs:job_analyze", "core.pipeline:job_analyze_key", "extraction")

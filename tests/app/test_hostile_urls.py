@@ -116,7 +116,7 @@ BAD_FILES = {  # name -> (bytes or None for a FIFO, what the page must say)
 
 
 @pytest.mark.parametrize("name", list(BAD_FILES))
-def test_bad_corpus_files_in_the_ui(app, tmp_path, monkeypatch, name):
+def test_bad_corpus_files_in_the_ui(app, tmp_path, monkeypatch, name, fresh_worker):
     """The same bad files as the CLI's: one clear error on the page, the app keeps working."""
     import os
 
@@ -138,7 +138,7 @@ def test_bad_corpus_files_in_the_ui(app, tmp_path, monkeypatch, name):
     assert at.sidebar.button(key="run")  # still there: the app keeps working
 
 
-def test_utf16_with_a_bom_works_in_the_ui(app, tmp_path, monkeypatch):
+def test_utf16_with_a_bom_works_in_the_ui(app, tmp_path, monkeypatch, fresh_worker):
     from app_helpers import run_clicked
 
     (tmp_path / "u16.txt").write_bytes("Grüße aus Köln, am Rhein.\n\nZweites Dokument hier.".encode("utf-16"))

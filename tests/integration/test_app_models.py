@@ -21,6 +21,7 @@ from app_helpers import (  # noqa: E402
     figures,
     no_exception,
     run_clicked,
+    stop_worker,
     title,
     wait_for_jobs,
 )
@@ -51,11 +52,20 @@ def app(cache_dir):
     return app_factory()
 
 
+@pytest.fixture
+def fresh_worker(cache_dir):
+    """The worker checks jobs against its own settings: stopped before and after a test that sets
+    ANISO_DATA_DIR, so the one its Run starts has the test's settings."""
+    stop_worker(cache_dir)
+    yield
+    stop_worker(cache_dir)
+
+
 def _active_jobs():
     return [j for j in jobs.list_jobs() if j.active]
 
 
-def test_a_local_model_folder_next_to_a_builtin(app, computed, tiny_bert_dir, monkeypatch):
+def test_a_local_model_folder_next_to_a_builtin(app, tiny_bert_dir, monkeypatch, fresh_worker):
     monkeypatch.setenv("ANISO_DATA_DIR", str(tiny_bert_dir.parent))  # the URL names folders in the data dir
     at = app(models=("minilm-l6", f"data:{tiny_bert_dir.name}"), tokens="600", sample="200")
     no_exception(at)
@@ -88,7 +98,7 @@ def planted_gpt2(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, computed, planted_gpt2, tmp_path,
+def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, planted_gpt2, tmp_path, fresh_worker,
                                                                         monkeypatch):
     """Run ablation queues a job; its result is shown, goes into results.json (CLI), the report
     zip and the URL (`ablate=1`), and a fresh session opened on that URL shows it again."""
@@ -264,7 +274,7 @@ def _set(at, key, value):
 
 
 @pytest.mark.slow
-def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypatch):
+def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypatch, fresh_worker):
     monkeypatch.setenv("ANISO_DATA_DIR", str(Path(corpus_file).parent))  # the form names files in the data directory
     at = app(page="pages/train.py")
     no_exception(at)
