@@ -120,6 +120,7 @@ class Job:
     finished: float | None = None
     heartbeat: float | None = None
     worker: dict = field(default_factory=dict)  # {"host", "pid"} of the process running it
+    owner: str = ""  # the token of the browser session that queued it (ANISO_SHARED=1: only it may cancel)
     cancel_requested: bool = False  # read from its own key, not stored in the record
 
     @property
@@ -413,7 +414,7 @@ def job_id(kind: str, params: dict) -> str:
     return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
 
-def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool = False) -> str:
+def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool = False, owner: str = "") -> str:
     """Queue a job, or join the same job when it is already queued or running. Returns its id.
 
     Finished, failed or cancelled jobs are queued again (a new attempt); a finished analysis then
@@ -435,7 +436,7 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool 
             attempt = job.attempt + 1 if job is not None else 1
             if st.put_if_empty(f"claim:{jid}:{attempt}", b"1"):
                 new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
-                          message="waiting for a worker")
+                          message="waiting for a worker", owner=owner)
                 with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
                     _write(new, cache_dir)
                 _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
@@ -445,7 +446,7 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool 
     except _QUEUE_ERRORS as e:
         why = _why(e)
         if here:
-            return run_here(kind, params, label, cache_dir)
+            return run_here(kind, params, label, cache_dir, owner)
         raise InputError(f"The job queue cannot be written ({why}); nothing was queued.") from e
 
 
@@ -458,7 +459,7 @@ _here: dict[tuple[str, str], "_Running"] = {}
 _here_lock = threading.Lock()
 
 
-def run_here(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
+def run_here(kind: str, params: dict, label: str = "", cache_dir=None, owner: str = "") -> str:
     """Run a job in a thread of this process, its record in memory (the app's fallback). Returns its id.
 
     Used when the queue cannot take it (a read-only cache directory) and when a worker's job failed
@@ -472,7 +473,8 @@ def run_here(kind: str, params: dict, label: str = "", cache_dir=None) -> str:
         if cur is not None and cur.job.active:
             return jid
         job = Job(jid, kind, params, label, QUEUED, (cur.job.attempt + 1) if cur else 1, created=time.time(),
-                  message="computed in this process; kept in memory only", worker={"pid": os.getpid(), "here": True})
+                  message="computed in this process; kept in memory only", worker={"pid": os.getpid(), "here": True},
+                  owner=owner)
         run = _here[k] = _Running(job, cache_dir, here=True)
     threading.Thread(target=_execute, args=(run,), name=f"job-here-{jid}", daemon=True).start()
     return jid
@@ -616,11 +618,29 @@ def list_jobs(cache_dir=None, kinds: tuple[str, ...] | None = None) -> list[Job]
     return sorted(out, key=lambda j: j.created, reverse=True)
 
 
-def cancel(jid: str, cache_dir=None) -> Job:
-    """Cancel a queued job, or ask a running one to stop between batches (nothing partial is stored)."""
+def may_cancel(job: Job, owner: str | None) -> bool:
+    """Whether `owner` (a browser session's token; None: the command line) may cancel `job`.
+
+    On a shared server (ANISO_SHARED=1) only the browser session that queued a job may cancel it;
+    the command line always may. Elsewhere, anyone may."""
+    return owner is None or not settings.current().shared or (bool(job.owner) and job.owner == owner)
+
+
+def visible_while_active(job: Job, owner: str | None) -> bool:
+    """Whether a queued or running training is listed to `owner`: on a shared server only to the
+    browser session that queued it (everyone sees it once it is finished)."""
+    return may_cancel(job, owner)
+
+
+def cancel(jid: str, cache_dir=None, owner: str | None = None) -> Job:
+    """Cancel a queued job, or ask a running one to stop between batches (nothing partial is stored).
+
+    owner: the token of the browser session asking (the app); None: the command line."""
     job = status(jid, cache_dir)
     if job is None:
         raise InputError(f"No job {jid!r} (see `python -m core jobs list`).")
+    if not may_cancel(job, owner):
+        raise InputError(f"Job {jid} was started by another user of this shared server: only they can cancel it.")
     if not job.active:
         raise InputError(f"Job {jid} is {job.status}: nothing to cancel.")
     if job.worker.get("here"):
@@ -639,7 +659,7 @@ def cancel(jid: str, cache_dir=None) -> Job:
     return job
 
 
-def retry(jid: str, cache_dir=None, here: bool = False) -> Job:
+def retry(jid: str, cache_dir=None, here: bool = False, owner: str = "") -> Job:
     """Queue a failed or cancelled job again (a new attempt with the same parameters)."""
     job = status(jid, cache_dir)
     if job is None:
@@ -647,9 +667,9 @@ def retry(jid: str, cache_dir=None, here: bool = False) -> Job:
     if job.active:
         raise InputError(f"Job {jid} is {job.status}: it is not finished.")
     if here and (job.worker.get("here") or cache_full(job)):
-        run_here(job.kind, job.params, job.label, cache_dir)
+        run_here(job.kind, job.params, job.label, cache_dir, owner)
     else:
-        submit(job.kind, job.params, job.label, cache_dir, here=here)
+        submit(job.kind, job.params, job.label, cache_dir, here=here, owner=owner)
     return status(jid, cache_dir)
 
 

@@ -122,6 +122,7 @@ class Settings:
     cache_size_bytes: int = 20 * 2**30
     hub_timeout_s: float = 2.0
     torchrun_nproc: int = 0
+    shared: bool = False  # ANISO_SHARED=1: users kept apart (a job is cancelled only by the browser that started it)
 
     @property
     def max_upload_mb(self) -> int:
@@ -147,6 +148,7 @@ def current() -> Settings:
         cache_size_bytes=int(_number("ANISO_CACHE_SIZE_GB", 20, 0.001) * 2**30),
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
         torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),
+        shared=shared,
     )
 
 

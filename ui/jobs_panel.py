@@ -13,6 +13,8 @@ from core.errors import InputError
 from core.escape import markdown_text
 from core.progress import Stage
 
+from . import state
+
 
 def start_worker() -> None:
     try:
@@ -48,9 +50,13 @@ def progress(job, name: str) -> None:
         head, btn = st.columns([6, 1], vertical_alignment="center")
         head.markdown(f"{name} · job `{job.id}`")
         head.progress(job.progress.fraction, text=progress_text(job))
-        btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:", disabled=job.cancel_requested,
+        mine = jobs.may_cancel(job, state.browser_token())
+        btn.button("Cancel", key=f"cancel_{job.id}", icon=":material/stop_circle:",
+                   disabled=job.cancel_requested or not mine,
                    help="Stop this job between batches; nothing partial is stored. Navigating, reloading or "
-                        "closing the tab does not stop it.", on_click=_cancel, args=(job.id,))
+                        "closing the tab does not stop it." if mine else
+                        "Started by another user of this shared server: only they can cancel it.",
+                   on_click=_cancel, args=(job.id,))
 
 
 # The panel's buttons act in on_click callbacks: Streamlit runs a callback before whichever run the
@@ -58,14 +64,14 @@ def progress(job, name: str) -> None:
 # draw the button (a polling fragment's run at that instant) and be lost: Retry then did nothing.
 def _cancel(jid: str) -> None:
     try:
-        jobs.cancel(jid)
+        jobs.cancel(jid, owner=state.browser_token())
     except InputError:
         pass  # it ended meanwhile
 
 
 def _retry(jid: str) -> None:
     try:
-        jobs.retry(jid, here=True)
+        jobs.retry(jid, here=True, owner=state.browser_token())
     except InputError as e:  # it was queued again meanwhile (another tab, the CLI): say so
         st.toast(markdown_text(str(e)), icon=":material/info:")
     start_worker()

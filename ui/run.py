@@ -57,7 +57,8 @@ def run(sel) -> None:
             if data.is_cached(spec):
                 continue
             lg.errors.pop(rid, None)
-            jobs.submit("analyze", analyze_params(spec), label=_label(spec), here=True)
+            jobs.submit("analyze", analyze_params(spec), label=_label(spec), here=True,
+                        owner=state.browser_token())
             queued += 1
         except InputError as e:
             lg.errors[rid] = str(e)
@@ -69,14 +70,16 @@ def run(sel) -> None:
 
 def submit_ablation(spec) -> str:
     """Queue the ablation of a computed run (the Outliers page's button)."""
-    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec), here=True)
+    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec), here=True,
+                        owner=state.browser_token())
     start_worker()
     return jid
 
 
 def submit_attention(spec) -> str:
     """Queue the attention statistics of a run (the Attention page's button)."""
-    jid = jobs.submit("attention", analyze_params(spec), label=_label(spec), here=True)
+    jid = jobs.submit("attention", analyze_params(spec), label=_label(spec), here=True,
+                        owner=state.browser_token())
     start_worker()
     return jid
 

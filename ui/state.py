@@ -90,3 +90,11 @@ def apply_preset(**fields) -> Selection:
     for k in ("w_models", "w_image_corpus", "w_audio_corpus"):
         st.session_state.pop(k, None)
     return update(**fields)
+
+
+def browser_token() -> str:
+    """A random token of this browser session: the jobs it queues carry it, and on a shared server
+    (ANISO_SHARED=1) only it may cancel them (no accounts: a session is who started a job)."""
+    import secrets
+
+    return st.session_state.setdefault("_browser_token", secrets.token_hex(16))

@@ -11,7 +11,7 @@ from core.escape import markdown_text as md
 from core.selection import check_model
 from core.train import TrainSpec
 
-from . import jobs_panel
+from . import jobs_panel, state
 
 KINDS = ("train", "series")
 
@@ -23,22 +23,24 @@ def submit_training(runs: dict[str, TrainSpec], analyse: bool = True, **series_k
     them; only their Cancel button does (a cancelled training resumes from its last checkpoint)."""
     for label, spec in runs.items():
         jobs.submit("train", {"spec": spec.to_dict(), "analyse": bool(analyse), "series": series_kw},
-                    label=f"training {label}")
+                    label=f"training {label}",
+                    owner=state.browser_token())
     jobs_panel.start_worker()
     return [spec.run_name() for spec in runs.values()]
 
 
 def submit_series(run: str, **series_kw) -> str:
     """Queue the analysis of every checkpoint of `run` (the Dynamics page's button)."""
-    jid = jobs.submit("series", {"run": run, "kw": series_kw}, label=f"analysing {run}")
+    jid = jobs.submit("series", {"run": run, "kw": series_kw}, label=f"analysing {run}", owner=state.browser_token())
     jobs_panel.start_worker()
     return jid
 
 
 def recent_jobs() -> list:
-    """Training and series jobs: every active one (whoever queued it), and the last ended ones."""
+    """Training and series jobs: every active one (on a shared server, only this browser's: others'
+    show once they are finished), and the last ended ones."""
     got = jobs.list_jobs(kinds=KINDS)
-    active = [j for j in got if j.active]
+    active = [j for j in got if j.active and jobs.visible_while_active(j, state.browser_token())]
     ended = [j for j in got if not j.active][:3]
     return active + ended
 
