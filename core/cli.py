@@ -524,6 +524,20 @@ def cmd_jobs(a) -> int:
     return 0
 
 
+def cmd_cache(a) -> int:
+    """`cache size` / `cache clear`: the whole cache (every result and upload), from the command line only
+    on a shared server (the dashboard's button clears only one browser's uploads there)."""
+    from .pipeline import get_store
+
+    store = get_store(a.cache_dir)
+    before = store.size_bytes()
+    if a.action == "clear":
+        print(f"cache cleared: {store.clear():,} bytes freed")
+    else:
+        print(f"{before:,} bytes used of {store.size_limit:,}")
+    return 0
+
+
 def cmd_attention(a) -> int:
     spec = _spec(a)
     _check_out(a.out)
@@ -654,6 +668,10 @@ def build_parser() -> argparse.ArgumentParser:
     jb.add_argument("--limit", type=int, default=30)
     jb.add_argument("--json", action="store_true", help="records as JSON")
     jb.set_defaults(fn=cmd_jobs)
+    ca = sub.add_parser("cache", help="the disk cache: size, or clear it whole (results and uploads)")
+    ca.add_argument("action", choices=("size", "clear"))
+    ca.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
+    ca.set_defaults(fn=cmd_cache)
     at = sub.add_parser("attention", help="attention entropy, sinks, outlier link, query/key geometry per head")
     _add_run_args(at)
     at.set_defaults(fn=cmd_attention)

@@ -121,6 +121,24 @@ def save_upload(data: bytes, filename: str, cache_dir: str | Path | None = None,
     return out
 
 
+def delete_uploads(uids, cache_dir: str | Path | None = None) -> int:
+    """Remove these uploads (their files and remembered names); return the bytes freed. Unknown ids are skipped."""
+    freed = 0
+    for uid in uids:
+        m = _ID_RE.match(str(uid))
+        if not m:
+            continue
+        p = uploads_dir(cache_dir) / m.group(1)
+        for f in (p, _meta_path(p)):
+            try:
+                n = f.stat().st_size
+                f.unlink()
+                freed += n
+            except OSError:
+                pass
+    return freed
+
+
 def _check_zip(data: bytes, name: str, max_bytes: int) -> None:
     import io
     import zipfile

@@ -21,6 +21,7 @@ from core.selection import LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
 from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
 from core.uploads import (
     bundle_files,
+    delete_uploads,
     detect_text_column,
     display_name,
     is_upload_id,
@@ -125,7 +126,7 @@ def _corpus(sel) -> tuple[str, str | None]:
             try:
                 if up.size > limit * 2**20:  # before reading it (the uploader enforces it too)
                     raise InputError(f"The file is larger than the upload limit of {limit} MiB.")
-                uid = upload_id(save_upload(up.getvalue(), up.name))
+                uid = state.remember_upload(upload_id(save_upload(up.getvalue(), up.name)))
             except InputError as e:
                 st.error(markdown_text(str(e)))
                 lg.corpus_problem = f"The upload of {up.name} failed: {e}"
@@ -141,7 +142,7 @@ def _corpus(sel) -> tuple[str, str | None]:
             use = st.form_submit_button("Use this text")
         if use:
             try:
-                uid = upload_id(save_pasted_text(text))
+                uid = state.remember_upload(upload_id(save_pasted_text(text)))
             except InputError as e:
                 st.error(markdown_text(str(e)))
                 lg.corpus_problem = str(e)
@@ -221,7 +222,7 @@ def _modal_corpora(sel, models) -> dict:
                 else:  # the files become one zip, saved like a zip upload (same files, same id)
                     data = bundle_files([(u.name, u.getvalue()) for u in ups], suffixes)
                     name = f"{len(ups)} {'images' if modality == 'image' else 'recordings'}.zip"
-                cid = upload_id(save_upload(data, name))  # an id, like the text uploads
+                cid = state.remember_upload(upload_id(save_upload(data, name)))  # an id, like the text uploads
             except InputError as e:
                 st.error(markdown_text(str(e)))
         out[fieldname] = cid
@@ -311,12 +312,22 @@ def _cache_panel() -> None:
     if box is None:
         return
     with box:
+        shared = settings.current().shared
         st.caption(f"{_size(store.size_bytes())} used of {_size(store.size_limit)} (ANISO_CACHE_SIZE_GB); beyond "
-                   "it the least recently stored results are evicted. Clearing removes every computed result "
-                   "and every uploaded file.")
+                   "it the least recently stored results are evicted. " + (
+                       "On this shared server, clearing removes only the files this browser uploaded: computed "
+                       "results are shared (the whole cache is cleared with `python -m core cache clear`)."
+                       if shared else "Clearing removes every computed result and every uploaded file."))
         if store.degraded:
             st.warning(markdown_text(store.degraded), icon=":material/warning:")
-        if st.button("Clear cache", key="clear_cache", icon=":material/delete:"):
+        if shared:
+            if st.button("Clear my uploads", key="clear_cache", icon=":material/delete:"):
+                mine = state.my_uploads()
+                freed = delete_uploads(mine)
+                st.session_state["_my_uploads"] = set()
+                st.cache_data.clear()
+                st.toast(f"{len(mine)} upload(s) of this browser removed: {_size(freed)} freed.")
+        elif st.button("Clear cache", key="clear_cache", icon=":material/delete:"):
             freed = store.clear()
             st.cache_data.clear()
             st.cache_resource.clear()

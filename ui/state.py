@@ -98,3 +98,13 @@ def browser_token() -> str:
     import secrets
 
     return st.session_state.setdefault("_browser_token", secrets.token_hex(16))
+
+
+def remember_upload(uid: str) -> str:
+    """Note an upload of this browser session (on a shared server, Clear cache removes only these)."""
+    st.session_state.setdefault("_my_uploads", set()).add(uid)
+    return uid
+
+
+def my_uploads() -> set[str]:
+    return set(st.session_state.get("_my_uploads", ()))

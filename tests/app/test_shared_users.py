@@ -54,3 +54,36 @@ def test_without_a_shared_server_anyone_may_cancel(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISO_SHARED", "1")
     jobs.retry(jid, owner="alice-token")
     assert jobs.cancel(jid).cancel_requested  # the command line always may
+
+
+def test_clear_cache_on_a_shared_server_removes_only_this_browsers_uploads(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+
+    from app_helpers import ROOT
+
+    from core import pipeline, uploads
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(cache))
+    monkeypatch.setenv("ANISO_SHARED", "1")
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    mine = uploads.upload_id(uploads.save_upload(b"alice's notes\n\nmore of them\n", "alice.txt"))
+    theirs = uploads.upload_id(uploads.save_upload(b"bob's notes\n\nmore of his\n", "bob.txt"))
+    pipeline.get_store().put("a-shared-result", {"computed": True})
+    alice = _session("alice-token")
+    alice.session_state["_my_uploads"] = {mine}  # what the sidebar notes when alice uploads
+    alice.session_state["cache_open"] = True
+    alice.run()
+    assert "only the files this browser uploaded" in " ".join(c.value for c in alice.sidebar.caption)
+    alice.sidebar.button(key="clear_cache").click().run()
+    no_exception(alice)
+    assert uploads.resolve(theirs).exists()  # bob's upload stays
+    with pytest.raises(InputError):
+        uploads.resolve(mine)  # alice's is gone
+    assert pipeline.get_store().get("a-shared-result")[0] == {"computed": True}  # results are shared: kept
+    r = subprocess.run([sys.executable, "-m", "core", "cache", "clear", "--cache-dir", str(cache)], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "cache cleared" in r.stdout, r.stderr  # the whole cache: from the command line
+    with pytest.raises(InputError):
+        uploads.resolve(theirs)
