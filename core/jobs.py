@@ -874,7 +874,7 @@ def _on_interrupted(signal_name, task, *a) -> None:
 
 # ---------------------------------------------------------------------- the worker process
 def _worker_lock_path(cache_dir=None) -> Path:
-    return jobs_dir(cache_dir) / "worker.lock"
+    return settings.jobs_dir(cache_dir) / "worker.lock"  # not created here: a read-only cache has none
 
 
 def worker_pid(cache_dir=None) -> int | None:
@@ -969,6 +969,7 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
         raise InputError(f"The job queue of {root} cannot be written ({_readonly[str(root)]}): a worker needs a "
                          "writable cache directory.")
     _in_worker = True
+    jobs_dir(root)  # created here (a Redis queue makes no folder of its own)
     path = _worker_lock_path(root)
     f = open(path, "a+")
     try:  # a probe (worker_pid) may hold a shared lock for an instant: retry briefly before giving up
