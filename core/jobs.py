@@ -331,7 +331,7 @@ def _sqlite_queue(where: str):
 
 
 def _sqlite(path: Path, readonly: int = 0):
-    from huey import SqliteHuey
+    from huey import SqliteHuey  # lazy: huey is imported where a queue is opened, as in _sqlite_queue
 
     if readonly:  # immutable: SQLite reads the file alone (no -wal/-shm file, no lock): where ro cannot
         return SqliteHuey("aniso-jobs", filename=f"{path.as_uri()}?mode=ro{'&immutable=1' if readonly > 1 else ''}",
@@ -358,7 +358,7 @@ def _open_sqlite(path: Path, root: str):
             h = _sqlite(path, readonly=mode)
             h.storage.result_items()
             return h
-    from huey import MemoryHuey
+    from huey import MemoryHuey  # lazy: huey is imported where a queue is opened
 
     return MemoryHuey("aniso-jobs", results=False, serializer=JsonSerializer())  # nothing to list
 

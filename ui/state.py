@@ -7,6 +7,7 @@ The run log (errors of this session, whether a job of the selection is active) l
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass, field
 
 import streamlit as st
@@ -95,8 +96,6 @@ def apply_preset(**fields) -> Selection:
 def browser_token() -> str:
     """A random token of this browser session: the jobs it queues carry it, and on a shared server
     (ANISO_SHARED=1) only it may cancel them (no accounts: a session is who started a job)."""
-    import secrets
-
     return st.session_state.setdefault("_browser_token", secrets.token_hex(16))
 
 
