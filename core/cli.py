@@ -36,7 +36,7 @@ from .errors import Cancelled, InputError
 from .hub_series import register
 from .modalities import list_modal_corpora
 from .models import list_models
-from .pipeline import analyze, analyze_params, cached_ablation, resolve, run_ablation
+from .pipeline import analyze, analyze_params, cached_ablation, get_store, resolve, run_ablation
 from .progress import Stage
 from .selection import Selection, to_query_params
 from .series import SERIES_MAX_TOKENS, SERIES_SAMPLE, analyze_series
@@ -527,8 +527,6 @@ def cmd_jobs(a) -> int:
 def cmd_cache(a) -> int:
     """`cache size` / `cache clear`: the whole cache (every result and upload), from the command line only
     on a shared server (the dashboard's button clears only one browser's uploads there)."""
-    from .pipeline import get_store
-
     store = get_store(a.cache_dir)
     before = store.size_bytes()
     if a.action == "clear":
