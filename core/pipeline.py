@@ -558,7 +558,7 @@ def job_analyze(params: dict, progress, cancel) -> dict:
     nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of K processes
     if nproc > 1 and not is_cached(run):
         job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
-    progress(stage="load", message="reading the corpus")  # until the pipeline reports the model load
+    progress(stage="read", message="reading the corpus")  # until the run's preparation reports its steps
     res = analyze(run, progress=progress, cancel=cancel)
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),

@@ -76,11 +76,13 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
     """
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         return _prepare_items(spec, device, dtype, cache_dir, progress, fingerprint)
+    progress = progress or (lambda p: None)
+    progress(Progress("read", message="reading the corpus"))
     documents = read_documents(spec, memo, corpus_sha)  # a bad corpus fails before importing torch
+    progress(Progress("read", len(documents), len(documents), message=f"{len(documents):,} documents read"))
     # lazy: keeps torch out of a cache hit
     import torch
 
-    progress = progress or (lambda p: None)
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
     progress(Progress("load", 0, 1, message=load_message or loading_message(spec.model)))
@@ -108,7 +110,11 @@ def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, 
 
     info = describe_model(spec.model)
     modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
+    if progress:
+        progress(Progress("read", message="reading the corpus"))
     payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
+    if progress:
+        progress(Progress("read", len(payloads), len(payloads), message=f"{len(payloads):,} items read"))
     # lazy: keeps torch out of a cache hit
     import torch
 

@@ -18,6 +18,7 @@ from enum import Enum
 class Stage(str, Enum):
     START = "start"  # nothing reported yet
     WAIT = "wait"  # another process is doing the same work
+    READ = "read"  # the corpus's documents read (done = total = documents, once read)
     LOAD = "load"
     TOKENIZE = "tokenize"
     FORWARD = "forward"  # the extraction's forward pass
@@ -35,12 +36,19 @@ class Stage(str, Enum):
 # Counted stages: what the bar counts, (name, unit of done/total, unit of rate). Training counts
 # steps and its rate is in tokens.
 UNITS: dict[Stage, tuple[str, str, str]] = {
+    Stage.READ: ("reading the corpus", "documents", "documents"),
     Stage.FORWARD: ("forward pass", "tokens", "tokens"),
     Stage.ATTENTION: ("attention pass", "tokens", "tokens"),
     Stage.ABLATION: ("ablation", "passes", "passes"),
     Stage.TRAIN: ("training", "steps", "tokens"),
     Stage.SERIES: ("checkpoint series", "checkpoints", "checkpoints"),
 }
+
+
+# The steps of a run's first computation, each with its own line in the job panel: the documents read, the
+# model loaded, the windows tokenized, then the pass over the tokens (an analysis' or the attention's).
+RUN_STEPS: dict[Stage, int] = {Stage.READ: 1, Stage.LOAD: 2, Stage.TOKENIZE: 3, Stage.FORWARD: 4, Stage.ATTENTION: 4}
+N_RUN_STEPS = 4
 
 
 def _finite(x) -> float | None:
@@ -78,6 +86,12 @@ class Progress:
     def counted(self) -> bool:
         """A stage that fills a bar (and has a total to fill it to)."""
         return self.stage in UNITS and self.total > 0
+
+    @property
+    def step(self) -> str:
+        """'step 2 of 4' for the stages of a run's computation (RUN_STEPS), else ''."""
+        k = RUN_STEPS.get(self.stage)
+        return f"step {k} of {N_RUN_STEPS}" if k else ""
 
     @property
     def title(self) -> str:

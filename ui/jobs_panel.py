@@ -32,16 +32,19 @@ def progress_text(job) -> str:
         return "cancelling: stops after the current batch…"
     if job.status == jobs.QUEUED:
         return "queued: waiting for the worker…"
+    step = f"{p.step.capitalize()} · " if p.step else ""  # a run's computation: read, load, tokenize, pass
+    if p.stage == Stage.READ:
+        return f"{step}{p.message or 'reading the corpus'}" + ("…" if not p.counted else "")
     if p.counted and p.done == 0:
-        return f"starting the {p.title} ({p.total:,} {p.unit})…"
+        return f"{step}starting the {p.title} ({p.total:,} {p.unit})…"
     if p.counted:
         rate = f" · {p.rate:,.0f} {p.rate_unit}/s" if p.rate else ""
         # what the ablation's pass zeroes, which checkpoint of the series: the others' notes repeat the count
         note = f" ({p.message})" if p.message and p.stage in (Stage.ABLATION, Stage.SERIES) else ""
-        return f"{p.title}: {p.done:,} / {p.total:,} {p.unit}{note}{rate} · ETA {jobs.fmt_seconds(p.eta_s)}"
+        return f"{step}{p.title}: {p.done:,} / {p.total:,} {p.unit}{note}{rate} · ETA {jobs.fmt_seconds(p.eta_s)}"
     if p.stage == Stage.METRICS:
         return "per-layer metrics…"
-    return f"{p.message or job.message or p.stage}…"
+    return f"{step}{p.message or job.message or p.stage}…"
 
 
 def progress(job, name: str) -> None:

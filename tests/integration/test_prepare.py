@@ -96,3 +96,33 @@ def test_latin1_corpus_gives_the_same_windows_in_every_path(tiny_llama_dir, lati
             assert _same(windows, ref_windows), name
     assert res["manifest"]["corpus"]["n_windows"] == len(ref_windows.ids)
     assert "é" in maps["doc_start"] or "ß" in maps["doc_start"] or "ë" in maps["doc_start"]
+
+
+def test_a_first_run_reports_each_step(tiny_llama_dir, latin1, tmp_path):
+    """Issue 28 item 6: the documents read, the model loaded, the windows tokenized, then the tokens, each its
+    own line of the job panel (the bar was empty while the corpus was read and the model loaded)."""
+    from core import pipeline
+    from core.progress import Stage
+    from ui.jobs_panel import progress_text
+
+    spec = RunSpec(model=str(tiny_llama_dir), corpus=str(latin1), encoding="latin-1", max_tokens=300,
+                   max_seq_len=32, sample=64, device="cpu", dtype="float32")
+    seen = []
+    pipeline.analyze(spec, tmp_path / "cache", progress=seen.append)
+    stages = [p.stage for p in seen]
+    firsts = [s for i, s in enumerate(stages) if s not in stages[:i]]
+    assert firsts[:4] == [Stage.READ, Stage.LOAD, Stage.TOKENIZE, Stage.FORWARD], firsts
+    read = [p for p in seen if p.stage is Stage.READ]
+    assert read[-1].done == read[-1].total == len(DOCS) and read[-1].fraction == 1.0
+
+    class Job:
+        status, cancel_requested, message = "running", False, ""
+
+    lines = []
+    for p in seen:
+        Job.progress = p
+        lines.append(progress_text(Job))
+    assert lines[0].startswith("Step 1 of 4 · reading the corpus")
+    assert any(t.startswith("Step 1 of 4 · 4 documents read") for t in lines)
+    assert any(t.startswith("Step 2 of 4 · ") for t in lines) and any(t.startswith("Step 3 of 4 · ") for t in lines)
+    assert any(t.startswith("Step 4 of 4 · forward pass: ") for t in lines)

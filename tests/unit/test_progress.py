@@ -44,3 +44,10 @@ def test_a_rate_from_the_elapsed_time_when_the_kind_gives_none():
     given = Progress(Stage.FORWARD, 10, 20, 5.0, 2.0)
     assert given.with_rate(100.0) == given  # the kind's own rate wins
     assert Progress(Stage.ABLATION, 0, 7).with_rate(10.0).rate == 0.0 and math.isfinite(p.eta_s)
+
+
+def test_the_steps_of_a_run_are_numbered():
+    assert Progress("read").step == "step 1 of 4" and not Progress("read").counted
+    assert Progress("read", 12, 12).counted and Progress("read", 12, 12).fraction == 1.0
+    assert Progress("load").step == "step 2 of 4" and Progress("attention", 1, 2).step == "step 4 of 4"
+    assert Progress("train", 1, 2).step == "" and Progress("metrics").step == ""
