@@ -22,6 +22,7 @@ nav = st.navigation([
     st.Page("pages/dynamics.py", title="Dynamics", icon=":material/timeline:", url_path="dynamics"),
     st.Page("pages/attention.py", title="Attention", icon=":material/visibility:", url_path="attention"),
 ])
-sel = sidebar.render(state.selection())  # a Run click queues its jobs here, on every page
+here = state.set_page(nav.url_path)  # the URL carries the keys of this page only
+sel = sidebar.render(state.selection(), here)  # a Run click queues its jobs here, on every page
 state.sync_url(sel)
 nav.run()

@@ -39,13 +39,18 @@ from .trained import RUN_NAME, is_trained
 from .trained import parse as parse_trained
 from .uploads import is_upload_id, resolve, upload_id
 
-MAX_MODELS = 4
+MAX_MODELS = 8  # four models and their untrained controls (the Godey preset)
 MAX_CORPORA = 4  # the main corpus and up to 3 more, each run with every model
-MAX_RUNS = 6  # (model, corpus) runs at once
+MAX_RUNS = 8  # (model, corpus) runs at once
 MAX_CONTROL_SEEDS = 5
 # Godey et al. 2023's comparison across modalities (Compare page preset): a text, an image, a speech
 # Transformer and a CNN, read by relative depth.
-GODEY_PRESET = ("minilm-l6", "dinov2-vits14", "whisper-tiny-en", "mobilenet-v2")
+# Each model is followed by its untrained control (same architecture, random weights): the geometry that
+# training made, beside the one the architecture gives by itself.
+GODEY_MODELS = ("minilm-l6", "dinov2-vits14", "whisper-tiny-en", "mobilenet-v2")
+GODEY_CONTROLS = {"minilm-l6": "untrained-minilm-l6", "dinov2-vits14": "untrained-vit-s14",
+                  "whisper-tiny-en": "untrained-whisper-tiny", "mobilenet-v2": "untrained-mobilenet-v2"}
+GODEY_PRESET = tuple(m for g in GODEY_MODELS for m in (g, GODEY_CONTROLS[g]))
 UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU cores
 
 # Metric keys of results["layers"], in menu order, with a label and what the y axis shows (core.statistics).
@@ -60,11 +65,25 @@ PROJ_COLORS = ("log_frequency", "position", "document", "search")
 # The outlier dims the Frequency and drill-down tabs use: the run's persistent dims (either definition),
 # or the dims over the 3-sigma rule at the page's layer.
 OUTLIER_SETS = ("persistent", "layer")
+# The Attention page's choices (core.views.attention's HEATMAP_STATS and LINK_SUMMARIES: a unit test holds them
+# equal) and Compare's sections, as written in the URL.
+ATTN_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift")
+ATTN_KEYS = ("excluded", "included")  # special tokens among the key positions of the outlier link
+ATTN_SUMMARIES = ("mean_abs", "strongest", "mean")
+COMPARE_SECTIONS = ("depth", "outliers", "attention", "projections")
+# URL keys that only one page reads: the URL of another page leaves them out (the selection keeps them, so
+# going back restores that page's view), so a link shows the page's own choices and nothing of the others'.
+PAGE_KEYS: dict[str, tuple[str, ...]] = {
+    "outliers": ("dim", "ablate", "oset"),
+    "attention": ("astat", "akeys", "alink", "win", "block", "head"),
+    "compare": ("ctab",),
+}
 # Bounds of the numeric fields (the sidebar's widgets use the same): a URL value outside is clamped.
 LIMITS: dict[str, tuple[int, int]] = {
     "max_tokens": (1, 10_000_000), "max_seq_len": (8, 8192), "batch_size": (1, 512),
     "sample": (1, 50_000), "seed": (0, 2**31 - 1), "n_neighbors": (2, 200), "layer": (0, 100_000),
     "dim": (0, 65_536), "control_seeds": (1, MAX_CONTROL_SEEDS),
+    "attn_window": (0, 10_000_000), "attn_block": (1, 100_000), "attn_head": (1, 100_000),
 }
 MAX_SEARCH_CHARS = 100
 MAX_DIM = 65_536  # hidden-size bound for post-processing values from the URL
@@ -321,6 +340,15 @@ class Selection:
     dim: int | None = None  # the dimension drilled into on the Outliers page (None: the first outlier)
     ablation: bool = False  # show the focused run's LM-loss ablation (Outliers page)
     outlier_set: str = "persistent"  # the dims of the Frequency and drill-down tabs (OUTLIER_SETS)
+    # -- the Attention page: heatmap statistic, the outlier link's key positions and summary, and the attention
+    # map on show (its window, None: no map shown; block and head numbered from 1)
+    attn_stat: str = "entropy"
+    attn_keys: str = "excluded"
+    attn_summary: str = "mean_abs"
+    attn_window: int | None = None
+    attn_block: int = 1
+    attn_head: int = 1
+    compare_section: str = "depth"  # Compare's open section (COMPARE_SECTIONS)
 
     def __post_init__(self):
         models = tuple(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
@@ -365,6 +393,10 @@ class Selection:
             raise InputError(f"proj_method must be one of {PROJ_METHODS}, got {_shown(self.proj_method)}.")
         if self.outlier_set not in OUTLIER_SETS:
             raise InputError(f"outlier_set must be one of {OUTLIER_SETS}, got {_shown(self.outlier_set)}.")
+        for name, allowed in (("attn_stat", ATTN_STATS), ("attn_keys", ATTN_KEYS), ("attn_summary", ATTN_SUMMARIES),
+                              ("compare_section", COMPARE_SECTIONS)):
+            if getattr(self, name) not in allowed:
+                raise InputError(f"{name} must be one of {', '.join(allowed)}, got {_shown(getattr(self, name))}.")
         if self.proj_color not in PROJ_COLORS:
             raise InputError(f"proj_color must be one of {PROJ_COLORS}, got {_shown(self.proj_color)}.")
         if not 0.0 <= float(self.depth) <= 1.0:
@@ -485,6 +517,8 @@ _KEYS = {
     "proj": "proj_method", "color": "proj_color", "nn": "n_neighbors", "md": "min_dist", "q": "search",
     "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds", "ablate": "ablation",
     "oset": "outlier_set",
+    "astat": "attn_stat", "akeys": "attn_keys", "alink": "attn_summary", "win": "attn_window", "block": "attn_block",
+    "head": "attn_head", "ctab": "compare_section",
 }
 _PP_KEYS = {"pp_center": "center", "pp_zscore": "zscore", "pp_abtt": "abtt", "pp_whiten": "whiten",
             "pp_k": "whiten_k", "pp_drop": "remove"}
@@ -504,10 +538,14 @@ def _fmt(v) -> str:
     return str(v)
 
 
-def to_query_params(sel: Selection) -> dict[str, str | list[str]]:
-    """The non-default fields of `sel` as URL query params (models as a repeated key)."""
+def to_query_params(sel: Selection, page: str | None = None) -> dict[str, str | list[str]]:
+    """The non-default fields of `sel` as URL query params (models as a repeated key). With `page` (its
+    url_path), the keys that only another page reads (PAGE_KEYS) are left out."""
     out: dict[str, str | list[str]] = {}
+    foreign = {k for p, keys in PAGE_KEYS.items() if p != page for k in keys} if page is not None else set()
     for key, name in _KEYS.items():
+        if key in foreign:
+            continue
         v, d = getattr(sel, name), getattr(DEFAULT, name)
         if v == d or v is None:
             continue

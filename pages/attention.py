@@ -5,6 +5,7 @@ import streamlit as st
 
 from core.drift import DriftSpec
 from core.errors import InputError
+from core.selection import ATTN_KEYS
 from core.views import attention as AV
 from ui import data, page, state
 from ui import run as ui_run
@@ -56,8 +57,6 @@ if page.need_runs(runs):
                "special tokens, the mean query/key geometry (projection outputs before any rotary embedding) and "
                "Puccetti et al.'s link between outlier dimensions and the attention a token receives. Computed apart "
                "from the run (eager attention, one more pass over the corpus), then cached.")
-    lg = state.log()
-    rid = state.run_id(run.spec)
     if not data.attention_cached(run.spec):
         if ui_run.job_active("attention", run.spec):  # no second Compute button while it runs
             st.info(f"Computing the attention statistics of {run.label}: the progress is shown at the top of the "
@@ -75,8 +74,10 @@ if page.need_runs(runs):
                     st.error(page.md(str(e)))
     else:
         sec = data.attention(run.spec)
-        stat = st.selectbox("Statistic", list(AV.HEATMAP_STATS), format_func=lambda k: AV.ATTN_STATS[k][0],
-                            key="attn_stat")
+        # Every choice below is in the selection, so the URL reproduces the view (astat, akeys, alink, win, block, head).
+        stat = st.selectbox("Statistic", list(AV.HEATMAP_STATS), index=list(AV.HEATMAP_STATS).index(sel.attn_stat),
+                            format_func=lambda k: AV.ATTN_STATS[k][0], key="attn_stat")
+        sel = state.update(attn_stat=stat)
         a, b = st.columns(2)
         with a:
             page.show(AV.head_heatmap(res, sec, stat), "attn_heat")
@@ -87,13 +88,15 @@ if page.need_runs(runs):
 
         st.subheader("Outlier link (Puccetti et al. 2022)")
         c1, c2 = st.columns(2)
-        ks = c1.radio("Key positions", ["excluded", "included"], horizontal=True, key="attn_keys",
-                      format_func=lambda k: f"special tokens {k}")
+        ks = c1.radio("Key positions", list(ATTN_KEYS), index=ATTN_KEYS.index(sel.attn_keys), horizontal=True,
+                      key="attn_keys", format_func=lambda k: f"special tokens {k}")
         how = c2.radio("Summary over each panel's dims", list(AV.LINK_SUMMARIES), horizontal=True,
+                       index=list(AV.LINK_SUMMARIES).index(sel.attn_summary),
                        key="attn_link_summary", format_func=AV.LINK_SUMMARIES.get,
                        help="mean |r|: how strongly the dims track the received attention, whatever the sign "
                             "(a signed mean lets dims of opposite signs cancel); r of the strongest dim: the "
                             "dim with the largest |r| in that block and head (hover names it).")
+        sel = state.update(attn_keys=ks, attn_summary=how)
         page.show(AV.link_grid(res, sec, ks, how), "attn_link")
         with st.expander("By block: outlier dims vs random dims (mean and max |r|)"):
             page.show(AV.link_table(res, sec), "attn_link_table")
@@ -101,7 +104,8 @@ if page.need_runs(runs):
         st.subheader("One window's attention, with the outlier dims zeroed beside it")
         n_win = int(res["manifest"]["corpus"]["n_windows"])
         docs = AV.window_documents(sec, n_win)
-        shown = lg.attention_maps.get(rid)  # (window, block, head) of the map on show
+        # (window, block, head from 1) of the map on show
+        shown = (sel.attn_window, sel.attn_block, sel.attn_head) if sel.attn_window is not None else None
         if shown is not None and not 0 <= shown[0] < n_win:  # a stale or foreign value: nothing shown
             shown = None
         at_doc = next((i for i, e in enumerate(docs) if shown and shown[0] in e["windows"]), 0)
@@ -114,16 +118,15 @@ if page.need_runs(runs):
                          index=wins.index(shown[0]) if shown and shown[0] in wins else 0,
                          format_func=lambda k: AV.window_label(entry, k))
         c3, c4 = st.columns(2)
-        block = c3.slider("block", 1, sec["n_blocks"], min(shown[1], sec["n_blocks"]) if shown else 1,
-                          key="attn_block")
-        head = c4.slider("head (1 = first)", 1, sec["n_heads"], min(shown[2], sec["n_heads"] - 1) + 1 if shown else 1,
-                         key="attn_head") - 1  # numbered from 1 as blocks are; the arrays index from 0
+        block = c3.slider("block", 1, sec["n_blocks"], min(sel.attn_block, sec["n_blocks"]), key="attn_block")
+        head = c4.slider("head (1 = first)", 1, sec["n_heads"], min(sel.attn_head, sec["n_heads"]), key="attn_head")
         st.caption("Show runs the model on the chosen window (twice: as is, and with the outlier dims zeroed); "
                    "block and head then switch between that window's maps at once.")
         show = st.button("Show attention map", key="attn_show", icon=":material/grid_on:")
         window = wins[k] if show else shown[0] if shown else None
+        sel = state.update(attn_window=window, attn_block=int(block), attn_head=int(head))
+        head = int(head) - 1  # numbered from 1 as blocks are; the arrays index from 0
         if window is not None:
-            lg.attention_maps[rid] = (window, int(block), int(head))
             try:
                 with st.spinner("Running the model on one window (twice: as is, and with the outlier dims zeroed)…"):
                     maps = ui_run.attention_maps(run.spec, window)  # a job; the page only waits for it

@@ -8,7 +8,7 @@ import streamlit as st
 from core import views
 from core.escape import markdown_text
 from core.postprocess import PostProcess
-from core.selection import GODEY_PRESET, METRICS
+from core.selection import COMPARE_SECTIONS, GODEY_PRESET, METRICS
 from core.views import attention as AV
 from ui import data, page, state
 
@@ -70,12 +70,14 @@ def _projections(sel, runs) -> None:
 
 
 sel, runs = page.header("Compare runs")
-if st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",
-             icon=":material/auto_graph:",
-             help="MiniLM (text), DINOv2 ViT-S/14 (images), Whisper tiny.en encoder (speech) and MobileNetV2 (CNN), "
-                  "mean cosine by relative depth. Press Run in the sidebar to compute what is not cached."):
-    state.apply_preset(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth")
-    st.rerun()
+# every model with its untrained control; what was chosen for other models (a dim, an ablation) is dropped. The
+# preset is applied in the click's callback, before the sidebar's widgets are drawn (they show it at once).
+st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",
+          icon=":material/auto_graph:", on_click=state.apply_preset,
+          kwargs=dict(models=GODEY_PRESET, metric="mean_cosine", x_axis="depth", focus=None, dim=None, ablation=False),
+          help="MiniLM (text), DINOv2 ViT-S/14 (images), Whisper tiny.en encoder (speech) and MobileNetV2 (CNN), "
+               "each with its untrained control (same architecture, random weights), mean cosine by relative depth. "
+               "Press Run in the sidebar to compute what is not cached.")
 if page.need_runs(runs):
     if len(runs) < 2 and len(sel.specs()) > 1:  # the others are not computed yet (a job, or Run not pressed)
         st.info("The comparison appears here as soon as a second selected run is computed (progress above; "
@@ -85,8 +87,10 @@ if page.need_runs(runs):
                 "e.g. wiki-fr or the uniform-random control) in the sidebar, and press Run to compare.",
                 icon=":material/add:")
     results = [r.results for r in runs]
-    # One section at a time: only the open one is computed and drawn.
-    depth_tab, outliers_tab, attention_tab, projection_tab = page.lazy_tabs(SECTIONS, "compare_section")
+    # One section at a time: only the open one is computed and drawn; the open one is in the URL (ctab).
+    tabs = page.lazy_tabs(SECTIONS, "compare_section", SECTIONS[COMPARE_SECTIONS.index(sel.compare_section)])
+    sel = state.update(compare_section=next(c for c, t in zip(COMPARE_SECTIONS, tabs) if t.open))
+    depth_tab, outliers_tab, attention_tab, projection_tab = tabs
     if depth_tab.open:
         with depth_tab:
             _by_depth(sel, runs, results)

@@ -86,6 +86,8 @@ def header(title: str):
     _through_entrypoint()
     st.title(title)
     sel = state.selection()
+    if state.log().no_models:  # the models box is empty: nothing of the previous selection is shown
+        return sel, []
     status(sel)
     return sel, loaded(sel)
 
@@ -393,7 +395,9 @@ def deepest(runs: list[Loaded]) -> int:
 
 def need_runs(runs: list[Loaded]) -> bool:
     if not runs:
-        if state.log().jobs_active:
+        if state.log().no_models:
+            st.info("No model is selected: choose at least one in the sidebar.", icon=":material/arrow_back:")
+        elif state.log().jobs_active:
             st.info("Computing: the figures appear here when the job ends (progress above). Browse the other "
                     "pages meanwhile; leaving or closing this tab does not stop the job.",
                     icon=":material/hourglass_top:")

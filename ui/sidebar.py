@@ -55,7 +55,7 @@ def _models(sel) -> tuple[str, ...]:
     here = sorted(BUILTIN_MODELS, key=lambda k: order[BUILTIN_MODELS[k].modality]) + data.trained_checkpoints()
     options = here + [m for m in sel.models if m not in here]  # checkpoints of the Train page too
     chosen = st.multiselect(
-        "Models (up to 4)", options, default=list(sel.models), format_func=_model_label, key="w_models",
+        f"Models (up to {MAX_MODELS})", options, default=list(sel.models), format_func=_model_label, key="w_models",
         max_selections=MAX_MODELS, accept_new_options=True, select_all=False,  # no silent cut to MAX_MODELS
         help="Built-in models, or type a local model folder (with config.json and weights) or a hub "
              "identifier and press Enter.")
@@ -253,10 +253,32 @@ def _advanced(sel) -> dict:
             for k, v in kw.items()}
 
 
-def render(sel):
-    """Draw the sidebar and act on its Run button (queue the jobs); return the selection."""
+# Pages that show no selected run: what of the sidebar applies there (Train reads the sidebar's own corpora,
+# Dynamics reads trained runs only); the models, the budget and Run are left out.
+RUNLESS_PAGES = {"train": "corpus", "dynamics": None}
+
+
+def render(sel, page: str | None = None):
+    """Draw the sidebar and act on its Run button (queue the jobs); return the selection.
+    `page`: the url_path of the page on show (Train and Dynamics draw only what applies to them)."""
+    lg = state.log()
+    lg.no_models = False
+    if page in RUNLESS_PAGES:
+        with st.sidebar:
+            if RUNLESS_PAGES[page] == "corpus":
+                st.caption("Your own corpus for training: upload or paste it here, then pick it on the page.")
+                corpus, col = _corpus(sel)
+                if (corpus, col) != (sel.corpus, sel.text_column):
+                    sel = state.update(corpus=corpus, text_column=col)
+            else:
+                st.caption("Dynamics reads the runs trained on the Train page: their options are on the page.")
+            _cache_panel()
+        return sel
     with st.sidebar:
         models = _models(sel)
+        if not models:  # nothing to run: no Run button, no count of the previous selection's runs
+            st.error("Select at least one model.", icon=":material/error:")
+            lg.no_models = True
         corpus, col = _corpus(sel)
         more = _more_corpora(sel, corpus, col)
         modal = _modal_corpora(sel, models)
@@ -265,6 +287,9 @@ def render(sel):
                                  help="Whole documents in a seeded order until the budget is met.")
         adv = _advanced(sel)
         new = sel
+        if not models:
+            _cache_panel()
+            return sel
         try:
             new = sel.replace(models=models, corpus=corpus, text_column=col, more_corpora=more, max_tokens=int(tokens),
                               **modal, **adv)

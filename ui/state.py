@@ -18,6 +18,7 @@ from core.selection import Selection, from_query_params, to_query_params
 
 KEY = "selection"
 LOG_KEY = "run_log"
+PAGE_KEY = "url_page"  # the url_path of the page on show: its URL leaves out the other pages' keys
 
 
 @dataclass
@@ -28,9 +29,9 @@ class RunLog:
     corpus_problem: str | None = None  # the chosen corpus failed (upload, paste), as plain text: the pages say
     # what they show (escaped where shown)
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
-    attention_maps: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # run id -> (window, block, head) shown
     drift: object | None = None  # the DriftSpec of the controlled experiment last shown
     dynamics_runs: list[str] = field(default_factory=list)  # the runs Dynamics opens with (a preset, a hub series)
+    no_models: bool = False  # the sidebar's models box is empty: the pages show no run (the selection keeps the last)
 
 
 def run_id(spec) -> str:
@@ -56,9 +57,16 @@ def selection() -> Selection:
     return st.session_state[KEY]
 
 
+def set_page(url_path: str) -> str:
+    """The page on show (app.py, before anything writes the URL): its name."""
+    name = "layers" if url_path in ("", "home") else url_path
+    st.session_state[PAGE_KEY] = name
+    return name
+
+
 def sync_url(sel: Selection | None = None) -> None:
     sel = sel or selection()
-    want = to_query_params(sel)
+    want = to_query_params(sel, st.session_state.get(PAGE_KEY))
     have = _url_params()
     norm = {k: (v if isinstance(v, list) else [v]) for k, v in want.items()}
     if norm != have:
@@ -86,11 +94,16 @@ def update(**fields) -> Selection:
 
 
 def apply_preset(**fields) -> Selection:
-    """Set fields from a preset button: the sidebar's widgets then start again from the selection
-    (a widget keeps its own value across reruns, which would undo the preset)."""
-    for k in ("w_models", "w_image_corpus", "w_audio_corpus"):
+    """Set fields from a preset button (its on_click callback: before any widget of the rerun exists), and the
+    sidebar's widgets to the same values. A widget keeps its own value across reruns, in the browser too:
+    dropping its state is not enough (the browser would send its old value back with the next click, e.g.
+    Run's, and undo the preset), so the models box is given the preset's value through the session state,
+    which Streamlit sends to the browser."""
+    for k in ("w_image_corpus", "w_audio_corpus"):
         st.session_state.pop(k, None)
-    return update(**fields)
+    new = update(**fields)
+    st.session_state["w_models"] = list(new.models)
+    return new
 
 
 def browser_token() -> str:

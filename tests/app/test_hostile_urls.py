@@ -27,6 +27,8 @@ def _plain_settings(monkeypatch):
     ("models", "[a](b) c"),
     ("corpus", "[Login](https://evil.example/a.txt)"),
     ("seqlen", ":red[danger] :material/home:"),
+    ("astat", "[Login](https://evil.example)"), ("alink", "![x](https://evil.example/p.png)"),
+    ("ctab", ":red[danger]"), ("akeys", "[a](b)"),
 ])
 def test_markdown_from_the_url_is_shown_as_text(app, key, value):
     at = app(**{key: value})
@@ -183,3 +185,16 @@ def test_a_missing_upload_link_is_shown_as_text(app):
     at = app(corpus="upload:" + "c" * 64 + ".csv", col=MD_LINK)
     no_exception(at)
     _rendered_safely(_texts(at))
+
+
+@pytest.mark.parametrize("page", ["pages/attention.py", "pages/compare.py"])
+def test_attention_and_compare_keys_are_checked(app, page):
+    """Issue 28 item 2: the new keys go through the same reading: a bad value is said and ignored, a number
+    out of range clamped and said; never a traceback."""
+    at = app(page=page, astat="nope", akeys="some", alink="max", win=str(10**12), block="0", head="x" * 40,
+             ctab="../../etc")
+    no_exception(at)
+    warned = " ".join(w.value for w in at.warning)
+    for key in ("astat", "akeys", "alink", "win", "block", "head", "ctab"):
+        assert f"URL parameter {key}=" in warned, (key, warned)
+    assert not at.error, [e.value for e in at.error]

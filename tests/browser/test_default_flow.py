@@ -66,7 +66,7 @@ def test_deep_link_on_a_fresh_server_goes_through_the_app(server, browser):
         page.goto(f"{url}/outliers?{QUERY}")
         page.get_by_role("heading", name="Outlier dimensions").wait_for(timeout=90_000)
         page.get_by_role("button", name="Run").wait_for(timeout=90_000)  # the sidebar of app.py
-        assert page.get_by_text("Models (up to 4)").count() == 1
+        assert page.get_by_text("Models (up to 8)").count() == 1
     finally:
         page.close()
 

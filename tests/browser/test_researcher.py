@@ -183,7 +183,7 @@ def test_layout_details(server, browser):
     page.get_by_role("heading", name="Anisotropy by layer").wait_for()
     _settle(page)
     assert page.get_by_text("Page not found").count() == 0
-    page.get_by_test_id("stSidebar").get_by_text("Models (up to 4)").wait_for()
+    page.get_by_test_id("stSidebar").get_by_text("Models (up to 8)").wait_for()
     page.close()
 
 

@@ -32,7 +32,7 @@ from core.attention import is_cached as attention_cached  # noqa: E402
 from core.pipeline import analyze  # noqa: E402
 from core.selection import Selection  # noqa: E402
 from core.views import attention as AV  # noqa: E402
-from ui.state import LOG_KEY  # noqa: E402
+from ui.state import KEY  # noqa: E402
 
 PAGE = "pages/attention.py"
 TOKENS = 1500  # not the other app tests' selection: their first test expects a cold cache
@@ -240,10 +240,15 @@ def test_attention_page_end_to_end(app, spec):
     assert f"(run window {window})" in sub and "block 2, head 1" in sub
     np.testing.assert_allclose(amap["data"][0]["z"], maps["maps"][1, 0], rtol=1e-6)
     # a window number in the session that this run does not have (stale or forged): nothing is run
-    log = at.session_state[LOG_KEY]
-    [rid] = log.attention_maps
-    log.attention_maps[rid] = (10**9, 1, 0)
-    at.session_state[LOG_KEY] = log
+    # every choice of the view is in the link: a fresh session opened on it draws the same (issue 28 item 2)
+    link = {k: at.query_params[k] for k in at.query_params}
+    assert link["win"] in (str(window), [str(window)]) and link["block"] in ("2", ["2"])
+    assert {"astat", "akeys", "alink"} <= set(link)
+    fresh = app(page=PAGE, **link)
+    no_exception(fresh)
+    drawn = [(title(f), str(f["data"])) for f in figures(at)]
+    assert [(title(f), str(f["data"])) for f in figures(fresh)] == drawn
+    at.session_state[KEY] = at.session_state[KEY].replace(attn_window=10**7)
     at.run()
     no_exception(at)
     assert not at.error and not [f for f in figures(at) if "Attention map" in title(f)]

@@ -27,7 +27,8 @@ def test_round_trip_of_every_field(tmp_path, monkeypatch):
                     metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False, dim=5,
                     post=PostProcess(center=True, zscore=True, abtt=2, whiten=True, whiten_k=10, remove=(9, 3)),
                     drop_outliers=True, proj_method="umap", proj_color="search", n_neighbors=30, min_dist=0.3,
-                    search="the", outlier_set="layer")
+                    search="the", outlier_set="layer", attn_stat="q_drift", attn_keys="included",
+                    attn_summary="strongest", attn_window=17, attn_block=3, attn_head=2, compare_section="projections")
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
     assert params["pp_drop"] == "3,9" and params["ref"] == "0"
@@ -46,7 +47,9 @@ def test_models_accept_a_comma_list_and_drop_duplicates():
 @pytest.mark.parametrize("key,value,field", [
     ("tokens", "many", "max_tokens"), ("metric", "nope", "metric"), ("device", "tpu", "device"),
     ("layer", "x", "layer"), ("depth", "1.5", "depth"), ("x", "time", "x_axis"), ("pp_abtt", "x", "post"),
-    ("oset", "all", "outlier_set"),
+    ("oset", "all", "outlier_set"), ("astat", "nope", "attn_stat"), ("akeys", "some", "attn_keys"),
+    ("alink", "max", "attn_summary"), ("win", "first", "attn_window"), ("block", "1.5", "attn_block"),
+    ("head", "", "attn_head"), ("ctab", "Attention", "compare_section"),
 ])
 def test_a_bad_value_is_reported_and_falls_back_to_its_default(key, value, field):
     sel, problems = from_query_params({key: [value], "sample": ["700"]})
@@ -219,6 +222,7 @@ def test_model_identifiers(no_settings, tmp_path):
     ("tokens", str(10**12), "max_tokens", 10_000_000), ("sample", str(10**9), "sample", 50_000),
     ("sample", "0", "sample", 1), ("seed", "-1", "seed", 0), ("batch", "100000", "batch_size", 512),
     ("nn", "1", "n_neighbors", 2), ("layer", "-2", "layer", 0), ("seqlen", "99999999", "max_seq_len", 8192),
+    ("block", "0", "attn_block", 1), ("head", str(10**9), "attn_head", 100_000), ("win", "-3", "attn_window", 0),
 ])
 def test_out_of_range_numbers_are_clamped_with_a_warning(no_settings, key, value, field, want):
     sel, problems = from_query_params({key: [value]})
@@ -302,3 +306,23 @@ def test_modal_corpora_from_the_data_directory(no_settings, tmp_path):
     for bad in ("speech-human", "upload:" + "b" * 64 + ".csv", "upload:../x.zip"):
         with pytest.raises(InputError):
             Selection(image_corpus=bad)
+
+
+def test_the_url_of_a_page_leaves_out_the_keys_of_the_others():
+    """Issue 28 item 2: Outliers' dim=308&ablate=1 stays on Outliers; each page's link carries its own keys."""
+    from core.selection import PAGE_KEYS
+
+    sel = DEFAULT.replace(dim=308, ablation=True, attn_stat="q_drift", compare_section="outliers", metric="isoscore")
+    assert {"dim", "ablate", "astat", "ctab", "metric"} <= set(to_query_params(sel))  # no page: everything
+    for page in ("layers", "outliers", "attention", "compare", "projection"):
+        got = to_query_params(sel, page)
+        assert got["metric"] == "isoscore"  # shared keys stay
+        for other, keys in PAGE_KEYS.items():
+            assert all((k in got) == (other == page) for k in keys if k in to_query_params(sel)), (page, other)
+
+
+def test_the_attention_choices_are_the_views():
+    from core.selection import ATTN_STATS, ATTN_SUMMARIES
+    from core.views import attention as AV
+
+    assert ATTN_STATS == AV.HEATMAP_STATS and ATTN_SUMMARIES == tuple(AV.LINK_SUMMARIES)

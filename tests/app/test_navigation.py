@@ -1,0 +1,96 @@
+"""Selection, presets, URL and sidebar across pages (issue 28 items 1, 2, 10, 11): no model is run; the runs
+a page shows are synthetic statistics planted in the test cache under the selection's run keys."""
+
+from __future__ import annotations
+
+import pytest
+from app_helpers import figures, no_exception
+from synthetic import synthetic_stats
+
+from core.pipeline import get_store, resolve
+from core.selection import GODEY_CONTROLS, GODEY_MODELS, GODEY_PRESET, Selection
+
+TOKENS = "2100"  # not the other app tests' budget: their first test expects a cold cache
+TWO = ("minilm-l6", "untrained-minilm-l6")
+
+
+@pytest.fixture(scope="module")
+def planted(cache_dir):
+    """MiniLM and its untrained control 'computed' (synthetic statistics of their shapes, never a model)."""
+    sel = Selection(models=TWO, max_tokens=int(TOKENS), sample=500, control_seeds=1)
+    for i, spec in enumerate(sel.specs()):
+        s = synthetic_stats(n_layers=7, d=384, seed=i, label=spec.model)
+        get_store().put(resolve(spec).key, {"manifest": s.manifest, "meta": s.meta}, s.arrays)
+    return sel
+
+
+def _sidebar_captions(at) -> str:
+    return " ".join(c.value for c in at.sidebar.caption)
+
+
+def _query(at) -> dict:
+    return {k: at.query_params[k] for k in at.query_params}
+
+
+def _drawn(at) -> list:
+    """What the page draws: every figure's title and data (as JSON text), and the tables."""
+    return [str(f.get("layout", {}).get("title")) + str(f["data"]) for f in figures(at)] + \
+        [d.value.to_json() for d in at.dataframe]
+
+
+def test_godey_preset_sets_the_sidebar_the_url_and_what_run_runs(app):
+    at = app(models=("smollm2-135m",), page="pages/outliers.py", dim="308", ablate="1")
+    assert at.query_params["dim"] in ("308", ["308"])
+    at.switch_page("pages/compare.py").run()
+    assert "dim" not in at.query_params and "ablate" not in at.query_params  # Outliers' choices stay there
+    at.button(key="c_godey").click().run()
+    no_exception(at)
+    want = [m for p in GODEY_MODELS for m in (p, GODEY_CONTROLS[p])]  # each model with its untrained control
+    assert want == list(GODEY_PRESET)
+    assert at.sidebar.multiselect(key="w_models").value == want  # the sidebar shows the preset
+    assert list(at.query_params["models"]) == want  # so does the URL
+    assert at.session_state["w_models"] == want  # the widget's own state (what the browser sends back)
+    assert "dim" not in at.query_params and "ablate" not in at.query_params
+    assert "0 of" in _sidebar_captions(at)  # Run computes the preset, not "everything is already computed"
+    at.run()  # a later rerun (e.g. Run's click) keeps it
+    assert at.sidebar.multiselect(key="w_models").value == want
+    at.switch_page("pages/outliers.py").run()
+    assert "dim" not in at.query_params  # the preset dropped the dim chosen for another model
+
+
+def test_compare_section_is_in_the_link(app, planted):
+    at = app(models=TWO, page="pages/compare.py", tokens=TOKENS)
+    no_exception(at)
+    at.session_state["compare_section"] = "Outliers and summary"
+    at.run()
+    assert at.query_params["ctab"] in ("outliers", ["outliers"])
+    fresh = app(models=TWO, page="pages/compare.py", **{k: v for k, v in _query(at).items() if k != "models"})
+    no_exception(fresh)
+    assert fresh.session_state["compare_section"] == "Outliers and summary"
+    assert _drawn(fresh) == _drawn(at) and _drawn(at)
+    fresh.switch_page("pages/layers.py").run()
+    assert "ctab" not in fresh.query_params  # Compare's tab stays on Compare
+    fresh.switch_page("pages/compare.py").run()
+    assert fresh.query_params["ctab"] in ("outliers", ["outliers"])  # and comes back with it
+
+
+def test_cleared_models_show_no_run(app, planted):
+    at = app(models=TWO, page="pages/layers.py", tokens=TOKENS)
+    assert figures(at)
+    at.sidebar.multiselect(key="w_models").set_value([]).run()
+    no_exception(at)
+    assert any("Select at least one model." in e.value for e in at.sidebar.error)
+    assert "already computed" not in _sidebar_captions(at)
+    assert not [b for b in at.sidebar.button if b.key == "run"]
+    assert not figures(at) and any("No model is selected" in i.value for i in at.info)
+    at.sidebar.multiselect(key="w_models").set_value(["minilm-l6"]).run()
+    assert figures(at) and "1 of 1" in _sidebar_captions(at)
+
+
+@pytest.mark.parametrize("page,corpus", [("pages/train.py", True), ("pages/dynamics.py", False)])
+def test_train_and_dynamics_sidebar_shows_what_applies(app, page, corpus):
+    at = app(page=page)
+    no_exception(at)
+    keys = {w.key for kind in ("multiselect", "number_input", "button", "radio") for w in getattr(at.sidebar, kind)}
+    assert not keys & {"w_models", "w_tokens", "run"}
+    assert ("w_corpus_src" in keys) == corpus  # Train lists the sidebar's own corpora: upload them here
