@@ -51,7 +51,10 @@ GODEY_MODELS = ("minilm-l6", "dinov2-vits14", "whisper-tiny-en", "mobilenet-v2")
 GODEY_CONTROLS = {"minilm-l6": "untrained-minilm-l6", "dinov2-vits14": "untrained-vit-s14",
                   "whisper-tiny-en": "untrained-whisper-tiny", "mobilenet-v2": "untrained-mobilenet-v2"}
 GODEY_PRESET = tuple(m for g in GODEY_MODELS for m in (g, GODEY_CONTROLS[g]))
-UI_MAX_TOKENS = 20_000  # the UI default budget: ~5 s of MiniLM forward on 2 CPU cores
+# The UI default budget: a first look. MiniLM on wiki-en at 8,000 tokens took 26 s of CPU in all (imports, corpus,
+# model, forward, metrics; 20,000: 52 s), under a minute on 2 cores; the sidebar offers more (FULL_LOOK_TOKENS).
+UI_MAX_TOKENS = 8_000
+FULL_LOOK_TOKENS = 50_000
 
 # Metric keys of results["layers"], in menu order, with a label and what the y axis shows (core.statistics).
 METRICS: dict[str, tuple[str, str]] = picker()

@@ -17,7 +17,7 @@ from core.modalities import MODAL_CORPORA
 from core.modalities.audio import AUDIO_SUFFIXES
 from core.modalities.images import IMAGE_SUFFIXES
 from core.models import BUILTIN_MODELS, describe_model
-from core.selection import LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS
+from core.selection import FULL_LOOK_TOKENS, LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS, UI_MAX_TOKENS
 from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
 from core.uploads import (
     bundle_files,
@@ -55,7 +55,10 @@ def _models(sel) -> tuple[str, ...]:
     here = sorted(BUILTIN_MODELS, key=lambda k: order[BUILTIN_MODELS[k].modality]) + data.trained_checkpoints()
     options = here + [m for m in sel.models if m not in here]  # checkpoints of the Train page too
     chosen = st.multiselect(
-        f"Models (up to {MAX_MODELS})", options, default=list(sel.models), format_func=_model_label, key="w_models",
+        f"Models (up to {MAX_MODELS})", options, format_func=_model_label, key="w_models",
+        # a preset sets the box through the session state (ui.state.apply_preset): then no default beside it (the
+        # widget's identity is its key: the default is only its first value)
+        default=None if "w_models" in st.session_state else list(sel.models),
         max_selections=MAX_MODELS, accept_new_options=True, select_all=False,  # no silent cut to MAX_MODELS
         help="Built-in models, or type a local model folder (with config.json and weights) or a hub "
              "identifier and press Enter.")
@@ -229,6 +232,12 @@ def _modal_corpora(sel, models) -> dict:
     return out
 
 
+def _more_tokens() -> None:
+    """The *More tokens* button's callback: the budget box and the selection take the larger budget."""
+    st.session_state["w_tokens"] = FULL_LOOK_TOKENS
+    state.update(max_tokens=FULL_LOOK_TOKENS)
+
+
 def _advanced(sel) -> dict:
     with st.expander("Advanced options"):
         kw = dict(
@@ -282,9 +291,16 @@ def render(sel, page: str | None = None):
         corpus, col = _corpus(sel)
         more = _more_corpora(sel, corpus, col)
         modal = _modal_corpora(sel, models)
-        tokens = st.number_input("Token budget (tokens analysed per model)", *LIMITS["max_tokens"], sel.max_tokens,
+        tokens = st.number_input("Token budget (tokens analysed per model)", *LIMITS["max_tokens"],
+                                 None if "w_tokens" in st.session_state else sel.max_tokens,  # as the models box
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
+        if int(tokens) == UI_MAX_TOKENS:  # the default: say what it is, and how to ask for more
+            st.caption(f":material/speed: {UI_MAX_TOKENS:,} tokens: a first look (under a minute on 2 CPU cores). "
+                       "For tighter intervals and steadier outlier sets, press *More tokens* and Run again "
+                       "(the first look stays cached).")
+            st.button(f"More tokens ({FULL_LOOK_TOKENS:,})", key="w_more_tokens", icon=":material/add:",
+                      on_click=_more_tokens)
         adv = _advanced(sel)
         new = sel
         if not models:

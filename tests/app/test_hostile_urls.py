@@ -195,6 +195,8 @@ def test_attention_and_compare_keys_are_checked(app, page):
              ctab="../../etc")
     no_exception(at)
     warned = " ".join(w.value for w in at.warning)
-    for key in ("astat", "akeys", "alink", "win", "block", "head", "ctab"):
-        assert f"URL parameter {key}=" in warned, (key, warned)
+    for key, name in (("astat", "attn_stat"), ("akeys", "attn_keys"), ("alink", "attn_summary"), ("win", ""),
+                      ("block", ""), ("head", ""), ("ctab", "compare_section")):
+        assert f"URL parameter {key}=" in warned or name and f"URL value for {name.replace('_', chr(92) + '_')}" \
+            in warned, (key, warned)
     assert not at.error, [e.value for e in at.error]

@@ -51,6 +51,7 @@ def test_godey_preset_sets_the_sidebar_the_url_and_what_run_runs(app):
     assert list(at.query_params["models"]) == want  # so does the URL
     assert at.session_state["w_models"] == want  # the widget's own state (what the browser sends back)
     assert "dim" not in at.query_params and "ablate" not in at.query_params
+    assert not at.warning, [w.value for w in at.warning]
     assert "0 of" in _sidebar_captions(at)  # Run computes the preset, not "everything is already computed"
     at.run()  # a later rerun (e.g. Run's click) keeps it
     assert at.sidebar.multiselect(key="w_models").value == want
@@ -94,3 +95,17 @@ def test_train_and_dynamics_sidebar_shows_what_applies(app, page, corpus):
     keys = {w.key for kind in ("multiselect", "number_input", "button", "radio") for w in getattr(at.sidebar, kind)}
     assert not keys & {"w_models", "w_tokens", "run"}
     assert ("w_corpus_src" in keys) == corpus  # Train lists the sidebar's own corpora: upload them here
+
+
+def test_the_default_budget_is_a_first_look_with_a_way_to_more(app):
+    from core.selection import DEFAULT, FULL_LOOK_TOKENS, UI_MAX_TOKENS
+
+    assert DEFAULT.max_tokens == UI_MAX_TOKENS == 8_000
+    at = app(tokens=str(UI_MAX_TOKENS))
+    assert "a first look" in _sidebar_captions(at)
+    at.sidebar.button(key="w_more_tokens").click().run()
+    no_exception(at)
+    assert at.sidebar.number_input(key="w_tokens").value == FULL_LOOK_TOKENS
+    assert at.query_params["tokens"] in (str(FULL_LOOK_TOKENS), [str(FULL_LOOK_TOKENS)])
+    assert "a first look" not in _sidebar_captions(at)
+    assert not at.warning, [w.value for w in at.warning]  # no "default value and Session State" warning
