@@ -19,8 +19,10 @@ import math
 import numpy as np
 
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
-           "matrix_entropy", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross"]
+           "ID_POSITIONS", "CKA_POSITIONS", "cka_positions", "cka_section", "matrix_entropy", "hsic_unbiased",
+           "linear_cka", "cka_matrix", "cka_cross"]
 
+ID_POSITIONS = 2048  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
 GRIDE_N1 = 8  # the registered GRIDE scale: ratio of the 16th to the 8th neighbour distance
 GRIDE_SCALES = (1, 2, 4, 8, 16, 32)  # n1 of the GRIDE profile (n2 = 2 n1): the 2nd/1st ... 64th/32nd neighbours
 TWONN_DISCARD = 0.1  # Facco et al. 2017: the 10% largest ratios are left out of the fit
@@ -202,7 +204,7 @@ def cka_matrix(Xs: list[np.ndarray], block: int = 256) -> np.ndarray:
     return cka_cross(Xs, None, block)
 
 
-CKA_POSITIONS = 2048  # CKA uses at most this many of the sample's positions (a seeded subset, the same in every layer)
+CKA_POSITIONS = 1024  # CKA uses at most this many of the sample's positions (a seeded subset, the same in every layer)
 CKA_ESTIMATOR = "linear CKA with the unbiased HSIC estimator (Song et al. 2012; Nguyen et al. 2021)"
 
 

@@ -105,8 +105,10 @@ class Sample:
     @cached_property
     def neighbours(self) -> tuple[np.ndarray, int]:
         """(distances of each distinct vector to its nearest distinct neighbours (K', 2 max(GRIDE scales)),
-        the number of duplicate vectors dropped), shared by the intrinsic-dimension statistics."""
+        the number of duplicate vectors dropped), shared by the intrinsic-dimension statistics; at most
+        `geometry.ID_POSITIONS` distinct vectors are read (a seeded subset, the same for the isotropic baseline)."""
         U, dropped = G.unique_rows(self.X)
+        U = U[G.cka_positions(len(U), G.ID_POSITIONS)]  # at most ID_POSITIONS of them (a seeded subset)
         return G.neighbour_distances(U, 2 * max(G.GRIDE_SCALES)), dropped
 
 
@@ -337,7 +339,7 @@ STATISTICS: tuple[Statistic, ...] = (
             "the cloud fills many dimensions locally (an isotropic Gaussian of the same K and d: see the baseline)",
             "the tokens lie near a low-dimensional manifold (Valeriani et al. 2023: the minimum marks the semantic layers)",
             "Facco et al. 2017; Valeriani et al. 2023"),
-        baseline=True, figure=Figure(estimate="on the sample's distinct vectors (duplicates dropped)")),
+        baseline=True, figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped)")),
     Statistic(
         "intrinsic_dim_gride", "sample", lambda s: G.gride(s.neighbours[0], G.GRIDE_N1), ("sample",),
         "Intrinsic dimension (GRIDE, 16th/8th neighbour)", "GRIDE intrinsic dimension, dimensions",
@@ -348,7 +350,8 @@ STATISTICS: tuple[Statistic, ...] = (
             "many dimensions at the scale of the 8th-16th neighbours",
             "a low-dimensional manifold at that scale",
             "Denti et al. 2022; Valeriani et al. 2023"),
-        baseline=True, figure=Figure(estimate="on the sample's distinct vectors (duplicates dropped), n1 = 8, n2 = 16")),
+        baseline=True,
+        figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped), n1 = 8, n2 = 16")),
     Statistic(
         "matrix_entropy", "sample", lambda s: G.matrix_entropy(s.X), ("sample",),
         "Matrix entropy", "entropy of the trace-normalised Gram matrix, nats",

@@ -36,6 +36,8 @@ def _by_depth(sel, runs, results) -> None:
         else:
             with st.spinner("Bootstrapping…"):
                 page.show(data.difference(runs[ia].spec, runs[ib].spec, "depth"), "c_diff")  # as the curves above
+            with st.spinner("CKA between the layers of A and B…"):
+                page.show(data.cka_across(runs[ia].spec, runs[ib].spec), "c_cka")
 
 
 def _attention(runs) -> None:

@@ -141,6 +141,12 @@ def difference(spec_a: RunSpec, spec_b: RunSpec, x_axis: str | None = None) -> v
                                         x_axis=x_axis)
 
 
+@st.cache_data(max_entries=8, show_spinner=False)
+def cka_across(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
+    """Linear CKA between the layers of two runs that read the same tokens (seconds)."""
+    return views.cka_across(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))
+
+
 # Attention statistics: computed only behind the page's button (they load the model).
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
 def attention_cached(spec: RunSpec) -> bool:

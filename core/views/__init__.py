@@ -21,7 +21,7 @@ from .common import (
                      post_for,
                      run_name,
 )
-from .compare import compare_summary, comparison_sentence, outlier_counts
+from .compare import cka_across, compare_summary, comparison_sentence, outlier_counts, same_tokens
 from .controls import add_seed_bands
 from .difference import mean_cosine_difference
 from .dimension import (
@@ -54,4 +54,4 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary", "comparison_sentence",
            "frequency_r_table", "outlier_set", "position_for", "FREQUENCY_COLUMNS", "dimension_tokens",
            "dimension_scatter", "dimension_r", "mean_cosine_difference",
-           "add_seed_bands"]
+           "add_seed_bands", "cka_across", "same_tokens"]

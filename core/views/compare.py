@@ -7,10 +7,12 @@ from typing import Sequence
 
 import numpy as np
 import pandas as pd
+import plotly.graph_objects as go
 
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
+from ..geometry import CKA_ESTIMATOR, cka_cross, cka_positions
 from .common import View, _corpora, _manifest, _sizes, as_results, modality
 
 
@@ -91,3 +93,54 @@ def compare_summary(runs: Sequence[dict]) -> View:
         })
     return View("compare_summary", "Summary", None, pd.DataFrame(rows), _manifest("compare_summary", {}, runs),
                 caption="One row per model: depth, width, tokens, mean-cosine range and persistent outliers.")
+
+
+def same_tokens(stats_a, stats_b) -> tuple[bool, str]:
+    """Whether two runs' samples are the same tokens at the same positions (so that CKA may pair them):
+    the same corpus file, and the same token id, window and position at every sampled row."""
+    ma, mb = stats_a.manifest, stats_b.manifest
+    if (ma.get("corpus") or {}).get("sha256") != (mb.get("corpus") or {}).get("sha256"):
+        return False, "the two runs read different corpora"
+    a, b = stats_a.arrays, stats_b.arrays
+    for k in ("sample_token_id", "sample_window", "sample_position"):
+        if k not in a or k not in b or np.shape(a[k]) != np.shape(b[k]) or not np.array_equal(a[k], b[k]):
+            return False, ("their token samples differ (another tokenizer, token budget, window length or seed): "
+                           "tokens of the two runs cannot be paired")
+    return True, "the same tokens at the same positions (same corpus, tokenizer, budget and sample)"
+
+
+def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
+    """Linear CKA (unbiased HSIC) between every layer of run A and every layer of run B on the same token
+    positions, with the depth alignment (for each layer of A, the layer of B of highest CKA); only when
+    both runs read the same tokens, otherwise a note that they are not comparable at the token level."""
+    ra, rb = as_results(res_a), as_results(res_b)
+    ok, why = same_tokens(stats_a, stats_b)
+    name, title = "compare_cka", "Linear CKA between the layers of two runs"
+    if not ok:
+        rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "status": "not comparable at the token level"}]
+        return View(name, title, None, pd.DataFrame(rows), {"view": name, "not_comparable": why},
+                    caption=f"Not comparable at the token level: {why}.", notes=[f"Not comparable at the token level: {why}."])
+    idx = cka_positions(int(stats_a.arrays["sample"].shape[1]))
+    C = cka_cross([np.asarray(stats_a.sample(l), dtype=np.float64)[idx] for l in range(stats_a.n_layers)],
+                  [np.asarray(stats_b.sample(l), dtype=np.float64)[idx] for l in range(stats_b.n_layers)])
+    ia, ib = [int(x) for x in stats_a.layer_ids], [int(x) for x in stats_b.layer_ids]
+    best = [int(ib[int(np.nanargmax(C[i]))]) if np.isfinite(C[i]).any() else None for i in range(len(ia))]
+    hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}" for j in range(len(ib))]
+                        for i in range(len(ia))], dtype=object)
+    fig = F.heat_panels([{"z": C, "title": "", "x_title": f"B: {rb.run_name} — layer", "y_title": f"A: {ra.run_name} — layer",
+                          "x_labels": [str(x) for x in ib], "y_labels": [str(x) for x in ia], "x_angle": 0, "hover": hover}],
+                        title="Linear CKA between the layers of A and B (the same tokens)",
+                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {len(idx)} shared token positions · "
+                                       "dots: for each layer of A, the layer of B of highest CKA"),
+                        colorbar_title="CKA", zmin=0.0, zmax=1.0)
+    fig.add_trace(go.Scatter(
+        x=[ib.index(b) if b is not None else None for b in best], y=list(range(len(ia))), mode="markers+lines",
+        marker=dict(color="white", size=7, line=dict(color="black", width=1)), line=dict(color="white", width=1),
+        name="best layer of B", hovertemplate="A layer %{y}: best B layer %{x}<extra></extra>", showlegend=False))
+    rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "layer_a": ia[i], "layer_b": ib[j], "cka": float(C[i, j]),
+             "best_layer_b_for_a": best[i], "n_positions": int(len(idx))} for i in range(len(ia)) for j in range(len(ib))]
+    return View(name, title, fig, pd.DataFrame(rows),
+                _manifest("cka_across", {"positions": int(len(idx)), "estimator": CKA_ESTIMATOR}, [res_a, res_b]),
+                caption=f"Linear CKA between each layer of A ({ra.run_name}) and of B ({rb.run_name}) on {why}; "
+                        f"{CKA_ESTIMATOR}. Best layer of B for each layer of A: "
+                        + ", ".join(f"{a}→{b}" for a, b in zip(ia, best)) + ".")

@@ -62,7 +62,10 @@ def test_layers_default(app, computed):
     at.session_state["layers_section"] = "At one layer"
     at.run()
     no_exception(at)
-    assert len(figures(at)) == 2  # the histogram and the deciles, not the curves
+    assert len(figures(at)) == 3  # the histogram, the deciles and the layers' CKA, not the curves
+    cka = by_title(at, "Linear CKA between layers")
+    np.testing.assert_allclose(np.diag(np.asarray(cka["data"][0]["z"], dtype=float)), 1.0, atol=1e-9)
+    np.testing.assert_allclose(cka["data"][0]["z"], res["cka"]["matrix"], rtol=1e-9)
     hist = by_title(at, "Pairwise cosine")
     assert np.nansum(hist["data"][0]["y"]) > 0
     dec = by_title(at, "frequency decile")

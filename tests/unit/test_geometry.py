@@ -148,3 +148,28 @@ def test_results_json_has_the_run_cka_matrix_and_the_layers_page_draws_it():
     assert {"layer_a", "layer_b", "cka"} <= set(json.loads(export.data_bytes(v, "json"))["data"][0])
     old = {k: v for k, v in res.items() if k != "cka"}  # results of an earlier version: said, not an empty chart
     assert views.cka_heatmap([old]).figure is None
+
+
+def test_compare_cka_pairs_runs_of_the_same_tokens_only():
+    from core import views
+    from tests.synthetic import synthetic_run
+
+    st_a, res_a = synthetic_run(n_layers=4, seed=0, label="net-a")
+    # run B: the same token sample (ids, windows, positions), other vectors: e.g. a checkpoint of the same training
+    st_b = type(st_a)(key=st_a.key + "-b", manifest=st_a.manifest, meta=st_a.meta,
+                      arrays={**st_a.arrays, "sample": np.tanh(st_a.arrays["sample"][::-1].copy())})
+    assert views.same_tokens(st_a, st_b)[0]
+    v = views.cka_across(st_a, res_a, st_b, res_a)
+    idx = G.cka_positions(int(st_a.arrays["sample"].shape[1]))
+    want = G.cka_cross([st_a.sample(l)[idx] for l in range(st_a.n_layers)], [st_b.sample(l)[idx] for l in range(st_b.n_layers)])
+    got = v.data.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
+    np.testing.assert_allclose(got, want, atol=1e-12)
+    best = v.data.groupby("layer_a")["best_layer_b_for_a"].first().to_numpy()
+    np.testing.assert_array_equal(best, np.asarray(st_b.layer_ids)[np.argmax(want, axis=1)])
+    same = views.cka_across(st_a, res_a, st_a, res_a).data  # a run against itself aligns each layer with itself
+    assert (same.groupby("layer_a")["best_layer_b_for_a"].first().to_numpy() == np.asarray(st_a.layer_ids)).all()
+    st_c, res_c = synthetic_run(n_layers=3, d=16, seed=1, label="net-b")  # other tokens: said, not drawn
+    st_c = type(st_c)(key=st_c.key, manifest=st_c.manifest, meta=st_c.meta,
+                      arrays={**st_c.arrays, "sample_position": st_c.arrays["sample_position"] + 1})
+    v = views.cka_across(st_a, res_a, st_c, res_c)
+    assert v.figure is None and "not comparable at the token level" in v.caption.lower()
