@@ -825,10 +825,17 @@ def pairwise_cosine_histogram(
 # --------------------------------------------------------------------------- high-norm tokens
 
 
-def _otsu_upper_count(v: np.ndarray) -> int:
-    """How many values of the sorted 1-D `v` lie above Otsu's threshold: the split between two distinct
-    consecutive values that maximises the between-class variance w0 w1 (mu0 - mu1)^2 (the first such
-    split on ties); 0 when all values are equal."""
+HIGH_NORM_SEPARATION = 0.8  # Otsu's effectiveness sigma_B^2 / sigma_T^2 that marks two groups (unimodal: 2/pi)
+
+
+def _otsu_split(v: np.ndarray) -> tuple[int, float]:
+    """Otsu's split of the sorted 1-D `v`: (how many values lie above it, its effectiveness).
+
+    The split between two distinct consecutive values that maximises the between-class variance
+    w0 w1 (mu0 - mu1)^2 (the first such split on ties); its effectiveness is that variance over the
+    total variance (Otsu 1979: 1 for two point masses, 2/pi for a normal, 3/4 for a uniform).
+    (0, 0.0) when all values are equal.
+    """
     n = v.shape[0]
     k = np.arange(1, n)  # lower class v[:k], upper class v[k:]
     c = np.cumsum(v)[:-1]
@@ -836,24 +843,31 @@ def _otsu_upper_count(v: np.ndarray) -> int:
     between = (k / n) * (1 - k / n) * (mu0 - mu1) ** 2
     between[v[1:] <= v[:-1]] = -1.0  # no threshold between equal values
     best = int(np.argmax(between))
-    return 0 if between[best] < 0 else int(n - k[best])
+    if between[best] < 0:
+        return 0, 0.0
+    return int(n - k[best]), float(between[best] / v.var())
 
 
 def high_norm_share(X: np.ndarray) -> float:
-    """Share of high-norm tokens: rows whose norm lies above Otsu's threshold on the log-norms.
+    """Share of high-norm tokens: rows above Otsu's threshold on the log-norms, where the log-norms
+    form two groups.
 
     Otsu (1979) on the log of the row norms, without a histogram: of all splits of the sorted
     log-norms between two distinct values, the one that maximises the between-class variance
-    ``w0 w1 (mu0 - mu1)^2``; the high-norm tokens are those above it (Darcet et al. 2024 find such
-    tokens in vision Transformers, with norms far above the rest). A zero row has no log-norm and
-    counts as low. Otsu always splits: on a unimodal cloud the share is near one half, so a small
-    share (a separate group of a few tokens) is what marks high-norm tokens.
+    ``w0 w1 (mu0 - mu1)^2``. Otsu always splits, and splits a unimodal cloud near its middle, so
+    the tokens above the threshold count only when the split separates two groups: its
+    effectiveness (between-class over total variance) is at least ``HIGH_NORM_SEPARATION`` = 0.8
+    (a normal gives 2/pi = 0.64, a uniform 0.75, two well separated groups close to 1); else the
+    share is 0 (Darcet et al. 2024 find such a separate group of tokens, with norms far above the
+    rest, in vision Transformers). A zero row has no log-norm and counts as low.
 
     Examples
     --------
     >>> X = np.ones((10, 2)); X[:2] *= 100.0  # two tokens with 100 times the norm of the others
     >>> high_norm_share(X)
     0.2
+    >>> high_norm_share(np.random.default_rng(0).normal(size=(500, 16)))  # one group: none
+    0.0
 
     Parameters
     ----------
@@ -862,11 +876,13 @@ def high_norm_share(X: np.ndarray) -> float:
     Returns
     -------
     float
-        In [0, 1): 0 when fewer than two rows have distinct non-zero norms.
+        In [0, 1): 0 when fewer than two rows have distinct non-zero norms, or when the log-norms
+        form one group.
     """
     X = _sample(X)
     norms = np.linalg.norm(X, axis=1)
     logn = np.sort(np.log(norms[norms > 0]))
     if logn.shape[0] < 2:
         return 0.0
-    return _otsu_upper_count(logn) / X.shape[0]
+    above, separation = _otsu_split(logn)
+    return above / X.shape[0] if separation >= HIGH_NORM_SEPARATION else 0.0

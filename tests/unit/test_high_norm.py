@@ -22,6 +22,12 @@ def _naive_share(X: np.ndarray) -> float:
             best, best_t = between, t
     if best_t is None:
         return 0.0
+    # Otsu's effectiveness: between-class over total variance, written out
+    hi, lo = logn[logn > best_t], logn[logn <= best_t]
+    within = (((lo - lo.mean()) ** 2).sum() + ((hi - hi.mean()) ** 2).sum()) / len(logn)
+    total = ((logn - logn.mean()) ** 2).sum() / len(logn)
+    if (total - within) / total < 0.8:
+        return 0.0
     return float((logn > best_t).sum()) / X.shape[0]
 
 
@@ -48,6 +54,16 @@ def test_planted_high_norm_tokens_are_found_exactly():
     X[:30] *= 50.0  # 3% of the tokens with 50 times the norm
     assert high_norm_share(X) == pytest.approx(0.03, abs=1e-12)
     assert high_norm_share(np.ones((6, 3))) == 0.0  # equal norms: no split
+
+
+@pytest.mark.parametrize("d", [4, 24, 384])
+def test_one_group_of_norms_has_no_high_norm_tokens(d):
+    """Otsu splits any cloud; a unimodal one (Gaussian rows, or log-norms uniform over a range) must
+    give 0, not the half above its middle."""
+    rng = np.random.default_rng(d)
+    assert high_norm_share(rng.normal(size=(2000, d))) == 0.0
+    spread = rng.normal(size=(2000, d)) * np.exp(rng.uniform(0, 3, size=(2000, 1)))
+    assert high_norm_share(spread) == 0.0
 
 
 def test_results_report_it_per_layer_from_the_sample():
