@@ -31,8 +31,21 @@ runs = training.series_on_disk()
 if not runs:
     st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
     st.stop()
-default = [r for r in state.log().dynamics_runs if r in runs] or runs[:1]
-chosen = st.multiselect("Runs (two to compare)", runs, default=default, max_selections=4, key="dyn_pick")
+lg = state.log()
+default = [r for r in lg.dynamics_runs if r in runs] or runs[:1]
+# A preset's runs reach the disk one after the other: the box follows them (all of them once trained) until
+# the set to open on changes no more; the user's own pick stays otherwise.
+if st.session_state.get("_dyn_default") != default:
+    st.session_state["_dyn_default"] = default
+    st.session_state["dyn_pick"] = default
+
+
+def _name(run: str) -> str:
+    """A run by the name its preset gave it ("BPE · <run>"), else by its run name."""
+    return f"{lg.dynamics_labels[run]} · {run}" if run in lg.dynamics_labels else run
+
+
+chosen = st.multiselect("Runs (two to compare)", runs, max_selections=4, key="dyn_pick", format_func=_name)
 c1, c2 = st.columns(2)
 max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 20_000, step=1000, key="dyn_tokens")
 metric = c2.selectbox("Metric of the heatmap", list(METRICS), format_func=lambda k: METRICS[k][0], key="dyn_metric")
@@ -47,7 +60,8 @@ for run in chosen:
             training.submit_series(run, **kw)
             st.rerun()  # the job panel above shows it
         continue
-    series[run] = ser
+    label = lg.dynamics_labels.get(run, run)  # figures and sentences name the run as its preset did
+    series[run if label in series else label] = ser  # (two presets' "BPE": the second by its run name)
 
 if series:
     summaries = {run: D.summary(ser) for run, ser in series.items()}

@@ -66,7 +66,8 @@ if go or go_preset:
         st.error(page.md(f"The training could not be queued: {e}"), icon=":material/error:")
     else:
         if go_preset:
-            state.log().dynamics_runs = names  # Dynamics opens on the preset's runs
+            state.log().dynamics_runs = names  # Dynamics opens on the preset's runs, by the preset's names
+            state.log().dynamics_labels.update({n: label for n, label in zip(names, runs)})
         st.toast("Queued: the training runs as a job (navigating or closing the tab does not stop it).")
 
 page.job_panel()

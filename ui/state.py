@@ -31,6 +31,7 @@ class RunLog:
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
     drift: object | None = None  # the DriftSpec of the controlled experiment last shown
     dynamics_runs: list[str] = field(default_factory=list)  # the runs Dynamics opens with (a preset, a hub series)
+    dynamics_labels: dict[str, str] = field(default_factory=dict)  # run -> the name a preset gave it ("BPE", "bytes")
     no_models: bool = False  # the sidebar's models box is empty: the pages show no run (the selection keeps the last)
 
 

@@ -109,3 +109,30 @@ def test_the_default_budget_is_a_first_look_with_a_way_to_more(app):
     assert at.query_params["tokens"] in (str(FULL_LOOK_TOKENS), [str(FULL_LOOK_TOKENS)])
     assert "a first look" not in _sidebar_captions(at)
     assert not at.warning, [w.value for w in at.warning]  # no "default value and Session State" warning
+
+
+def test_dynamics_opens_on_every_run_of_the_preset_by_its_names(app, monkeypatch):
+    """Issue 28 item 12: both runs of a training preset, named as the preset named them (not by hash names),
+    also when the second reaches the disk after Dynamics was first opened."""
+    from ui import training
+    from ui.state import LOG_KEY
+
+    on_disk = ["gpt2-bpe-1a2b3c", "other-run-9f9f9f"]
+    monkeypatch.setattr(training, "series_on_disk", lambda: list(on_disk))
+    monkeypatch.setattr(training, "cached_series", lambda run, **kw: None)  # not analysed yet: a line each
+    at = app(page="pages/dynamics.py")
+    log = at.session_state[LOG_KEY]
+    log.dynamics_runs = ["gpt2-bpe-1a2b3c", "gpt2-bytes-4d5e6f"]  # what Train's preset button queued
+    log.dynamics_labels.update({"gpt2-bpe-1a2b3c": "BPE", "gpt2-bytes-4d5e6f": "bytes"})
+    at.session_state[LOG_KEY] = log
+    at.run()
+    def runs(v):  # AppTest gives the widget's values as shown or as they are: the run names
+        return [x.split(" · ")[-1] for x in v]
+
+    assert runs(at.multiselect(key="dyn_pick").value) == ["gpt2-bpe-1a2b3c"]  # the only one trained so far
+    on_disk.insert(1, "gpt2-bytes-4d5e6f")  # the second training ends
+    at.run()
+    no_exception(at)
+    pick = at.multiselect(key="dyn_pick")
+    assert runs(pick.value) == ["gpt2-bpe-1a2b3c", "gpt2-bytes-4d5e6f"]  # both runs of the preset
+    assert "BPE · gpt2-bpe-1a2b3c" in pick.options and "bytes · gpt2-bytes-4d5e6f" in pick.options
