@@ -48,7 +48,8 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
                                                        t["frequency"])]
         xt, yt = _axis_titles(proj)
         L = res.n_layers - 1
-        title = f"{res.model_label}, layer {proj['layer']}/{L}, {proj['post']}"
+        # the corpus too: Compare's panels of one model on two corpora (or of several runs) were titled alike
+        title = f"{res.model_label} · {res.corpus_label}, layer {proj['layer']}/{L}, {proj['post']}"
         p = {"title": title, "x": xy[:, 0], "y": xy[:, 1], "hover": hover, "x_title": xt, "y_title": yt}
         match = np.zeros(n, dtype=bool)
         if mode == "continuous":

@@ -136,3 +136,11 @@ def test_dynamics_opens_on_every_run_of_the_preset_by_its_names(app, monkeypatch
     pick = at.multiselect(key="dyn_pick")
     assert runs(pick.value) == ["gpt2-bpe-1a2b3c", "gpt2-bytes-4d5e6f"]  # both runs of the preset
     assert "BPE · gpt2-bpe-1a2b3c" in pick.options and "bytes · gpt2-bytes-4d5e6f" in pick.options
+
+
+def test_compare_projection_panels_name_their_corpus(app, planted):
+    at = app(models=TWO, page="pages/compare.py", tokens=TOKENS, ctab="projections")
+    no_exception(at)
+    proj = next(f for f in figures(at) if "sampled token" in str(f["layout"].get("title")))
+    titles = [a["text"] for a in proj["layout"].get("annotations", []) if "layer" in a.get("text", "")]
+    assert len(titles) == 2 and all(" · synthetic, layer" in t for t in titles), titles  # the planted runs' corpus
