@@ -136,6 +136,12 @@ def test_outliers_default(app, computed):
     at.run()
     freq = by_title(at, "signed Pearson r")
     assert freq["data"][0]["name"].startswith("baseline")  # the random dims' band, first in the legend
+    assert any("Outlier set" in c.value and "persistent outlier dims" in c.value for c in at.caption)
+    at.radio(key="w_outlier_set").set_value("layer").run()  # this layer's 3-sigma dims instead (in the URL)
+    no_exception(at)
+    assert at.query_params["oset"] in (["layer"], "layer")
+    assert any("over the 3-sigma rule at layer 3" in c.value for c in at.caption)
+    at.radio(key="w_outlier_set").set_value("persistent").run()
     at.session_state["outliers_section"] = "Drill into a dimension"
     at.run()
     prof = by_title(at, "with token frequency per layer")  # the drill-down of the strongest outlier dim
