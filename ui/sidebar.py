@@ -235,6 +235,7 @@ def _modal_corpora(sel, models) -> dict:
 def _more_tokens() -> None:
     """The *More tokens* button's callback: the budget box and the selection take the larger budget."""
     st.session_state["w_tokens"] = FULL_LOOK_TOKENS
+    st.session_state["_tokens_set"] = True
     state.update(max_tokens=FULL_LOOK_TOKENS)
 
 
@@ -292,7 +293,9 @@ def render(sel, page: str | None = None):
         more = _more_corpora(sel, corpus, col)
         modal = _modal_corpora(sel, models)
         tokens = st.number_input("Token budget (tokens analysed per model)", *LIMITS["max_tokens"],
-                                 None if "w_tokens" in st.session_state else sel.max_tokens,  # as the models box
+                                 # None only right after More tokens set the box (no duplicate-default warning); else
+                                 # a value, which also keeps the box from offering to be emptied
+                                 None if st.session_state.pop("_tokens_set", False) else sel.max_tokens,
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
         if int(tokens) == UI_MAX_TOKENS:  # the default: say what it is, and how to ask for more

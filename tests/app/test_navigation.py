@@ -109,6 +109,8 @@ def test_the_default_budget_is_a_first_look_with_a_way_to_more(app):
     assert at.query_params["tokens"] in (str(FULL_LOOK_TOKENS), [str(FULL_LOOK_TOKENS)])
     assert "a first look" not in _sidebar_captions(at)
     assert not at.warning, [w.value for w in at.warning]  # no "default value and Session State" warning
+    at.run()
+    assert at.sidebar.number_input(key="w_tokens").value == FULL_LOOK_TOKENS  # the next rerun keeps it
 
 
 def test_dynamics_opens_on_every_run_of_the_preset_by_its_names(app, monkeypatch):
