@@ -1,0 +1,98 @@
+"""A shared server (ANISO_SHARED=1) in a real browser, as two users and as a hostile one (issue 27):
+the image and speech corpus keys of the URL cannot probe or reach server folders, and a job can be
+cancelled only from the browser that started it, while the other browser sees its progress. No
+worker runs here (ANISO_WORKER_AUTOSTART=0), so the job stays queued while both look at it.
+Screenshots go to $ANISO_SCREENSHOT_DIR or a temp dir."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from browser_helpers import ARGS, CHROMIUM, settle
+
+from bench.appserver import app_server
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")]
+
+SELECTION = {"models": "minilm-l6", "corpus": "wiki-en", "tokens": "3200"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    cache = tmp_path_factory.mktemp("shared-cache")
+    log = tmp_path_factory.mktemp("log") / "streamlit.log"
+    try:
+        with app_server(cache, log, env={"ANISO_SHARED": "1", "ANISO_WORKER_AUTOSTART": "0"},
+                        drop_env=("ANISO_ALLOW_SERVER_PATHS", "ANISO_DATA_DIR", "ANISO_ALLOW_HUB",
+                                  "ANISO_ALLOW_MODEL_FOLDERS")) as (url, _):
+            yield url
+    except RuntimeError as e:
+        pytest.fail(str(e))
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield b
+        b.close()
+
+
+def _user(browser):
+    """A browser of its own (a new context: its own Streamlit session and token)."""
+    pg = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
+    pg.set_default_timeout(240_000)
+    return pg
+
+
+def _shots(tmp_path) -> Path:
+    d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@pytest.mark.parametrize("key,model", [("icorpus", "dinov2-vits14"), ("acorpus", "whisper-tiny-en")])
+def test_corpus_folders_from_the_url_are_refused_alike(server, browser, key, model, tmp_path):
+    pg = _user(browser)
+    answers = []
+    for path in ("/usr", "/no-such-folder-here"):
+        pg.goto(f"{server}/?{urllib.parse.urlencode({'models': model, key: path})}")
+        pg.get_by_text("not available here").first.wait_for()
+        settle(pg)
+        body = pg.inner_text("body")
+        assert "Traceback" not in body
+        answers.append(sorted(line.replace(path, "PATH") for line in body.splitlines() if "not available here" in line))
+        assert f"{key}=" not in pg.url  # the refused key is dropped from the link
+    assert answers[0] and answers[0] == answers[1]  # the same answer whether the folder exists or not
+    pg.screenshot(path=str(_shots(tmp_path) / f"shared-{key}.png"), full_page=True)
+    pg.context.close()
+
+
+def test_only_the_browser_that_started_a_job_can_cancel_it(server, browser, tmp_path):
+    alice, bob = _user(browser), _user(browser)
+    link = f"{server}/?{urllib.parse.urlencode(SELECTION)}"
+    alice.goto(link)
+    settle(alice)
+    alice.get_by_role("button", name="Run").click()
+    alice.get_by_role("button", name="Cancel").wait_for()
+    assert alice.get_by_role("button", name="Cancel").is_enabled()
+
+    bob.goto(link)  # the same link, another browser: bob sees the job, not a working Cancel
+    bob.get_by_role("button", name="Cancel").wait_for()
+    settle(bob)
+    assert bob.get_by_role("button", name="Cancel").is_disabled()
+    bob.screenshot(path=str(_shots(tmp_path) / "shared-second-user.png"), full_page=True)
+
+    alice.get_by_role("button", name="Cancel").click()
+    alice.get_by_text("cancelled").first.wait_for()
+    bob.reload()
+    settle(bob)
+    assert not bob.get_by_role("button", name="Cancel").count()  # gone for everyone
+    for pg in (alice, bob):
+        pg.context.close()
