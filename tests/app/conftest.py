@@ -2,7 +2,7 @@
 
 The app tier has its own cache directory (this `cache_dir` replaces the session one of tests/conftest.py),
 and the worker the app starts there runs the "analyze" job on synthetic statistics written under the
-run's real key (synthetic_runs.py, which the worker imports through ANISO_JOB_MODULES). Loading a model
+run's real key (synthetic_runs.py; the worker imports synthetic_jobs.py through ANISO_JOB_MODULES). Loading a model
 fails, in the worker and in this process. After the last app test, that worker is stopped and the
 environment and the model loader restored: no other tier ever sees a synthetic run.
 """
@@ -31,11 +31,12 @@ def cache_dir(tmp_path_factory) -> Path:
     """The app tier's cache, served by a worker that runs synthetic extractions (see the module doc)."""
     d = tmp_path_factory.mktemp("app-cache")
     path = os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])
-    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_runs", "PYTHONPATH": path}.items():
+    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_jobs", "PYTHONPATH": path}.items():
         _SAVED[k] = os.environ.get(k)
         os.environ[k] = v
     _SAVED["_dir"] = d
     synthetic_runs.refuse_models()  # here as in the worker: a page that loads a model fails its test
+    synthetic_runs.use_synthetic_analyze()  # a job the app runs in this process (read-only cache) too
     yield d
     _leave()
 

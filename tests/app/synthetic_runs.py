@@ -7,7 +7,7 @@ that every page finds them as a cache hit and no model is ever loaded.
   with the layout core.extract produces, and stores them with the project's cache writer
   (`pipeline.get_store(...).put` under `pipeline.run_key(spec)`). `pipeline.analyze` then builds the
   results from them, as after a real run.
-- The worker of the app tier runs the "analyze" job kind below (ANISO_JOB_MODULES=synthetic_runs, set by
+- The worker of the app tier runs the "analyze" job kind below (ANISO_JOB_MODULES=synthetic_jobs, set by
   tests/app/conftest.py): it seeds the run, then runs the real job (a cache hit), so Run, progress,
   Cancel and "computed in" go through the real queue and worker.
 
@@ -182,7 +182,7 @@ def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
     spec_d = {**spec.to_dict(), "device": "cpu", "dtype": "float32"}
     manifest = {
         "spec": spec_d,
-        "model": {**info, "model_class": "Synthetic", "n_params": 0, "hidden_size": d, "n_layers": blocks,
+        "model": {**info, "model_class": _model_class(info), "n_params": 0, "hidden_size": d, "n_layers": blocks,
                   "fingerprint": "synthetic"},
         "corpus": {"id": spec.corpus if "/" not in spec.corpus else Path(spec.corpus).name, "sha256": "synthetic",
                    "text_column": spec.text_column, "n_documents": windows.n_documents, "n_windows": n_win},
@@ -194,6 +194,12 @@ def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
         "timing": {}, "created_utc": "2026-01-01T00:00:00+00:00", "warnings": [], "synthetic": True,
     }
     return manifest, meta, arrays
+
+
+def _model_class(info: dict) -> str:
+    """The real model's class family (the pages' published curves apply to BERT and GPT-2 runs only)."""
+    desc = str(info.get("description", "")).lower()
+    return "BertModel" if "bert" in desc else "GPT2Model" if "gpt-2" in desc else "Synthetic"
 
 
 def seed(spec: RunSpec, cache_dir=None) -> str:
@@ -254,6 +260,11 @@ def allow_models() -> None:
     for name, mod in list(sys.modules.items()):
         if (name == "core" or name.startswith("core.")) and getattr(mod, "load_model", None) is _refused:
             mod.load_model = _REAL["load_model"]
+    jobs.KINDS["analyze"] = _REAL.get("analyze", jobs.KINDS["analyze"])  # a job run here after the app tier is real
 
 
-jobs.register("analyze", "synthetic_runs:job_analyze", "core.pipeline:job_analyze_key", "extraction")
+def use_synthetic_analyze() -> None:
+    """The "analyze" job kind runs `job_analyze` in this process (the app tier's worker: synthetic_jobs.py;
+    the test process while the app tier runs). `allow_models` gives the real kind back."""
+    _REAL.setdefault("analyze", jobs.KINDS["analyze"])
+    jobs.register("analyze", "synthetic_runs:job_analyze", "core.pipeline:job_analyze_key", "extraction")
