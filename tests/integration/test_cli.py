@@ -127,7 +127,10 @@ BAD_NAMES = ["unknown model", "unknown hub model offline", "unknown corpus", "mi
              "fifo as corpus", "unknown encoding", "malformed jsonl", "parquet without text", "negative seed",
              "out is a folder", "out in a missing folder", "uniform-random huge budget", "n-random 0",
              "dims not integers", "dims without ablate", "held-out tokens 0"]
-PROGRESS_FIRST = {"unreadable weights"}  # fails while loading: the progress line comes first
+# These fail while the run reads its corpus or loads its model: the progress line of that step comes first.
+PROGRESS_FIRST = {"unreadable weights", "empty file", "blank file", "binary file", "not utf-8", "unsupported type",
+                  "table without text column", "wrong text column", "unknown encoding", "malformed jsonl",
+                  "parquet without text"}
 EXPECTED = {"unknown model": "no-such-model", "unknown corpus": "no-such-corpus", "missing file": "missing.txt",
             "empty file": "empty", "blank file": "empty", "binary file": "not a text file",
             "not utf-8": "UTF-8", "unsupported type": ".pdf", "folder as corpus": "folder",
@@ -153,7 +156,7 @@ def test_bad_input_is_one_clear_error_line(bad_runs, name):
     assert "Traceback" not in stderr and "Traceback" not in stdout
     lines = [ln for ln in stderr.replace("\r", "\n").splitlines() if ln.strip()]
     if name in PROGRESS_FIRST:
-        assert all(ln.startswith(("load:", "tokenize:")) for ln in lines[:-1]), stderr
+        assert lines[:-1] and all(ln.startswith(("read:", "load:", "tokenize:")) for ln in lines[:-1]), stderr
         assert "\nerror: " in stderr  # the error starts a line of its own
     else:
         assert len(lines) == 1, stderr
