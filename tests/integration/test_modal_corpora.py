@@ -181,11 +181,11 @@ def _features_fed(monkeypatch, items) -> list[np.ndarray]:
 
     import torch
 
-    import core.convert.whisper as W
+    import core.modalities.adapters as AD
     from core.modalities.adapters import WhisperEncoderAdapter
 
-    fed = []
-    monkeypatch.setattr(W, "log_mel", lambda a, sr=16000: fed.append(np.array(a)) or np.zeros((80, 3000), np.float32))
+    fed = []  # the front end as the adapter calls it (its own name for core.convert.whisper.log_mel)
+    monkeypatch.setattr(AD, "log_mel", lambda a, sr=16000: fed.append(np.array(a)) or np.zeros((80, 3000), np.float32))
     model = lambda **kw: types.SimpleNamespace(hidden_states=(torch.zeros(1, 1500, 4),))  # noqa: E731
     WhisperEncoderAdapter().forward(model, items, list(range(len(items.payload))), "cpu")
     return fed
