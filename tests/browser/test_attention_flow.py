@@ -66,7 +66,7 @@ def test_attention_page(server, browser, tmp_path):
         assert sorted(got)[-1] >= 2, got
         _settle(page)
         heat = _figure(page, "Attention entropy per block and head")
-        assert (heat["x"], heat["y"]) == ("head", "block (1 = first)"), heat
+        assert (heat["x"], heat["y"]) == ("head (1 = first)", "block (1 = first)"), heat  # both from 1
         assert _figure(page, "Attention entropy by block")["y"] == "H(a_q) / log(visible keys)"
         link = _figure(page, "Outlier link")
         assert "mean |r|" in link["subtitle"] and link["y"] == "block (1 = first)", link
