@@ -52,7 +52,8 @@ GODEY_CONTROLS = {"minilm-l6": "untrained-minilm-l6", "dinov2-vits14": "untraine
                   "whisper-tiny-en": "untrained-whisper-tiny", "mobilenet-v2": "untrained-mobilenet-v2"}
 GODEY_PRESET = tuple(m for g in GODEY_MODELS for m in (g, GODEY_CONTROLS[g]))
 # The UI default budget: a first look. MiniLM on wiki-en at 8,000 tokens took 26 s of CPU in all (imports, corpus,
-# model, forward, metrics; 20,000: 52 s), under a minute on 2 cores; the sidebar offers more (FULL_LOOK_TOKENS).
+# model, forward, metrics; 20,000: 52 s), about a minute on the clock from a cold start on 2 cores;
+# the sidebar offers more (FULL_LOOK_TOKENS).
 UI_MAX_TOKENS = 8_000
 FULL_LOOK_TOKENS = 50_000
 

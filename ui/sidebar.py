@@ -299,7 +299,8 @@ def render(sel, page: str | None = None):
                                  step=5000, key="w_tokens",
                                  help="Whole documents in a seeded order until the budget is met.")
         if int(tokens) == UI_MAX_TOKENS:  # the default: say what it is, and how to ask for more
-            st.caption(f":material/speed: {UI_MAX_TOKENS:,} tokens: a first look (under a minute on 2 CPU cores). "
+            st.caption(f":material/speed: {UI_MAX_TOKENS:,} tokens: a first look (about a minute on 2 CPU cores "
+                       "from a cold start). "
                        "For tighter intervals and steadier outlier sets, press *More tokens* and Run again "
                        "(the first look stays cached).")
             st.button(f"More tokens ({FULL_LOOK_TOKENS:,})", key="w_more_tokens", icon=":material/add:",
