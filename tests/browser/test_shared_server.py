@@ -14,7 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARGS, CHROMIUM, settle
+from browser_helpers import CHROMIUM, settle
 
 from bench.appserver import app_server
 
@@ -36,16 +36,6 @@ def server(tmp_path_factory):
             yield url
     except RuntimeError as e:
         pytest.fail(str(e))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        yield b
-        b.close()
 
 
 def _user(browser):
