@@ -467,7 +467,8 @@ def cmd_series(a) -> int:
         return 0
     _Bar.end_line()
     summ = summary(ser)
-    _write(a.out, {"run": ser["run"], "steps": ser["steps"], "record": ser["record"], "summary": summ,
+    _write(a.out, {"run": ser["run"], "steps": ser["steps"], "duplicates": ser["duplicates"],
+                   "record": ser["record"], "summary": summ,
                    "results": ser["results"], "attention": ser.get("attention"),
                    "attention_note": ser.get("attention_note")})
     for line in summ["findings"]:

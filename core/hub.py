@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from urllib.parse import urlparse
 
+from .integrity import file_sha256, is_weight_file
 from .settings import current, hub_endpoint, hub_offline
 
 
@@ -61,3 +62,45 @@ def hub_reachable(timeout: float | None = None) -> bool:
     t.join(timeout)
     _HUB_PROBE[endpoint] = (now, result[0])
     return result[0]
+
+
+def _lfs_sha(path: Path) -> str | None:
+    """The sha256 of a file of the local hub cache from its blob's name (an LFS blob is named by it)."""
+    try:
+        blob = path.resolve().name
+    except OSError:
+        return None
+    return blob if len(blob) == 64 and all(c in "0123456789abcdef" for c in blob) else None
+
+
+def local_weight_shas(name: str, revision: str) -> dict[str, str] | None:
+    """{weight file: sha256} of `name@revision` in the local hub cache, None when it is not there."""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        got = try_to_load_from_cache(name, "config.json", revision=revision)
+    except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
+        return None
+    if not isinstance(got, str):
+        return None
+    snap = Path(got).parent
+    files = [p for p in sorted(snap.iterdir()) if is_weight_file(p.name) and p.exists()]
+    return {p.name: _lfs_sha(p) or file_sha256(p) for p in files} or None
+
+
+def remote_weight_shas(name: str, revision: str) -> dict[str, str] | None:
+    """{weight file: sha256} of `name@revision` as the hub lists its LFS files (nothing downloaded);
+    None when the hub does not answer."""
+    from huggingface_hub import HfApi
+
+    try:
+        info = HfApi(endpoint=hub_endpoint()).model_info(name, revision=revision, files_metadata=True)
+    except Exception:  # noqa: BLE001 - unreachable, unknown revision, rate-limited: no digest, said so by the caller
+        return None
+    out = {}
+    for s in info.siblings or []:
+        lfs = getattr(s, "lfs", None)
+        sha = (lfs.get("sha256") if isinstance(lfs, dict) else getattr(lfs, "sha256", None)) if lfs else None
+        if is_weight_file(s.rfilename) and sha:
+            out[s.rfilename] = sha
+    return out or None

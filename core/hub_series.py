@@ -20,7 +20,8 @@ from pathlib import Path
 from . import settings
 from .config import cache_identity
 from .errors import InputError
-from .hub import hub_reachable, local_commit  # noqa: F401 - hub_series.local_commit is public
+from .hub import hub_reachable, local_commit, local_weight_shas, remote_weight_shas  # noqa: F401 - local_commit is public
+from .integrity import duplicate_notes, weights_digest
 from .settings import hub_series_dir
 from .trained import read_record, write_record
 
@@ -79,16 +80,34 @@ def register(name: str, revisions: str | list[str], cache_dir=None) -> str:
         if s in steps and steps[s] != r:
             raise InputError(f"Revisions {steps[s]!r} and {r!r} are the same step ({s}).")
         steps[s] = r
-    if hub_offline():
+    if hub_offline():  # (the digests below ask the same question again: remembered for a minute)
         missing = [r for r in steps.values() if local_commit(name, r) is None]
         if missing:
             raise InputError(f"The model hub cannot be reached from here and the local hub cache "
                              f"({_hf_home()}) does not hold {name} at revision(s) {', '.join(missing)}: a hub "
                              f"series needs the hub, or those revisions downloaded beforehand.")
-    rec = {"run": PREFIX + name, "hub": name, "kind": "hub",
-           "checkpoints": [{"step": s, "revision": steps[s], "model": f"{name}@{steps[s]}"} for s in sorted(steps)]}
+    offline = hub_offline()
+    ckpts = [{"step": s, "revision": steps[s], "model": f"{name}@{steps[s]}",
+              "weights_sha256": revision_digest(name, steps[s], offline)} for s in sorted(steps)]
+    rec = {"run": PREFIX + name, "hub": name, "kind": "hub", "checkpoints": ckpts,
+           "integrity": integrity_summary(ckpts)}
     _write(rec, cache_dir)
     return rec["run"]
+
+
+def revision_digest(name: str, revision: str, offline: bool) -> str | None:
+    """The weights digest of `name@revision` (core/integrity.py): from the local hub cache when it holds
+    the revision, else from the sha256 the hub lists for its weight files; None when neither answers."""
+    shas = local_weight_shas(name, revision)
+    if shas is None and not offline:
+        shas = remote_weight_shas(name, revision)
+    return weights_digest(shas) if shas else None
+
+
+def integrity_summary(checkpoints: list[dict]) -> dict:
+    """What the digests say: how many checkpoints were hashed, and which repeat an earlier step."""
+    return {"hashed": sum(1 for c in checkpoints if c.get("weights_sha256")), "checkpoints": len(checkpoints),
+            "duplicates": duplicate_notes(checkpoints)}
 
 
 def mark_no_attention(run: str, why: str, cache_dir=None) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Callable
 
 from . import attention as A
-from . import hub_series, pipeline, settings, trained
+from . import hub_series, integrity, pipeline, settings, trained
 from .distributed import run_torchrun
 from .errors import InputError
 from .extract import Progress
@@ -30,12 +30,17 @@ def series_specs(run: str, corpus: str | None = None, text_column: str | None = 
                  batch_size: int = DEFAULT_BATCH_SIZE, device: str = "auto", dtype: str = "auto",
                  cache_dir=None) -> list[tuple[int, RunSpec]]:
     """(step, RunSpec) of every checkpoint of `run`, analysed on `corpus` (default: the run's own;
-    for a hub series `hub:org/name`, the default corpus, in windows of the default length)."""
+    for a hub series `hub:org/name`, the default corpus, in windows of the default length).
+
+    A checkpoint whose weights are the same as an earlier step's is left out (`duplicates` names it):
+    it is not a distinct step."""
     rec = read_record(run, cache_dir)
+    same = integrity.duplicate_steps(checkpoints(run, rec, cache_dir))
     models = {int(c["step"]): c.get("model") or trained.ident_of(run, int(c["step"]))
               for c in rec.get("checkpoints", [])}
     if not models:
         raise InputError(f"Trained run {run!r} has no checkpoint yet.")
+    models = {s: m for s, m in models.items() if s not in same}  # analysed once, as the step they repeat
     tspec = rec.get("spec") or {"corpus": DEFAULT_CORPUS, "seq_len": DEFAULT_MAX_SEQ_LEN}
     corpus = corpus or tspec["corpus"]
     if corpus == tspec["corpus"] and text_column is None:
@@ -43,6 +48,30 @@ def series_specs(run: str, corpus: str | None = None, text_column: str | None = 
     return [(s, RunSpec(model=models[s], corpus=corpus, text_column=text_column,
                         max_tokens=max_tokens, max_seq_len=int(tspec["seq_len"]), batch_size=batch_size,
                         device=device, dtype=dtype, sample=sample, seed=seed)) for s in sorted(models)]
+
+
+def checkpoints(run: str, rec: dict, cache_dir=None) -> list[dict]:
+    """The record's checkpoints, each with its `weights_sha256` (core/integrity.py): as the series
+    recorded it; for a checkpoint trained here, from the sha256 of its model.safetensors, or its folder;
+    for a hub revision recorded without one, from the local hub cache (None when it is not there)."""
+    out = []
+    for c in rec.get("checkpoints", []):
+        c = dict(c)
+        if not c.get("weights_sha256"):
+            if hub_series.is_hub_series(run):
+                shas = hub_series.local_weight_shas(rec.get("hub", run[len(hub_series.PREFIX):]), c["revision"])
+                c["weights_sha256"] = integrity.weights_digest(shas) if shas else None
+            elif c.get("sha256"):
+                c["weights_sha256"] = integrity.weights_digest({"model.safetensors": c["sha256"]})
+            else:
+                c["weights_sha256"] = integrity.folder_digest(trained.trained_dir(cache_dir) / run / f"step-{c['step']}")
+        out.append(c)
+    return out
+
+
+def duplicates(run: str, cache_dir=None) -> list[dict]:
+    """The checkpoints of `run` whose weights repeat an earlier step's (integrity.duplicate_notes)."""
+    return integrity.duplicate_notes(checkpoints(run, read_record(run, cache_dir), cache_dir))
 
 
 def read_record(run: str, cache_dir=None) -> dict:
@@ -84,7 +113,7 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
         progress(Progress("series", len(specs), len(specs), message="series analysed"))
     return {"run": run, "record": read_record(run, cache_dir), "steps": [s for s, _ in specs],
             "specs": [sp.to_dict() for _, sp in specs], "results": out, "attention": att if attention else None,
-            "attention_note": note}
+            "attention_note": note, "duplicates": duplicates(run, cache_dir)}
 
 
 def _attention_wanted(run: str, cache_dir, attention: bool) -> tuple[bool, str | None]:

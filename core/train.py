@@ -38,6 +38,7 @@ from . import series, trained
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents
 from .errors import Cancelled, InputError
 from .extract import Progress
+from .integrity import weights_digest
 from .models import gpt2_tokenizer_file, package_versions
 from .procfs import nvidia_driver_present
 from .spec import stable_hash
@@ -539,7 +540,8 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
         timing["held_out_s"] += time.perf_counter() - t1
         done_ckpts[step] = {"step": step, "model": trained.ident_of(run, step), "held_out_loss": loss,
                             "train_loss": last_train, "tokens_seen": step * tokens_per_step,
-                            "sha256": _sha256(out / "model.safetensors")}
+                            "sha256": (sha := _sha256(out / "model.safetensors")),
+                            "weights_sha256": weights_digest({"model.safetensors": sha})}
         trained.write_run(run, {**rec, "log": log, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])},
                           cache_dir)
         timing["checkpoint_s"] += time.perf_counter() - t0

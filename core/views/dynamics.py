@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
+from ..integrity import describe_duplicate
 from ..selection import METRICS
 from .common import View, _manifest
 
@@ -277,8 +278,9 @@ def summary(series: dict) -> dict:
         "held_out_loss_last": ck[-1]["held_out_loss"] if ck else None,
         "frequency": _freq_summary(freq),
         "qk": _qk_summary(series) if has_attention(series) else None,
+        "duplicates": list(series.get("duplicates") or []),
     }
-    out["findings"] = _findings(out)
+    out["findings"] = [describe_duplicate(d) for d in out["duplicates"]] + _findings(out)
     return out
 
 

@@ -18,6 +18,7 @@ HUB_ID = "test-org/tiny-neox"
 REVISIONS = ("step0", "step1", "step2")
 
 
+DUP_ID = "test-org/tiny-neox-dup"  # its step2 holds the same weights as step1 (as some Pythia revisions do)
 OTHER_ID = "test-org/tiny-bloom"  # an architecture without attention statistics (Bloom's fused layout)
 
 
@@ -56,6 +57,7 @@ def hf_home(tmp_path_factory):
         tok.save_pretrained(snap)
 
     _hub_model(home, HUB_ID, REVISIONS, neox)
+    _hub_model(home, DUP_ID, ("step0", "step1", "step2"), lambda i, snap: neox(min(i, 1), snap))  # step2 = step1
     _hub_model(home, OTHER_ID, ("step0", "step1"), bloom)
     return home
 
@@ -162,3 +164,25 @@ def test_series_of_an_architecture_without_attention_statistics(hf_home, tmp_pat
     rec = hub_series.read("hub:" + OTHER_ID, cache)
     assert hub_series.no_attention(rec) == got["attention_note"]
     assert hub_series.no_attention({**rec, "no_attention_code": "an older version"}) is None
+
+
+@pytest.mark.slow
+def test_a_revision_with_the_same_weights_as_another_is_flagged_and_analysed_once(hf_home, tmp_path):
+    """Checkpoint integrity: the weights of every revision are hashed when the series is made; a revision
+    that repeats an earlier step's weights is named (record, CLI output, findings) and not analysed as a
+    distinct step."""
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n\n".join(f"Document {i} says the cat sat on the mat." for i in range(30)))
+    cache, out = tmp_path / "cache", tmp_path / "series.json"
+    r = _run(hf_home, "series", "--hub", DUP_ID, "--revisions", "step0,step1,step2", "--corpus", str(corpus),
+             "--max-tokens", "200", "--sample", "50", "--cache-dir", str(cache), "--quiet", "--out", str(out))
+    assert r.returncode == 0, r.stderr
+    got = json.loads(out.read_text())
+    ck = got["record"]["checkpoints"]
+    assert all(len(c["weights_sha256"]) == 64 for c in ck)
+    assert ck[1]["weights_sha256"] == ck[2]["weights_sha256"] != ck[0]["weights_sha256"]
+    assert got["record"]["integrity"]["duplicates"] == got["duplicates"]
+    assert [(d["step"], d["same_as"], d["revision"]) for d in got["duplicates"]] == [(2, 1, "step2")]
+    assert got["steps"] == [0, 1] and len(got["results"]) == 2
+    assert "same weights as revision step1" in got["summary"]["findings"][0]
+    assert "same weights as revision step1" in r.stderr
