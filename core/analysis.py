@@ -14,6 +14,7 @@ from . import dimension as D
 from . import metrics as M
 from . import outliers as O
 from . import statistics as S
+from .chain.summary import massive_section
 from .config import CONFIG, cache_identity
 from .geometry import cka_section
 from .postprocess import PostProcess
@@ -117,7 +118,10 @@ def outlier_report(stats, rows: list[dict]) -> dict:
         "activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; persistent in "
                                f">= {CONFIG.activation_persistence:.0%} of layers",
                        "per_layer": act, "persistent": O.persistent_activation_outliers(act)},
-        "massive_activations": _relabel(O.massive_activations(a["max_abs"], med), stats.layer_ids),
+        "massive_activations": [
+            {**m, **{k: v for k, v in where.items() if k not in ("layer", "median", "ratio")}}
+            for m, where in zip(_relabel(O.massive_activations(a["max_abs"], med), stats.layer_ids),
+                                massive_section(stats))],
     }
     if "norm_weight" in a:
         norm = O.norm_param_outliers(a["norm_weight"], a.get("norm_bias"))

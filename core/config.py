@@ -29,7 +29,8 @@ STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config",
                  "core.modalities.items", "core.modalities.run", "core.convert.dinov2", "core.convert.whisper",
                  "core.convert.mobilenet", "core.convert.ct2")
 # ... and those that turn statistics into results (results.json, what-ifs, baselines).
-RESULTS_MODULES = ("core.analysis", "core.statistics", "core.metrics", "core.outliers", "core.ablation", "core.postprocess",
+RESULTS_MODULES = ("core.analysis", "core.statistics", "core.metrics", "core.outliers", "core.chainstats", "core.ablation",
+                   "core.postprocess",
                    "core.config", "core.dimension", "core.geometry")
 # ... the attention statistics (their own pass over the corpus) and the controlled drift experiment.
 ATTENTION_MODULES = ("core.attention.arch", "core.attention.stats", "core.attention.summary", "core.attention.run",

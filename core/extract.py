@@ -34,7 +34,7 @@ from .models import torch_dtype
 from .progress import Progress
 
 __all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
-           "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS",
+           "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS", "ARGMAX_KEYS",
            "NonFiniteHiddenState"]
 
 # Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
@@ -43,6 +43,9 @@ SUM_KEYS = ("n", "n_seq", "intra_n", "sum_doc_n_sq", "group_sum_u", "group_n", "
             "sum_x", "sum_abs", "sum_abs2", "sum_f", "sum_f2", "sum_f_abs", "intra_sum", "id_sum_u",
             "id_counts", "bin_sum_u", "bin_n")
 MAX_KEYS = ("max_abs",)
+# Where each max |x_d| sits (issue 24, massive activations): per layer and dim, the token id and the position in its
+# window of the analysed token that holds max_abs; merged by taking the side whose max_abs is larger.
+ARGMAX_KEYS = ("max_abs_token_id", "max_abs_position")
 STATS_CHUNK_TOKENS = 2048  # padded positions per chunk of the float64 statistics (bounds memory)
 
 
@@ -262,6 +265,7 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
         "sum_doc_sq": torch.zeros(L1, **f64), "sum_norm": torch.zeros(L1, **f64),
         "sum_x": torch.zeros(L1, d, **f64), "sum_abs": torch.zeros(L1, d, **f64),
         "sum_abs2": torch.zeros(L1, d, **f64), "max_abs": torch.zeros(L1, d, **f64),
+        "max_abs_at": torch.full((L1, d), -1.0, **f64),  # global analysed index of the token holding max_abs
         "sum_f_abs": torch.zeros(L1, d, **f64), "intra_sum": torch.zeros(L1, **f64),
         "intra_n": torch.zeros(L1, **f64),
         "id_sum_u": torch.zeros(L1, len(plan.tracked), d, **f64),
@@ -324,9 +328,15 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             progress(Progress("forward", done_tokens, N, rate, (N - done_tokens) / rate if rate else float("nan"),
                               f"{done_tokens:,} of {N:,} tokens"))
     if reduce is not None:  # every process's sums (and sample rows) into each: the torchrun path
+        at = acc.pop("max_abs_at")
+        local_max = acc["max_abs"].clone()
         acc["sample"] = sample
         reduce(acc)
         sample = acc.pop("sample")
+        # Where the maximum sits: each process offers its index where its own maximum is the global one
+        # (-1 elsewhere); the largest offered index wins (ties between processes: the later token).
+        acc["max_abs_at"] = torch.where(local_max == acc["max_abs"], at, torch.full_like(at, -1.0))
+        reduce({"max_abs_at": acc["max_abs_at"]}, max_keys=("max_abs_at",))
     el = time.perf_counter() - t0
     progress(Progress("forward", N, N, N / el if el > 0 else 0.0, 0.0, "done"))
     timing = {"forward_s": el, "tokens_per_s": plan.n_tokens / el if el > 0 else 0.0,
@@ -438,6 +448,12 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     grp = torch.as_tensor(plan.group_of[b], device=dev)
     chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step], grp[r0:r0 + step],
                             luts, plan.cfg.freq_bins, r0, len(plan.tracked)) for r0 in range(0, B, step)]
+    gidx = np.full((B, T), -1.0)  # the global analysed index of each position (-1: not analysed)
+    for r, i in enumerate(b):
+        gidx[r, an[r]] = plan.offsets[i] + np.arange(plan.n_an[i])
+    gidx_t = torch.as_tensor(gidx, dtype=torch.float64, device=dev)
+    for c in chunks:
+        c["gidx"] = gidx_t[c["r0"]:c["r0"] + len(c["seq_n"])].reshape(-1)
     sel_flat, sel_k = _sample_positions(b, an, plan)
     sel_flat_t, sel_k_t = torch.as_tensor(sel_flat, device=dev), torch.as_tensor(sel_k, device=dev)
     norm_sums = torch.zeros(len(hs), dtype=torch.float64, device=dev)
@@ -497,6 +513,17 @@ def _finalise(windows: TokenWindows, plan: ExtractionPlan, arrays: dict, sample:
     pos = np.asarray([np.flatnonzero(analysed[w])[g - offsets[w]] for w, g in zip(win_of, plan.sample_global)],
                      dtype=np.int64)
     s_ids = all_tok[plan.sample_global]
+    if "max_abs_at" in arrays:  # where each layer's max |x_d| sits: token id and position in its window
+        at = arrays.pop("max_abs_at").astype(np.int64)
+        ok = at >= 0  # -1: the dim is zero at every analysed token
+        g = np.where(ok, at, 0)
+        w_of = np.searchsorted(offsets, g, side="right") - 1
+        ranks = g - offsets[w_of]  # rank among the window's analysed positions
+        firsts = [np.flatnonzero(m) for m in analysed]
+        pos_at = np.asarray([firsts[w][r] if len(firsts[w]) else 0 for w, r in zip(w_of.ravel(), ranks.ravel())],
+                            dtype=np.int64).reshape(at.shape)
+        arrays.update(max_abs_token_id=np.where(ok, all_tok[g] if len(all_tok) else 0, -1),
+                      max_abs_position=np.where(ok, pos_at, -1))
     arrays.update(sample_token_id=s_ids, sample_window=win_of, sample_position=pos,
                   sample_doc=windows.doc[win_of], sample_freq=plan.freq_lut[s_ids])
     return arrays
@@ -575,7 +602,10 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     ax = torch.abs(x, out=t)
     sum_ax = ax.sum((0, 1))
     acc["sum_abs"][layer] += sum_ax
-    acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
+    top, at = ax.reshape(-1, d).max(0)  # (d,) the chunk's max |x_d| and its flat position
+    better = top > acc["max_abs"][layer]  # strictly larger: the first token holding a maximum keeps it
+    acc["max_abs"][layer] = torch.where(better, top, acc["max_abs"][layer])
+    acc["max_abs_at"][layer] = torch.where(better, c["gidx"][at], acc["max_abs_at"][layer])
     intra, n_intra = M.intra_sentence_sums(S, Sx, c["seq_n"])  # Ethayarajh's intra-sentence similarity
     acc["intra_sum"][layer] += intra
     acc["intra_n"][layer] += n_intra
@@ -607,4 +637,8 @@ def merge_stats(a: dict, b: dict) -> dict:
         out[k] = a[k] + b[k]
     for k in MAX_KEYS:
         out[k] = np.maximum(a[k], b[k])
+    if all(k in a and k in b for k in ARGMAX_KEYS):
+        b_wins = b["max_abs"] > a["max_abs"]
+        for k in ARGMAX_KEYS:
+            out[k] = np.where(b_wins, b[k], a[k])
     return out

@@ -40,6 +40,7 @@ __all__ = [
     "partition_isotropy",
     "pairwise_cosine_histogram",
     "high_norm_share",
+    "high_norm_split",
     "sample_mean_cosine",
 ]
 
@@ -886,3 +887,30 @@ def high_norm_share(X: np.ndarray) -> float:
         return 0.0
     above, separation = _otsu_split(logn)
     return above / X.shape[0] if separation >= HIGH_NORM_SEPARATION else 0.0
+
+
+def high_norm_split(X: np.ndarray) -> dict:
+    """Where `high_norm_share` splits: ``threshold`` (the norm at Otsu's split of the log-norms, the
+    geometric mean of the two norms around it; None when there is no split), ``separation`` (its
+    effectiveness), ``share`` (as `high_norm_share`) and ``mask`` (K,) of the high-norm rows (all False
+    when the log-norms form one group).
+
+    >>> X = np.ones((10, 2)); X[:2] *= 100.0
+    >>> s = high_norm_split(X); round(s["threshold"], 3), s["share"], s["mask"][:3].tolist()
+    (14.142, 0.2, [True, True, False])
+    """
+    X = _sample(X)
+    norms = np.linalg.norm(X, axis=1)
+    pos = norms[norms > 0]
+    logn = np.sort(np.log(pos))
+    none = {"threshold": None, "separation": 0.0, "share": 0.0, "mask": np.zeros(X.shape[0], dtype=bool)}
+    if logn.shape[0] < 2:
+        return none
+    above, separation = _otsu_split(logn)
+    if above == 0:
+        return {**none, "separation": separation}
+    tau = float(np.exp((logn[-above - 1] + logn[-above]) / 2))
+    if separation < HIGH_NORM_SEPARATION:
+        return {**none, "threshold": tau, "separation": separation}
+    mask = norms > tau
+    return {"threshold": tau, "separation": separation, "share": above / X.shape[0], "mask": mask}

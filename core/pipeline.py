@@ -30,6 +30,7 @@ from .extract import Progress, extract_stats
 from .modalities import corpus_modality, modal_fingerprint
 from .modalities import run as modal
 from .modalities.adapters import adapter_for
+from .modalities.items import FRAME_SECONDS
 from .models import (
     check_model_ident,
     describe_model,
@@ -249,6 +250,10 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
             "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"]),
             "sample_special": np.isin(arrays["sample_token_id"], list(lm.tokenizer.all_special_ids or [])).tolist()}
+    if "max_abs_token_id" in arrays:  # the tokens holding each layer's max |x_d| (massive activations), by id
+        top_ids = sorted({int(i) for i in np.unique(arrays["max_abs_token_id"]) if i >= 0})
+        meta["max_abs_tokens"] = dict(zip(map(str, top_ids), lm.tokenizer.convert_ids_to_tokens(top_ids)))
+        meta["special_ids"] = sorted(int(i) for i in (lm.tokenizer.all_special_ids or []))
     try:
         norms = norm_parameters(lm.model)
         arrays["norm_weight"] = norms["weights"]
@@ -319,6 +324,11 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
     meta["norm_modules"] = []
     meta["norm_error"] = "LayerNorm-parameter outliers are computed for text models only."
     meta["modality"] = modality
+    # How a position of an item reads (where high-norm tokens and massive activations sit): the patch grid
+    # after `n_prefix` positions (CLS) for images, 20 ms frames for audio.
+    meta["position_layout"] = {"modality": modality, "grid": list(items.grid) if items.grid else None,
+                               "n_prefix": int(getattr(items, "n_prefix", 0) or 0),
+                               "frame_seconds": float(FRAME_SECONDS) if modality == "audio" else None}
     info = info | lm.info
     manifest = {
         "spec": parts["spec"],

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from . import chainstats as C
 from . import geometry as G
 from . import metrics as M
 from .config import CONFIG
@@ -101,6 +102,11 @@ class Sample:
     def eigvals(self) -> np.ndarray:
         """Covariance eigenvalues (descending), shared by the spectral statistics."""
         return M._cov_eigvals(M._sample(self.X))
+
+    @cached_property
+    def abs_median(self) -> float:
+        """The median of |x| over the K x d values of the sample (massive activations' reference)."""
+        return float(np.median(np.abs(self.X))) if self.X.size else math.nan
 
     @cached_property
     def neighbours(self) -> tuple[np.ndarray, int]:
@@ -187,6 +193,17 @@ def _adjusted(key: str) -> Callable[[Layer], float]:
 
 def _outlier_dims(c: Layer) -> list[int]:
     return activation_outliers(c.run.mean_abs[c.l:c.l + 1, :int(c.run.widths[c.l])])[0]
+
+
+def _massive_ratio(c: Layer) -> float:
+    """Top-1 max |x_d| over all analysed tokens / the median |x| of the layer's sample (Sun et al. 2024)."""
+    if c.sample.K < 1:
+        return math.nan
+    return C.massive_layer(c.a["max_abs"][c.l, :int(c.run.widths[c.l])], c.sample.abs_median)["ratio"]
+
+
+def _massive_count(factor: float) -> Callable[[Sample], int]:
+    return lambda s: C.count_above(np.abs(s.X), s.abs_median, factor)
 
 
 def _frequency_binned(c: Layer) -> list:
@@ -377,6 +394,32 @@ STATISTICS: tuple[Statistic, ...] = (
             "0: the log-norms form one group (no high-norm tokens)",
             "a few percent: a small separate group of tokens with far larger norms (high-norm tokens)",
             "Darcet et al. 2024 (Vision Transformers Need Registers); Otsu 1979")),
+    Statistic(
+        "massive_ratio", "exact", _massive_ratio, ("max_abs", "sample"),
+        "Massive activation (top-1 / median)", "max_t,d |x_td| / median |x| (log scale)",
+        Definition(
+            "the largest |x_td| of the layer over all analysed tokens and dims, divided by the median of |x_td| over "
+            "the K x d values of the layer's token sample (Sun et al. 2024's top-1 / median)",
+            r"\frac{\max_{t,d} |x_{t,d}|}{\operatorname{median}_{t \in \text{sample},\,d} |x_{t,d}|}",
+            "thousands: a massive activation (one value per sequence far above the rest, usually at the first token)",
+            "tens or less: no value stands out",
+            "Sun et al. 2024 (Massive Activations in Large Language Models)"),
+        figure=Figure(log_y=True, estimate="top: max over all analysed tokens; median: over the K x d values of "
+                                            "the layer's token sample")),
+    Statistic(
+        "massive_count_100x", "count", _massive_count(100.0), ("sample",),
+        axis="values |x_td| of the layer's token sample above 100 x its median |x|",
+        definition=Definition(
+            "how many of the K x d values |x_td| of the layer's token sample exceed 100 times their median",
+            r"\big|\{(t, d) : |x_{t,d}| > 100\,\operatorname{median} |x|\}\big|\ \text{(token sample)}",
+            "massive activations in the sample", "none", "Sun et al. 2024")),
+    Statistic(
+        "massive_count_1000x", "count", _massive_count(1000.0), ("sample",),
+        axis="values |x_td| of the layer's token sample above 1000 x its median |x|",
+        definition=Definition(
+            "how many of the K x d values |x_td| of the layer's token sample exceed 1000 times their median",
+            r"\big|\{(t, d) : |x_{t,d}| > 1000\,\operatorname{median} |x|\}\big|\ \text{(token sample)}",
+            "massive activations in the sample", "none", "Sun et al. 2024")),
     Statistic("intrinsic_dim_duplicates", "count", lambda s: s.neighbours[1], ("sample",),
               axis="duplicate sample vectors dropped before the intrinsic dimension"),
     Statistic(

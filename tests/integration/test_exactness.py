@@ -158,6 +158,11 @@ def test_streaming_metrics_match_naive(case):
         np.testing.assert_allclose(mabs[l], ref["mean_abs"], atol=TOL, rtol=TOL)
         np.testing.assert_allclose(stats.arrays["sum_x"][l] / stats.n_tokens, ref["mean_x"], atol=TOL)
         np.testing.assert_allclose(stats.arrays["max_abs"][l], ref["max_abs"], atol=TOL, rtol=TOL)
+        # ... and where each max |x_d| sits (massive activations): its token id and position in its window
+        # (ties: the embeddings of one token id repeat, so any token holding the maximum will do)
+        for k, (tid, p) in enumerate(zip(stats.arrays["max_abs_token_id"][l], stats.arrays["max_abs_position"][l])):
+            holders = np.flatnonzero((tok == tid) & (case["pos"] == p))
+            assert len(holders) and np.abs(Xl[holders, k]).max() == pytest.approx(ref["max_abs"][k], rel=TOL), (l, k)
         # Pearson r between log corpus frequency and |x_d|, every dimension
         naive_r = np.array([np.corrcoef(logf, np.abs(Xl[:, k]))[0, 1] for k in range(Xl.shape[1])])
         np.testing.assert_allclose(fr[l], naive_r, atol=TOL)

@@ -24,10 +24,11 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("inputs", ("core.trained", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
-    ("statistics", ("core.statistics", "core.outliers", "core.outliers*")),  # the registry and the outlier rules
+    # the registry and the outlier rules (with the outlier chain's)
+    ("statistics", ("core.statistics", "core.outliers", "core.outliers*", "core.chainstats")),
     ("runs", ("core.extract", "core.analysis", "core.ablation", "core.distributed",
               "core.pipeline", "core.prepare", "core.attention", "core.attention*", "core.projection", "core.series",
-              "core.train", "core.drift", "core.results", "core.selection")),
+              "core.train", "core.drift", "core.results", "core.selection", "core.chain", "core.chain.*")),
     ("views", ("core.views", "core.views.*", "core.export", "core.report")),
     ("entry points", ("core.jobs", "core.cli", "core.__main__")),
     ("ui state", ("ui", "ui.state", "ui.data")),
