@@ -99,12 +99,15 @@ class ViTAdapter:
         prefix = 1 + int(getattr(model.config, "num_register_tokens", 0) or 0)
         return prefix + g * g, prefix, (g, g)
 
-    def forward(self, model, items, b, dev, pad_id: int = 0):
+    def inputs(self, model, items, b, dev) -> dict:
+        """The forward's keyword inputs for items `b` (the chain ablations run the same inputs)."""
         # lazy: keeps torch out of a cache hit
         import torch
 
-        x = torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)
-        out = model(pixel_values=x, output_hidden_states=True)
+        return {"pixel_values": torch.as_tensor(_pixels([items.payload[i] for i in b])).to(dev)}
+
+    def forward(self, model, items, b, dev, pad_id: int = 0):
+        out = model(**self.inputs(model, items, b, dev), output_hidden_states=True)
         return hidden_states_of(out), None
 
 
@@ -114,7 +117,8 @@ class WhisperEncoderAdapter:
     def dims(self, model) -> tuple[int, int]:
         return int(model.config.encoder_layers) + 1, int(model.config.d_model)
 
-    def forward(self, model, items, b, dev, pad_id: int = 0):
+    def inputs(self, model, items, b, dev) -> dict:
+        """The forward's keyword inputs for items `b` (the chain ablations run the same inputs)."""
         # lazy: keeps torch out of a cache hit
         import torch
 
@@ -122,8 +126,10 @@ class WhisperEncoderAdapter:
         for i in b:
             clip, start = items.payload[i]
             feats.append(log_mel(clip.load(start, WHISPER_SECONDS)))  # only this window is decoded
-        x = torch.as_tensor(np.stack(feats)).to(dev)
-        out = model(input_features=x, output_hidden_states=True)
+        return {"input_features": torch.as_tensor(np.stack(feats)).to(dev)}
+
+    def forward(self, model, items, b, dev, pad_id: int = 0):
+        out = model(**self.inputs(model, items, b, dev), output_hidden_states=True)
         return hidden_states_of(out), None
 
 
