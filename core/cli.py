@@ -11,6 +11,8 @@
     python -m core jobs list|cancel ID|retry ID
     python -m core analyze ... --attention      (adds the `attention` section, cached apart)
     python -m core attention --model M --corpus C [...] --out attention.json
+    python -m core analyze ... --chain          (adds the `chain` section: the outlier chain, cached apart)
+    python -m core chain --model M --corpus C [--max-tokens N] [--ablate] [...] --out chain.json
     python -m core drift-experiment [--d 64 --heads 4 --alphas ... --taus ...] --out drift.json
 
 Errors print one clear line and exit non-zero, without a traceback.
@@ -28,6 +30,8 @@ from pathlib import Path
 
 from . import jobs
 from .attention import layer_means, run_attention
+from .chain.run import ablations as chain_ablations
+from .chain.run import chain_section
 from .config import CONFIG
 from .corpora import list_corpora
 from .distributed import RankFailed, group_from_env, rank_from_env, world_size_from_env
@@ -308,6 +312,8 @@ def cmd_analyze(a) -> int:
         res["ablation"] = ab
     if a.attention:
         res["attention"] = att
+    if a.chain:
+        res["chain"] = chain_section(run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -557,6 +563,31 @@ def cmd_attention(a) -> int:
     return 0
 
 
+def cmd_chain(a) -> int:
+    spec = _spec(a)
+    _check_out(a.out)
+    run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
+    t0 = time.perf_counter()
+    res = analyze(run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    sec = chain_section(run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    out = {"manifest": res["manifest"], **sec,
+           "ablations": (chain_ablations(run, sec, res, cache_dir=a.cache_dir, progress=_Bar(a.quiet))
+                         if a.ablate else None)}
+    _write(a.out, out)
+    _Bar.end_line()
+    _warnings(res["manifest"])
+    peak = max(sec["massive"], key=lambda m: m["ratio"] if m["ratio"] is not None else -1.0)
+    sw = ", ".join(f"block {s['block']} {s['module']}[{s['row']}, {s['col']}] = {s['value']:.3g}"
+                   for s in sec["super_weights"]) or "none"
+    sink = sec["sink_rate"].get("rate")
+    print(f"{res['manifest']['model']['label']}: super weights: {sw}; top-1/median peaks at layer {peak['layer']} "
+          f"(x{peak['ratio']:.0f}, dim {peak['dim']}, {peak.get('position_class') or 'position unknown'}); "
+          f"sink rate {'n/a' if sink is None else f'{sink:.2f}'}; LLM.int8 outlier dims {sec['int8_outliers']['dims']} "
+          f"({'cache hit' if sec.get('cache_hit') else 'computed'}, {time.perf_counter() - t0:.1f} s) -> {a.out}",
+          file=sys.stderr)
+    return 0
+
+
 def _floats(text: str, name: str) -> tuple[float, ...]:
     try:
         return tuple(float(x) for x in text.split(",") if x.strip())
@@ -586,6 +617,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(an)
     an.add_argument("--attention", action="store_true",
                     help="add the `attention` section (attention statistics per layer and head; cached apart)")
+    an.add_argument("--chain", action="store_true",
+                    help="add the `chain` section (super weights, massive activations, high-norm tokens, sink rate, "
+                         "LLM.int8 outliers; cached apart)")
     an.set_defaults(fn=cmd_analyze)
     ou = sub.add_parser("outliers", help="outlier dimensions, frequency link and (--ablate) the LM-loss ablation")
     _add_run_args(ou)
@@ -674,6 +708,12 @@ def build_parser() -> argparse.ArgumentParser:
     at = sub.add_parser("attention", help="attention entropy, sinks, outlier link, query/key geometry per head")
     _add_run_args(at)
     at.set_defaults(fn=cmd_attention)
+    ch = sub.add_parser("chain", help="the outlier chain: super weights, massive activations, high-norm tokens, "
+                                      "sink rate, LLM.int8 outliers (--ablate: break it link by link)")
+    _add_run_args(ch)
+    ch.add_argument("--ablate", action="store_true",
+                    help="add the `ablations` section: super weights, massive dims, outlier dims zeroed, with controls")
+    ch.set_defaults(fn=cmd_chain)
     dr = sub.add_parser("drift-experiment", help="random block: input drift alpha x temperature tau (Godey et al.)")
     dr.add_argument("--d", type=int, default=64, help="model width")
     dr.add_argument("--heads", type=int, default=4)

@@ -1,0 +1,198 @@
+"""Hooks of the chain pass: per block, the MLP output projection's largest |input| and |output|
+channels (super weights), the LLM.int8 counts on the inputs of the attention and MLP projections,
+and alpha_1 (attention to the first position) per head.
+
+Per-architecture module names, relative to a block (`mlp_modules`):
+
+| architecture | MLP output projection | attention input | MLP input |
+|---|---|---|---|
+| LLaMA-type (SmolLM2) | `mlp.down_proj` | `self_attn.q_proj` | `mlp.up_proj` |
+| GPT-2 | `mlp.c_proj` (Conv1D: weight is in x out) | `attn.c_attn` | `mlp.c_fc` |
+| GPT-NeoX (Pythia) | `mlp.dense_4h_to_h` | `attention.query_key_value` | `mlp.dense_h_to_4h` |
+| BERT (MiniLM) | `output.dense` | `attention.self.query` | `intermediate.dense` |
+| ViT / DINOv2 (`Dinov2Layer`) | `mlp.fc2` | `attention.attention.query` | `mlp.fc1` |
+| Whisper encoder | `fc2` | `self_attn.q_proj` | `fc1` |
+
+Blocks are numbered from 0 as the model's module list numbers them: block b reads hidden_states[b]
+and writes hidden_states[b + 1] (layer 0 = embeddings). Hooks never outlive `ChainHooks.hooks()`.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Iterator
+
+# Relative names, tried in order (the first one a block has is used).
+OUT_PROJ = ("mlp.down_proj", "mlp.c_proj", "mlp.dense_4h_to_h", "output.dense", "mlp.fc2", "fc2")
+ATTN_IN = ("self_attn.q_proj", "attn.c_attn", "attention.query_key_value", "attention.self.query",
+           "attention.attention.query", "attention.query")
+MLP_IN = ("mlp.up_proj", "mlp.c_fc", "mlp.dense_h_to_4h", "intermediate.dense", "mlp.fc1", "fc1")
+
+
+@dataclass
+class BlockModules:
+    """One block's modules of the chain pass (`out_name`: the MLP output projection's name in the model)."""
+
+    block: int
+    out_proj: object
+    out_name: str
+    out_rel: str  # its name relative to the block ("mlp.down_proj")
+    attn_in: object | None
+    mlp_in: object | None
+
+
+def _get(module, path: str):
+    for part in path.split("."):
+        module = getattr(module, part, None)
+        if module is None:
+            return None
+    return module
+
+
+def _blocks(model) -> tuple[str, list]:
+    """(name, modules) of the model's list of Transformer blocks: the longest ModuleList whose
+    items have one of the MLP output projections (an encoder-decoder's encoder only)."""
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    best: tuple[str, list] = ("", [])
+    for name, m in model.named_modules():
+        if "decoder" in name.split("."):
+            continue
+        if isinstance(m, torch.nn.ModuleList) and len(m) > len(best[1]):
+            if all(any(_get(b, p) is not None for p in OUT_PROJ) for b in m):
+                best = (name, list(m))
+    return best
+
+
+def mlp_modules(model) -> list[BlockModules]:
+    """Every block's MLP output projection and the first projections reading the residual stream.
+    Raises ValueError when the model has no recognised blocks."""
+    name, blocks = _blocks(model)
+    if not blocks:
+        raise ValueError(f"{type(model).__name__}: no block with an MLP output projection among "
+                         + ", ".join(OUT_PROJ))
+    out = []
+    for b, blk in enumerate(blocks):
+        rel = next(p for p in OUT_PROJ if _get(blk, p) is not None)
+        out.append(BlockModules(b, _get(blk, rel), f"{name}.{b}.{rel}" if name else f"{b}.{rel}", rel,
+                                next((_get(blk, p) for p in ATTN_IN if _get(blk, p) is not None), None),
+                                next((_get(blk, p) for p in MLP_IN if _get(blk, p) is not None), None)))
+    return out
+
+
+def out_proj_weight(mod):
+    """The output projection's weight as (out, in) (GPT-2's Conv1D stores in x out)."""
+    W = mod.weight.detach()
+    return W.T if type(mod).__name__ == "Conv1D" else W
+
+
+class ChainHooks:
+    """Accumulators of the chain pass, on the device, updated by forward hooks.
+
+    Per block b (B blocks): ``max_in`` (B, d_in) max over counted positions of |input channel| of the
+    MLP output projection, ``max_out`` (B, d_out) of |output channel|; per site s in ("attention",
+    "mlp") ``int8_<s>`` (B, d) the counted positions with |x_d| >= `threshold` on that input and
+    ``n_<s>`` (B,) the counted positions; with `attention` (eager attention), ``alpha_sum`` (B_attn, H)
+    the sum over windows of alpha_1 and ``alpha_n`` the windows.
+
+    Set `mask` (a (batch, T) bool tensor of the positions to count) before each forward; positions
+    beyond it (or all, when the hook's T differs from the mask's) are counted as the mask says or all.
+    """
+
+    def __init__(self, model, threshold: float = 6.0, attention=None):
+        self.blocks = mlp_modules(model)
+        self.threshold = float(threshold)
+        self.attention = attention  # core.attention.arch.Arch, or None
+        self.mask = None
+        self.n_real = None  # (batch,) real positions per window, for alpha_1
+        self.acc: dict = {}
+
+    def _masked_abs(self, x):
+        # lazy: keeps torch out of a cache hit
+        import torch
+
+        a = x.detach().abs().float()
+        if a.dim() == 2:  # (T, C): one unbatched window
+            a = a.unsqueeze(0)
+        m = self.mask
+        if m is not None and tuple(m.shape) == tuple(a.shape[:2]):
+            a = torch.where(m.unsqueeze(-1), a, torch.zeros((), dtype=a.dtype, device=a.device))
+            n = m.sum()
+        else:
+            n = torch.tensor(a.shape[0] * a.shape[1], device=a.device)
+        return a, n
+
+    def _put_max(self, key: str, b: int, v, n_blocks: int) -> None:
+        # lazy: keeps torch out of a cache hit
+        import torch
+
+        if key not in self.acc:
+            self.acc[key] = torch.zeros(n_blocks, v.shape[-1], dtype=torch.float64, device=v.device)
+        self.acc[key][b] = torch.maximum(self.acc[key][b], v.double())
+
+    def _out_hook(self, b: int):
+        def hook(_mod, args, out):
+            a_in, _ = self._masked_abs(args[0])
+            a_out, _ = self._masked_abs(out[0] if isinstance(out, tuple) else out)
+            self._put_max("max_in", b, a_in.amax((0, 1)), len(self.blocks))
+            self._put_max("max_out", b, a_out.amax((0, 1)), len(self.blocks))
+        return hook
+
+    def _in_hook(self, b: int, site: str):
+        def hook(_mod, args):
+            # lazy: keeps torch out of a cache hit
+            import torch
+
+            a, n = self._masked_abs(args[0])
+            big = (a >= self.threshold).sum((0, 1)).double()
+            key = f"int8_{site}"
+            if key not in self.acc:
+                self.acc[key] = torch.zeros(len(self.blocks), big.shape[-1], dtype=torch.float64, device=big.device)
+                self.acc[f"n_{site}"] = torch.zeros(len(self.blocks), dtype=torch.float64, device=big.device)
+            self.acc[key][b] += big
+            self.acc[f"n_{site}"][b] += n.double()
+        return hook
+
+    def _attn_hook(self, l: int):
+        def hook(_mod, _args, out):
+            # lazy: keeps torch out of a cache hit
+            import torch
+
+            w = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+            if w is None:
+                raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
+            B, H, T, _ = w.shape
+            n = self.n_real if self.n_real is not None and len(self.n_real) == B else torch.full((B,), T, device=w.device)
+            real = (torch.arange(T, device=w.device)[None, :] < n[:, None]).to(torch.float64)  # (B, T) real queries
+            alpha = torch.einsum("bht,bt->bh", w[:, :, :, 0].double(), real) / n.clamp_min(1)[:, None].double()
+            if "alpha_sum" not in self.acc:
+                L = len(self.attention.layers)
+                self.acc["alpha_sum"] = torch.zeros(L, H, dtype=torch.float64, device=w.device)
+                self.acc["alpha_n"] = torch.zeros(L, dtype=torch.float64, device=w.device)
+            self.acc["alpha_sum"][l] += alpha.sum(0)
+            self.acc["alpha_n"][l] += B
+            return None
+        return hook
+
+    @contextmanager
+    def hooks(self) -> Iterator[None]:
+        handles = []
+        try:
+            for bm in self.blocks:
+                handles.append(bm.out_proj.register_forward_hook(self._out_hook(bm.block)))
+                if bm.attn_in is not None:
+                    handles.append(bm.attn_in.register_forward_pre_hook(self._in_hook(bm.block, "attention")))
+                if bm.mlp_in is not None:
+                    handles.append(bm.mlp_in.register_forward_pre_hook(self._in_hook(bm.block, "mlp")))
+            if self.attention is not None:
+                for l, al in enumerate(self.attention.layers):
+                    handles.append(al.module.register_forward_hook(self._attn_hook(l)))
+            yield
+        finally:
+            for h in handles:
+                h.remove()
+
+    def numpy(self) -> dict:
+        return {k: v.cpu().numpy() for k, v in self.acc.items()}
