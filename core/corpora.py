@@ -238,7 +238,11 @@ def _read_frame(path: Path, encoding: str | None = None, nrows: int | None = Non
 
 
 def _read_table(path: Path, text_column: str | None, encoding: str | None = None) -> list[str]:
-    df = _read_frame(path, encoding)
+    return _table_documents(_read_frame(path, encoding), path, text_column)[0]
+
+
+def _table_documents(df, path: Path, text_column: str | None):
+    """(documents, the index labels of the rows they come from) of a table's text column."""
     cols = [str(c) for c in df.columns]
     if not cols:
         raise InputError(f"{path.name} has no columns.")
@@ -253,7 +257,39 @@ def _read_table(path: Path, text_column: str | None, encoding: str | None = None
         text_cols = [c for c, k in zip(cols, df.columns) if df[k].map(lambda v: isinstance(v, str)).any()]
         raise InputError(f"Column {text_column!r} of {path.name} holds no text"
                          + (f"; columns with text: {text_cols}." if text_cols else "; no column of this table holds text."))
-    return [" ".join(v.split()) for v in strings.tolist() if v.strip()]
+    kept = [(k, " ".join(v.split())) for k, v in strings.items() if v.strip()]
+    return [d for _, d in kept], [k for k, _ in kept]
+
+
+MAX_META_COLUMNS = 50  # metadata columns offered for colouring (a wide table's first ones)
+META_PREFIX = "meta:"  # a metadata column where a column name meets the app's own (sample table, URL color=)
+
+
+def document_metadata(ident: str, text_column: str | None, encoding: str | None = None):
+    """The other columns of a table corpus, one row per document (row i describes document i of
+    `load_documents`: the rows whose text is empty are left out the same way), as a pandas DataFrame;
+    None for a corpus that is not a table. Values are kept as read (text); `metadata_kind` says how
+    a column reads. At most MAX_META_COLUMNS columns."""
+    if ident in BUILTIN_CORPORA or corpus_file(ident).suffix.lower() not in TABLE_SUFFIXES:
+        return None  # a text file, a built-in corpus, images or audio: no columns
+    path = open_corpus_file(ident)
+    df = _read_frame(path, encoding).reset_index(drop=True)  # a parquet's own index may repeat
+    _, rows = _table_documents(df, path, text_column)
+    keep = [c for c in df.columns if str(c) != text_column][:MAX_META_COLUMNS]
+    out = df.loc[rows, keep].reset_index(drop=True)
+    out.columns = [str(c) for c in keep]
+    return out
+
+
+def metadata_kind(values) -> str:
+    """"numeric" when every present value reads as a number (a colour scale), else "categorical"."""
+    import pandas as pd
+
+    v = pd.Series(values).dropna()
+    if v.empty:
+        return "categorical"
+    num = pd.to_numeric(v.astype(str).str.strip(), errors="coerce")
+    return "numeric" if num.notna().all() and np.isfinite(num.to_numpy(dtype=float)).all() else "categorical"
 
 
 def numeric_share(documents: list[str]) -> float:

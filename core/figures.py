@@ -20,6 +20,11 @@ from .escape import html_text
 OKABE_ITO = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000"]
 HIGHLIGHT = "#D55E00"  # vermillion: outliers, search matches
 MUTED = "#B3B3B3"
+# Categories (a metadata column's values): Okabe-Ito without its faint yellow, then three of Tol's muted
+# colours; the rarer categories are grouped in MUTED.
+CATEGORICAL = ["#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#000000", "#882255", "#999933",
+               "#44AA99"]
+MISSING = "#DDDDDD"  # no value (an empty cell, or a run whose corpus has no such column)
 REFERENCE = "#555555"
 # Published curves: grey, told apart by dash and marker (never mistaken for a measured colour).
 REFERENCE_STYLES = [("dot", "x-thin"), ("dashdot", "cross-thin"), ("longdash", "asterisk-open"), ("dash", "y-up-open")]
@@ -352,8 +357,10 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
     """Side-by-side 2-D scatter panels sharing one colour scale.
 
     panels: ``title``, ``x``, ``y``, ``x_title``, ``y_title``, ``hover`` (list of HTML strings),
-    ``color`` (numeric values for "continuous", hex colours for "discrete") and, for
-    ``color_mode == "highlight"``, ``match`` (bools: drawn on top in vermillion).
+    ``color`` (numeric values for "continuous", NaN: no value, drawn grey; hex colours for "discrete"),
+    for ``color_mode == "highlight"``, ``match`` (bools: drawn on top in vermillion), and for
+    ``color_mode == "categorical"``, ``groups`` (``name``, ``mask``, ``color``: one legend entry per
+    name, shared by the panels).
     """
     n = len(panels)
     cols = min(n, 2) if n > 2 else n
@@ -364,6 +371,13 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
     _titles(fig, title, subtitle)
     fig.update_layout(margin=dict(t=fig.layout.margin.t + 40))  # room for the panel titles
     hover_t = "%{text}<extra></extra>"
+    shown: set[str] = set()  # legend entries already drawn (one per name across the panels)
+
+    def first(name: str) -> bool:
+        new = name not in shown
+        shown.add(name)
+        return new
+
     for i, p in enumerate(panels):
         r, c = i // cols + 1, i % cols + 1
         x, y = np.asarray(p["x"], dtype=float), np.asarray(p["y"], dtype=float)
@@ -377,9 +391,23 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
                                      marker=dict(size=9, color=HIGHLIGHT, line=dict(width=1, color="black")),
                                      name="matches", legendgroup="match", showlegend=i == 0), row=r, col=c)
         elif color_mode == "continuous":
-            fig.add_trace(go.Scatter(x=x, y=y, mode="markers", text=hv, hovertemplate=hover_t, showlegend=False,
-                                     marker=dict(size=4, opacity=0.75, color=np.asarray(p["color"], dtype=float),
-                                                 coloraxis="coloraxis")), row=r, col=c)
+            v = np.asarray(p["color"], dtype=float)
+            ok = np.isfinite(v)
+            if not ok.all():
+                fig.add_trace(go.Scatter(x=x[~ok], y=y[~ok], mode="markers", text=hv[~ok], hovertemplate=hover_t,
+                                         marker=dict(size=4, color=MISSING, opacity=0.75), name="no value",
+                                         legendgroup="no value", showlegend=first("no value")), row=r, col=c)
+            fig.add_trace(go.Scatter(x=x[ok], y=y[ok], mode="markers", text=hv[ok], hovertemplate=hover_t,
+                                     showlegend=False, marker=dict(size=4, opacity=0.75, color=v[ok],
+                                                                   coloraxis="coloraxis")), row=r, col=c)
+        elif color_mode == "categorical":
+            for g in p["groups"]:
+                m = np.asarray(g["mask"], dtype=bool)
+                if not m.any():
+                    continue
+                fig.add_trace(go.Scatter(x=x[m], y=y[m], mode="markers", text=hv[m], hovertemplate=hover_t,
+                                         marker=dict(size=4, opacity=0.8, color=g["color"]), name=esc(g["name"]),
+                                         legendgroup=esc(g["name"]), showlegend=first(g["name"])), row=r, col=c)
         else:
             fig.add_trace(go.Scatter(x=x, y=y, mode="markers", text=hv, hovertemplate=hover_t, showlegend=False,
                                      marker=dict(size=4, opacity=0.75, color=list(p["color"]))), row=r, col=c)
@@ -390,6 +418,10 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
                                                                              thickness=14)))
     if color_mode == "highlight":
         fig.update_layout(legend=dict(x=1.0, xanchor="right", y=1.0, yanchor="top"))
+    if color_mode == "categorical":
+        fig.update_layout(legend=dict(title=dict(text=color_title), itemsizing="constant"))
+    elif color_mode == "continuous" and shown:  # "no value" beside the colour bar: inside the plot instead
+        fig.update_layout(legend=dict(x=1.0, xanchor="right", y=1.0, yanchor="top", itemsizing="constant"))
     return fig
 
 

@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from .corpora import META_PREFIX
 from .pipeline import get_stats, get_store, resolve
 from .postprocess import PostProcess
 from .spec import RunSpec, stable_hash
@@ -220,8 +221,11 @@ def project(spec: RunSpec, layer: int, method: str = "pca", post: PostProcess | 
     return {**meta, "xy": xy, "cached": False}
 
 
-def sample_table(stats):
-    """One row per sampled token: token, context, position, document, frequency (pandas)."""
+def sample_table(stats, metadata=None):
+    """One row per sampled token: token, context, position, document, frequency (pandas).
+
+    metadata: the corpus table's other columns, one row per document (core.corpora.document_metadata):
+    each sampled token takes its document's value, in a column "meta:<name>"."""
     import pandas as pd
 
     a = stats.arrays
@@ -242,4 +246,11 @@ def sample_table(stats):
         df["item"] = stats.meta["sample_item"]
     if "sample_special" in stats.meta:  # runs made before it was stored: position 0 is still known
         df["special"] = np.asarray(stats.meta["sample_special"], dtype=bool)
+    if metadata is not None and len(metadata):
+        doc = np.asarray(a["sample_doc"], dtype=np.int64)
+        ok = (doc >= 0) & (doc < len(metadata))  # always, unless the file changed under its name
+        for c in metadata.columns:
+            v = np.full(len(doc), None, dtype=object)
+            v[ok] = metadata[c].to_numpy(dtype=object)[doc[ok]]
+            df[META_PREFIX + str(c)] = v
     return df

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Mapping
 
-from .corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
+from .corpora import BUILTIN_CORPORA, META_PREFIX, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
 from .errors import InputError
 from .escape import shorten, visible
 from .hub_series import is_hub_series
@@ -66,9 +66,13 @@ X_AXES = ("layer", "depth")
 LAYER_BY = ("depth", "index")  # how the one-layer views pick each model's layer
 PROJ_METHODS = ("pca", "umap")
 PROJ_COLORS = ("log_frequency", "position", "document", "search")
-# The outlier dims the Frequency and drill-down tabs use: the run's persistent dims (either definition),
-# or the dims over the 3-sigma rule at the page's layer.
-OUTLIER_SETS = ("persistent", "layer")
+# A projection coloured by a column of an uploaded table corpus (e.g. its topic): "meta:<column name>". The
+# name is checked against the run's columns where the projection is drawn (core.views.projection).
+MAX_COLUMN_CHARS = 200
+# The outlier dims the Frequency, drill-down and ablation tabs use: the run's persistent dims (either
+# definition), the dims over the 3-sigma rule at the page's layer, or dims the user typed (typed_dims).
+OUTLIER_SETS = ("persistent", "layer", "typed")
+MAX_TYPED_DIMS = 64  # dims one can type for the Outliers tabs (and ablate)
 # The Attention page's choices (core.views.attention's HEATMAP_STATS and LINK_SUMMARIES: a unit test holds them
 # equal) and Compare's sections, as written in the URL.
 ATTN_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift")
@@ -78,7 +82,7 @@ COMPARE_SECTIONS = ("depth", "outliers", "attention", "projections")
 # URL keys that only one page reads: the URL of another page leaves them out (the selection keeps them, so
 # going back restores that page's view), so a link shows the page's own choices and nothing of the others'.
 PAGE_KEYS: dict[str, tuple[str, ...]] = {
-    "outliers": ("dim", "ablate", "oset"),
+    "outliers": ("dim", "ablate", "oset", "odims"),
     "attention": ("astat", "akeys", "alink", "win", "block", "head"),
     "compare": ("ctab",),
 }
@@ -303,6 +307,45 @@ def url_ident(ident: str, settings: Settings | None = None) -> str:
     return ident
 
 
+def parse_dims(text: str) -> tuple[int, ...]:
+    """"308, 8" -> (8, 308): dims typed by a user or read from a URL (commas or spaces between them).
+    ValueError with a message a person can act on."""
+    text = str(text)
+    if len(text) > 8 * MAX_TYPED_DIMS:
+        raise ValueError(f"too long: at most {MAX_TYPED_DIMS} dims")
+    items = [t for t in re.split(r"[,;\s]+", text.strip()) if t]
+    bad = [t for t in items if not re.fullmatch(r"\d{1,6}", t)]
+    if bad:
+        raise ValueError(f"{_shown(bad[0])} is not a dimension number (whole numbers from 0, e.g. 308, 8)")
+    return check_typed_dims(int(t) for t in items)
+
+
+def check_typed_dims(dims) -> tuple[int, ...]:
+    """Typed dims, sorted and distinct; at most MAX_TYPED_DIMS, each in [0, MAX_DIM] (a run's own width is
+    checked where the dims are used: `typed_dims_for`)."""
+    out = tuple(sorted({int(d) for d in dims}))
+    if len(out) > MAX_TYPED_DIMS:
+        raise InputError(f"At most {MAX_TYPED_DIMS} typed dims, got {len(out)}.")
+    if out and not 0 <= out[0] <= out[-1] <= MAX_DIM:
+        raise InputError(f"Typed dims must be in [0, {MAX_DIM:,}].")
+    return out
+
+
+def typed_dims_for(dims, d: int) -> list[int]:
+    """The typed dims checked against a model of width d; InputError naming the dims out of range."""
+    dims = list(check_typed_dims(dims))
+    if not dims:
+        raise InputError("Type one or more dimensions (e.g. 308, 8).")
+    over = [x for x in dims if x >= d]
+    if over:
+        raise InputError(f"This model has {d} dims (0 to {d - 1}): {', '.join(map(str, over))} "
+                         f"{'is' if len(over) == 1 else 'are'} out of range.")
+    if len(dims) > d // 2:
+        raise InputError(f"At most {d // 2} dims of this model's {d} (half of them: the ablation compares them "
+                         "with as many random other dims).")
+    return dims
+
+
 @dataclass(frozen=True)
 class Selection:
     """What the user chose. `models` holds 1..4 identifiers (built-in, local folder or hub id)."""
@@ -343,7 +386,8 @@ class Selection:
     search: str = ""
     dim: int | None = None  # the dimension drilled into on the Outliers page (None: the first outlier)
     ablation: bool = False  # show the focused run's LM-loss ablation (Outliers page)
-    outlier_set: str = "persistent"  # the dims of the Frequency and drill-down tabs (OUTLIER_SETS)
+    outlier_set: str = "persistent"  # the dims of the Frequency, drill-down and ablation tabs (OUTLIER_SETS)
+    typed_dims: tuple[int, ...] = ()  # outlier_set="typed": the dims the user typed (sorted, distinct)
     # -- the Attention page: heatmap statistic, the outlier link's key positions and summary, and the attention
     # map on show (its window, None: no map shown; block and head numbered from 1)
     attn_stat: str = "entropy"
@@ -402,7 +446,11 @@ class Selection:
             if getattr(self, name) not in allowed:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {_shown(getattr(self, name))}.")
         if self.proj_color not in PROJ_COLORS:
-            raise InputError(f"proj_color must be one of {PROJ_COLORS}, got {_shown(self.proj_color)}.")
+            col = str(self.proj_color)[len(META_PREFIX):] if str(self.proj_color).startswith(META_PREFIX) else None
+            if not col or len(col) > MAX_COLUMN_CHARS or not col.isprintable():
+                raise InputError(f"proj_color must be one of {', '.join(PROJ_COLORS)} or {META_PREFIX}<column of "
+                                 f"the corpus table>, got {_shown(self.proj_color)}.")
+        object.__setattr__(self, "typed_dims", check_typed_dims(self.typed_dims))
         if not 0.0 <= float(self.depth) <= 1.0:
             raise InputError(f"depth must be in [0, 1], got {_shown(self.depth)}.")
         if self.dim is not None and int(self.dim) < 0:
@@ -520,7 +568,7 @@ _KEYS = {
     "ref": "reference",
     "proj": "proj_method", "color": "proj_color", "nn": "n_neighbors", "md": "min_dist", "q": "search",
     "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds", "ablate": "ablation",
-    "oset": "outlier_set",
+    "oset": "outlier_set", "odims": "typed_dims",
     "astat": "attn_stat", "akeys": "attn_keys", "alink": "attn_summary", "win": "attn_window", "block": "attn_block",
     "head": "attn_head", "ctab": "compare_section",
 }
@@ -559,6 +607,8 @@ def to_query_params(sel: Selection, page: str | None = None) -> dict[str, str | 
             out[key] = url_ident(v)
         elif name == "more_corpora":
             out[key] = list(v)
+        elif name == "typed_dims":
+            out[key] = ",".join(map(str, v))
         else:
             out[key] = _fmt(v)
     if "layer" in out and "layer_by" not in out:  # a bare layer= reads as an index (older links)
@@ -590,6 +640,8 @@ def _parse(name: str, raw: str | list[str]):
         items = raw if isinstance(raw, list) else [raw]
         return tuple(str(it).strip() for it in items if str(it).strip())
     s = raw[-1] if isinstance(raw, list) else raw
+    if name == "typed_dims":
+        return parse_dims(s)
     if name in LIMITS:
         if len(s.strip()) > 30:
             raise ValueError("not a number")

@@ -53,22 +53,29 @@ def _attention(runs) -> None:
 
 
 def _projections(sel, runs) -> None:
-    """Every run's projection at the same relative depth."""
+    """Every run's projection at the same relative depth, coloured alike (a table corpus's column too)."""
+    tables = [data.sample_table(r.spec) for r in runs]
+    colors = [c for c in page.color_options(tables) if c != "search"]  # the search box is the Projection page's
+    color = page.projection_color(sel, tables)
+    color = color if color in colors else "log_frequency"
     with st.form("compare_projection"):
-        c1, c2 = st.columns([3, 2])
+        c1, c2, c3 = st.columns([3, 2, 2])
         depth = c1.slider("Relative depth (0 = embeddings, 1 = last layer)", 0.0, 1.0, float(sel.depth), step=0.05,
                           key="c_depth")
         method = c2.radio("Method", ["pca", "umap"], index=["pca", "umap"].index(sel.proj_method),
                           horizontal=True, format_func=str.upper, key="c_method")
+        picked = c3.selectbox("Colour by", colors, index=colors.index(color), format_func=page.color_label,
+                              key="c_color", help="A table corpus (an uploaded CSV...) adds its other columns: each "
+                                                  "token takes its document's value; runs on another corpus are grey.")
         go = st.form_submit_button("Project", type="primary")
     if go:
-        state.update(depth=float(depth), proj_method=method)
+        state.update(depth=float(depth), proj_method=method, proj_color=picked)
         st.rerun()
     with st.spinner("Projecting…"):
         panels = [(r.results, data.projection(r.spec, views.layer_at_depth(r.results, sel.depth), sel.proj_method,
-                                              PostProcess(), sel.n_neighbors, sel.min_dist, sel.seed),
-                   data.sample_table(r.spec)) for r in runs]
-    page.show(views.projection(panels, "log_frequency"), "c_proj")
+                                              PostProcess(), sel.n_neighbors, sel.min_dist, sel.seed), t)
+                  for r, t in zip(runs, tables)]
+    page.show(views.projection(panels, color), "c_proj")
 
 
 sel, runs = page.header("Compare runs")

@@ -1,27 +1,27 @@
 """Projection: PCA or UMAP of the token sample at one layer, coloured by frequency, position,
-document or a searched token, with the post-processing what-if side by side. The parameters are
-in a form: a projection is computed on submit, never on a slider tick."""
+document, a searched token or a column of the corpus table (e.g. its topic), with the post-processing
+what-if side by side. The parameters are in a form: a projection is computed on submit, never on a slider tick."""
 
 import streamlit as st
 
 from core import views
 from core.postprocess import PostProcess
-from core.selection import PROJ_COLORS
 from ui import data, page, state
-
-COLOR_LABELS = {"log_frequency": "log token frequency", "position": "position in sequence",
-                "document": "document", "search": "a searched token"}
 
 sel, runs = page.header("Projection of the token sample")
 if page.need_runs(runs):
     run = page.focus_picker(sel, runs, "projection")
+    table = data.sample_table(run.spec)
+    colors = page.color_options([table])
+    shown_color = page.projection_color(sel, [table])
     with st.form("projection_form"):
         c1, c2, c3 = st.columns([3, 2, 2])
         layer = c1.slider("Layer (0 = embeddings)", 0, run.n_layers - 1, sel.layer_for(run.n_layers), key="p_layer")
         method = c2.radio("Method", ["pca", "umap"], index=["pca", "umap"].index(sel.proj_method), horizontal=True,
                           format_func=str.upper, key="p_method")
-        color = c3.selectbox("Colour by", PROJ_COLORS, index=PROJ_COLORS.index(sel.proj_color),
-                             format_func=COLOR_LABELS.get, key="p_color")
+        color = c3.selectbox("Colour by", colors, index=colors.index(shown_color), format_func=page.color_label,
+                             key="p_color", help="A table corpus (an uploaded CSV...) adds its other columns: each "
+                                                 "token takes its document's value.")
         d1, d2, d3 = st.columns([2, 2, 3])
         nn = d1.number_input("UMAP n_neighbors", 2, 200, sel.n_neighbors, key="p_nn")
         md = d2.number_input("UMAP min_dist", 0.0, 1.0, float(sel.min_dist), step=0.05, key="p_md")
@@ -41,8 +41,8 @@ if page.need_runs(runs):
         else "PCA"
     with st.spinner(f"{what} of {run.results['manifest']['tokens']['sample']:,} sampled tokens…"):
         panels = [(run.results, data.projection(run.spec, layer, sel.proj_method, p, sel.n_neighbors, sel.min_dist,
-                                                sel.seed), data.sample_table(run.spec)) for p in posts]
-    page.show(views.projection(panels, sel.proj_color, sel.search), "projection")
+                                                sel.seed), table) for p in posts]
+    page.show(views.projection(panels, shown_color, sel.search), "projection")
     box = page.lazy_expander("Post-processing what-if (shown side by side)", "post_open_projection",
                              expanded=len(posts) > 1)
     if box is not None:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core import analysis, pipeline, trained, uploads, views
+from core import analysis, corpora, pipeline, trained, uploads, views
 from core import attention as A
 from core import projection as P
 from core.drift import DriftSpec, drift_experiment
+from core.errors import InputError
 from core.postprocess import PostProcess
 from core.spec import RunSpec
 
@@ -68,7 +69,12 @@ def stats(spec: RunSpec) -> pipeline.RunStats:
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def sample_table(spec: RunSpec):
-    return P.sample_table(stats(spec))
+    """The sampled tokens, with their documents' metadata where the corpus is a table (e.g. its topic)."""
+    try:
+        meta = corpora.document_metadata(spec.corpus, spec.text_column, spec.encoding)
+    except InputError:  # the file went away since the run: the sample is still there, without its columns
+        meta = None
+    return P.sample_table(stats(spec), meta)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)

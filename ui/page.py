@@ -14,7 +14,7 @@ from core.escape import markdown_text
 from core.figures import legend_below
 from core.postprocess import PostProcess
 from core.results import not_enough_data
-from core.selection import LAYER_BY, METRICS, strongest_dims
+from core.selection import LAYER_BY, META_PREFIX, METRICS, PROJ_COLORS, strongest_dims
 from core.spec import RunSpec
 from core.statistics import DEFINITIONS, DOCS_PATH, docs_section
 
@@ -285,6 +285,29 @@ def layer_picker(sel, runs: list[Loaded], key: str) -> tuple[int, ...]:
         parts.append(part)
     st.caption(":material/layers: " + " · ".join(parts))
     return layers
+
+
+COLOR_LABELS = {"log_frequency": "log token frequency", "position": "position in sequence",
+                "document": "document", "search": "a searched token"}
+
+
+def color_options(tables) -> list[str]:
+    """The projection's colourings: the built-in ones, then the corpus table's columns (meta:<name>)."""
+    return list(PROJ_COLORS) + [META_PREFIX + c for c in views.metadata_columns(tables)]
+
+
+def color_label(key: str) -> str:
+    return COLOR_LABELS.get(key) or f"corpus column: {key[len(META_PREFIX):]}"
+
+
+def projection_color(sel, tables) -> str:
+    """The selection's colouring, checked against the runs' columns (the URL names any): an unknown column is
+    said once and the projection is coloured by log token frequency."""
+    color, problem = views.check_color(sel.proj_color, tables)
+    if problem:
+        st.warning(md(problem), icon=":material/palette:")
+        state.update(proj_color=color)  # the link drops the unknown column
+    return color
 
 
 def lazy_expander(label: str, key: str, expanded: bool = False, **kw):

@@ -8,7 +8,42 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
+from ..corpora import META_PREFIX, metadata_kind
+from ..escape import shorten, visible
 from .common import View, _corpora, _fmt_n, _manifest, as_results, modality
+
+MAX_CATEGORIES = len(F.CATEGORICAL)  # the most frequent values get a colour each; the others are grouped
+
+
+def metadata_columns(tables: Sequence[pd.DataFrame]) -> list[str]:
+    """The metadata columns of the panels' sample tables (a table corpus's other columns), in order."""
+    return list(dict.fromkeys(c[len(META_PREFIX):] for t in tables for c in t.columns if c.startswith(META_PREFIX)))
+
+
+def check_color(color_by: str, tables: Sequence[pd.DataFrame]) -> tuple[str, str | None]:
+    """The colouring to draw, and a message when `color_by` (from a URL: hostile) names a metadata
+    column that none of the runs' corpora has (then: log token frequency)."""
+    if not color_by.startswith(META_PREFIX):
+        return color_by, None
+    col, cols = color_by[len(META_PREFIX):], metadata_columns(tables)
+    if col in cols:
+        return color_by, None
+    have = (f"its columns besides the text: {', '.join(repr(shorten(visible(c), 40)) for c in cols)}" if cols
+            else "only a table corpus (an uploaded CSV, TSV, JSONL or parquet) has metadata columns")
+    return "log_frequency", (f"Colour by: the corpus has no column {shorten(visible(col), 60)!r} ({have}); "
+                             "coloured by log token frequency instead.")
+
+
+def _categories(values: list[np.ndarray]) -> tuple[list[str], bool]:
+    """The categories that get a colour (most frequent first, over every panel), and whether others remain."""
+    allv = pd.Series(np.concatenate(values) if values else [], dtype=object).dropna().astype(str)
+    counts = allv.value_counts()
+    order = sorted(counts.index, key=lambda v: (-counts[v], v))
+    return order[:MAX_CATEGORIES], len(order) > MAX_CATEGORIES
+
+
+def _as_number(v: np.ndarray) -> np.ndarray:
+    return pd.to_numeric(pd.Series(v, dtype=object).astype(str).str.strip(), errors="coerce").to_numpy(dtype=float)
 
 
 def _norm_token(t: str) -> str:
@@ -30,8 +65,16 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     relative depth. Hover shows the token in its context.
     """
     q = _norm_token(search)
-    mode = {"log_frequency": "continuous", "position": "continuous", "document": "discrete",
-            "search": "highlight"}[color_by]
+    meta = color_by[len(META_PREFIX):] if color_by.startswith(META_PREFIX) else None
+    if meta is not None:
+        present = [t.iloc[:len(pr["xy"])][color_by].to_numpy(dtype=object) for _, pr, t in panels if color_by in t]
+        present_v = [v for v in present if pd.Series(v, dtype=object).notna().any()]
+        kind = metadata_kind(np.concatenate(present_v)) if present_v else "categorical"
+        mode = "continuous" if kind == "numeric" else "categorical"
+        cats, more = _categories(present) if mode == "categorical" else ([], False)
+    else:
+        mode = {"log_frequency": "continuous", "position": "continuous", "document": "discrete",
+                "search": "highlight"}[color_by]
     out_panels, rows, notes, parts, used = [], [], [], [], []
     for res, proj, table in panels:
         res = as_results(res)
@@ -39,6 +82,8 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
         n = len(xy)
         t = table.iloc[:n]
         modal = "item" in t.columns  # an image or audio run: no tokens, no frequency
+        has_meta = meta is not None and color_by in t.columns
+        mvals = t[color_by].to_numpy(dtype=object) if has_meta else np.full(n, None, dtype=object)
         if modal:  # the image and its patch, or the clip and the time
             hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>source {doc} · position {pos}"
                      for tok, ctx, doc, pos in zip(t["token"], t["context"], t["document"], t["position"])]
@@ -46,13 +91,31 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
             hover = [f"<b>{F.esc(tok)}</b><br>{F.esc(ctx)}<br>doc {doc} · position {pos} · corpus frequency {int(fq)}"
                      for tok, ctx, doc, pos, fq in zip(t["token"], t["context"], t["document"], t["position"],
                                                        t["frequency"])]
+        if meta is not None:
+            name = F.esc(shorten(visible(meta), 40))
+            hover = [f"{h}<br>{name}: {'—' if pd.isna(v) else F.esc(shorten(str(v), 60))}" for h, v in zip(hover, mvals)]
         xt, yt = _axis_titles(proj)
         L = res.n_layers - 1
         # the corpus too: Compare's panels of one model on two corpora (or of several runs) were titled alike
         title = f"{res.model_label} · {res.corpus_label}, layer {proj['layer']}/{L}, {proj['post']}"
         p = {"title": title, "x": xy[:, 0], "y": xy[:, 1], "hover": hover, "x_title": xt, "y_title": yt}
         match = np.zeros(n, dtype=bool)
-        if mode == "continuous":
+        if meta is not None:
+            if not has_meta:
+                notes.append(f"{res.model_label} on {res.corpus_label}: its corpus has no column "
+                             f"{shorten(visible(meta), 60)!r} (drawn grey).")
+            if mode == "continuous":
+                p["color"] = _as_number(mvals)
+            else:
+                sv = np.asarray([None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v)
+                                 for v in mvals], dtype=object)
+                known = np.asarray([v in set(cats) for v in sv], dtype=bool)
+                groups = [{"name": c, "mask": sv == c, "color": F.CATEGORICAL[i]} for i, c in enumerate(cats)]
+                if more:
+                    groups.append({"name": "other values", "mask": ~known & (sv != None), "color": F.MUTED})  # noqa: E711
+                groups.append({"name": "no value", "mask": sv == None, "color": F.MISSING})  # noqa: E711
+                p["groups"] = groups
+        elif mode == "continuous":
             col = color_by
             if modal and color_by == "log_frequency":  # colour by the metadata that exists
                 col = "time_s" if "time_s" in t.columns else "position"
@@ -73,16 +136,25 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
                          f"{search!r}." if q else "Type a token to highlight its occurrences.")
         out_panels.append(p)
         parts.append(f"{res.model_label}: K = {_fmt_n(n)} of N = {_fmt_n(res.n_tokens)} tokens")
-        rows.append(pd.DataFrame({"model": res.model_label, "corpus": res.corpus_label, "layer": proj["layer"],
-                                  "method": proj["method"], "post": proj["post"], "x": xy[:, 0], "y": xy[:, 1],
-                                  "token": t["token"].to_numpy(), "context": t["context"].to_numpy(),
-                                  "document": t["document"].to_numpy(), "position": t["position"].to_numpy(),
-                                  "frequency": t["frequency"].to_numpy(), "match": match}))
+        row = pd.DataFrame({"model": res.model_label, "corpus": res.corpus_label, "layer": proj["layer"],
+                            "method": proj["method"], "post": proj["post"], "x": xy[:, 0], "y": xy[:, 1],
+                            "token": t["token"].to_numpy(), "context": t["context"].to_numpy(),
+                            "document": t["document"].to_numpy(), "position": t["position"].to_numpy(),
+                            "frequency": t["frequency"].to_numpy(), "match": match})
+        if meta is not None:  # the colouring's values, under the column's own name (unless the table has it)
+            row[meta if meta not in row.columns else color_by] = mvals
+        rows.append(row)
     first = panels[0][1]
     method = "PCA" if first["method"] == "pca" else "UMAP (" + ", ".join(f"{k}={v}" for k, v in first["params"].items()) + ")"
     titles = {"log_frequency": "log corpus<br>frequency", "position": "position in<br>sequence",
               "time_s": "time in<br>the clip (s)"}
-    if color_by == "log_frequency" and used and set(used) != {"log_frequency"}:  # image/audio panels among them
+    if meta is not None:
+        ctitle = F.esc(shorten(visible(meta), 24))
+        colour = f"corpus column {shorten(visible(meta), 40)!r}" + (" (numeric)" if mode == "continuous" else "")
+        if mode == "categorical" and more:
+            notes.append(f"Column {shorten(visible(meta), 60)!r}: the {MAX_CATEGORIES} most frequent values have a colour each; "
+                         "the others are grey ('other values').")
+    elif color_by == "log_frequency" and used and set(used) != {"log_frequency"}:  # image/audio panels among them
         if any(modality(p[0]) == "image" for p in panels):
             titles["position"] = "patch<br>position"
         ctitle = " / ".join(titles[c] for c in dict.fromkeys(used))
