@@ -186,6 +186,34 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
     })
 
 
+def partial_results(stats, total_tokens: int) -> dict:
+    """The results of a run still computing, from the sums over the batches processed so far (`stats`: a
+    RunStats whose arrays are `core.extract.partial_arrays`, whose manifest is the run's so far).
+
+    The shape of results.json where the sums give an answer: the per-layer exact statistics with their
+    bootstrap intervals, the activation outliers; None for every statistic of the token sample (IsoScore,
+    effective rank, projections, intrinsic dimension, CKA wait for the sample to fill). `partial` says
+    how far the run is. Never cached: the final results replace it.
+    """
+    run = S.Run(stats)
+    rows = [S.partial_row(run, l) for l in range(stats.n_layers)]
+    act = [r["outlier_dims"] for r in rows]
+    n = int(stats.arrays["n"])
+    manifest = {**stats.manifest, "cache_key": stats.key}
+    manifest["tokens"] = {**manifest.get("tokens", {}), "analysed": n, "sample": 0}
+    return json_safe({
+        "manifest": manifest,
+        "layers": rows,
+        "outliers": {"activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; "
+                                            f"persistent in >= {CONFIG.activation_persistence:.0%} of layers",
+                                    "per_layer": act, "persistent": O.persistent_activation_outliers(act)},
+                     "massive_activations": [], "norm_parameters": {"error": "computed when the run ends"},
+                     "agreement": []},
+        "not_applicable": ([] if has_token_ids(stats) else not_applicable_keys()),
+        "partial": {"tokens": n, "total_tokens": int(total_tokens), "sample_metrics": S.sample_based_keys()},
+    })
+
+
 def postprocessed_rows(stats, post: PostProcess) -> list[dict]:
     """Sample-based metrics of every layer after `post` (the before/after what-if)."""
     return json_safe([{"layer": int(stats.layer_ids[l]), "post": post.label(),

@@ -35,7 +35,7 @@ from .progress import Progress
 
 __all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
            "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS", "ARGMAX_KEYS",
-           "NonFiniteHiddenState"]
+           "NonFiniteHiddenState", "partial_arrays", "PARTIAL_EVERY_S"]
 
 # Arrays that are sums over tokens/sequences (merge by addition); the rest merge as noted.
 SUM_KEYS = ("n", "n_seq", "intra_n", "sum_doc_n_sq", "group_sum_u", "group_n", "group_u_sq", "sum_u_sq",
@@ -47,6 +47,8 @@ MAX_KEYS = ("max_abs",)
 # window of the analysed token that holds max_abs; merged by taking the side whose max_abs is larger.
 ARGMAX_KEYS = ("max_abs_token_id", "max_abs_position")
 STATS_CHUNK_TOKENS = 2048  # padded positions per chunk of the float64 statistics (bounds memory)
+PARTIAL_EVERY_S = 2.0  # partial sums are handed out at most this often (the first right after the first batch)
+PARTIAL_MAX_SHARE = 0.01  # ...and less often when slow: at most this share of the loop's time
 
 
 def _noop(_p: Progress) -> None:
@@ -209,7 +211,8 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
                   cancel: Callable[[], bool] | None = None, layout: dict | None = None,
                   cfg: AnalysisConfig | None = None, layers: Sequence[int] | None = None,
                   shard: Callable[[list[np.ndarray], np.ndarray], list[np.ndarray]] | None = None,
-                  reduce: Callable[[dict], None] | None = None, adapter=None) -> tuple[dict, dict]:
+                  reduce: Callable[[dict], None] | None = None, adapter=None,
+                  partial: Callable[[dict, int], None] | None = None) -> tuple[dict, dict]:
     """Run `model` (a transformers base model) over `windows`; return (arrays, timing).
 
     arrays: the streaming sums (see SUM_KEYS) stacked over layers, plus `sample` (L+1, K, d)
@@ -223,18 +226,23 @@ def extract_stats(model, windows: TokenWindows, *, special_policy: str = "exclud
     unless listed in MAX_KEYS.
     `adapter` (core.modalities.adapters) turns a batch into hidden states: token windows by default;
     images, audio windows or CNN maps laid out as `core.modalities.items.Items`.
+    `partial(arrays, n_total)`: called after the first batch, then every `PARTIAL_EVERY_S` seconds at most (less
+    often when it is slow: its share of the loop's time stays under `PARTIAL_MAX_SHARE`), with the sums
+    over the batches processed so far (`partial_arrays`: the same arrays as the result's, no sample) and
+    the analysed tokens of the whole run.
+    Not with `shard` (a rank's sums are a share of the corpus until they are reduced).
     """
     plan = plan_extraction(windows, special_policy=special_policy, batch_size=batch_size,
                            sample_size=sample_size, seed=seed, layout=layout, cfg=cfg)
     acc, sample, timing = _forward_loop(model, windows, plan, device=device, dtype=dtype, pad_id=pad_id,
                                         progress=progress or _noop, cancel=cancel, layers=layers, shard=shard,
-                                        reduce=reduce, adapter=adapter)
+                                        reduce=reduce, adapter=adapter, partial=None if shard else partial)
     return _finalise(windows, plan, acc, sample), timing
 
 
 def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device: str, dtype: str, pad_id: int,
                   progress: Callable[[Progress], None], cancel: Callable[[], bool] | None,
-                  layers: Sequence[int] | None = None, shard=None, reduce=None, adapter=None):
+                  layers: Sequence[int] | None = None, shard=None, reduce=None, adapter=None, partial=None):
     """The batch loop: forward, then every float64 accumulator and the sample rows, on the device."""
     # lazy: keeps torch out of a cache hit
     import torch
@@ -281,6 +289,8 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
         luts["one_bin"], luts["logf0"] = int(plan.bin_lut[0]), float(plan.logf_lut[0])
     t0 = time.perf_counter()
     done_tokens, n_splits = 0, 0
+    done_windows: list[np.ndarray] = []  # the windows of the batches processed so far (partial sums)
+    next_partial, partial_s = t0, 0.0  # when the next partial is due; the time spent publishing them
     progress(Progress("forward", 0, N, message=f"{len(batches)} batches"))
     use_autocast = dev.type == "cuda" and tdt != torch.float32
     queue = list(reversed(batches))  # a stack: a batch that runs out of memory comes back halved
@@ -323,10 +333,17 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
             _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan, luts, dtype, docs, scratch)
             del out, hs
             done_tokens += int(an.sum())
+            done_windows.append(b)
             el = time.perf_counter() - t0
             rate = done_tokens / el if el > 0 else 0.0
             progress(Progress("forward", done_tokens, N, rate, (N - done_tokens) / rate if rate else float("nan"),
                               f"{done_tokens:,} of {N:,} tokens"))
+            now = time.perf_counter()
+            if partial is not None and queue and now >= next_partial:
+                partial(partial_arrays(windows, plan, acc, docs, np.concatenate(done_windows), kept), N)
+                cost = time.perf_counter() - now
+                partial_s += cost
+                next_partial = now + max(PARTIAL_EVERY_S, cost / PARTIAL_MAX_SHARE)
     if reduce is not None:  # every process's sums (and sample rows) into each: the torchrun path
         at = acc.pop("max_abs_at")
         local_max = acc["max_abs"].clone()
@@ -342,6 +359,8 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     timing = {"forward_s": el, "tokens_per_s": plan.n_tokens / el if el > 0 else 0.0,
               "padding_fraction": padding_fraction(windows, plan.batches), "n_batches": len(plan.batches),
               "oom_splits": n_splits}
+    if partial is not None:
+        timing["partial_s"] = partial_s  # the time spent on partial results (bench: their share)
     if docs.carry:
         raise RuntimeError(f"documents {sorted(docs.carry)} were not complete at the end of the run")
     arrays = {k: v.cpu().numpy() for k, v in acc.items()}
@@ -483,31 +502,54 @@ def _report_non_finite(hs, an_t, ids_t, norm_sums, dtype: str) -> None:
         f"in {dtype}: the activations overflow this precision. Run again with dtype float32 (--dtype float32).")
 
 
-def _finalise(windows: TokenWindows, plan: ExtractionPlan, arrays: dict, sample: np.ndarray) -> dict:
-    """The counts that need no model, and the metadata of the sampled tokens."""
+def _counts(windows: TokenWindows, plan: ExtractionPlan, idx: np.ndarray) -> dict:
+    """The sums that need no model, over the windows `idx` (all of them, or those processed so far)."""
     cfg = plan.cfg
-    analysed, n_an, offsets = plan.analysed, plan.n_an, plan.offsets
-    all_tok = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
-    all_seq = np.repeat(np.arange(len(windows.ids)), n_an)
+    analysed, n_an = plan.analysed, plan.n_an[idx]
+    all_tok = np.concatenate([windows.ids[i][analysed[i]] for i in idx]) if len(idx) else np.zeros(0, np.int64)
+    all_seq = np.repeat(idx, n_an)
     occ_logf_all = plan.logf_lut[all_tok]
-    arrays = dict(arrays)
-    doc_n = np.bincount(np.unique(windows.doc, return_inverse=True)[1], weights=n_an.astype(np.float64))
+    doc_n = np.bincount(np.unique(windows.doc[idx], return_inverse=True)[1], weights=n_an.astype(np.float64))
     # Self-similarity's pair counts: per tracked id, sum over sequences of (occurrences in it)^2.
     slots = plan.id_slot[all_tok]
     occ = slots >= 0
     m = max(len(plan.tracked), 1)
     pair_keys, per_seq = np.unique(all_seq[occ] * m + slots[occ], return_counts=True)
-    arrays.update(
-        n=np.float64(plan.n_tokens), n_seq=np.float64((n_an > 0).sum()),
+    return dict(
+        n=np.float64(n_an.sum()), n_seq=np.float64((n_an > 0).sum()),
         sum_doc_n_sq=np.float64((doc_n ** 2).sum()),
         id_seq_n_sq=np.bincount(pair_keys % m, weights=per_seq.astype(np.float64) ** 2,
                                 minlength=len(plan.tracked))[:len(plan.tracked)],
         group_n=np.bincount(plan.group_of[all_seq], minlength=cfg.bootstrap_groups).astype(np.float64),
         sum_f=np.float64(occ_logf_all.sum()), sum_f2=np.float64((occ_logf_all ** 2).sum()),
-        id_counts=_slot_counts(plan.id_slot[all_tok], len(plan.tracked)), id_list=plan.tracked,
+        id_counts=_slot_counts(slots, len(plan.tracked)), id_list=plan.tracked,
         bin_n=np.bincount(plan.bin_lut[all_tok], minlength=cfg.freq_bins).astype(np.float64),
-        bin_edges=plan.bin_edges, sample=sample,
-    )
+        bin_edges=plan.bin_edges,
+    ), all_tok
+
+
+def partial_arrays(windows: TokenWindows, plan: ExtractionPlan, acc: dict, docs: "_DocSums", idx: np.ndarray,
+                   kept: Sequence[int]) -> dict:
+    """The statistics' arrays over the windows `idx` processed so far: what `extract_stats` returns for a
+    corpus of those windows alone (with this corpus's frequencies, tracked ids and groups), without the
+    sample (it fills in corpus order; a partial one would be a biased sample).
+
+    A document still open (its other windows not processed yet) counts with the windows seen so far.
+    """
+    arrays = {k: v.detach().cpu().numpy().copy() for k, v in acc.items()}
+    for S_D in docs.carry.values():  # (L+1, d) partial sums of the open documents
+        arrays["sum_doc_sq"] += (S_D * S_D).sum(1).cpu().numpy()
+    arrays.update(_counts(windows, plan, np.sort(idx))[0])
+    arrays["layer_index"] = np.asarray(kept, dtype=np.int64)
+    return arrays
+
+
+def _finalise(windows: TokenWindows, plan: ExtractionPlan, arrays: dict, sample: np.ndarray) -> dict:
+    """The counts that need no model, and the metadata of the sampled tokens."""
+    analysed, offsets = plan.analysed, plan.offsets
+    counts, all_tok = _counts(windows, plan, np.arange(len(windows.ids)))
+    arrays = dict(arrays)
+    arrays.update(counts, sample=sample)
     # Metadata of the sampled tokens: id, window, position, document, corpus frequency.
     win_of = np.searchsorted(offsets, plan.sample_global, side="right") - 1
     pos = np.asarray([np.flatnonzero(analysed[w])[g - offsets[w]] for w, g in zip(win_of, plan.sample_global)],

@@ -22,6 +22,12 @@ Cancel button or `python -m core jobs cancel ID` asked: stop between steps by ra
 `core.errors.Cancelled`, store nothing partial. A kind may also name a `key` function: the job id
 is derived from it (analyze uses the cache key of the run, so one spec is one job).
 
+Partial results: a kind may publish what it has so far with `progress.partial(dict)` (JSON; the analysis
+publishes its curves so far every few seconds). `partial(job)` reads the last one of a running job, and of
+a failed one (its last partial, shown as such beside the error). It is kept apart from the job record and
+from the results cache: a finished job's partial is deleted (its results replace it), a cancelled job's
+too (a cancelled run keeps nothing), and a new attempt starts without one.
+
 Liveness: the worker writes a heartbeat into the running job's record every few seconds. A
 running job whose worker process is gone (same host: its pid, checked with the process's start
 time so that a reused pid does not count) or, on another host, whose heartbeat is older than
@@ -390,6 +396,34 @@ def _cancel_key(jid: str, attempt: int) -> str:
     return f"cancel:{jid}:{attempt}"
 
 
+def _partial_key(jid: str, attempt: int) -> str:
+    return f"partial:{jid}:{attempt}"
+
+
+def partial(job: Job | None, cache_dir=None) -> dict | None:
+    """The last partial result a running (or failed) job published, or None (none yet, or the job is
+    queued, done or cancelled). The dict the kind published, with `published` (UNIX seconds) added."""
+    if job is None or job.status not in (RUNNING, FAILED):
+        return None
+    if job.worker.get("here"):
+        with _here_lock:
+            run = _here.get((str(cache_root(cache_dir)), job.id))
+        got = run.partial_result if run is not None and run.job.attempt == job.attempt else None
+        return dict(got) if got is not None else None
+    from huey.constants import EmptyData
+
+    try:
+        blob = _store(cache_dir).peek_data(_partial_key(job.id, job.attempt))
+    except _QUEUE_ERRORS:
+        return None
+    if blob is EmptyData or blob is None:
+        return None
+    try:
+        return json.loads(blob)
+    except ValueError:
+        return None
+
+
 # ---------------------------------------------------------------------- public API
 def _resolve(target: str) -> Callable:
     mod, _, name = target.partition(":")
@@ -441,6 +475,8 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool 
                           message="waiting for a worker", owner=owner)
                 with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
                     _write(new, cache_dir)
+                if job is not None:  # the last attempt's partial result (a failed run's) goes with it
+                    st.pop_data(_partial_key(jid, job.attempt))
                 _tasks[id(queue(cache_dir))](jid, attempt)  # enqueues the message {"args": [jid, attempt]}
                 return jid
             time.sleep(0.05)  # another process claimed this attempt: its record is being written
@@ -707,6 +743,26 @@ class _Running:
         self.cancel_event = threading.Event()
         self.stop = threading.Event()
         self.beat = threading.Thread(target=self._heartbeat, name=f"heartbeat-{job.id}", daemon=True)
+        self.partial_result: dict | None = None  # here=True: the last partial result (in memory)
+        self.report = _Report(self)
+
+    def publish_partial(self, result: dict) -> None:
+        """Keep `result` (JSON) as the job's partial result; a full or busy queue skips this one."""
+        result = {**result, "published": time.time()}
+        if self.here:
+            self.partial_result = result
+            return
+        try:
+            _store(self.cache_dir).put_data(_partial_key(self.job.id, self.job.attempt),
+                                            json.dumps(result, allow_nan=False).encode())
+        except _QUEUE_ERRORS as e:
+            log.warning("partial result of %s could not be recorded: %s", self.job.id, _why(e))
+
+    def drop_partial(self) -> None:
+        self.partial_result = None
+        if not self.here:
+            with contextlib.suppress(*_QUEUE_ERRORS):
+                _store(self.cache_dir).pop_data(_partial_key(self.job.id, self.job.attempt))
 
     def write(self) -> None:
         with self.lock:
@@ -749,6 +805,18 @@ class _Running:
             with contextlib.suppress(*_QUEUE_ERRORS):
                 self.cancelled = _store(self.cache_dir).has_data_for_key(_cancel_key(self.job.id, self.job.attempt))
         return self.cancelled
+
+
+class _Report:
+    """What a job kind receives as `progress`: call it with a Progress; `.partial(dict)` publishes the
+    job's result so far (`partial`)."""
+
+    def __init__(self, run: _Running):
+        self.partial = run.publish_partial
+        self._progress = run.progress
+
+    def __call__(self, p: Progress | None = None, **kw) -> None:
+        self._progress(p, **kw)
 
 
 _in_flight: dict[str, _Running] = {}
@@ -802,7 +870,7 @@ def _execute(run: _Running) -> None:
             raise Cancelled("cancelled before it started")
         fn = _resolve(_kind(job.kind).run)
         check_job_params(job.params)  # the worker re-checks what the queue says, under its own settings
-        result = fn(dict(job.params), run.progress, run.cancel_requested)
+        result = fn(dict(job.params), run.report, run.cancel_requested)
         json.dumps(result, allow_nan=False)
         job.status, job.result, job.message = DONE, result, "done"
         n, last = _cache.write_failures()
@@ -828,6 +896,8 @@ def _execute(run: _Running) -> None:
         job.finished = time.time()
         if job.status == RUNNING:  # BaseException (SystemExit) on the way out
             job.status, job.error = FAILED, "the worker stopped while running this job; retry it"
+        if job.status != FAILED:  # done: its results replace it; cancelled: a cancelled run keeps nothing
+            run.drop_partial()
         _record_outcome(run)
         with _in_flight_lock:
             _in_flight.pop(jid, None)

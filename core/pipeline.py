@@ -173,13 +173,16 @@ def is_cached(spec: RunSpec | ResolvedRun, cache_dir=None) -> bool:
 
 def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
               cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
-              memo: dict | None = None) -> RunStats | None:
+              memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> RunStats | None:
     """Statistics for `spec`, from the cache or computed (once, even across processes).
 
     With a `core.distributed.Group` (torchrun), every rank computes its share and rank 0 alone
     looks up and stores the entry; the other ranks return None.
     `memo`: a dict shared by the runs of one series (checkpoints of one training): the corpus is
     read and tokenized once for all of them (same tokenizer, same windows), only forwards repeat.
+    `partial(results)`: while the forward pass runs, the results so far (`analysis.partial_results`:
+    the statistics of the streaming sums over the batches processed, none of the sample), every few
+    seconds. What it is handed is never stored: only the whole run's statistics are.
     """
     if group is not None:
         return _get_stats_group(spec, cache_dir, progress, cancel, force, group, memo)
@@ -197,7 +200,8 @@ def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[P
         if hit is not None:
             return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
                             events=store.events[n_events:])
-        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel, memo=memo)
+        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel, memo=memo,
+                                          partial=_partial_hook(partial, key, spec, parts))
         store.put(key, {"manifest": manifest, "meta": meta}, arrays)
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
@@ -220,11 +224,41 @@ def _get_stats_group(spec, cache_dir, progress, cancel, force: bool, group,
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
 
-def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None):
+class _PartialHook:
+    """The extraction's `partial(arrays, n_total)` -> `publish(partial results)` (`analysis.partial_results`).
+    `start` gives it the model and the corpus once `prepare` has them."""
+
+    def __init__(self, publish: Callable[[dict], None], key: str, spec: RunSpec, parts: dict):
+        self.publish, self.key, self.spec, self.parts = publish, key, spec, parts
+        self.manifest: dict = {}
+        self.extra: dict = {}
+
+    def start(self, lm, corpus: dict, modality: str = "text", extra: dict | None = None) -> None:
+        spec, parts = self.spec, self.parts
+        self.extra = extra or {}
+        self.manifest = {"spec": parts["spec"], "corpus": corpus, "modality": modality,
+                         "model": {**describe_model(spec.model), **lm.info, "fingerprint": parts["model_fingerprint"]},
+                         "tokens": {"special_tokens": spec.special_tokens}, "seed": spec.seed,
+                         "device": parts["spec"]["device"], "dtype": parts["spec"]["dtype"]}
+
+    def __call__(self, arrays: dict, n_total: int) -> None:
+        # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
+        from .analysis import partial_results
+
+        stats = RunStats(self.key, self.manifest, {}, {**arrays, **self.extra})
+        self.publish(partial_results(stats, n_total))
+
+
+def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpec, parts: dict) -> _PartialHook | None:
+    return None if publish is None else _PartialHook(publish, key, spec, parts)
+
+
+def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
+             partial=None):
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
-        return _compute_items(spec, parts, cache_dir, progress, cancel)
+        return _compute_items(spec, parts, cache_dir, progress, cancel, partial)
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     if group is not None:
         device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
@@ -236,13 +270,17 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
 
     lm, windows, documents, seq_len = prep.lm, prep.windows, prep.documents, prep.seq_len
     n_hidden = int(lm.info["n_layers"]) + 1
+    corpus_id = spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name
+    if partial is not None:
+        partial.start(lm, {"id": corpus_id, "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
+                           "n_documents": windows.n_documents, "n_windows": len(windows.ids)})
     try:
         arrays, timing = extract_stats(
             lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
             pad_id=prep.pad_id, progress=progress, cancel=cancel, layers=spec.layers,
             shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None,
-            adapter=adapter_for(lm.base))
+            adapter=adapter_for(lm.base), partial=partial)
     except torch.OutOfMemoryError:
         raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
                          f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
@@ -270,7 +308,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     manifest = {
         "spec": parts["spec"],
         "model": {**info, "fingerprint": parts["model_fingerprint"]},
-        "corpus": {"id": spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name,
+        "corpus": {"id": corpus_id,
                    "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
                    "n_documents": windows.n_documents, "n_windows": len(windows.ids),
                    "english_share": english_share(documents)},
@@ -298,7 +336,7 @@ def _corpus_warnings(documents: list[str]) -> list[str]:
     return []
 
 
-def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
+def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, partial=None):
     """An image or audio run: the same extraction on items laid out by a modality adapter."""
 
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
@@ -309,11 +347,17 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel):
 
     lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
     info = describe_model(spec.model)
+    if partial is not None:
+        kept = np.arange(int(adapter.dims(lm.base)[0])) if spec.layers is None else np.asarray(sorted(set(spec.layers)))
+        widths = ({"layer_dims": np.asarray(adapter.channels, dtype=np.int64)[kept]}
+                  if hasattr(adapter, "channels") else {})
+        partial.start(lm, modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality), modality,
+                      widths)
     try:
         arrays, timing = extract_stats(
             lm.base, items, special_policy=spec.special_tokens, batch_size=spec.batch_size,
             sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype, progress=progress,
-            cancel=cancel, layers=spec.layers, adapter=adapter)
+            cancel=cancel, layers=spec.layers, adapter=adapter, partial=partial)
     except torch.OutOfMemoryError:
         raise InputError(f"Out of memory on {device} with batch size {spec.batch_size}: lower it and run "
                          f"again.") from None
@@ -389,7 +433,7 @@ def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
 
 def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
             cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
-            memo: dict | None = None) -> dict | None:
+            memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> dict | None:
     """results.json for `spec` (cached; computes the statistics first if needed).
 
     With a `core.distributed.Group`, the ranks compute the statistics together; rank 0 returns
@@ -418,7 +462,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
     got = None if force else store.get_json(key)
     cache_hit = got is not None
     if got is None:
-        stats = get_stats(run, cache_dir, progress, cancel, force, memo=memo)
+        stats = get_stats(run, cache_dir, progress, cancel, force, memo=memo, partial=partial)
         if progress:
             progress(Progress("metrics", 0, stats.n_layers, message="per-layer metrics"))
         got = build_results(stats, isotropic=isotropic_baseline(stats, cache_dir))
@@ -569,7 +613,8 @@ def job_analyze(params: dict, progress, cancel) -> dict:
     if nproc > 1 and not is_cached(run):
         job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
     progress(stage="read", message="reading the corpus")  # until the run's preparation reports its steps
-    res = analyze(run, progress=progress, cancel=cancel)
+    # The results so far, every few seconds while the forward pass runs: the pages draw them (core.jobs.partial).
+    res = analyze(run, progress=progress, cancel=cancel, partial=getattr(progress, "partial", None))
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
             "cache_hit": bool(m.get("cache_hit"))}

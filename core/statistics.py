@@ -38,7 +38,8 @@ from .outliers import activation_outliers
 
 __all__ = ["Statistic", "Figure", "STATISTICS", "BY_KEY", "DEFINITIONS", "DOCS_PATH", "Definition", "Run", "Sample",
            "layer_row", "sample_values", "isotropic_baseline", "picker", "sample_metrics_map", "table_columns",
-           "report_keys", "baseline_keys", "token_id_keys", "applies", "short", "docs_section", "get"]
+           "report_keys", "baseline_keys", "token_id_keys", "applies", "short", "docs_section", "get", "partial_row",
+           "sample_based_keys"]
 
 KINDS = ("exact", "sample", "per-dim", "count")
 SCALAR_KINDS = ("exact", "sample")  # one number per layer: pickable, plotted, in the table
@@ -502,6 +503,24 @@ def layer_row(run: Run, l: int, isotropic: dict | None = None) -> dict:
         if base and s.key == base[-1]:
             row.update({f"{k}_isotropic": (isotropic or {}).get(k) for k in base})
     return row
+
+
+def partial_row(run: Run, l: int) -> dict:
+    """`layer_row` of a run still computing (sums over the batches processed so far, no sample): every
+    statistic of the streaming sums with its interval; those of the token sample are None (the sample
+    fills in corpus order, so the part filled so far is not a sample of the tokens read)."""
+    row: dict = {"layer": int(run.ids[l])}
+    c = Layer(run, l, row)
+    for s in STATISTICS:
+        row[s.key] = None if s.on_sample else _value(s, c)
+        if s.interval is not None:
+            row[f"{s.key}_ci"] = s.interval(c)
+    return row
+
+
+def sample_based_keys() -> list[str]:
+    """The per-layer scalars computed on the token sample: a partial result has none of them."""
+    return [s.key for s in STATISTICS if s.on_sample and s.scalar]
 
 
 def sample_values(X: np.ndarray) -> dict:

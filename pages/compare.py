@@ -79,6 +79,7 @@ def _projections(sel, runs) -> None:
 
 
 sel, runs = page.header("Compare runs")
+page.live(sel, runs, "compare")  # the curves so far of the runs still computing
 # every model with its untrained control; what was chosen for other models (a dim, an ablation) is dropped. The
 # preset is applied in the click's callback, before the sidebar's widgets are drawn (they show it at once).
 st.button("Preset: Godey et al. 2023, all modalities by relative depth", key="c_godey",

@@ -12,6 +12,7 @@ from ui import data, page, state
 SECTIONS = ("Curves", "Numbers", "At one layer")
 
 sel, runs = page.header("Anisotropy by layer")
+page.live(sel, runs, "layers")  # the curves so far of the runs still computing
 if page.need_runs(runs):
     # Only the open section is computed and drawn (as on Outliers and Compare): the curves, the table
     # and the two one-layer figures together were 3 figures and a grid per visit (one user's browser:

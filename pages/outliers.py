@@ -65,6 +65,7 @@ def _ablation(sel, run) -> None:
 
 
 sel, runs = page.header("Outlier dimensions")
+page.live(sel, runs, "outliers")  # the curves so far of the runs still computing
 if page.need_runs(runs):
     run = page.focus_picker(sel, runs, "outliers") if len(runs) > 1 else runs[0]
     layer = page.layer_picker(state.selection(), [run], "outliers")[0]

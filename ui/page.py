@@ -136,6 +136,67 @@ def status(sel) -> None:
             st.warning(f"Not enough data: {markdown_text(short)}", icon=":material/data_alert:")
 
 
+PARTIAL_POLL_S = 1.0  # how often the partial curves of a running extraction are read again
+
+
+def live(sel, runs: list[Loaded], kind: str) -> bool:
+    """The partial results of the selected runs still computing (`kind`: "layers", "outliers", "compare"):
+    the curves so far, redrawn every PARTIAL_POLL_S while a job runs; the final results replace them when
+    the job ends (the job panel reruns the page). A failed run's last partial curve is shown as such, with
+    the error. Returns True when something is shown."""
+    if state.log().no_models:
+        return False
+    done = {r.spec for r in runs}
+    specs = tuple(s for s in sel.specs() if s not in done)
+    rows = run.partials(specs) if specs else []
+    if not rows:
+        return False
+    if any(job.active for _, job, _ in rows):
+        _live_partials(specs, kind)
+    else:
+        _partials(rows, kind, polling=False)
+    return True
+
+
+@st.fragment(run_every=PARTIAL_POLL_S)
+def _live_partials(specs: tuple, kind: str) -> None:
+    _partials(run.partials(specs), kind, polling=True)
+
+
+def _partials(rows, kind: str, polling: bool) -> None:
+    sel = state.selection()
+    running = [(s, j, p) for s, j, p in rows if j.active and p is not None]
+    failed = [(s, j, p) for s, j, p in rows if j.status == jobs.FAILED and p is not None]
+    waiting = [s for s, j, p in rows if j.active and p is None]
+    with st.container(border=True, key=f"partial_{kind}"):
+        if waiting and not running:
+            st.caption(":material/hourglass_top: The first partial curve appears after the first batch of the "
+                       "forward pass (progress above).")
+        note = views.sample_wait_note(sel.metric) if kind != "outliers" else None
+        if running and note:
+            st.info(markdown_text(note), icon=":material/hourglass_top:")
+        for group, is_failed in ((running, False), (failed, True)):
+            if not group:
+                continue
+            view = views.partial_view([p for _, _, p in group], kind, sel.metric,
+                                      sel.x_axis_for([len(p["layers"]) for _, _, p in group]), failed=is_failed)
+            if is_failed:
+                for _, j, p in group:
+                    st.error(f"The run failed at {views.partial_count(p)}: {markdown_text(j.error)}. The curve below "
+                             "is its last partial result, not a result.", icon=":material/error:")
+            else:
+                st.caption(f":material/pending: **Partial results**, redrawn every few seconds until the run ends: "
+                           f"{markdown_text(view.caption)}")
+            key = f"partial_{kind}_{'failed' if is_failed else 'live'}"
+            st.plotly_chart(view.figure, theme=None, width="stretch", key=f"fig_{key}", config=PLOTLY_CONFIG)
+            if kind == "outliers":
+                dims = ", ".join(f"{views.run_name(p)}: {p['outliers']['activation']['persistent'] or 'none'}"
+                                 for _, _, p in group)
+                st.caption(f"Persistent activation outlier dims so far: {markdown_text(dims)}. The norm-parameter "
+                           "rule, massive activations, the frequency link and every sample view come with the "
+                           "final result.")
+
+
 def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
     """The figure (or table), its caption and notes, and its downloads.
 
@@ -421,8 +482,8 @@ def need_runs(runs: list[Loaded]) -> bool:
         if state.log().no_models:
             st.info("No model is selected: choose at least one in the sidebar.", icon=":material/arrow_back:")
         elif state.log().jobs_active:
-            st.info("Computing: the figures appear here when the job ends (progress above). Browse the other "
-                    "pages meanwhile; leaving or closing this tab does not stop the job.",
+            st.info("Computing: the final figures appear here when the job ends (progress and partial curves "
+                    "above). Browse the other pages meanwhile; leaving or closing this tab does not stop the job.",
                     icon=":material/hourglass_top:")
         else:
             st.info("Nothing to show yet: choose models and a corpus in the sidebar, then press **Run**. "

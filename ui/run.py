@@ -110,6 +110,24 @@ def job_active(kind: str, spec) -> bool:
     return job is not None and job.active
 
 
+def partials(specs) -> list[tuple[object, "jobs.Job", dict | None]]:
+    """(spec, job, its last partial result or None) of the runs in `specs` whose extraction is running, or
+    failed leaving a partial result (a failed run shows its last partial curve, marked as such)."""
+    out = []
+    for spec in specs:
+        try:
+            job = jobs.status(job_id("analyze", spec))
+        except InputError:
+            continue
+        if job is None or job.status not in (jobs.QUEUED, jobs.RUNNING, jobs.FAILED):
+            continue
+        got = jobs.partial(job)
+        if job.status == jobs.FAILED and got is None:
+            continue
+        out.append((spec, job, got))
+    return out
+
+
 def _jobs_of(sel, active_only: bool = False, trainings: bool = False) -> list[tuple[object, str, "jobs.Job | None"]]:
     """(spec, kind, job record or None) of the selection: its extractions, ablations and attention
     statistics. active_only: the queued or running jobs, and the runs whose Run failed to queue.

@@ -45,6 +45,7 @@ from .outliers import (
                      outlier_heatmap,
                      outlier_summary,
 )
+from .partial import partial_count, partial_view, sample_wait_note
 from .projection import check_color, metadata_columns, projection
 
 __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name", "n_layers",
@@ -54,4 +55,5 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "ablation_dims", "ablation_view", "projection", "outlier_counts", "compare_summary", "comparison_sentence",
            "frequency_r_table", "outlier_set", "position_for", "FREQUENCY_COLUMNS", "dimension_tokens",
            "dimension_scatter", "dimension_r", "mean_cosine_difference",
-           "add_seed_bands", "cka_across", "same_tokens", "check_color", "metadata_columns"]
+           "add_seed_bands", "cka_across", "same_tokens", "check_color", "metadata_columns", "partial_view",
+           "partial_count", "sample_wait_note"]

@@ -1,0 +1,145 @@
+"""Partial results of a running extraction (issue 26, live curves), on a tiny random BERT.
+
+- the partial sums handed out after any batch are the sums over the batches processed so far: what the
+  extraction of those windows alone gives (with the corpus's frequencies, tracked ids and groups);
+- the partial results drawn from them hold every streaming statistic and none of the sample's;
+- a cancelled run stores nothing and keeps no partial result;
+- a failed run keeps its last partial result beside its error (until a new attempt starts).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from foundation_helpers import make_documents
+
+from core import extract, jobs
+from core import metrics as M
+from core.analysis import partial_results
+from core.corpora import TokenWindows, tokenize_budget
+from core.errors import InputError
+from core.extract import MAX_KEYS, SUM_KEYS, extract_stats, plan_batches, stats_layout
+from core.models import load_model
+from core.pipeline import RunStats, analyze_params, get_store, is_cached, results_key
+from core.spec import RunSpec
+from core.statistics import sample_based_keys
+
+pytestmark = pytest.mark.fast
+KW = dict(batch_size=1, sample_size=40, seed=0)  # batch 1: each window's hidden states are bitwise the same
+
+
+def _subset(w: TokenWindows, idx) -> TokenWindows:
+    ids = [w.ids[i] for i in idx]
+    special = [w.special[i] for i in idx]
+    return TokenWindows(ids, special, w.doc[idx], len(set(w.doc[idx].tolist())), sum(len(a) for a in ids),
+                        sum(int((~s).sum()) for s in special))
+
+
+@pytest.fixture(scope="module")
+def snapshots(tiny_bert_dir):
+    lm = load_model(str(tiny_bert_dir))
+    docs = make_documents([int(n) for n in np.random.default_rng(3).integers(2, 60, size=12)], seed=3)
+    w = tokenize_budget(docs, lm.tokenizer, 100_000, 24, seed=0)
+    got: list = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(extract, "PARTIAL_EVERY_S", 0.0)  # a partial after every batch, whatever it costs
+        mp.setattr(extract, "PARTIAL_MAX_SHARE", float("inf"))
+        whole, _ = extract_stats(lm.base, w, **KW, partial=lambda a, n: got.append((a, n)))
+    return lm, w, whole, got
+
+
+def test_partial_sums_are_the_sums_over_the_batches_so_far(snapshots):
+    lm, w, whole, got = snapshots
+    batches = plan_batches(w, KW["batch_size"])
+    assert len(got) == len(batches) - 1  # after every batch but the last (the final result follows it)
+    layout = stats_layout(w, "exclude", seed=0)
+    open_doc = 0
+    for j, (arrays, n_total) in enumerate(got):
+        assert n_total == int(whole["n"])
+        idx = np.sort(np.concatenate(batches[:j + 1]))
+        open_doc += int(w.doc[idx].tolist().count(w.doc[batches[j][-1]]) < int((w.doc == w.doc[batches[j][-1]]).sum()))
+        sub, _ = extract_stats(lm.base, _subset(w, idx), **KW, layout={**layout, "group_of": layout["group_of"][idx]})
+        assert "sample" not in arrays
+        for k in SUM_KEYS:
+            np.testing.assert_allclose(arrays[k], sub[k], rtol=1e-9, atol=1e-12, err_msg=f"{k} after batch {j}")
+        for k in MAX_KEYS:
+            np.testing.assert_array_equal(arrays[k], sub[k], err_msg=k)
+    assert open_doc, "no partial was taken with a document half read: the open-document sums went untested"
+
+
+def test_partial_results_hold_the_streaming_statistics_only(snapshots):
+    _, _, whole, got = snapshots
+    arrays, n_total = got[len(got) // 2]
+    manifest = {"model": {"label": "tiny", "hidden_size": 32}, "corpus": {"id": "c"}, "tokens": {}}
+    res = partial_results(RunStats("stats:x", manifest, {}, arrays), n_total)
+    assert res["partial"]["tokens"] == int(arrays["n"]) < res["partial"]["total_tokens"] == int(whole["n"])
+    assert res["manifest"]["tokens"]["analysed"] == int(arrays["n"])
+    for l, row in enumerate(res["layers"]):
+        S = arrays["group_sum_u"][l].sum(0)
+        assert row["mean_cosine"] == pytest.approx(M.mean_cosine(S, int(arrays["n"]), float(arrays["sum_u_sq"][l].sum())),
+                                                   abs=1e-12)
+        lo, hi = row["mean_cosine_ci"]
+        assert lo <= row["mean_cosine"] <= hi
+        assert all(row[k] is None for k in sample_based_keys())  # nothing from a partial sample
+    assert {"isoscore", "effective_rank", "intrinsic_dim_twonn"} <= set(res["partial"]["sample_metrics"])
+
+
+@pytest.fixture
+def queue_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
+    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # the tiny model is a folder in a temporary directory
+    monkeypatch.setattr(extract, "PARTIAL_EVERY_S", 0.0)
+    monkeypatch.setattr(extract, "PARTIAL_MAX_SHARE", float("inf"))
+    return tmp_path
+
+
+def _job(tiny_bert_dir, varied_txt) -> tuple[RunSpec, str]:
+    """An analysis queued (no worker): the test runs it in this thread with jobs._run_job."""
+    spec = RunSpec(model=str(tiny_bert_dir), corpus=str(varied_txt), max_tokens=10_000, max_seq_len=24, batch_size=1,
+                   sample=20)
+    return spec, jobs.submit("analyze", analyze_params(spec))
+
+
+def test_a_cancelled_run_stores_nothing_and_keeps_no_partial(queue_cache, tiny_bert_dir, varied_txt, monkeypatch):
+    spec, jid = _job(tiny_bert_dir, varied_txt)
+    seen = []
+    publish = jobs._Running.publish_partial
+
+    def cancel_after_first(run, result):  # Cancel pressed once the first partial curve is drawn
+        publish(run, result)
+        seen.append(jobs.partial(jobs.status(jid)))
+        jobs.cancel(jid)
+        run.last_cancel_check = 0.0  # the next batch reads the request at once
+
+    monkeypatch.setattr(jobs._Running, "publish_partial", cancel_after_first)
+    jobs._run_job(jid, 1)
+    job = jobs.status(jid)
+    assert job.status == jobs.CANCELLED
+    assert seen and seen[0]["partial"]["tokens"] > 0 and seen[0]["layers"][0]["mean_cosine"] is not None
+    assert jobs.partial(job) is None
+    assert not jobs._store().has_data_for_key(jobs._partial_key(jid, 1))
+    assert not is_cached(spec) and get_store().get_json(results_key(spec)) is None
+
+
+def test_a_failed_run_keeps_its_last_partial(queue_cache, tiny_bert_dir, varied_txt, monkeypatch):
+    spec, jid = _job(tiny_bert_dir, varied_txt)
+    published = []
+    publish = jobs._Running.publish_partial
+
+    def fail_on_second(run, result):
+        publish(run, result)
+        published.append(result)
+        if len(published) == 2:
+            raise InputError("the disk went away")
+
+    monkeypatch.setattr(jobs._Running, "publish_partial", fail_on_second)
+    jobs._run_job(jid, 1)
+    job = jobs.status(jid)
+    assert job.status == jobs.FAILED and "the disk went away" in job.error
+    last = jobs.partial(job)
+    assert last["partial"] == published[-1]["partial"] and last["layers"] == published[-1]["layers"]
+    assert 0 < last["partial"]["tokens"] < last["partial"]["total_tokens"]
+    assert not is_cached(spec)
+    jobs.retry(jid)  # a new attempt starts without the failed one's partial
+    assert not jobs._store().has_data_for_key(jobs._partial_key(jid, 1))
