@@ -29,6 +29,7 @@ settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
 from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
+from bench.live import keep_live_section  # noqa: E402
 from bench.load import keep_load_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
@@ -151,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         existing = out.read_text() if out.exists() else None
-        out.write_text(keep_load_section(existing, merge_gpu(existing, md)))
+        out.write_text(keep_live_section(existing, keep_load_section(existing, merge_gpu(existing, md))))
         log(f"wrote {out}")
     else:
         sys.stdout.write(md + "\n")

@@ -1,0 +1,274 @@
+"""Live curves (issue 26, section 1): what publishing partial results costs, and how soon the first curve is drawn.
+
+    python -m bench.live                  # -> the live section of BENCHMARKS.md (about 5 minutes on 2 cores)
+    python -m bench.live --out /tmp/l.md  # the section alone, into another file
+    python -m bench.live --quick          # tiny sizes, prints the markdown (checks the code)
+
+1. Cost of publishing: the default model's extraction (MiniLM, wiki-en) with and without partial results,
+   in one process, alternating A B B A, each run with the same windows and batches. "With" is the job's
+   path: after the first batch and then every few seconds, the sums so far become partial results
+   (`core.analysis.partial_results`: every streaming statistic with its bootstrap interval) written into
+   the job queue's store as JSON. The ratio of tokens/s (goal: >= 0.98), and the loop's own account of the
+   time spent publishing (`timing["partial_s"]` / forward time).
+2. First curve in a real browser: `streamlit run app.py` on 127.0.0.1 (its own port), Debian's chromium via
+   Playwright; the app's default selection (MiniLM on wiki-en, the UI's default budget); the clock starts
+   at the click on Run and stops when the first Plotly figure with traces is drawn (the partial curve), then
+   when the final one is. Fresh: a new cache directory, no worker process (a fresh clone's first Run: the
+   worker starts, imports torch, loads the model). Warm: the same server and worker after that run, the run's
+   statistics and results deleted from the cache (the model files and the worker's imports warm).
+   Goals: warm <= 10 s, fresh <= 30 s.
+`python -m bench` keeps this section when it rewrites BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import platform
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from core import settings
+
+settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
+settings.env_default(TOKENIZERS_PARALLELISM="false")
+
+from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server  # noqa: E402
+from bench.common import loadavg, log, machine_info  # noqa: E402
+from core import jobs  # noqa: E402
+
+LIVE_START = "<!-- bench:live:start -->"
+LIVE_END = "<!-- bench:live:end -->"
+GOAL_SHARE = 0.02
+GOAL_WARM_S, GOAL_FRESH_S = 10.0, 30.0
+
+
+# ----------------------------------------------------------------------------- 1. publishing cost
+def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
+    """Tokens/s of the extraction without and with partial results published (A B B A ...)."""
+    # lazy: torch only here
+    from core.corpora import load_documents, tokenize_budget
+    from core.extract import extract_stats
+    from core.models import load_model
+    from core.pipeline import _PartialHook, resolve
+    from core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MODEL, DEFAULT_SAMPLE, RunSpec
+
+    lm = load_model(DEFAULT_MODEL, device="cpu", dtype="float32", cache_dir=cache)
+    w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)
+    spec = RunSpec(max_tokens=tokens)
+    run = resolve(spec, cache)
+    store = jobs.queue(cache).storage
+    published = []
+
+    def publish(res: dict) -> None:
+        store.put_data("partial:bench:1", json.dumps({**res, "published": time.time()}, allow_nan=False).encode())
+        published.append(res["partial"]["tokens"])
+
+    def once(with_partial: bool) -> tuple[float, dict]:
+        hook = None
+        if with_partial:
+            hook = _PartialHook(publish, run.key, spec, run.parts)
+            hook.start(lm, {"id": DEFAULT_CORPUS})
+        t0 = time.perf_counter()
+        _, timing = extract_stats(lm.base, w, batch_size=DEFAULT_BATCH_SIZE, sample_size=DEFAULT_SAMPLE, seed=0,
+                                  pad_id=int(lm.tokenizer.pad_token_id or 0), partial=hook)
+        return time.perf_counter() - t0, timing
+
+    once(False)  # warm-up (allocator, kernels)
+    plain, live, shares, n_pub = [], [], [], []
+    for i in range(reps):
+        for with_partial in ((False, True) if i % 2 == 0 else (True, False)):
+            published.clear()
+            t, timing = once(with_partial)
+            if with_partial:
+                live.append(t)
+                shares.append(timing["partial_s"] / timing["forward_s"])
+                n_pub.append(len(published))
+            else:
+                plain.append(t)
+    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2  # noqa: E731
+    n = int(sum(int(m.sum()) for m in (~s for s in w.special)))
+    return {"model": lm.info.get("label", DEFAULT_MODEL), "tokens": n, "batches": -(-len(w.ids) // DEFAULT_BATCH_SIZE),
+            "reps": reps, "plain_tok_s": n / med(plain), "live_tok_s": n / med(live),
+            "ratio": med(plain) / med(live), "pair_ratios": [p / q for p, q in zip(plain, live)],
+            "share_median": med(shares), "share_max": max(shares), "publishes": n_pub,
+            "plain_s": plain, "live_s": live}
+
+
+# ----------------------------------------------------------------------------- 2. first curve in a browser
+FIRST_CURVE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+    .filter(el => !el.closest('[data-stale="true"]') && (el.data || []).length > 0)
+    .map(el => ((el.layout || {}).title || {}).text || '')"""
+
+
+def _click_to_curves(browser, url: str, timeout_s: float) -> dict:
+    """From the click on Run: seconds to the first drawn figure, whether it was partial, to the final one."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        page.goto(url)
+        run = page.get_by_role("button", name="Run")
+        run.wait_for(timeout=120_000)
+        page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
+        page.evaluate("() => { window.__no_reload = true; }")
+        t0 = time.monotonic()
+        run.click()
+        first = final = None
+        first_title = ""
+        while time.monotonic() - t0 < timeout_s:
+            titles = page.evaluate(FIRST_CURVE_JS)
+            now = time.monotonic() - t0
+            if titles and first is None:
+                first, first_title = now, titles[0]
+            if any("partial" not in t for t in titles):
+                final = now
+                break
+            page.wait_for_timeout(100)
+        reloaded = not page.evaluate("() => window.__no_reload === true")
+        return {"first_s": first, "first_title": first_title, "first_partial": "partial" in first_title,
+                "final_s": final, "reloaded": reloaded}
+    finally:
+        page.close()
+
+
+def first_curve(tokens: int | None, timeout_s: float, shots: Path | None = None) -> dict:
+    """The fresh and the warm measurement on one server (see the module's doc)."""
+    from playwright.sync_api import sync_playwright
+
+    from core.pipeline import get_store
+
+    query = f"tokens={tokens}" if tokens else ""
+    root = Path(tempfile.mkdtemp(prefix="aniso-live-"))
+    cache = root / "cache"
+    cache.mkdir()
+    out: dict = {"query": query or "(the default selection)"}
+    with app_server(cache, root / "streamlit.log") as (url, _), sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            out["port"] = int(url.rsplit(":", 1)[1])
+            log("fresh: a new cache, no worker")
+            out["fresh"] = _click_to_curves(browser, f"{url}/?{query}", timeout_s)
+            log(f"fresh: {out['fresh']}")
+            if not out["fresh"]["final_s"]:  # still running: let it end before the warm run
+                t0 = time.monotonic()
+                while any(j.active for j in jobs.list_jobs(cache)) and time.monotonic() - t0 < timeout_s:
+                    time.sleep(1)
+            store = get_store(cache)
+            for k in store.keys():
+                if k.startswith(("stats:", "results:")):
+                    store.delete(k)
+            time.sleep(31)  # the app's is_cached look-up lives 30 s (ui.data)
+            log("warm: the same worker, the run deleted from the cache")
+            out["warm"] = _click_to_curves(browser, f"{url}/?{query}", timeout_s)
+            log(f"warm: {out['warm']}")
+        finally:
+            browser.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- markdown
+def _s(x) -> str:
+    return "not drawn" if x is None else f"{x:.1f} s"
+
+
+def render(cost: dict, curve: dict, meta: dict) -> str:
+    met = lambda ok: "met" if ok else "**MISSED**"  # noqa: E731
+    lines = [LIVE_START, "## Live curves: partial results while a run computes (`python -m bench.live`)", "",
+             f"Measured {meta['date']} on {meta['machine']} (load average at start {meta['load_start']}, at end "
+             f"{meta['load_end']}; {meta['cores']} usable cores). What a partial curve is: docs/pages.md.", ""]
+    if cost:
+        lines += [
+            "**Cost of publishing** (one process, the same windows and batches, alternating A B B A): the extraction "
+            f"of {cost['model']} on wiki-en, {cost['tokens']:,} tokens in {cost['batches']} batches, without and with "
+            f"partial results written to the job queue's store ({cost['reps']} runs each).", "",
+            "| Without tok/s | With tok/s | Ratio (per-pair range) | Loop's own account: time publishing / forward "
+            "(median, max) | Partial results per run | Goal: cost <= 2% |",
+            "|---|---|---|---|---|---|",
+            f"| {cost['plain_tok_s']:,.0f} | {cost['live_tok_s']:,.0f} | **{cost['ratio']:.3f}** "
+            f"({min(cost['pair_ratios']):.3f}-{max(cost['pair_ratios']):.3f}) | {cost['share_median']:.2%}, "
+            f"{cost['share_max']:.2%} | {', '.join(map(str, cost['publishes']))} | "
+            f"{met(cost['ratio'] >= 1 - GOAL_SHARE)} |", ""]
+    if curve:
+        rows = []
+        for name, goal in (("fresh", GOAL_FRESH_S), ("warm", GOAL_WARM_S)):
+            r = curve.get(name) or {}
+            ok = r.get("first_s") is not None and r["first_s"] <= goal
+            miss = "" if ok or r.get("first_s") is None else f" (over by {r['first_s'] - goal:.1f} s)"
+            rows.append(f"| {name} | {_s(r.get('first_s'))} | {'partial' if r.get('first_partial') else 'final'} | "
+                        f"{_s(r.get('final_s'))} | {'yes' if r.get('reloaded') else 'no'} | <= {goal:.0f} s: "
+                        f"{met(ok)}{miss} |")
+        lines += [
+            f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}, Debian "
+            f"chromium via Playwright; selection {curve['query']}: MiniLM on wiki-en, the UI's default budget). From "
+            "the click on Run to the first drawn figure, then to the final one. Fresh: a new cache directory and no "
+            "worker (a fresh clone's first Run: the worker process starts, imports torch, loads the model); warm: "
+            "the same server and worker after that run, its statistics and results deleted from the cache.", "",
+            "| Run | First curve | It was | Final curve | Page reloaded | Goal |", "|---|---|---|---|---|---|",
+            *rows, ""]
+    lines += meta.get("notes", [])
+    return "\n".join(lines + [LIVE_END])
+
+
+def keep_live_section(existing: str | None, new_doc: str) -> str:
+    """`python -m bench` rewrites BENCHMARKS.md: keep the measured live section."""
+    if not existing or LIVE_START not in existing or LIVE_END not in existing or LIVE_START in new_doc:
+        return new_doc
+    block = existing[existing.index(LIVE_START):existing.index(LIVE_END) + len(LIVE_END)]
+    return new_doc.rstrip() + "\n\n" + block + "\n"
+
+
+def write_section(path: Path, block: str) -> None:
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    if LIVE_START in text and LIVE_END in text:
+        text = text[:text.index(LIVE_START)] + block + text[text.index(LIVE_END) + len(LIVE_END):]
+    else:
+        text = text.rstrip() + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.live", description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the code, prints the markdown")
+    p.add_argument("--tokens", type=int, default=40_000, help="tokens of the publishing-cost runs (default 40000)")
+    p.add_argument("--reps", type=int, default=3, help="runs with and without publishing (default 3 each)")
+    p.add_argument("--no-browser", action="store_true", help="skip the browser measurement")
+    p.add_argument("--no-cost", action="store_true", help="skip the publishing cost")
+    p.add_argument("--timeout", type=float, default=300, help="longest wait for a curve, s (default 300)")
+    p.add_argument("--out", default=None, help="markdown file whose live section is replaced (default BENCHMARKS.md)")
+    a = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally blocks: server and worker stop
+    m = machine_info()
+    meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": f"{m.get('cpu_model') or platform.processor()}, {m.get('usable_cores')} cores, "
+                       f"{m.get('os')}", "cores": m.get("usable_cores"), "load_start": loadavg()}
+    cost, curve = {}, {}
+    with tempfile.TemporaryDirectory(prefix="aniso-live-cost-") as d:
+        if not a.no_cost:
+            cost = publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d))
+            log(f"cost: ratio {cost['ratio']:.3f}, share {cost['share_median']:.2%}")
+    if not a.no_browser:
+        if not Path(CHROMIUM).exists():
+            print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
+            return 2
+        curve = first_curve(1000 if a.quick else None, a.timeout)
+    meta["load_end"] = loadavg()
+    busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0
+    if busy > 0.5 * (meta["cores"] or 1):
+        meta["notes"] = [f"> **Warning:** the machine was busy (1-minute load average up to {busy:.1f} on "
+                         f"{meta['cores']} cores, other jobs running): the times are longer than on a quiet machine, "
+                         "and the A/B ratio has a spread of several percent; the loop's own account is the precise "
+                         "figure for the cost.", ""]
+    block = render(cost, curve, meta)
+    if a.quick and not a.out:
+        print(block)
+        return 0
+    write_section(Path(a.out) if a.out else ROOT / "BENCHMARKS.md", block)
+    log(f"wrote {a.out or 'BENCHMARKS.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
