@@ -40,6 +40,7 @@ settings.env_default(TOKENIZERS_PARALLELISM="false")
 from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server  # noqa: E402
 from bench.common import loadavg, log, machine_info  # noqa: E402
 from core import jobs  # noqa: E402
+from core.pipeline import get_store  # noqa: E402
 
 LIVE_START = "<!-- bench:live:start -->"
 LIVE_END = "<!-- bench:live:end -->"
@@ -134,11 +135,10 @@ def _click_to_curves(browser, url: str, timeout_s: float) -> dict:
         page.close()
 
 
-def first_curve(tokens: int | None, timeout_s: float, shots: Path | None = None) -> dict:
+def first_curve(tokens: int | None, timeout_s: float) -> dict:
     """The fresh and the warm measurement on one server (see the module's doc)."""
+    # lazy: playwright only for the browser measurement
     from playwright.sync_api import sync_playwright
-
-    from core.pipeline import get_store
 
     query = f"tokens={tokens}" if tokens else ""
     root = Path(tempfile.mkdtemp(prefix="aniso-live-"))

@@ -90,6 +90,11 @@ class Statistic:
     def on_sample(self) -> bool:
         return self.sums == ("sample",)
 
+    @property
+    def reads_sample(self) -> bool:
+        """It needs the token sample (alone or beside the sums): a partial result has none of it."""
+        return "sample" in self.sums
+
 
 # ----------------------------------------------------------------------------- kernel inputs
 class Sample:
@@ -512,7 +517,7 @@ def partial_row(run: Run, l: int) -> dict:
     row: dict = {"layer": int(run.ids[l])}
     c = Layer(run, l, row)
     for s in STATISTICS:
-        row[s.key] = None if s.on_sample else _value(s, c)
+        row[s.key] = None if s.reads_sample else _value(s, c)
         if s.interval is not None:
             row[f"{s.key}_ci"] = s.interval(c)
     return row
@@ -520,7 +525,7 @@ def partial_row(run: Run, l: int) -> dict:
 
 def sample_based_keys() -> list[str]:
     """The per-layer scalars computed on the token sample: a partial result has none of them."""
-    return [s.key for s in STATISTICS if s.on_sample and s.scalar]
+    return [s.key for s in STATISTICS if s.reads_sample and s.scalar]
 
 
 def sample_values(X: np.ndarray) -> dict:

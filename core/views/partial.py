@@ -27,7 +27,7 @@ def partial_count(partial: dict) -> str:
 def sample_wait_note(metric: str) -> str | None:
     """What the page says instead of a sample statistic's partial curve (None for a streaming one)."""
     stat = S.BY_KEY.get(metric)
-    if stat is None or not stat.on_sample:
+    if stat is None or not stat.reads_sample:
         return None
     return (f"{METRICS.get(metric, (metric,))[0]} is computed on the token sample, which fills in corpus order as the "
             "run goes: a partial sample would be biased, so it is drawn when the run ends. Meanwhile: the mean "
