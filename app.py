@@ -16,6 +16,7 @@ nav = st.navigation([
     # The default page is served at "/": this hidden alias makes a typed or shared ".../layers" work too.
     st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", url_path="layers", visibility="hidden"),
     st.Page("pages/outliers.py", title="Outliers", icon=":material/bar_chart:", url_path="outliers"),
+    st.Page("pages/chain.py", title="Chain", icon=":material/link:", url_path="chain"),
     st.Page("pages/projection.py", title="Projection", icon=":material/scatter_plot:", url_path="projection"),
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("pages/train.py", title="Train", icon=":material/model_training:", url_path="train"),

@@ -363,7 +363,7 @@ def cached_chain_ablation(spec, targets: dict | None = None, held_out_tokens: in
     if not P.is_cached(run, cache_dir):
         return None
     res = P.analyze(run, cache_dir)
-    targets = default_targets(res) if targets is None else targets
+    targets = default_targets(res) if targets is None else _check_targets(targets)
     held = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
     return P.get_store(cache_dir).get_json(_key(run.key, targets, held, run.spec.seed))
 

@@ -32,6 +32,7 @@ from . import jobs
 from .attention import layer_means, run_attention
 from .chain.run import ablations as chain_ablations
 from .chain.run import chain_section
+from .chain_ablation import cached_chain_ablation, default_targets
 from .config import CONFIG
 from .corpora import list_corpora
 from .distributed import RankFailed, group_from_env, rank_from_env, world_size_from_env
@@ -314,6 +315,9 @@ def cmd_analyze(a) -> int:
         res["attention"] = att
     if a.chain:
         res["chain"] = chain_section(run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
+    cab = cached_chain_ablation(run, default_targets(res), cache_dir=a.cache_dir)
+    if cab is not None:  # so are its chain ablations (the Chain page's job, `chain --ablate`)
+        res["chain_ablations"] = cab
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]

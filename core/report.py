@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from . import views
 from .analysis import frequency_r
+from .chain_ablation import cached_chain_ablation
 from .export import report_zip
 from .pipeline import analyze, cached_ablation, get_stats, is_cached, postprocessed
 from .projection import project, sample_table
 from .selection import SAMPLE_METRICS, Selection, to_query_params
 from .statistics import report_keys
+from .views import chain as chain_views
 
 REPORT_METRICS = tuple(report_keys())  # one per-layer curve per statistic of the registry (core.statistics)
 
@@ -48,6 +50,9 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
         per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
         if r.get("ablation"):  # computed by an ablation job: it belongs to the run's report
             per.append(views.ablation_view(r["ablation"], r))
+        per.append(chain_views.chain_view(r, None, r.get("chain_ablations")))
+        if r.get("chain_ablations"):  # computed by a chain-ablation job: the before/after curves too
+            per.append(chain_views.ablation_curves(r["chain_ablations"], r))
         for v in per:
             v.name = f"{_slug(spec.model)}_{v.name}"  # the corpus is added by export.file_name
         out += per
@@ -67,6 +72,9 @@ def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
         ab = cached_ablation(spec)
         if ab is not None:  # results.json of the zip carries the run's ablation too
             res = {**res, "ablation": ab}
+        cab = cached_chain_ablation(spec)
+        if cab is not None:  # ... and its chain ablations
+            res = {**res, "chain_ablations": cab}
         runs.append((spec, res, get_stats(spec)))
     if not runs:
         raise ValueError("Nothing computed yet for this selection: press Run first.")

@@ -85,6 +85,7 @@ PAGE_KEYS: dict[str, tuple[str, ...]] = {
     "outliers": ("dim", "ablate", "oset", "odims"),
     "attention": ("astat", "akeys", "alink", "win", "block", "head"),
     "compare": ("ctab",),
+    "chain": ("cabl",),
 }
 # Bounds of the numeric fields (the sidebar's widgets use the same): a URL value outside is clamped.
 LIMITS: dict[str, tuple[int, int]] = {
@@ -386,6 +387,7 @@ class Selection:
     search: str = ""
     dim: int | None = None  # the dimension drilled into on the Outliers page (None: the first outlier)
     ablation: bool = False  # show the focused run's LM-loss ablation (Outliers page)
+    chain_ablation: bool = False  # show the focused run's chain ablations (Chain page)
     outlier_set: str = "persistent"  # the dims of the Frequency, drill-down and ablation tabs (OUTLIER_SETS)
     typed_dims: tuple[int, ...] = ()  # outlier_set="typed": the dims the user typed (sorted, distinct)
     # -- the Attention page: heatmap statistic, the outlier link's key positions and summary, and the attention
@@ -570,7 +572,7 @@ _KEYS = {
     "pp_outliers": "drop_outliers", "dim": "dim", "seeds": "control_seeds", "ablate": "ablation",
     "oset": "outlier_set", "odims": "typed_dims",
     "astat": "attn_stat", "akeys": "attn_keys", "alink": "attn_summary", "win": "attn_window", "block": "attn_block",
-    "head": "attn_head", "ctab": "compare_section",
+    "head": "attn_head", "ctab": "compare_section", "cabl": "chain_ablation",
 }
 _PP_KEYS = {"pp_center": "center", "pp_zscore": "zscore", "pp_abtt": "abtt", "pp_whiten": "whiten",
             "pp_k": "whiten_k", "pp_drop": "remove"}
@@ -648,7 +650,7 @@ def _parse(name: str, raw: str | list[str]):
         return int(s)
     if name in ("depth", "min_dist"):
         return float(s)
-    if name in ("reference", "drop_outliers", "ablation"):
+    if name in ("reference", "drop_outliers", "ablation", "chain_ablation"):
         return _parse_bool(s)
     if name in ("text_column", "focus", "focus_corpus"):
         return s or None

@@ -5,6 +5,7 @@ import streamlit as st
 
 from core.errors import InputError
 from core.selection import METRICS
+from core.views import chain as C
 from core.views import dynamics as D
 from ui import page, state, training
 
@@ -83,3 +84,6 @@ if series:
             st.caption("No query/key drift: " + page.md(ser["attention_note"]))
         page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
         page.show(D.outlier_identity(ser), f"dyn_ident_{run}")
+        chain = C.chain_dynamics(ser)  # top-1/median, super weight, sink rate, high-norm share over the checkpoints
+        page.show(chain, f"dyn_chain_{run}")
+        st.markdown("\n".join(f"- {page.md(line)}" for line in chain.notes))

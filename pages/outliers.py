@@ -8,6 +8,7 @@ import streamlit as st
 from core import views
 from core.errors import InputError
 from core.escape import markdown_text
+from core.views import chain as chain_views
 from ui import data, page, state
 from ui import run as ui_run
 
@@ -42,6 +43,9 @@ def _ablation(sel, run) -> None:
         if not sel.ablation:
             state.update(ablation=True)  # the URL now restores this view
         page.show(views.ablation_view(ab, res), "ablation")
+    cab = data.cached_chain_ablation(run.spec)
+    if cab is not None and "outlier_dims" in cab["ablations"]:  # the Chain page's job: the same dims, layer by layer
+        page.show(chain_views.ablation_curves(cab, res, ("outlier_dims", "outlier_random")), "ablation_curves")
     elif not res["manifest"]["model"].get("causal_lm"):
         if st.button("Run ablation", key="ablate", icon=":material/science:"):
             st.error(f"Ablation needs a causal language model with an LM head; {run.label} has none. "

@@ -12,6 +12,7 @@ import streamlit as st
 
 from core import analysis, corpora, pipeline, trained, uploads, views
 from core import attention as A
+from core import chain_ablation as CA
 from core import projection as P
 from core.drift import DriftSpec, drift_experiment
 from core.errors import InputError
@@ -86,6 +87,16 @@ def post_rows(spec: RunSpec, post: PostProcess) -> list[dict]:
 def projection(spec: RunSpec, layer: int, method: str, post: PostProcess, n_neighbors: int, min_dist: float,
                seed: int) -> dict:
     return P.project(resolved(spec), layer, method, post=post, n_neighbors=n_neighbors, min_dist=min_dist, seed=seed)
+
+
+def cached_chain_ablation(spec: RunSpec) -> dict | None:
+    """The run's stored chain ablations (computed by a chain-ablation job), or None. Never computes."""
+    return CA.cached_chain_ablation(resolved(spec), chain_targets(spec))
+
+
+def chain_targets(spec: RunSpec) -> dict:
+    """What the chain ablations of a computed run zero by default (its super weights, massive and outlier dims)."""
+    return CA.default_targets(results(spec))
 
 
 def cached_ablation(spec: RunSpec) -> dict | None:

@@ -39,7 +39,8 @@ def ablation_params(spec) -> dict:
 @st.cache_data(ttl=60, max_entries=256, show_spinner=False)
 def job_id(kind: str, spec) -> str:
     """The id of the one job computing this (fingerprints the model and corpus: cached briefly)."""
-    return jobs.job_id(kind, ablation_params(spec) if kind == "ablation" else analyze_params(spec))
+    params = {"ablation": ablation_params, "chain-ablation": chain_ablation_params}.get(kind, analyze_params)(spec)
+    return jobs.job_id(kind, params)
 
 
 def _label(spec) -> str:
@@ -72,6 +73,19 @@ def submit_ablation(spec) -> str:
     """Queue the ablation of a computed run (the Outliers page's button)."""
     jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec), here=True,
                         owner=state.browser_token())
+    start_worker()
+    return jid
+
+
+def chain_ablation_params(spec) -> dict:
+    """The run and what its chain ablations zero (`data.chain_targets`): the key `core chain --ablate` uses too."""
+    return {**analyze_params(spec), "targets": data.chain_targets(spec)}
+
+
+def submit_chain_ablation(spec) -> str:
+    """Queue the chain ablations of a computed run (the Chain page's button)."""
+    jid = jobs.submit("chain-ablation", chain_ablation_params(spec), label=_label(spec), here=True,
+                      owner=state.browser_token())
     start_worker()
     return jid
 

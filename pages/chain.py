@@ -1,0 +1,54 @@
+"""The outlier chain: super weights, massive activations, outlier dims, attention sinks and mean cosine on
+one depth axis, a sentence per link from the numbers, and the ablations link by link (a job)."""
+
+import streamlit as st
+
+from core.errors import InputError
+from core.escape import markdown_text
+from core.views import chain as C
+from ui import data, page, state
+from ui import run as ui_run
+
+sel, runs = page.header("The outlier chain")
+if page.need_runs(runs):
+    run = page.focus_picker(sel, runs, "chain") if len(runs) > 1 else runs[0]
+    res = run.results
+    att = data.attention(run.spec) if data.attention_cached(run.spec) else None
+    ab = data.cached_chain_ablation(run.spec)
+    view = C.chain_view(res, att, ab)
+    page.show(view, "chain")
+    st.markdown("**What was measured, link by link**")
+    st.markdown("\n".join(f"- {markdown_text(line)}" for line in view.notes))
+    st.subheader("Ablations, link by link")
+    targets = data.chain_targets(run.spec)
+    sw = targets["super_weights"]
+    m = targets["massive"]
+    weights = [(s["block"], s["module"], s["row"], s["col"]) for s in sw] or "none found"
+    massive = f"{m['dims']} in the residual stream from block {m['from_block']} on" if m else \
+        "none (no layer over 100x its median)"
+    st.caption(markdown_text(
+        f"Zero the super weight(s) {weights} (controls: as many random weights of the same matrix, and its largest "
+        f"other weights); the massive dim(s) {massive} (control: random dims); the outlier dims "
+        f"{targets['outlier_dims'] or 'none'} in every norm (control: random dims). Before and after each: loss, "
+        f"mean cosine, outlier count, top-1/median and sink share per layer. "
+        f"Runs as a job (progress above); keep browsing meanwhile."))
+    if ab is not None:
+        if not sel.chain_ablation:
+            state.update(chain_ablation=True)  # the URL now restores this view
+        page.show(C.ablation_curves(ab, res), "chain_ablations")
+    elif ui_run.job_active("chain-ablation", run.spec):
+        st.caption(":material/hourglass_top: The chain ablations are running: their progress is shown at the top of "
+                   "the page; the curves appear here when they end.")
+    elif not (sw or m or targets["outlier_dims"]):
+        st.info("Nothing to ablate in this run: no super weight, no massive dim, no outlier dim.")
+    elif st.button("Run the chain ablations", key="chain_ablate", icon=":material/science:",
+                   help="Queue the ablations as a job (Cancel in its progress panel)."):
+        try:
+            ui_run.submit_chain_ablation(run.spec)
+            state.update(chain_ablation=True)
+            st.rerun()
+        except InputError as e:
+            st.error(markdown_text(str(e)))
+    elif sel.chain_ablation:
+        st.caption("This link shows the chain ablations, which are not computed for this run yet: press "
+                   "**Run the chain ablations**.")
