@@ -97,6 +97,7 @@ KINDS: dict[str, JobKind] = {
     "attention": JobKind("core.attention.run:job_attention", "core.pipeline:job_analyze_key", "attention statistics"),
     "attention-maps": JobKind("core.attention.viewer:job_attention_maps", "core.attention.viewer:job_attention_maps_key",
                               "attention map of one window"),
+    "chain": JobKind("core.chain.job:job_chain", "core.chain.job:job_chain_key", "chain statistics"),
     "chain-ablation": JobKind("core.chain_ablation:job_chain_ablation", "core.chain_ablation:job_chain_ablation_key",
                               "chain ablations"),
     "train": JobKind("core.train:job_train", None, "training"),

@@ -12,9 +12,20 @@ from ui import run as ui_run
 sel, runs = page.header("The outlier chain")
 if page.need_runs(runs):
     run = page.focus_picker(sel, runs, "chain") if len(runs) > 1 else runs[0]
-    res = run.results
+    res = data.chain_results(run.spec)  # with the chain section when it is computed
     att = data.attention(run.spec) if data.attention_cached(run.spec) else None
     ab = data.cached_chain_ablation(run.spec)
+    if "chain" not in res:
+        if ui_run.job_active("chain", run.spec):
+            st.caption(":material/hourglass_top: The chain statistics are running (progress above).")
+        elif st.button("Compute the chain statistics", key="chain_stats", icon=":material/link:", type="primary",
+                       help="Super weights, sink rate, LLM.int8 outliers: one more pass over the run's windows "
+                            "(a job; it loads the model)."):
+            try:
+                ui_run.submit_chain(run.spec)
+                st.rerun()
+            except InputError as e:
+                st.error(markdown_text(str(e)))
     view = C.chain_view(res, att, ab)
     page.show(view, "chain")
     st.markdown("**What was measured, link by link**")

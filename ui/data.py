@@ -14,6 +14,7 @@ from core import analysis, corpora, pipeline, trained, uploads, views
 from core import attention as A
 from core import chain_ablation as CA
 from core import projection as P
+from core.chain.job import cached_chain_section
 from core.drift import DriftSpec, drift_experiment
 from core.errors import InputError
 from core.postprocess import PostProcess
@@ -94,9 +95,22 @@ def cached_chain_ablation(spec: RunSpec) -> dict | None:
     return CA.cached_chain_ablation(resolved(spec), chain_targets(spec))
 
 
+def chain_section(spec: RunSpec) -> dict | None:
+    """The run's stored chain section (super weights, sink rate, ...: a "chain" job), or None. Never computes."""
+    return cached_chain_section(resolved(spec))
+
+
+def chain_results(spec: RunSpec) -> dict:
+    """The run's results with its chain section when it is computed (what the Chain view reads)."""
+    sec = chain_section(spec)
+    res = results(spec)
+    return {**res, "chain": sec} if sec else res
+
+
 def chain_targets(spec: RunSpec) -> dict:
-    """What the chain ablations of a computed run zero by default (its super weights, massive and outlier dims)."""
-    return CA.default_targets(results(spec))
+    """What the chain ablations of a computed run zero (its super weights, massive and outlier dims): the targets
+    `core chain --ablate` uses too, so that both find the same stored ablations."""
+    return CA.default_targets(chain_results(spec))
 
 
 def cached_ablation(spec: RunSpec) -> dict | None:

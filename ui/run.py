@@ -77,6 +77,13 @@ def submit_ablation(spec) -> str:
     return jid
 
 
+def submit_chain(spec) -> str:
+    """Queue the chain statistics of a computed run (the Chain page's button)."""
+    jid = jobs.submit("chain", analyze_params(spec), label=_label(spec), here=True, owner=state.browser_token())
+    start_worker()
+    return jid
+
+
 def chain_ablation_params(spec) -> dict:
     """The run and what its chain ablations zero (`data.chain_targets`): the key `core chain --ablate` uses too."""
     return {**analyze_params(spec), "targets": data.chain_targets(spec)}

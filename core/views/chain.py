@@ -47,10 +47,12 @@ def chain_numbers(results, attention: dict | None = None, ablations: dict | None
     norm = raw["outliers"].get("norm_parameters") or {}
     outliers = sorted(set(act.get("persistent") or []) | set(norm.get("persistent") or []))
     chain = raw.get("chain") or {}
-    sink_share = None
+    sr = chain.get("sink_rate") or {}
+    # the first-position share per block: the attention statistics' (queries after the first), else the chain
+    # pass's mean alpha_1 over heads (every real query)
+    sink_share = sr.get("first_position_share") or sr.get("alpha_first_mean")
     if attention and attention.get("layers"):
         sink_share = [float(np.mean(row["sink_first"])) if row.get("sink_first") else math.nan for row in attention["layers"]]
-    sr = chain.get("sink_rate") or {}
     massive_layers = [l for l, v in zip(layers, ratio) if np.isfinite(v) and v > MASSIVE_RATIO]
     first = massive_layers[0] if massive_layers else None
     return {"run": r.run_name, "modality": raw["manifest"].get("modality", "text"), "layers": layers,

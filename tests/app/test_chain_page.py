@@ -49,6 +49,7 @@ def test_chain_page_then_its_ablations_from_the_link(app, planted):
     text = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
     assert "Super weights: not scanned" in text and "Mean cosine:" in text and "sink share: not measured" in text
     assert [b for b in at.button if b.key == "chain_ablate"]  # no ablation stored yet: the button
+    assert [b for b in at.button if b.key == "chain_stats"]  # no chain section yet: its button
     # the ablations computed (planted under the run's key): their curves, and the link restores them
     run = resolve(planted)
     res = analyze(run)
