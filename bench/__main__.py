@@ -34,7 +34,7 @@ from bench.load import keep_load_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
-                 "attention"]
+                 "attention", "chain"]
 
 
 def build_parser() -> argparse.ArgumentParser:

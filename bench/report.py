@@ -443,6 +443,26 @@ def render_attention(a: dict) -> str:
     return "\n".join(out)
 
 
+def render_chain(a: dict) -> str:
+    out = ["## 10. The outlier chain's extra statistics (issue 24)", "",
+           "`core.extract.extract_stats` on the same windows and batches (batch 16, CPU, float32): base = without "
+           "recording where each max |x_d| sits (`TRACK_MAX_POSITION` off), chain = with it, plus the chain's "
+           "per-layer sections computed from the statistics (massive activations with token, position and position "
+           "class; Otsu's high-norm split and where the tokens sit; top-1/median and the 100x/1000x counts); chain + "
+           "hooks = also the super-weight maxima of every MLP output projection and the LLM.int8 counts on the "
+           "projection inputs, hooked into the same forward (`core chain` computes those in a pass of its own). "
+           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base.", ""]
+    rows = []
+    for r in a.get("models", []):
+        t = r["tokens_per_s"]
+        rows.append([r["label"], fi(r["tokens_analysed"]), str(r["reps"]), ftps(t["base"]), ftps(t["chain"]),
+                     ftps(t["hooks"]), fr(r["ratio"]), fr(r["ratio_hooks"]),
+                     " ".join(f"{v:.3f}" for v in r["pair_ratio"]), met(r["met"])])
+    out.append(table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
+                      "Chain + hooks / base", "Per-rep chain/base", "Goal"], rows))
+    return "\n".join(out)
+
+
 def render_gpu(g: dict | None, reason: str) -> str:
     """The GPU section between markers; `g` is None when not measured."""
     out = [GPU_START, "## GPU", ""]
@@ -540,7 +560,7 @@ RENDERERS = {
     "overhead": render_overhead,
     "modalities": render_modalities, "peers": render_peers, "memory": render_memory, "cache": render_cache,
     "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
-    "attention": render_attention,
+    "attention": render_attention, "chain": render_chain,
 }
 
 

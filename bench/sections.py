@@ -80,6 +80,8 @@ class Sizes:
     modal_image_tokens: int = 10_240  # 40 crops of 256 patches (ViT-S/14)
     modal_audio_tokens: int = 3_000  # ~50 clips of speech-human (mostly 1-3 s), one 30 s window each
     modal_reps: int = 4
+    chain_tokens: dict = field(default_factory=lambda: {"minilm-l6": 20_000, "smollm2-135m": 8_000})
+    chain_reps: int = 3
 
     @classmethod
     def full(cls, smollm_tokens: int = 40_000) -> "Sizes":
@@ -94,7 +96,8 @@ class Sizes:
                    umap_points=600, umap_cold=False, umap_reps=1, batching_tokens=600, batch_sizes=(1, 16),
                    batching_reps=1, post_reps=2, app_page_reps=1,
                    attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1,
-                   modal_image_tokens=256, modal_audio_tokens=100, modal_reps=1)
+                   modal_image_tokens=256, modal_audio_tokens=100, modal_reps=1,
+                   chain_tokens={"minilm-l6": 300, "smollm2-135m": 150}, chain_reps=1)
 
 
 @dataclass
@@ -570,6 +573,7 @@ def section_attention(ctx: Ctx) -> dict:
 
 
 
+from bench.chain import section_chain  # noqa: E402 - a section of its own module
 from bench.modalities import section_modalities  # noqa: E402 - a section of its own module
 
 SECTIONS = {
@@ -582,6 +586,7 @@ SECTIONS = {
     "batching": section_batching,
     "postproc": section_postproc,
     "attention": section_attention,
+    "chain": section_chain,
 }
 
 

@@ -121,7 +121,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
         "massive_activations": [
             {**m, **{k: v for k, v in where.items() if k not in ("layer", "median", "ratio")}}
             for m, where in zip(_relabel(O.massive_activations(a["max_abs"], med), stats.layer_ids),
-                                massive_section(stats))],
+                                massive_section(stats, medians=med))],
     }
     if "norm_weight" in a:
         norm = O.norm_param_outliers(a["norm_weight"], a.get("norm_bias"))

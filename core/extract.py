@@ -46,6 +46,9 @@ MAX_KEYS = ("max_abs",)
 # Where each max |x_d| sits (issue 24, massive activations): per layer and dim, the token id and the position in its
 # window of the analysed token that holds max_abs; merged by taking the side whose max_abs is larger.
 ARGMAX_KEYS = ("max_abs_token_id", "max_abs_position")
+# Whether the extraction records where each max |x_d| sits (ARGMAX_KEYS); `python -m bench` switches it off to
+# measure what it costs (issue 24: the chain's extra statistics stay within 5% of the throughput).
+TRACK_MAX_POSITION = True
 STATS_CHUNK_TOKENS = 2048  # padded positions per chunk of the float64 statistics (bounds memory)
 PARTIAL_EVERY_S = 2.0  # partial sums are handed out at most this often (the first right after the first batch)
 PARTIAL_MAX_SHARE = 0.01  # ...and less often when slow: at most this share of the loop's time
@@ -467,12 +470,13 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     grp = torch.as_tensor(plan.group_of[b], device=dev)
     chunks = [_chunk_inputs(an_t[r0:r0 + step], ids_t[r0:r0 + step], seq_n[r0:r0 + step], grp[r0:r0 + step],
                             luts, plan.cfg.freq_bins, r0, len(plan.tracked)) for r0 in range(0, B, step)]
-    gidx = np.full((B, T), -1.0)  # the global analysed index of each position (-1: not analysed)
-    for r, i in enumerate(b):
-        gidx[r, an[r]] = plan.offsets[i] + np.arange(plan.n_an[i])
-    gidx_t = torch.as_tensor(gidx, dtype=torch.float64, device=dev)
-    for c in chunks:
-        c["gidx"] = gidx_t[c["r0"]:c["r0"] + len(c["seq_n"])].reshape(-1)
+    if TRACK_MAX_POSITION:
+        gidx = np.full((B, T), -1.0)  # the global analysed index of each position (-1: not analysed)
+        for r, i in enumerate(b):
+            gidx[r, an[r]] = plan.offsets[i] + np.arange(plan.n_an[i])
+        gidx_t = torch.as_tensor(gidx, dtype=torch.float64, device=dev)
+        for c in chunks:
+            c["gidx"] = gidx_t[c["r0"]:c["r0"] + len(c["seq_n"])].reshape(-1)
     sel_flat, sel_k = _sample_positions(b, an, plan)
     sel_flat_t, sel_k_t = torch.as_tensor(sel_flat, device=dev), torch.as_tensor(sel_k, device=dev)
     norm_sums = torch.zeros(len(hs), dtype=torch.float64, device=dev)
@@ -644,10 +648,13 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     ax = torch.abs(x, out=t)
     sum_ax = ax.sum((0, 1))
     acc["sum_abs"][layer] += sum_ax
-    top, at = ax.reshape(-1, d).max(0)  # (d,) the chunk's max |x_d| and its flat position
-    better = top > acc["max_abs"][layer]  # strictly larger: the first token holding a maximum keeps it
-    acc["max_abs"][layer] = torch.where(better, top, acc["max_abs"][layer])
-    acc["max_abs_at"][layer] = torch.where(better, c["gidx"][at], acc["max_abs_at"][layer])
+    if "gidx" in c:
+        top, at = ax.reshape(-1, d).max(0)  # (d,) the chunk's max |x_d| and its flat position
+        better = top > acc["max_abs"][layer]  # strictly larger: the first token holding a maximum keeps it
+        acc["max_abs"][layer] = torch.where(better, top, acc["max_abs"][layer])
+        acc["max_abs_at"][layer] = torch.where(better, c["gidx"][at], acc["max_abs_at"][layer])
+    else:
+        acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
     intra, n_intra = M.intra_sentence_sums(S, Sx, c["seq_n"])  # Ethayarajh's intra-sentence similarity
     acc["intra_sum"][layer] += intra
     acc["intra_n"][layer] += n_intra

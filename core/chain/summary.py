@@ -46,7 +46,7 @@ def _place(stats, tid: int, pos: int) -> dict:
             "token": tok, "position_class": cls, **_where(stats, pos)}
 
 
-def massive_section(stats, top: int | None = None) -> list[dict]:
+def massive_section(stats, top: int | None = None, medians: np.ndarray | None = None) -> list[dict]:
     """Per layer: Sun et al.'s massive activations with where they sit.
 
     ``layer``, ``top`` (max |x_td| over all analysed tokens and dims), ``dim`` (its dim), ``median``
@@ -57,7 +57,7 @@ def massive_section(stats, top: int | None = None) -> list[dict]:
     1000 x the median), ``values_above_100x`` / ``values_above_1000x`` (values of the token sample that
     do), and ``top_dims``: the `top` largest dims (default CONFIG.massive_top), each {dim, value,
     position, token_id, token, position_class, ...}. Where-fields are null for a run whose statistics
-    predate them.
+    predate them. `medians`: the per-layer medians when the caller has them (core.analysis does).
     """
     run = S.Run(stats)
     a = stats.arrays
@@ -67,9 +67,9 @@ def massive_section(stats, top: int | None = None) -> list[dict]:
     for l in range(stats.n_layers):
         w = int(run.widths[l])
         row = np.asarray(a["max_abs"][l, :w], dtype=np.float64)
-        X = run.sample(l).astype(np.float64)
-        med = float(np.median(np.abs(X))) if X.size else math.nan
-        entry = {"layer": int(stats.layer_ids[l]), **C.massive_layer(row, med, np.abs(X) if X.size else None)}
+        X = np.abs(run.sample(l))
+        med = float(medians[l]) if medians is not None else (float(np.median(X)) if X.size else math.nan)
+        entry = {"layer": int(stats.layer_ids[l]), **C.massive_layer(row, med, X if X.size else None)}
         dims = []
         for d in np.argsort(-row, kind="stable")[:k]:
             got = {"dim": int(d), "value": float(row[d])}

@@ -1,0 +1,90 @@
+"""Section "chain" (issue 24): what the outlier chain's extra per-layer statistics cost the extraction.
+
+Three variants on the same windows and batches, alternating A B C C B A ...:
+- base: `extract_stats` with `core.extract.TRACK_MAX_POSITION` off (max |x_d| only, as before issue 24);
+- chain: `extract_stats` with it on (where each max |x_d| sits), then the chain's per-layer sections
+  computed from the statistics (massive activations with their tokens and position classes, Otsu's
+  high-norm split with where the tokens sit, and the registry's massive_ratio / massive_count_*);
+- chain + hooks: the same with `core.chain.hooks.ChainHooks` attached during the extraction (the
+  super-weight maxima of every MLP output projection and the LLM.int8 counts on the projection inputs):
+  what those would cost if they were part of the extraction (`core chain` runs them in a pass of its own).
+
+Goal: chain throughput >= 0.95 x base (the extra statistics cost at most 5%).
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from bench.common import log, median
+from core import chainstats as C
+from core import extract as E
+from core.batching import plan_batches
+from core.chain.hooks import ChainHooks
+from core.chain.summary import high_norm_section, massive_section
+from core.pipeline import RunStats
+from core.spec import DEFAULT_BATCH_SIZE as BATCH
+from core.spec import DEFAULT_SAMPLE as SAMPLE
+
+GOAL = 0.95
+
+
+def _stats(arrays: dict, meta: dict) -> RunStats:
+    return RunStats("bench", {"model": {"label": "bench"}, "tokens": {}}, meta, arrays)
+
+
+def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, dict]:
+    pad = int(lm.tokenizer.pad_token_id or 0)
+    E.TRACK_MAX_POSITION = track
+    t0 = time.perf_counter()
+    try:
+        if hooks:
+            hk = ChainHooks(lm.base, C.INT8_THRESHOLD)
+            with hk.hooks():
+                arrays, _ = E.extract_stats(lm.base, w, batch_size=BATCH, sample_size=SAMPLE, seed=0, pad_id=pad)
+        else:
+            arrays, _ = E.extract_stats(lm.base, w, batch_size=BATCH, sample_size=SAMPLE, seed=0, pad_id=pad)
+        if track:  # the chain's sections of the statistics (what results.json adds per layer)
+            meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
+                    "max_abs_tokens": {}, "special_ids": list(lm.tokenizer.all_special_ids or [])}
+            st = _stats(arrays, meta)
+            massive_section(st)
+            high_norm_section(st)
+            for l in range(st.n_layers):
+                X = np.abs(st.sample(l).astype(np.float64))
+                med = float(np.median(X))
+                C.massive_layer(arrays["max_abs"][l], med, X)
+    finally:
+        E.TRACK_MAX_POSITION = True
+    return time.perf_counter() - t0, arrays
+
+
+def section_chain(ctx) -> dict:
+    out = {"goal": GOAL, "order": "alternating base, chain, chain + hooks, then reversed", "models": []}
+    tokens = ctx.sizes.chain_tokens
+    for ident, n_tok in tokens.items():
+        if not n_tok:
+            continue
+        lm = ctx.model(ident)
+        w = ctx.windows(ident, n_tok)
+        n = int(sum(int((~s).sum()) for s in w.special))
+        reps = ctx.sizes.chain_reps
+        log(f"chain: {ident}, {n:,} analysed tokens in {len(w.ids)} windows, {len(plan_batches(w, BATCH))} batches")
+        _extract(lm, w, True, True)  # untimed warm-up of every path
+        times: dict = {"base": [], "chain": [], "hooks": []}
+        variants = [("base", False, False), ("chain", True, False), ("hooks", True, True)]
+        for r in range(reps):
+            for name, track, hooks in (variants if r % 2 == 0 else variants[::-1]):
+                s, _ = _extract(lm, w, track, hooks)
+                times[name].append(s)
+                log(f"  rep {r + 1} {name}: {s:.2f} s")
+        med = {k: median(v) for k, v in times.items()}
+        out["models"].append({
+            "model": ident, "label": lm.info.get("label", ident), "tokens_analysed": n, "reps": reps,
+            "seconds": times, "tokens_per_s": {k: n / v for k, v in med.items()},
+            "ratio": med["base"] / med["chain"], "ratio_hooks": med["base"] / med["hooks"],
+            "pair_ratio": [b / c for b, c in zip(times["base"], times["chain"])],
+            "met": med["base"] / med["chain"] >= GOAL})
+    return out
