@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from . import views
 from .analysis import frequency_r
-from .chain_ablation import cached_chain_ablation
+from .chain.job import cached_chain_section
+from .chain_ablation import cached_chain_ablation, default_targets
 from .export import report_zip
-from .pipeline import analyze, cached_ablation, get_stats, is_cached, postprocessed
+from .pipeline import analyze, cached_ablation, get_stats, is_cached, postprocessed, resolve
 from .projection import project, sample_table
 from .selection import SAMPLE_METRICS, Selection, to_query_params
 from .statistics import report_keys
@@ -50,8 +51,9 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
         per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
         if r.get("ablation"):  # computed by an ablation job: it belongs to the run's report
             per.append(views.ablation_view(r["ablation"], r))
-        per.append(chain_views.chain_view(r, None, r.get("chain_ablations")))
-        if r.get("chain_ablations"):  # computed by a chain-ablation job: the before/after curves too
+        if r.get("chain") or r.get("chain_ablations"):  # computed by a chain job: the chain and its ablations
+            per.append(chain_views.chain_view(r, None, r.get("chain_ablations")))
+        if r.get("chain_ablations"):
             per.append(chain_views.ablation_curves(r["chain_ablations"], r))
         for v in per:
             v.name = f"{_slug(spec.model)}_{v.name}"  # the corpus is added by export.file_name
@@ -72,7 +74,10 @@ def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
         ab = cached_ablation(spec)
         if ab is not None:  # results.json of the zip carries the run's ablation too
             res = {**res, "ablation": ab}
-        cab = cached_chain_ablation(spec)
+        sec = cached_chain_section(resolve(spec))
+        if sec is not None:  # ... its chain section (the Chain page's job, core chain)
+            res = {**res, "chain": sec}
+        cab = cached_chain_ablation(spec, default_targets(res))
         if cab is not None:  # ... and its chain ablations
             res = {**res, "chain_ablations": cab}
         runs.append((spec, res, get_stats(spec)))

@@ -75,3 +75,12 @@ def test_the_chain_over_training_and_the_step_each_link_first_crosses_its_thresh
     ser = {**ser, "attention": None, "results": [res(5.0, 0.0, None)] * 3}
     notes = C.chain_dynamics(ser).notes
     assert "never above 100" in notes[0] and "not measured" in notes[1] and "not measured" in notes[2]
+
+
+def test_the_chain_figures_export():
+    from core import export
+
+    v = C.chain_view(_run())
+    for fmt in ("html", "csv", "json"):
+        assert export.export_bytes(v, fmt)
+    assert b"top1_median" in export.data_bytes(v, "csv")
