@@ -22,6 +22,7 @@ nav = st.navigation([
     st.Page("pages/train.py", title="Train", icon=":material/model_training:", url_path="train"),
     st.Page("pages/dynamics.py", title="Dynamics", icon=":material/timeline:", url_path="dynamics"),
     st.Page("pages/attention.py", title="Attention", icon=":material/visibility:", url_path="attention"),
+    st.Page("pages/papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
 ])
 here = state.set_page(nav.url_path)  # the URL carries the keys of this page only
 sel = sidebar.render(state.selection(), here)  # a Run click queues its jobs here, on every page

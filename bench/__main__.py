@@ -4,6 +4,7 @@
     python -m bench --quick               # every section at tiny sizes (< 1-2 min); prints the markdown
     python -m bench --only overhead,cache # some sections only
     python -m bench --device cuda         # the GPU section (refuses without CUDA); updates BENCHMARKS.md in place
+    python -m bench --godey               # Godey et al.'s 14 models: one `core reproduce` vs 14 commands (~30 min)
 
 Run it on a quiet machine: the file records the load average and the CPU steal share and warns
 when the machine was busy. Each run uses its own empty cache directory (deleted at the end unless
@@ -31,6 +32,7 @@ from bench import __version__  # noqa: E402
 from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
 from bench.live import keep_live_section  # noqa: E402
 from bench.load import keep_load_section  # noqa: E402
+from bench.papers import keep_papers_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
@@ -79,6 +81,10 @@ def _command(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--godey" in argv:  # a mode of its own (tens of minutes): Godey et al.'s 14 models, one process vs 14
+        from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
+
+        return papers_main([x for x in argv if x != "--godey"])
     a = build_parser().parse_args(argv)
     if a.device == "cuda":
         return run_gpu(a, argv)
@@ -152,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         existing = out.read_text() if out.exists() else None
-        out.write_text(keep_live_section(existing, keep_load_section(existing, merge_gpu(existing, md))))
+        out.write_text(keep_papers_section(existing, keep_live_section(existing, keep_load_section(
+            existing, merge_gpu(existing, md)))))
         log(f"wrote {out}")
     else:
         sys.stdout.write(md + "\n")

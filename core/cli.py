@@ -14,6 +14,7 @@
     python -m core analyze ... --chain          (adds the `chain` section: the outlier chain, cached apart)
     python -m core chain --model M --corpus C [--max-tokens N] [--ablate] [...] --out chain.json
     python -m core drift-experiment [--d 64 --heads 4 --alphas ... --taus ...] --out drift.json
+    python -m core reproduce ethayarajh|godey|puccetti [--max-tokens N] [--models A,B] [--out DIR]
 
 Errors print one clear line and exit non-zero, without a traceback.
 """
@@ -41,6 +42,10 @@ from .errors import Cancelled, InputError
 from .hub_series import register
 from .modalities import list_modal_corpora
 from .models import list_models
+from .papers.run import DEFAULT_MAX_TOKENS as P_TOKENS
+from .papers.run import DEFAULT_SAMPLE as P_SAMPLE
+from .papers.run import NAMES as PAPER_NAMES
+from .papers.run import Settings, reproduce
 from .pipeline import analyze, analyze_params, cached_ablation, get_store, resolve, run_ablation
 from .progress import Stage
 from .selection import Selection, to_query_params
@@ -612,6 +617,57 @@ def cmd_drift(a) -> int:
     return 0
 
 
+def cmd_reproduce(a) -> int:
+    # lazy: plotly and pandas only for the commands that draw figures
+    from . import export
+    from .views.papers import headline, paper_views
+
+    out = None
+    if a.out:
+        out = Path(a.out).expanduser()
+        if out.exists() and not out.is_dir():
+            raise InputError(f"--out {a.out!r} is a file; give a folder (created if missing).")
+        if not out.parent.is_dir():
+            raise InputError(f"--out {a.out!r}: the folder {str(out.parent)!r} does not exist; create it first.")
+    fmts = [f.strip() for f in a.formats.split(",") if f.strip()]
+    bad = [f for f in fmts if f not in export.FIGURE_FORMATS + export.DATA_FORMATS]
+    if bad:
+        raise InputError(f"--formats: {', '.join(bad)} unknown; choose among "
+                         f"{', '.join(export.FIGURE_FORMATS + export.DATA_FORMATS)}.")
+    models = tuple(m.strip() for m in a.models.split(",") if m.strip()) if a.models else None
+    s = Settings(max_tokens=a.max_tokens, sample=a.sample, seed=a.seed, models=models)
+    t0 = time.perf_counter()
+    bar = _Bar(a.quiet)
+    last = [""]
+
+    def progress(p):
+        head = p.message.split(":")[0]
+        if head.startswith("run ") and head != last[0] and not a.quiet:
+            _Bar.end_line()
+            print(head, file=sys.stderr)
+            last[0] = head
+        bar(p)
+
+    rec = reproduce(a.name, s, cache_dir=a.cache_dir, progress=progress, force=a.force)
+    _Bar.end_line()
+    if out is not None:
+        out.mkdir(exist_ok=True)
+        _write(str(out / f"{a.name}.json"), rec)
+        views = paper_views(rec)
+        for v in (v for group in views.values() for v in group):
+            for fmt in fmts:
+                if fmt in export.FIGURE_FORMATS and v.figure is None:
+                    continue
+                (out / export.file_name(v, fmt)).write_bytes(export.export_bytes(v, fmt))
+    for c in rec["claims"]:
+        why = f" ({c['reason']})" if c["reason"] else ""
+        print(f"- [{c['verdict']}] {c['claim']}: {c['measured']}{why}", file=sys.stderr)
+    hit = "cache hit" if rec.get("cache_hit") else "computed"
+    print(f"{a.name}: {headline(rec)} ({hit}, {time.perf_counter() - t0:.1f} s)"
+          + (f" -> {out}" if out is not None else ""), file=sys.stderr)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -729,6 +785,20 @@ def build_parser() -> argparse.ArgumentParser:
     dr.add_argument("--cache-dir", default=None)
     dr.add_argument("--out", required=True)
     dr.set_defaults(fn=cmd_drift)
+    rp = sub.add_parser("reproduce", help="reproduce a paper on the offline models: its figure, the published values "
+                                          "beside ours and its claims table (one process for all its runs; cached)")
+    rp.add_argument("name", choices=PAPER_NAMES)
+    rp.add_argument("--max-tokens", type=int, default=P_TOKENS, help="tokens (positions) per run")
+    rp.add_argument("--sample", type=int, default=P_SAMPLE, help="sampled positions per run")
+    rp.add_argument("--seed", type=int, default=0)
+    rp.add_argument("--models", default=None, help="comma-separated subset of the paper's models (default: all)")
+    rp.add_argument("--formats", default="html,csv,json",
+                    help="with --out: figure and data formats to write (png,svg,pdf,html,csv,json)")
+    rp.add_argument("--cache-dir", default=None)
+    rp.add_argument("--force", action="store_true", help="recompute the record (the runs stay cached)")
+    rp.add_argument("--quiet", action="store_true")
+    rp.add_argument("--out", default=None, help="folder for the record (NAME.json) and every figure and table")
+    rp.set_defaults(fn=cmd_reproduce)
     return p
 
 

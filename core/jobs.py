@@ -102,6 +102,7 @@ KINDS: dict[str, JobKind] = {
                               "chain ablations"),
     "train": JobKind("core.train:job_train", None, "training"),
     "series": JobKind("core.series:job_series", None, "checkpoint series"),
+    "reproduce": JobKind("core.papers.run:job_reproduce", "core.papers.run:job_reproduce_key", "paper reproduction"),
 }
 
 

@@ -6,6 +6,8 @@ This package's registry is numpy-only to import; torch is imported where a model
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,11 +79,35 @@ def _names(p: Path) -> list[str]:
         return []
 
 
+# Within `shared_decoding()`: the built-in corpora decoded (and fingerprinted) once, for runs that read the same
+# corpus one after another (a paper's reproduction). A context variable: a job's thread sees its own.
+_SHARED: contextvars.ContextVar[dict | None] = contextvars.ContextVar("aniso_shared_decoding", default=None)
+
+
+@contextlib.contextmanager
+def shared_decoding():
+    """Decode each built-in image or speech corpus once in this block (pictures, clips, fingerprints)."""
+    token = _SHARED.set(_SHARED.get() if _SHARED.get() is not None else {})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def _shared(key: tuple, make):
+    memo = _SHARED.get()
+    if memo is None:
+        return make()
+    if key not in memo:
+        memo[key] = make()
+    return memo[key]
+
+
 def load_pictures(ident: str, seed: int = 0):
     if ident == "images-natural":
-        return images.sample_photographs()
-    if ident == "images-crops":
-        return images.random_crops(images.sample_photographs(), seed=0)  # fixed: the corpus, not the run seed
+        return _shared(("pictures", ident), images.sample_photographs)
+    if ident == "images-crops":  # fixed seed: the corpus, not the run seed
+        return _shared(("pictures", ident), lambda: images.random_crops(images.sample_photographs(), seed=0))
     p = Path(ident).expanduser()
     if not p.exists():
         raise InputError(f"Unknown corpus {ident!r}: no such file or folder.")
@@ -90,9 +116,9 @@ def load_pictures(ident: str, seed: int = 0):
 
 def load_clips(ident: str, cache_dir=None):
     if ident == "speech-human":
-        return audio.human_clips()
+        return _shared(("clips", ident), audio.human_clips)
     if ident == "speech-synthetic":
-        return audio.synthetic_clips(cache_dir)
+        return _shared(("clips", ident, str(cache_dir)), lambda: audio.synthetic_clips(cache_dir))
     p = Path(ident).expanduser()
     if not p.exists():
         raise InputError(f"Unknown corpus {ident!r}: no such file or folder.")
@@ -100,6 +126,12 @@ def load_clips(ident: str, cache_dir=None):
 
 
 def modal_fingerprint(ident: str, cache_dir=None) -> str:
+    if ident in MODAL_CORPORA:
+        return _shared(("fingerprint", ident, str(cache_dir)), lambda: _fingerprint(ident, cache_dir))
+    return _fingerprint(ident, cache_dir)
+
+
+def _fingerprint(ident: str, cache_dir=None) -> str:
     import hashlib
 
     if corpus_modality(ident) == "image":

@@ -1,0 +1,165 @@
+"""`python -m bench --godey` (or `python -m bench.papers`): Godey et al.'s whole comparison (14 models:
+text, characters, vision, speech, CNN and the random-init controls) as ONE `python -m core reproduce
+godey` against the same 14 runs as 14 separate `python -m core analyze` commands.
+
+A mode of its own (two full comparisons: tens of minutes on 2 cores), not part of the default run.
+Each side starts from its own empty cache (each converts its models once); same settings as the
+reproduction (8,192 positions, sample 2,000, seed 0). The load average is recorded before and after
+each side: the machine may be shared. The numbers of both sides are compared (they must be equal).
+Writes its block of BENCHMARKS.md (between the markers), leaving the rest of the file as it is.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, _cpu_model, child_env, log
+from core.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
+
+START, END = "<!-- bench-papers:start -->", "<!-- bench-papers:end -->"
+GOAL_S = 600.0
+QUICK_MODELS = ("untrained-minilm-l6", "untrained-vit-s14")
+
+
+def _uptime() -> str:
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _load() -> list[float]:
+    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+
+
+def _run(argv: list[str], cache: Path, timeout: float) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache),
+                       capture_output=True, text=True, timeout=timeout)
+    lines = (p.stderr or "").strip().splitlines()
+    return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
+
+
+def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, timeout: float = 7200) -> dict:
+    parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
+    sep_cache, one_cache = root / "separate", root / "one"
+    sep_cache.mkdir()
+    one_cache.mkdir()
+    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "separate": [], "goal_s": GOAL_S}
+    out["uptime_before_one"], out["load_before_one"] = _uptime(), _load()
+    log(f"godey: one `python -m core reproduce godey` ({out['uptime_before_one']})")
+    argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(one_cache),
+            "--quiet", "--formats", "json", "--out", str(root / "repro")]
+    if models is not None:
+        argv += ["--models", ",".join(out["models"])]
+    s, rc, msg = _run(argv, one_cache, timeout)
+    out.update(one_s=s, one_rc=rc, one_last=msg)
+    out["uptime_after_one"], out["load_after_one"] = _uptime(), _load()
+    log(f"  one process: {s:.1f} s (rc {rc}): {msg}")
+    out["uptime_before_separate"], out["load_before_separate"] = _uptime(), _load()
+    log(f"godey: {len(parts)} separate `python -m core analyze` commands ({out['uptime_before_separate']})")
+    t0 = time.perf_counter()
+    for p in parts:
+        js = root / f"{p.model}.json"
+        s, rc, msg = _run(["analyze", "--model", p.model, "--corpus", p.corpus, "--max-tokens", str(tokens),
+                           "--sample", str(sample), "--cache-dir", str(sep_cache), "--quiet", "--out", str(js)],
+                          sep_cache, timeout)
+        log(f"  {p.model}: {s:.1f} s (rc {rc})")
+        out["separate"].append({"model": p.model, "corpus": p.corpus, "wall_s": s, "rc": rc, "last": msg})
+    out["separate_s"] = time.perf_counter() - t0
+    out["uptime_after_separate"], out["load_after_separate"] = _uptime(), _load()
+    out["ratio"] = out["separate_s"] / out["one_s"] if out["one_s"] else None
+    out["met"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S
+    same = []
+    if out["one_rc"] == 0:
+        rec = json.loads((root / "repro" / "godey.json").read_text())
+        for r in rec["runs"]:
+            js = root / f"{r['model']}.json"
+            if js.exists():
+                sep = [lay["mean_cosine"] for lay in json.loads(js.read_text())["layers"]]
+                same.append(sep == r["curves"]["mean_cosine"])
+        out["per_run_s"] = rec["timing"]["runs"]
+        out["claims"] = [{k: c[k] for k in ("claim", "verdict")} for c in rec["claims"]]
+    out["same_numbers"] = bool(same) and all(same)
+    return out
+
+
+def render(r: dict, machine: str, date: str, command: str) -> str:
+    lines = [START, "## Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)", "",
+             f"Measured {date} on {machine}, with `{command}`. {len(r['models'])} runs (text, characters, vision, speech, "
+             f"CNN and their random-init controls), {r['tokens']:,} positions and a sample of {r['sample']:,} each, "
+             "each side from an empty cache (models converted once per side). The machine was shared with other "
+             "work; `uptime` before and after each side:", "",
+             f"- 14 separate commands: before `{r['uptime_before_separate']}`, after `{r['uptime_after_separate']}`",
+             f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`", "",
+             "| | wall time | goal |", "|---|---|---|",
+             f"| {len(r['separate'])} separate `python -m core analyze` | {r['separate_s']:.0f} s "
+             f"({r['separate_s'] / 60:.1f} min) | |",
+             f"| one `python -m core reproduce godey` | {r['one_s']:.0f} s ({r['one_s'] / 60:.1f} min) | "
+             f"< {GOAL_S / 60:.0f} min: {'met' if r['met'] else 'NOT met'} |",
+             f"| ratio (separate / one) | {r['ratio']:.2f}x | |", "",
+             f"Same numbers on both sides (every run's per-layer mean cosine): {'yes' if r['same_numbers'] else 'NO'}.",
+             "", "| run | separate command (s) | inside the reproduction (s) |", "|---|---|---|"]
+    inside = {x["model"]: x["wall_s"] for x in r.get("per_run_s", [])}
+    for x in r["separate"]:
+        t = inside.get(x["model"], float("nan"))
+        lines.append(f"| {x['model']} on {x['corpus']} | {x['wall_s']:.1f} | {t:.1f} |")
+    lines += ["", "The separate commands each import torch and transformers, read (or decode) their corpus, hash it "
+              "for the cache key, and tokenize; the reproduction does each once per process, corpus and tokenizer "
+              "(the pipeline's memo, `core.modalities.shared_decoding`).", END]
+    return "\n".join(lines)
+
+
+def replace_block(existing: str | None, block: str) -> str:
+    if existing and START in existing and END in existing:
+        return existing[:existing.index(START)] + block + existing[existing.index(END) + len(END):]
+    return (existing or "# Benchmarks\n").rstrip() + "\n\n" + block + "\n"
+
+
+def keep_papers_section(existing: str | None, new_doc: str) -> str:
+    """`python -m bench` rewrites BENCHMARKS.md: keep this mode's block."""
+    if not existing or START not in existing or END not in existing or START in new_doc:
+        return new_doc
+    return new_doc.rstrip() + "\n\n" + existing[existing.index(START):existing.index(END) + len(END)] + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench --godey", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="two small models at 64 positions: checks the mode runs")
+    p.add_argument("--tokens", type=int, default=DEFAULT_MAX_TOKENS)
+    p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
+    p.add_argument("--out", default=None, help="markdown file (default BENCHMARKS.md; --quick: printed)")
+    p.add_argument("--json", default=None, help="also write the raw numbers here")
+    a = p.parse_args(argv)
+    tokens, sample, models = (64, 32, QUICK_MODELS) if a.quick else (a.tokens, a.sample, None)
+    root = Path(tempfile.mkdtemp(prefix="aniso-bench-papers-"))
+    try:
+        r = measure(tokens, sample, models, root)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = f"{_cpu_model()}, {len(os.sched_getaffinity(0))} usable cores"
+    cmd = "python -m bench --godey" + (" --quick" if a.quick else "")
+    md = render(r, machine, date, cmd)
+    if a.json:
+        Path(a.json).write_text(json.dumps(r, indent=1))
+    if a.quick and not a.out:
+        print(md)
+        return 0
+    out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
+    out.write_text(replace_block(out.read_text() if out.exists() else None, md))
+    log(f"wrote {out}")
+    return 0 if r["one_rc"] == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

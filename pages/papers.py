@@ -1,0 +1,51 @@
+"""Papers: Ethayarajh 2019, Godey et al. 2023 and Puccetti et al. 2022 reproduced in one click on the
+offline models: the paper's figure redrawn, the published values beside ours, the claims table."""
+
+import streamlit as st
+
+from core.errors import InputError
+from core.views import papers as PV
+from ui import page
+from ui import papers as ui_papers
+
+page.title("Papers", "Each reproduction is one job that runs every model the paper needs (one process: documents read "
+                     "and tokenized once, images and audio decoded once), then computes the paper's claims from the "
+                     "numbers. Runs and records are cached: reopening a reproduction is instant, and every run also "
+                     "opens on the other pages.")
+names = list(ui_papers.PAPER_NAMES)
+name = st.segmented_control("Paper", names, default=ui_papers.current(), key="paper_pick",
+                            format_func=ui_papers.paper_label) or ui_papers.current()
+ui_papers.remember(name)
+info = ui_papers.paper(name)
+st.markdown(f"**{page.md(info.title)}** · {page.md(info.citation)}  \n{page.md(info.what)}.")
+st.caption("Runs: " + ", ".join(f"`{p.model}` on `{p.corpus}`" + (" (random-init control)" if p.role == "control" else "")
+                                for p in info.parts))
+rec = ui_papers.record(name)
+if rec is None:
+    if ui_papers.active(name):
+        st.info("Reproducing: the progress is shown below; the figures appear here when the job ends (other pages "
+                "stay usable meanwhile).", icon=":material/hourglass_top:")
+    elif st.button(f"Reproduce {ui_papers.paper_label(name)}", key="paper_run", type="primary",
+                   icon=":material/play_arrow:"):
+        try:
+            ui_papers.submit(name)
+            st.rerun()
+        except InputError as e:
+            st.error(page.md(str(e)))
+    ui_papers.panel(name)
+else:
+    views = PV.paper_views(rec)
+    st.success(PV.headline(rec), icon=":material/task_alt:")
+    st.subheader("The claims")
+    for v in views["claims"]:
+        page.show(v, f"paper_{name}_claims")
+    st.subheader("The paper's figure, redrawn on the offline models")
+    for i, v in enumerate(views["figures"]):
+        page.show(v, f"paper_{name}_fig{i}")
+    if views["published"]:
+        st.subheader("Published values beside ours")
+        for i, v in enumerate(views["published"]):
+            page.show(v, f"paper_{name}_pub{i}")
+    with st.expander("The runs"):
+        for v in views["runs"]:
+            page.show(v, f"paper_{name}_runs")
