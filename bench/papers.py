@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -41,42 +42,63 @@ def _load() -> list[float]:
     return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
-def _run(argv: list[str], cache: Path, timeout: float) -> tuple[float, int, str]:
+def _run(argv: list[str], cache: Path, timeout: float, log_to: Path | None = None) -> tuple[float, int, str]:
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache),
-                       capture_output=True, text=True, timeout=timeout)
-    lines = (p.stderr or "").strip().splitlines()
+    err = log_to or cache.parent / f"stderr-{threading.get_ident()}.log"
+    with open(err, "w") as f:  # written as it goes: `tail -f` shows the reproduction's progress
+        p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache),
+                           stdout=subprocess.DEVNULL, stderr=f, timeout=timeout)
+    lines = [x for x in err.read_text(errors="replace").replace("\r", "\n").splitlines() if x.strip()]
     return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
 
 
-def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, timeout: float = 7200) -> dict:
-    parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
-    sep_cache, one_cache = root / "separate", root / "one"
-    sep_cache.mkdir()
-    one_cache.mkdir()
-    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "separate": [], "goal_s": GOAL_S}
+def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, timeout: float,
+         log_to: Path | None = None) -> None:
     out["uptime_before_one"], out["load_before_one"] = _uptime(), _load()
     log(f"godey: one `python -m core reproduce godey` ({out['uptime_before_one']})")
-    argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(one_cache),
-            "--quiet", "--formats", "json", "--out", str(root / "repro")]
+    argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(cache),
+            "--formats", "json", "--out", str(root / "repro")]
     if models is not None:
         argv += ["--models", ",".join(out["models"])]
-    s, rc, msg = _run(argv, one_cache, timeout)
+    s, rc, msg = _run(argv, cache, timeout, log_to or root / "one.log")
     out.update(one_s=s, one_rc=rc, one_last=msg)
     out["uptime_after_one"], out["load_after_one"] = _uptime(), _load()
     log(f"  one process: {s:.1f} s (rc {rc}): {msg}")
+
+
+def _separate(out: dict, parts, tokens: int, sample: int, cache: Path, root: Path, timeout: float) -> None:
     out["uptime_before_separate"], out["load_before_separate"] = _uptime(), _load()
     log(f"godey: {len(parts)} separate `python -m core analyze` commands ({out['uptime_before_separate']})")
     t0 = time.perf_counter()
     for p in parts:
         js = root / f"{p.model}.json"
         s, rc, msg = _run(["analyze", "--model", p.model, "--corpus", p.corpus, "--max-tokens", str(tokens),
-                           "--sample", str(sample), "--cache-dir", str(sep_cache), "--quiet", "--out", str(js)],
-                          sep_cache, timeout)
-        log(f"  {p.model}: {s:.1f} s (rc {rc})")
+                           "--sample", str(sample), "--cache-dir", str(cache), "--quiet", "--out", str(js)],
+                          cache, timeout)
+        log(f"  separate {p.model}: {s:.1f} s (rc {rc})")
         out["separate"].append({"model": p.model, "corpus": p.corpus, "wall_s": s, "rc": rc, "last": msg})
     out["separate_s"] = time.perf_counter() - t0
     out["uptime_after_separate"], out["load_after_separate"] = _uptime(), _load()
+
+
+def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, timeout: float = 7200,
+            parallel: bool = True, log_to: Path | None = None) -> dict:
+    """Both sides, each from its own empty cache. parallel: at the same time (on a shared machine both then
+    see the same load), else one after the other (one process first)."""
+    parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
+    sep_cache, one_cache = root / "separate", root / "one"
+    sep_cache.mkdir()
+    one_cache.mkdir()
+    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "separate": [], "goal_s": GOAL_S,
+           "parallel": parallel}
+    if parallel:
+        th = threading.Thread(target=_separate, args=(out, parts, tokens, sample, sep_cache, root, timeout))
+        th.start()
+        _one(out, tokens, sample, models, one_cache, root, timeout, log_to)
+        th.join()
+    else:
+        _one(out, tokens, sample, models, one_cache, root, timeout, log_to)
+        _separate(out, parts, tokens, sample, sep_cache, root, timeout)
     out["ratio"] = out["separate_s"] / out["one_s"] if out["one_s"] else None
     out["met"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S
     same = []
@@ -97,8 +119,10 @@ def render(r: dict, machine: str, date: str, command: str) -> str:
     lines = [START, "## Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)", "",
              f"Measured {date} on {machine}, with `{command}`. {len(r['models'])} runs (text, characters, vision, speech, "
              f"CNN and their random-init controls), {r['tokens']:,} positions and a sample of {r['sample']:,} each, "
-             "each side from an empty cache (models converted once per side). The machine was shared with other "
-             "work; `uptime` before and after each side:", "",
+             "each side from an empty cache (models converted once per side). "
+             + ("Both sides ran AT THE SAME TIME, so that each saw the same load of the shared machine (each "
+                "also slowed the other). " if r.get("parallel") else "")
+             + "The machine was shared with other work; `uptime` before and after each side:", "",
              f"- 14 separate commands: before `{r['uptime_before_separate']}`, after `{r['uptime_after_separate']}`",
              f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`", "",
              "| | wall time | goal |", "|---|---|---|",
@@ -139,11 +163,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
     p.add_argument("--out", default=None, help="markdown file (default BENCHMARKS.md; --quick: printed)")
     p.add_argument("--json", default=None, help="also write the raw numbers here")
+    p.add_argument("--sequential", action="store_true", help="one side after the other (default: both at once)")
+    p.add_argument("--log", default=None, help="write the reproduction's progress here as it goes (default: a "
+                   "temporary file)")
+    p.add_argument("--keep-cache", default=None, help="move the one-process side's cache here (e.g. to open the Papers "
+                   "page on its runs)")
     a = p.parse_args(argv)
     tokens, sample, models = (64, 32, QUICK_MODELS) if a.quick else (a.tokens, a.sample, None)
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-papers-"))
     try:
-        r = measure(tokens, sample, models, root)
+        r = measure(tokens, sample, models, root, parallel=not a.sequential, log_to=Path(a.log) if a.log else None)
+        if a.keep_cache:
+            shutil.move(str(root / "one"), a.keep_cache)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
