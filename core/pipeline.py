@@ -623,7 +623,7 @@ def job_analyze(params: dict, progress, cancel) -> dict:
 def _ablation_params(params: dict) -> tuple[RunSpec | ResolvedRun, list[int] | None, int, int]:
     dims = params.get("dims")
     n_random, held = _ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
-    return run_of(params), None if dims is None else [int(d) for d in dims], n_random, held
+    return run_of(params), None if dims is None else sorted({int(d) for d in dims}), n_random, held  # one set, one job
 
 
 def job_ablation_key(params: dict) -> str:

@@ -50,7 +50,7 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
         proj = project(spec, l, "pca")
         per.append(views.projection([(r, proj, sample_table(st))], "log_frequency"))
         if r.get("ablation"):  # computed by an ablation job: it belongs to the run's report
-            per.append(views.ablation_view(r["ablation"], r))
+            per.append(views.ablation_view(r["ablation"], r, r["ablation"].get("set") or "outlier dims"))
         if r.get("chain") or r.get("chain_ablations"):  # computed by a chain job: the chain and its ablations
             per.append(chain_views.chain_view(r, None, r.get("chain_ablations")))
         if r.get("chain_ablations"):
@@ -59,6 +59,22 @@ def report_views(sel: Selection, runs: list[tuple]) -> list[views.View]:
             v.name = f"{_slug(spec.model)}_{v.name}"  # the corpus is added by export.file_name
         out += per
     return out
+
+
+def _chosen_ablation(sel: Selection, spec, res: dict) -> dict | None:
+    """The stored ablation of the selection's outlier set (Outliers page), else of the persistent dims; with
+    the set's name under "set"."""
+    layer = sel.layer_for(views.n_layers(res))
+    try:
+        dims, _ = views.outlier_set(res, sel.outlier_set, layer, sel.typed_dims)
+    except ValueError:  # typed dims that do not fit this model
+        dims = []
+    if dims:
+        ab = cached_ablation(spec, dims)
+        if ab is not None:
+            return {**ab, "set": views.set_label(sel.outlier_set, layer, len(dims))}
+    ab = cached_ablation(spec)
+    return None if ab is None else {**ab, "set": views.set_label("persistent", layer, len(ab["dims"]))}
 
 
 def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
@@ -71,7 +87,7 @@ def build_report(sel: Selection, image_formats=("png", "svg", "pdf")) -> bytes:
         except ValueError:  # InputError: a model that cannot load has no results to report
             continue
         res = analyze(spec)
-        ab = cached_ablation(spec)
+        ab = _chosen_ablation(sel, spec, res)
         if ab is not None:  # results.json of the zip carries the run's ablation too
             res = {**res, "ablation": ab}
         sec = cached_chain_section(resolve(spec))

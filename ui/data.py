@@ -113,9 +113,10 @@ def chain_targets(spec: RunSpec) -> dict:
     return CA.default_targets(chain_results(spec))
 
 
-def cached_ablation(spec: RunSpec) -> dict | None:
-    """The run's stored ablation (computed by an ablation job), or None. Never computes."""
-    return pipeline.cached_ablation(resolved(spec))
+def cached_ablation(spec: RunSpec, dims: tuple[int, ...] | None = None) -> dict | None:
+    """The run's stored ablation of `dims` (None: the persistent outliers), computed by an ablation job, or
+    None. Never computes."""
+    return pipeline.cached_ablation(resolved(spec), None if dims is None else list(dims))
 
 
 # Views that compute on the sample (seconds): cached on (specs, parameters).
@@ -146,11 +147,11 @@ def frequency_r(spec: RunSpec) -> np.ndarray:
 
 
 @st.cache_data(max_entries=16, show_spinner=False)
-def frequency_views(spec: RunSpec, which: str = "persistent", layer: int | None = None
-                    ) -> tuple[views.View, views.View]:
+def frequency_views(spec: RunSpec, which: str = "persistent", layer: int | None = None,
+                    typed: tuple[int, ...] = ()) -> tuple[views.View, views.View]:
     """The frequency link of an outlier set (views.outlier_set): the chart and the per-dim table."""
     res, R = results(spec), frequency_r(spec)
-    dims, name = views.outlier_set(res, which, layer)
+    dims, name = views.outlier_set(res, which, layer, typed)
     pos = views.position_for(stats(spec), res, dims)
     return (views.frequency_correlation(res, R, dims, name, pos), views.frequency_r_table(res, R, dims, pos))
 

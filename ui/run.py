@@ -32,14 +32,17 @@ def analyze_params(spec) -> dict:
     return pipeline.analyze_params(data.resolved(spec))
 
 
-def ablation_params(spec) -> dict:
-    return {**analyze_params(spec), "dims": None}  # the persistent outliers, default draws and held-out text
+def ablation_params(spec, dims: tuple[int, ...] | None = None) -> dict:
+    """dims: the chosen set (None: the persistent outliers); default draws and held-out text."""
+    return {**analyze_params(spec), "dims": None if dims is None else [int(d) for d in dims]}
 
 
 @st.cache_data(ttl=60, max_entries=256, show_spinner=False)
-def job_id(kind: str, spec) -> str:
+def job_id(kind: str, spec, dims: tuple[int, ...] | None = None) -> str:
     """The id of the one job computing this (fingerprints the model and corpus: cached briefly)."""
-    params = {"ablation": ablation_params, "chain-ablation": chain_ablation_params}.get(kind, analyze_params)(spec)
+    if kind == "ablation":
+        return jobs.job_id(kind, ablation_params(spec, dims))
+    params = {"chain-ablation": chain_ablation_params}.get(kind, analyze_params)(spec)
     return jobs.job_id(kind, params)
 
 
@@ -69,10 +72,14 @@ def run(sel) -> None:
     start_worker()
 
 
-def submit_ablation(spec) -> str:
-    """Queue the ablation of a computed run (the Outliers page's button)."""
-    jid = jobs.submit("ablation", ablation_params(spec), label=_label(spec), here=True,
-                        owner=state.browser_token())
+def submit_ablation(spec, dims: tuple[int, ...] | None = None) -> str:
+    """Queue the ablation of a computed run's chosen dims (the Outliers page's button)."""
+    what = f"ablation of {len(dims)} dims, " if dims is not None else ""
+    jid = jobs.submit("ablation", ablation_params(spec, dims), label=what + _label(spec), here=True,
+                      owner=state.browser_token())
+    sets = state.log().ablations.setdefault(state.run_id(spec), [])
+    if dims is not None and tuple(dims) not in sets:
+        sets.append(tuple(dims))  # the jobs panel follows it
     start_worker()
     return jid
 
@@ -121,11 +128,11 @@ def attention_maps(spec, window: int) -> dict | None:
     return data.attention_maps(spec, window) if job.status == jobs.DONE else None
 
 
-def job_active(kind: str, spec) -> bool:
-    """Whether the job computing `kind` ("analyze", "ablation", "attention") of `spec` is queued or running
-    (a page then draws no second button that would queue it)."""
+def job_active(kind: str, spec, dims: tuple[int, ...] | None = None) -> bool:
+    """Whether the job computing `kind` ("analyze", "ablation" of `dims`, "attention") of `spec` is queued or
+    running (a page then draws no second button that would queue it)."""
     try:
-        job = jobs.status(job_id(kind, spec))
+        job = jobs.status(job_id(kind, spec, dims))
     except InputError:
         return False
     return job is not None and job.active
@@ -161,9 +168,10 @@ def _jobs_of(sel, active_only: bool = False, trainings: bool = False) -> list[tu
                 jobs.run_here("analyze", analyze_params(spec), job.label)  # here, in memory, and show it
                 job = jobs.status(job.id)
             out.append((spec, "analyze", job))
-            for kind in ("ablation", "attention"):
-                side = jobs.status(job_id(kind, spec))
-                if side is not None:
+            sides = [("ablation", None)] + [("ablation", d) for d in state.log().ablations.get(state.run_id(spec), [])]
+            for kind, dims in sides + [("attention", None)]:
+                side = jobs.status(job_id(kind, spec, dims))
+                if side is not None and all(side.id != j.id for _, _, j in out if j is not None):
                     out.append((spec, kind, side))
         except InputError:
             out.append((spec, "analyze", None))
@@ -275,8 +283,13 @@ def _ablation_status(spec, job) -> None:
     label = md(f"{describe_model(spec.model)['label']} · {views.corpus_display(spec.corpus, spec.text_column)}")
     if job.active:
         progress(job, f"**Ablation** of {label}")
-    elif job.status == jobs.FAILED and data.cached_ablation(spec) is None:
+    elif job.status == jobs.FAILED and data.cached_ablation(spec, _dims_of(job)) is None:
         failed(job, f"{label}: the ablation failed: {md(job.error)}")
+
+
+def _dims_of(job) -> tuple[int, ...] | None:
+    dims = (job.params or {}).get("dims")
+    return None if dims is None else tuple(int(d) for d in dims)
 
 
 def _attention_status(spec, job) -> None:

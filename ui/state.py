@@ -29,6 +29,7 @@ class RunLog:
     corpus_problem: str | None = None  # the chosen corpus failed (upload, paste), as plain text: the pages say
     # what they show (escaped where shown)
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
+    ablations: dict[str, list] = field(default_factory=dict)  # run id -> the dim sets this session asked to ablate
     drift: object | None = None  # the DriftSpec of the controlled experiment last shown
     dynamics_runs: list[str] = field(default_factory=list)  # the runs Dynamics opens with (a preset, a hub series)
     dynamics_labels: dict[str, str] = field(default_factory=dict)  # run -> the name a preset gave it ("BPE", "bytes")

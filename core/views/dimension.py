@@ -17,6 +17,7 @@ import pandas as pd
 from .. import dimension as D
 from .. import figures as F
 from ..config import CONFIG
+from ..selection import typed_dims_for
 from .common import (
     TOKEN_ID_WHY,
     View,
@@ -48,16 +49,28 @@ def _style(j: int) -> dict:
     return {"color": COLORS[j % len(COLORS)], "symbol": SYMBOLS[j % len(SYMBOLS)]}
 
 
-def outlier_set(results, which: str = "persistent", layer: int | None = None) -> tuple[list[int], str]:
-    """(dims, a phrase naming them) of an outlier set: the run's persistent dims of either definition, or
-    the dims over the 3-sigma rule at `layer`."""
+def outlier_set(results, which: str = "persistent", layer: int | None = None,
+                typed: Sequence[int] = ()) -> tuple[list[int], str]:
+    """(dims, a phrase naming them) of an outlier set: the run's persistent dims of either definition, the
+    dims over the 3-sigma rule at `layer`, or the `typed` dims (checked against the model's width:
+    InputError with what is wrong)."""
     res = as_results(results)
+    if which == "typed":
+        dims = typed_dims_for(typed, int(res.model.get("hidden_size") or 0))
+        return dims, f"the {len(dims)} typed dim{'s' if len(dims) != 1 else ''} ({', '.join(map(str, dims))})"
     if which == "layer" and layer is not None:
         dims = list(res.activation_outliers[int(layer)])
         return dims, f"the {len(dims)} dims over the 3-sigma rule at layer {layer}"
     dims = res.outlier_dims
     return dims, (f"the {len(dims)} persistent outlier dims (3-sigma rule in >= "
                   f"{CONFIG.activation_persistence:.0%} of the layers, or the norm-parameter rule)")
+
+
+def set_label(which: str, layer: int | None, n: int) -> str:
+    """The set's short name in a sentence: "persistent outlier dims", "3-sigma dims of layer 15", "typed dims"."""
+    s = "s" if n != 1 else ""
+    return {"persistent": f"persistent outlier dim{s}", "layer": f"3-sigma dim{s} of layer {layer}",
+            "typed": f"typed dim{s}"}.get(which, f"outlier dim{s}")
 
 
 def frequency_correlation(results: dict, R: np.ndarray | None = None, dims: Sequence[int] | None = None,

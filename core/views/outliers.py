@@ -166,11 +166,13 @@ def ablation_dims(results: dict) -> list[int]:
     return results.outlier_dims
 
 
-def ablation_view(ab: dict, results: dict) -> View:
-    """LM-loss change when the outlier dims are zeroed in every norm, vs random dims."""
+def ablation_view(ab: dict, results: dict, label: str = "outlier dims") -> View:
+    """LM-loss change when the chosen dims are zeroed in every norm, vs random dims.
+
+    label: the set's short name (views.set_label: "persistent outlier dims", "typed dims", ...)."""
     results = as_results(results)
     k = len(ab["dims"])
-    items = [{"name": f"outlier dims zeroed ({k})", "value": ab["delta"], "color": F.HIGHLIGHT},
+    items = [{"name": f"{label} zeroed ({k})", "value": ab["delta"], "color": F.HIGHLIGHT},
              {"name": f"random dims zeroed ({k} each, {len(ab['random_deltas'])} draws)",
               "value": ab["random_delta_mean"], "std": ab["random_delta_std"], "points": ab["random_deltas"],
               "color": F.OKABE_ITO[0]}]
@@ -179,14 +181,14 @@ def ablation_view(ab: dict, results: dict) -> View:
                                       f"tokens, {ab.get('held_out_documents', '?')} documents · baseline loss "
                                       f"{ab['baseline_loss']:.3f} nats/token · error bar: 1 std of the draws"),
                        y_title="Δ loss (nats/token)")
-    rows = [{"ablation": "outlier dims", "dims": " ".join(map(str, ab["dims"])), "loss": ab["ablated_loss"],
+    rows = [{"ablation": label, "dims": " ".join(map(str, ab["dims"])), "loss": ab["ablated_loss"],
              "delta": ab["delta"]}]
     for rd, loss, dl in zip(ab["random_dims"], ab["random_losses"], ab["random_deltas"]):
         rows.append({"ablation": "random dims", "dims": " ".join(map(str, rd)), "loss": loss, "delta": dl})
     df = pd.DataFrame(rows).assign(baseline_loss=ab["baseline_loss"], n_tokens=ab.get("n_tokens"))
-    sentence = ablation_sentence(ab)
+    sentence = ablation_sentence(ab, label)
     return View("ablation", "Ablation of outlier dimensions", fig, df,
-                _manifest("ablation", {"dims": ab["dims"]}, [results]),
+                _manifest("ablation", {"dims": ab["dims"], "set": label}, [results]),
                 caption=f"Zeroing dims {ab['dims']}: Δloss {ab['delta']:+.4f} vs random {ab['random_delta_mean']:+.4f}. "
                         + sentence, notes=[sentence])
 
@@ -195,13 +197,14 @@ def _change(delta: float) -> str:
     return f"{'raises' if delta >= 0 else 'lowers'} the loss by"
 
 
-def ablation_sentence(ab: dict) -> str:
-    """One sentence from the ablation's numbers, e.g. "Zeroing the 14 outlier dims raises the loss by
-    8.7 nats/token (3.1 → 11.8); zeroing 14 random dims raises it by 0.32 ± 0.17 (mean ± std of 5 draws)."."""
+def ablation_sentence(ab: dict, label: str = "outlier dims") -> str:
+    """One sentence from the ablation's numbers, e.g. "Zeroing the 14 persistent outlier dims raises the loss
+    by 8.7 nats/token (3.1 → 11.8); zeroing 14 random dims raises it by 0.32 ± 0.17 (mean ± std of 5 draws)."."""
     k, n = len(ab["dims"]), len(ab["random_deltas"])
     m, sd = ab["random_delta_mean"], ab["random_delta_std"]
-    ratio = (f" The outlier dims' change is {abs(ab['delta'] / m):.0f} times the random dims' mean."
+    ratio = (f" The chosen dims' change is {abs(ab['delta'] / m):.0f} times the random dims' mean."
              if m and np.isfinite(m) and abs(ab["delta"] / m) >= 2 else "")
-    return (f"Zeroing the {k} outlier dims {_change(ab['delta'])} {abs(ab['delta']):.3g} nats/token "
+    dims = f" ({', '.join(map(str, ab['dims']))})" if k <= 8 else ""
+    return (f"Zeroing the {k} {label}{dims} {_change(ab['delta'])} {abs(ab['delta']):.3g} nats/token "
             f"({ab['baseline_loss']:.3g} → {ab['ablated_loss']:.3g}); zeroing {k} random dims "
             f"{_change(m).replace('the loss', 'it')} {abs(m):.2g} ± {sd:.2g} (mean ± std of {n} draws).{ratio}")

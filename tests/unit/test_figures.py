@@ -206,9 +206,12 @@ def test_ablation_view(run_a):
     assert [float(b.y[0]) for b in bars] == [0.6, 0.02]
     assert list(v.data["ablation"]) == ["outlier dims", "random dims", "random dims"]
     assert [b.text[0] for b in bars] == ["+0.6", "+0.02 ± 0.014"]  # each bar's value written on it
-    assert v.notes == ["Zeroing the 1 outlier dims raises the loss by 0.6 nats/token (3 → 3.6); zeroing 1 random "
-                       "dims raises it by 0.02 ± 0.014 (mean ± std of 2 draws). The outlier dims' change is 30 times "
+    assert v.notes == ["Zeroing the 1 outlier dims (5) raises the loss by 0.6 nats/token (3 → 3.6); zeroing 1 random "
+                       "dims raises it by 0.02 ± 0.014 (mean ± std of 2 draws). The chosen dims' change is 30 times "
                        "the random dims' mean."]
+    typed = views.ablation_view(ab, a, "typed dim")  # the set's own name (issue 28 item 4)
+    assert typed.notes[0].startswith("Zeroing the 1 typed dim (5) raises the loss by 0.6")
+    assert [b.name for b in typed.figure.data if b.type == "bar"][0] == "typed dim zeroed (1)"
 
 
 def test_every_figure_uses_the_template_and_states_its_sample_size(run_a, run_b):

@@ -49,7 +49,9 @@ def test_models_accept_a_comma_list_and_drop_duplicates():
     ("layer", "x", "layer"), ("depth", "1.5", "depth"), ("x", "time", "x_axis"), ("pp_abtt", "x", "post"),
     ("oset", "all", "outlier_set"), ("astat", "nope", "attn_stat"), ("akeys", "some", "attn_keys"),
     ("alink", "max", "attn_summary"), ("win", "first", "attn_window"), ("block", "1.5", "attn_block"),
-    ("head", "", "attn_head"), ("ctab", "Attention", "compare_section"),
+    ("head", "", "attn_head"), ("ctab", "Attention", "compare_section"), ("odims", "8, x", "typed_dims"),
+    ("odims", ",".join(map(str, range(65))), "typed_dims"), ("odims", "70000", "typed_dims"),
+    ("color", "meta:", "proj_color"), ("color", "meta:a\x00b", "proj_color"), ("color", "topic", "proj_color"),
 ])
 def test_a_bad_value_is_reported_and_falls_back_to_its_default(key, value, field):
     sel, problems = from_query_params({key: [value], "sample": ["700"]})
@@ -326,3 +328,20 @@ def test_the_attention_choices_are_the_views():
     from core.views import attention as AV
 
     assert ATTN_STATS == AV.HEATMAP_STATS and ATTN_SUMMARIES == tuple(AV.LINK_SUMMARIES)
+
+
+def test_typed_dims_and_a_metadata_colour_round_trip():
+    """Issue 28 items 4 and 12: oset=typed&odims=308,8 and color=meta:<column> are links like the others."""
+    from core.selection import typed_dims_for
+
+    sel, problems = from_query_params({"oset": ["typed"], "odims": ["308, 8 8"], "color": ["meta:topic"]})
+    assert problems == [] and sel.typed_dims == (8, 308) and sel.proj_color == "meta:topic"
+    assert to_query_params(sel)["odims"] == "8,308"
+    assert from_query_params(_as_url(to_query_params(sel)))[0] == sel
+    assert typed_dims_for((8, 308), 576) == [8, 308]
+    with pytest.raises(InputError, match=r"256 dims \(0 to 255\): 308 is out of range"):
+        typed_dims_for((8, 308), 256)
+    with pytest.raises(InputError, match="At most 2 dims"):
+        typed_dims_for((0, 1, 2), 4)
+    with pytest.raises(InputError, match="Type one or more"):
+        typed_dims_for((), 384)
