@@ -125,8 +125,10 @@ if page.need_runs(runs):
             page.show(defs, "defs")
             st.markdown("**Per layer: activation rule vs norm-parameter rule (Jaccard overlap)**")
             st.dataframe(defs.data, hide_index=True, width="stretch", key="df_agreement")
-            with st.expander("Massive activations (largest max |x_d| per layer)"):
-                page.show(views.massive_activations(res), "massive")
+            with st.expander("Massive activations (top-1 / median per layer, log scale; the tokens holding them)"):
+                massive = views.massive_activations(res)
+                page.show(massive, "massive")
+                st.dataframe(massive.data, hide_index=True, width="stretch", key="df_massive")
 
     if freq_tab.open:
         with freq_tab:

@@ -151,13 +151,41 @@ def outlier_summary(results: dict) -> View:
 
 
 def massive_activations(results: dict) -> View:
+    """Sun et al.'s massive activations per layer: the table (top dims, the token and position holding
+    the top-1 value, its position class, counts above 100x / 1000x the median) and top-1 / median on a
+    log scale."""
     results = as_results(results)
-    rows = [{"layer": m["layer"], "top_dims": " ".join(map(str, m["dims"])),
-             "max_abs": " ".join(f"{v:.3g}" for v in m["values"]), "median_abs": _nan(m["median_abs"]),
-             "ratio": _nan(m["ratio"])} for m in results.outliers["massive_activations"]]
-    return View("massive_activations", "Massive activations", None, pd.DataFrame(rows),
+    ma = results.outliers["massive_activations"]
+    rows = []
+    for m in ma:
+        where = m.get("position_class")
+        if m.get("patch_row") is not None:
+            where = f"patch ({m['patch_row']}, {m['patch_col']})"
+        elif m.get("frame") is not None:
+            where = f"frame {m['frame']} ({m.get('time_s', 0):.2f} s)"
+        rows.append({"layer": m["layer"], "top_dims": " ".join(map(str, m["dims"])),
+                     "max_abs": " ".join(f"{v:.3g}" for v in m["values"]), "median_abs": _nan(m["median_abs"]),
+                     "ratio": _nan(m["ratio"]), "token": m.get("token"), "position": m.get("position"),
+                     "position_class": where, "dims_above_100x": m.get("dims_above_100x"),
+                     "dims_above_1000x": m.get("dims_above_1000x"), "values_above_100x": m.get("values_above_100x"),
+                     "values_above_1000x": m.get("values_above_1000x")})
+    layers = [m["layer"] for m in ma]
+    ratios = [_nan(m["ratio"]) for m in ma]
+    hover = [f"layer {m['layer']}: top-1 / median = {_nan(m['ratio']):.4g}<br>dim {m['dims'][0] if m['dims'] else '-'}"
+             + (f", {F.esc(str(m.get('token')))} at position {m.get('position')} ({m.get('position_class')})"
+                if m.get("position") is not None else "") for m in ma]
+    fig = F.line_chart([{"name": results.run_name, "x": layers, "y": ratios, "color": 0, "hover": hover}],
+                       title="Massive activations: top-1 / median per layer",
+                       subtitle=F.esc(f"{results.run_name} · top: max |x| over all {_fmt_n(results.n_tokens)} "
+                                      "analysed tokens; median: of |x| over the K x d values of the token sample"),
+                       x_title="layer (0 = embeddings)", y_title="max |x| / median |x| (log scale)")
+    fig.update_yaxes(type="log")
+    return View("massive_activations", "Massive activations", fig, pd.DataFrame(rows),
                 _manifest("massive_activations", {}, [results]),
-                caption="Largest max |x_d| per layer and its ratio to the median |x| of the sample (Sun et al. 2024).")
+                caption="Largest max |x_d| per layer and its ratio to the median |x| of the sample (Sun et al. 2024); "
+                        "the token and position holding the top-1 value, its position class, and how many dims "
+                        "(over all tokens) and sample values lie above 100x and 1000x the median. Definitions: "
+                        "docs/chain.md.")
 
 
 def ablation_dims(results: dict) -> list[int]:
