@@ -59,3 +59,52 @@ def pytest_collection_modifyitems(config, items):
         if (tier == "unit" and not item.get_closest_marker("slow")) or tier == "core":
             item.add_marker(pytest.mark.fast)
     items.sort(key=lambda item: TIER_ORDER.get(_tier(item), 1))  # stable: keeps the order within a tier
+    if hasattr(config, "workerinput"):  # a pytest-xdist worker: the order in which the groups are handed out
+        _heaviest_groups_first(items)
+
+
+# ----------------------------------------------------------------------------- parallel runs (pytest-xdist)
+# `./dev.sh test` runs `pytest -n 2 --dist loadfile` (docs/testing.md). Here `loadfile` hands out one group
+# at a time to a worker that is nearly idle: a test file (its module fixtures are computed once, in one
+# process), the whole browser tier (one app server and one Chromium at a time: two at once on 2 cores
+# starve each other's page waits), or a single test where its file is in UNGROUPED (independent tests,
+# none sharing a module fixture).
+UNGROUPED: set[str] = set()
+BROWSER = "tests/browser/"
+
+
+def _group(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return BROWSER if path.startswith(BROWSER) else nodeid if path in UNGROUPED else path
+
+
+def _weight(item) -> int:
+    return 30 if item.get_closest_marker("browser") else 10 if item.get_closest_marker("slow") else 1
+
+
+def _heaviest_groups_first(items) -> None:
+    """The unit tier first (its numpy-only check, tests/unit/conftest.py), then the groups from the heaviest
+    (browser tests, then `slow` ones) down, so that the last groups handed out are short and both workers
+    finish together. Depends on the collection only: every worker computes the same order."""
+    weight: dict[str, int] = {}
+    for item in items:
+        g = _group(item.nodeid)
+        weight[g] = weight.get(g, 0) + _weight(item)
+    first: dict[str, int] = {}
+    for i, item in enumerate(items):
+        first.setdefault(_group(item.nodeid), i)
+    items.sort(key=lambda it: (TIER_ORDER.get(_tier(it), 1), -weight[_group(it.nodeid)], first[_group(it.nodeid)]))
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist, when it is installed
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _group(nodeid)
+
+    config.option.loadscopereorder = False  # hand the groups out in the workers' collection order (above)
+    return ByGroup(config, log)

@@ -97,7 +97,9 @@ case "${1:-}" in
       # The unit tier first: its numpy-only check needs a process without torch (tests/unit/conftest.py).
       exec .venv/bin/python -m pytest -m fast tests/unit core tests/integration "$@"
     fi
-    exec .venv/bin/python -m pytest "$@"
+    # Two worker processes (pytest-xdist), one test file at a time each, heaviest files first (conftest.py);
+    # `-n 0` after it runs everything in this one process.
+    exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
     ;;
   *)
     echo "usage: ./dev.sh run | test [--fast] [pytest args]" >&2

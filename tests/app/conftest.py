@@ -3,8 +3,11 @@
 The app tier has its own cache directory (this `cache_dir` replaces the session one of tests/conftest.py),
 and the worker the app starts there runs the "analyze" job on synthetic statistics written under the
 run's real key (synthetic_runs.py; the worker imports synthetic_jobs.py through ANISO_JOB_MODULES). Loading a model
-fails, in the worker and in this process. After the last app test, that worker is stopped and the
-environment and the model loader restored: no other tier ever sees a synthetic run.
+fails, in the worker and in this process. After the last app test of a stretch (the next test belongs to
+another tier, or there is none), that worker is stopped and the environment and the model loader restored:
+no other tier ever sees a synthetic run. Under pytest-xdist (`./dev.sh test`) a worker process may run app
+test files between other tiers' files: each app module enters the app tier's environment again (`_enter`
+is idempotent), and leaves it after its last test as above.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import synthetic_runs
 from app_helpers import app_factory, entrypoint_runs_every_time, stop_worker
 
 HERE = Path(__file__).resolve().parent
-_SAVED: dict = {}  # the environment before the app tier, and its cache directory
+_SAVED: dict = {}  # while the app tier's environment is in force: the environment before it, and its cache directory
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -30,20 +33,22 @@ def _entrypoint_runs_every_time():
 def cache_dir(tmp_path_factory) -> Path:
     """The app tier's cache, served by a worker that runs synthetic extractions (see the module doc)."""
     d = tmp_path_factory.mktemp("app-cache")
-    path = os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])
-    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_jobs", "PYTHONPATH": path}.items():
-        _SAVED[k] = os.environ.get(k)
-        os.environ[k] = v
-    _SAVED["_dir"] = d
-    synthetic_runs.refuse_models()  # here as in the worker: a page that loads a model fails its test
-    synthetic_runs.use_synthetic_analyze()  # a job the app runs in this process (read-only cache) too
+    _enter(d)
     yield d
     _leave()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _app_module(cache_dir):
+    """Every app module in the app tier's environment, before its own module fixtures run (autouse
+    fixtures come first within a scope): it may follow another tier's tests in this process."""
+    _enter(cache_dir)
 
 
 @pytest.fixture(autouse=True)
 def _app_cache(cache_dir):
     """Every app test in the app tier's cache, even one that asks for no fixture."""
+    _enter(cache_dir)
 
 
 @pytest.fixture
@@ -53,6 +58,19 @@ def fresh_worker(cache_dir):
     stop_worker(cache_dir)
     yield
     stop_worker(cache_dir)
+
+
+def _enter(d: Path) -> None:
+    """Switch this process to the app tier's cache, job modules and synthetic runs (nothing if it is already)."""
+    if "_dir" in _SAVED:
+        return
+    path = os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])
+    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_jobs", "PYTHONPATH": path}.items():
+        _SAVED[k] = os.environ.get(k)
+        os.environ[k] = v
+    _SAVED["_dir"] = d
+    synthetic_runs.refuse_models()  # here as in the worker: a page that loads a model fails its test
+    synthetic_runs.use_synthetic_analyze()  # a job the app runs in this process (read-only cache) too
 
 
 def _leave() -> None:
@@ -71,7 +89,7 @@ def _leave() -> None:
 
 def pytest_runtest_teardown(item, nextitem):
     if nextitem is None or HERE not in Path(str(nextitem.path)).resolve().parents:
-        _leave()  # the last app test of the session (the tiers run one after the other)
+        _leave()  # the last app test of this stretch: the next test (if any) is another tier's
 
 
 @pytest.fixture
