@@ -84,6 +84,7 @@ if series:
             st.caption("No query/key drift: " + page.md(ser["attention_note"]))
         page.show(D.outlier_counts(ser), f"dyn_counts_{run}")
         page.show(D.outlier_identity(ser), f"dyn_ident_{run}")
-        chain = C.chain_dynamics(ser)  # top-1/median, super weight, sink rate, high-norm share over the checkpoints
+        # top-1/median, super weight, sink rate, high-norm share over the checkpoints
+        chain = C.chain_dynamics(training.with_chain(ser))
         page.show(chain, f"dyn_chain_{run}")
         st.markdown("\n".join(f"- {page.md(line)}" for line in chain.notes))

@@ -7,8 +7,12 @@ import streamlit as st
 
 from core import hub_series, jobs, trained
 from core import series as S
+from core.chain.job import cached_chain_section
+from core.errors import InputError
 from core.escape import markdown_text as md
+from core.pipeline import resolve
 from core.selection import check_model
+from core.spec import RunSpec
 from core.train import TrainSpec
 
 from . import jobs_panel, state
@@ -117,3 +121,16 @@ def cached_series(run: str, **series_kw) -> dict | None:
 @st.cache_data(max_entries=8, show_spinner=False)
 def _series(run: str, kw: tuple) -> dict:
     return S.analyze_series(run, **dict(kw))
+
+
+def with_chain(ser: dict) -> dict:
+    """The series with each checkpoint's stored chain section (core chain: its super weights) where there is
+    one, so that Dynamics draws the super weight's magnitude over training. Never computes."""
+    got = []
+    for sp, res in zip(ser.get("specs") or [], ser["results"]):
+        try:
+            sec = cached_chain_section(resolve(RunSpec.from_dict(sp)))
+        except (InputError, ValueError, OSError):  # a checkpoint no longer on disk: its section is not read
+            sec = None
+        got.append({**res, "chain": sec} if sec else res)
+    return {**ser, "results": got} if ser.get("specs") else ser

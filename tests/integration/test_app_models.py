@@ -317,6 +317,7 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypa
     assert any("by layer over training" in t for t in titles)
     assert any("loss over training" in t.lower() for t in titles)
     assert any("Persistent outlier dimensions over training" in t for t in titles)
+    assert any("The outlier chain over training" in t for t in titles)  # top-1/median, sink rate... (issue 24)
     for stat in ("query drift", "key drift", "cos(μ_Q, μ_K)"):  # the attention statistics over training
         assert any(t.startswith(stat) and "over training" in t for t in titles), (stat, titles)
     text = " ".join(m.value for m in dyn.markdown)
