@@ -28,8 +28,6 @@ if page.need_runs(runs):
                 st.error(markdown_text(str(e)))
     view = C.chain_view(res, att, ab)
     page.show(view, "chain")
-    st.markdown("**What was measured, link by link**")
-    st.markdown("\n".join(f"- {markdown_text(line)}" for line in view.notes))
     st.subheader("Ablations, link by link")
     targets = data.chain_targets(run.spec)
     sw = targets["super_weights"]

@@ -98,7 +98,7 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
     missing = [w for w, ok in (("super weights (run core chain / analyze --chain)", n["chain_measured"]),
                                ("sink share (compute the attention statistics)", n["sink_share"] is not None)) if not ok]
     fig.update_xaxes(title_text="layer (0 = embeddings)", row=4, col=1)
-    fig.update_layout(height=900, title={"text": F.esc("The outlier chain, layer by layer"),
+    fig.update_layout(height=950, margin={"t": 130}, title={"text": F.esc("The outlier chain, layer by layer"),
                                          "subtitle": {"text": F.esc(
                                              f"{r.run_name} · N = {r.n_tokens:,} {_unit(n)}"
                                              + (f" · not measured: {'; '.join(missing)}" if missing else ""))}})
@@ -168,9 +168,7 @@ def chain_sentences(n: dict) -> list[str]:
                    f"{np.nanmean(cos[k:]):.2f} from it on (last layer {cos[-1]:.2f}).")
     else:
         out.append(f"Mean cosine: {np.nanmin(cos):.2f} to {np.nanmax(cos):.2f} over the layers (last layer {cos[-1]:.2f}).")
-    for key, a in (n["ablations"] or {}).items():
-        out.append(ablation_sentence(key, a))
-    return out
+    return out  # the ablations' sentences go with their own view (ablation_curves)
 
 
 def ablation_sentence(key: str, a: dict) -> str:
@@ -215,7 +213,8 @@ def ablation_curves(ablations: dict, results, keys: tuple[str, ...] | None = Non
         if log:
             fig.update_yaxes(type="log", row=rr + 1, col=cc + 1)
     loss = ablations.get("loss")
-    fig.update_layout(height=750, title={"text": F.esc("The chain ablated link by link: before / after"), "subtitle": {
+    title = F.esc("The chain ablated link by link: before / after")
+    fig.update_layout(height=800, margin={"t": 130}, title={"text": title, "subtitle": {
         "text": F.esc(f"{r.run_name} · x: layer (sink share: block b at layer b+1) · dotted: controls · loss: "
                       + ("not applicable" if loss in (None, "not applicable") else f"{loss} LM, "
                          f"{ablations.get('held_out_tokens', 0):,} held-out tokens"))}})
@@ -297,7 +296,7 @@ def chain_dynamics(series: dict) -> View:
         if k in ("top1_median", "super_weight"):
             fig.update_yaxes(type="log", row=rr + 1, col=cc + 1)
         fig.update_xaxes(tickvals=x, ticktext=[f"{s:,}" for s in steps], row=rr + 1, col=cc + 1)
-    fig.update_layout(height=650, showlegend=False, title={
+    fig.update_layout(height=700, margin={"t": 130}, showlegend=False, title={
         "text": F.esc("The outlier chain over training"),
         "subtitle": {"text": F.esc(f"{series['run']} · x: training step (checkpoints, evenly spaced) · dotted: threshold"
                                    " · dashed: first crossing")}})

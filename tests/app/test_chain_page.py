@@ -46,7 +46,7 @@ def test_chain_page_then_its_ablations_from_the_link(app, planted):
     names = [tr.get("name") for tr in chain["data"]]
     assert "top-1 / median |x|" in names and "mean cosine" in names and "top-1 dim" in names
     assert chain["layout"]["yaxis"]["type"] == "log"
-    text = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
+    text = " ".join(m.value for m in at.caption).replace("\\", "")  # the notes under each figure (escaped)
     assert "Super weights: not scanned" in text and "Mean cosine:" in text and "sink share: not measured" in text
     assert [b for b in at.button if b.key == "chain_ablate"]  # no ablation stored yet: the button
     assert [b for b in at.button if b.key == "chain_stats"]  # no chain section yet: its button
@@ -60,7 +60,7 @@ def test_chain_page_then_its_ablations_from_the_link(app, planted):
     curves = [f for f in figures(at) if "link by link" in str(f["layout"]["title"])]
     assert curves and any(tr.get("name") == "as is" for tr in curves[0]["data"])
     assert at.query_params["cabl"] in ("1", ["1"])
-    text = " ".join(m.value for m in at.markdown).replace("\\", "")  # markdown escapes
+    text = " ".join(m.value for m in at.caption).replace("\\", "")  # the notes under each figure (escaped)
     assert "Outlier dims zeroed in every norm: loss not applicable" in text
 
 
