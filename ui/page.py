@@ -178,15 +178,15 @@ def _partials(rows, kind: str, polling: bool) -> None:
         for group, is_failed in ((running, False), (failed, True)):
             if not group:
                 continue
-            view = views.partial_view([p for _, _, p in group], kind, sel.metric,
-                                      sel.x_axis_for([len(p["layers"]) for _, _, p in group]), failed=is_failed)
+            view = _partial_view(group, kind, sel.metric, sel.x_axis_for([len(p["layers"]) for _, _, p in group]),
+                                 is_failed)
             if is_failed:
                 for _, j, p in group:
                     st.error(f"The run failed at {views.partial_count(p)}: {markdown_text(j.error)}. The curve below "
                              "is its last partial result, not a result.", icon=":material/error:")
             else:
-                st.caption(f":material/pending: **Partial results**, redrawn every few seconds until the run ends: "
-                           f"{markdown_text(view.caption)}")
+                st.caption(":material/pending: **Partial results**: the sums over the tokens read so far, redrawn every "
+                           "few seconds; the final result replaces them when the run ends.")
             key = f"partial_{kind}_{'failed' if is_failed else 'live'}"
             st.plotly_chart(view.figure, theme=None, width="stretch", key=f"fig_{key}", config=PLOTLY_CONFIG)
             if kind == "outliers":
@@ -195,6 +195,18 @@ def _partials(rows, kind: str, polling: bool) -> None:
                 st.caption(f"Persistent activation outlier dims so far: {markdown_text(dims)}. The norm-parameter "
                            "rule, massive activations, the frequency link and every sample view come with the "
                            "final result.")
+
+
+def _partial_view(group, kind: str, metric: str, x_axis: str, failed: bool) -> views.View:
+    """The partial figure, built again only when a job published a new partial result (the fragment
+    polls every second; a partial result comes every few seconds)."""
+    sig = (kind, metric, x_axis, failed, tuple((j.id, j.attempt, p.get("published")) for _, j, p in group))
+    memo = st.session_state.setdefault("_partial_views", {})
+    if sig not in memo:
+        if len(memo) >= 4:
+            memo.clear()
+        memo[sig] = views.partial_view([p for _, _, p in group], kind, metric, x_axis, failed=failed)
+    return memo[sig]
 
 
 def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
