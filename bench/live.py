@@ -149,7 +149,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         page.close()
 
 
-def first_curve(tokens: int | None, timeout_s: float) -> dict:
+def first_curve(tokens: int | None, timeout_s: float, worker_nice: int | None = None) -> dict:
     """The fresh and the warm measurement on one server (see the module's doc)."""
     # lazy: playwright only for the browser measurement
     from playwright.sync_api import sync_playwright
@@ -158,8 +158,9 @@ def first_curve(tokens: int | None, timeout_s: float) -> dict:
     root = Path(tempfile.mkdtemp(prefix="aniso-live-"))
     cache = root / "cache"
     cache.mkdir()
-    out: dict = {"query": query or "(the default selection)"}
-    with app_server(cache, root / "streamlit.log") as (url, proc), sync_playwright() as p:
+    out: dict = {"query": query or "(the default selection)", "worker_nice": worker_nice}
+    env = {"ANISO_WORKER_NICE": str(worker_nice)} if worker_nice is not None else None
+    with app_server(cache, root / "streamlit.log", env=env) as (url, proc), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             out["port"] = int(url.rsplit(":", 1)[1])
@@ -222,7 +223,9 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
             "the same server and worker after that run, its statistics and results deleted from the cache. CPU to the "
             "first curve: the CPU seconds the app server and the worker process spent from the click to the first "
             "curve (on a busy machine, about what a quiet one would wait: the worker's forward pass uses up to 2 "
-            "threads, the rest is mostly one).", "",
+            "threads, the rest is mostly one)."
+            + (f" The worker ran at niceness {curve['worker_nice']} (the app's default is 10)."
+               if curve.get("worker_nice") is not None else ""), "",
             "| Run | First curve | It was | Final curve | Page reloaded | CPU to the first curve | Goal |",
             "|---|---|---|---|---|---|---|",
             *rows, ""]
@@ -256,6 +259,9 @@ def main(argv=None) -> int:
     p.add_argument("--no-cost", action="store_true", help="skip the publishing cost")
     p.add_argument("--timeout", type=float, default=300, help="longest wait for a curve, s (default 300)")
     p.add_argument("--out", default=None, help="markdown file whose live section is replaced (default BENCHMARKS.md)")
+    p.add_argument("--worker-nice", type=int, default=None,
+                   help="the worker's niceness (default: the app's, 10); 0 on a machine busy with other work, where a "
+                        "niced worker waits for everyone else")
     a = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally blocks: server and worker stop
     m = machine_info()
@@ -271,7 +277,7 @@ def main(argv=None) -> int:
         if not Path(CHROMIUM).exists():
             print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
             return 2
-        curve = first_curve(1000 if a.quick else None, a.timeout)
+        curve = first_curve(1000 if a.quick else None, a.timeout, a.worker_nice)
     meta["load_end"] = loadavg()
     busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0
     if busy > 0.5 * (meta["cores"] or 1):
