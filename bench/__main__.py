@@ -36,7 +36,7 @@ from bench.papers import keep_papers_section  # noqa: E402
 from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
-                 "attention", "chain"]
+                 "attention", "chain", "geometry"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -170,6 +170,10 @@ def summary_rows(sec: dict) -> list[list]:
         worst = max(pp["rows"], key=lambda r: r["median_s"])
         rows.append([f"All sample metrics of one layer after post-processing ({pp['shape'][0]} x {pp['shape'][1]}), "
                      f"slowest choice ({worst['post']})", "< 0.5 s", fs(worst["median_s"], 3), met(pp["met"])])
+    for m in (sec.get("geometry") or {}).get("models", []):
+        rows.append([f"Intrinsic dimension, matrix entropy and CKA on top of a default run ({m['model']}, "
+                     f"{fi(m['tokens_analysed'])} tokens, sample {fi(m['sample'])})", "<= 0.10", fr(m["ratio"]),
+                     met(m["met"])])
     return rows
 
 
@@ -556,11 +560,41 @@ def render_modalities(o: dict) -> str:
     return "\n".join(out)
 
 
+def render_geometry(o: dict) -> str:
+    out = ["## Geometry statistics (issue 25): their cost at the default size", "",
+           f"The app's default run (wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}, CPU, "
+           "float32): `core.pipeline.analyze` on an empty cache of its own, in the bench process (corpus read, "
+           "model load, tokenize, forward, every statistic, isotropic baselines, cache write; imports excluded). "
+           "New = the new statistics of that run timed on its own statistics as `build_results` computes them: "
+           "intrinsic dimension (duplicates, neighbours, TwoNN, GRIDE and its scales) and matrix entropy of every "
+           "layer, the layers x layers CKA section, and their isotropic baselines. Ratio = median new / "
+           "(median run - median new): what they add to a run without them.", ""]
+    rows = []
+    for m in o.get("models", []):
+        p = m.get("parts_s", {})
+        rows.append([m["model"], fi(m["tokens_analysed"]), m["n_layers"], fi(m["sample"]), m["reps"],
+                     fs(median_of(m["run_s"])), fs(median_of(m["new_s"])),
+                     f"per layer {fs(p.get('per_layer'))}, CKA {fs(p.get('cka'))}, baselines {fs(p.get('isotropic'))}",
+                     f"**{fr(m['ratio'])}**", met(m["met"])])
+    out.append(table(["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
+                      f"Ratio (goal <= {o.get('goal')})", "Status"], rows))
+    return "\n".join(out)
+
+
+def median_of(xs) -> float:
+    xs = sorted(float(x) for x in xs)
+    if not xs:
+        return float("nan")
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
+
+
 RENDERERS = {
     "overhead": render_overhead,
     "modalities": render_modalities, "peers": render_peers, "memory": render_memory, "cache": render_cache,
     "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
     "attention": render_attention, "chain": render_chain,
+    "geometry": render_geometry,
 }
 
 

@@ -41,7 +41,7 @@ from core.outliers import activation_outliers, persistent_activation_outliers
 from core.pipeline import get_stats
 from core.postprocess import PostProcess
 from core.projection import pca_2d, project
-from core.selection import Selection
+from core.selection import UI_MAX_TOKENS, Selection
 from core.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
 from core.spec import DEFAULT_CORPUS as CORPUS
 from core.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
@@ -82,6 +82,8 @@ class Sizes:
     modal_reps: int = 4
     chain_tokens: dict = field(default_factory=lambda: {"minilm-l6": 20_000, "smollm2-135m": 8_000})
     chain_reps: int = 3
+    geometry_tokens: int = UI_MAX_TOKENS  # the app's default first look (8,000 tokens)
+    geometry_reps: dict = field(default_factory=lambda: {"minilm-l6": 3, "smollm2-135m": 1})
 
     @classmethod
     def full(cls, smollm_tokens: int = 40_000) -> "Sizes":
@@ -97,7 +99,8 @@ class Sizes:
                    batching_reps=1, post_reps=2, app_page_reps=1,
                    attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1,
                    modal_image_tokens=256, modal_audio_tokens=100, modal_reps=1,
-                   chain_tokens={"minilm-l6": 300, "smollm2-135m": 150}, chain_reps=1)
+                   chain_tokens={"minilm-l6": 300, "smollm2-135m": 150}, chain_reps=1, geometry_tokens=300,
+                   geometry_reps={"minilm-l6": 1, "smollm2-135m": 0})
 
 
 @dataclass
@@ -574,6 +577,7 @@ def section_attention(ctx: Ctx) -> dict:
 
 
 from bench.chain import section_chain  # noqa: E402 - a section of its own module
+from bench.geometry import section_geometry  # noqa: E402 - a section of its own module
 from bench.modalities import section_modalities  # noqa: E402 - a section of its own module
 
 SECTIONS = {
@@ -587,6 +591,7 @@ SECTIONS = {
     "postproc": section_postproc,
     "attention": section_attention,
     "chain": section_chain,
+    "geometry": section_geometry,
 }
 
 

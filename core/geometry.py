@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
-           "ID_POSITIONS", "CKA_POSITIONS", "cka_positions", "cka_section", "matrix_entropy", "hsic_unbiased",
+           "ID_POSITIONS", "CKA_POSITIONS", "cka_positions", "cka_section", "matrix_entropy", "entropy_of_gram", "hsic_unbiased",
            "linear_cka", "cka_matrix", "cka_cross"]
 
 ID_POSITIONS = 2048  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
@@ -29,31 +29,37 @@ TWONN_DISCARD = 0.1  # Facco et al. 2017: the 10% largest ratios are left out of
 
 
 def unique_rows(X: np.ndarray) -> tuple[np.ndarray, int]:
-    """(the distinct rows of X in their first-seen order, the number of rows dropped as duplicates)."""
-    X = np.ascontiguousarray(np.asarray(X, dtype=np.float64))
+    """(the distinct rows of X in their first-seen order, the number of rows dropped as duplicates).
+
+    Rows are compared by their float64 bytes (-0.0 counted as 0.0) through a dict: O(K d), where
+    sorting the rows (np.unique(axis=0)) cost 5x more at K = 5,000."""
+    X = np.ascontiguousarray(np.asarray(X, dtype=np.float64)) + 0.0  # + 0.0: -0.0 -> 0.0, equal values, equal bytes
     if len(X) == 0:
         return X, 0
-    _, idx = np.unique(X, axis=0, return_index=True)
-    idx = np.sort(idx)
+    first: dict[bytes, int] = {}
+    for i, row in enumerate(X):
+        first.setdefault(row.tobytes(), i)
+    idx = np.fromiter(first.values(), dtype=np.int64, count=len(first))  # first-seen order: ascending
     return X[idx], int(len(X) - len(idx))
 
 
 def neighbour_distances(X: np.ndarray, k: int, block: int = 1024) -> np.ndarray:
     """(K, k) Euclidean distances of each row of X to its k nearest other rows, ascending.
 
-    Blocked: the squared distances of a block of rows to all rows come from one matrix product
-    (||x||^2 + ||y||^2 - 2 x.y in float64), the k smallest are chosen by partition, then sorted.
-    Memory O(block * K)."""
+    The Gram matrix X X^T is made once (a symmetric product: half the work of a general one); the
+    squared distances of a block of rows to all rows are ||x||^2 + ||y||^2 - 2 x.y (float64), the k
+    smallest chosen by partition, then sorted. Memory O(K^2) for the Gram (K <= ID_POSITIONS)."""
     X = np.asarray(X, dtype=np.float64)
     K = len(X)
     k = min(int(k), K - 1)
     if k < 1:
         return np.zeros((K, 0))
-    sq = np.einsum("ij,ij->i", X, X)
+    gram = X @ X.T  # numpy calls the symmetric rank-k update (syrk) for X @ X.T
+    sq = np.diagonal(gram).copy()
     out = np.empty((K, k))
     for a in range(0, K, block):
         b = min(K, a + block)
-        D = sq[a:b, None] + sq[None, :] - 2.0 * (X[a:b] @ X.T)
+        D = sq[a:b, None] + sq[None, :] - 2.0 * gram[a:b]
         D[np.arange(b - a), np.arange(a, b)] = np.inf  # not its own neighbour
         D = np.partition(D, k - 1, axis=1)[:, :k]
         out[a:b] = np.sqrt(np.clip(np.sort(D, axis=1), 0.0, None))
@@ -132,6 +138,11 @@ def matrix_entropy(X: np.ndarray) -> float:
     if X.ndim != 2 or X.size == 0:
         return math.nan
     C = X.T @ X if X.shape[1] <= X.shape[0] else X @ X.T
+    return entropy_of_gram(C)
+
+
+def entropy_of_gram(C: np.ndarray) -> float:
+    """The alpha = 1 matrix entropy from a (symmetric, PSD) Gram matrix X^T X or X X^T of the sample."""
     lam = np.clip(np.linalg.eigvalsh(C), 0.0, None)
     tr = lam.sum()
     if tr <= 0:

@@ -105,9 +105,25 @@ class Sample:
         self.K = int(self.X.shape[0])
 
     @cached_property
+    def scatter(self) -> np.ndarray:
+        """(d, d) Xc^T Xc of the centred sample: the covariance times K - 1 (shared by the spectral statistics
+        and, with the mean added back, by the matrix entropy)."""
+        Xc = M._sample(self.X) - self.X.mean(axis=0)
+        return Xc.T @ Xc
+
+    @cached_property
     def eigvals(self) -> np.ndarray:
-        """Covariance eigenvalues (descending), shared by the spectral statistics."""
-        return M._cov_eigvals(M._sample(self.X))
+        """Covariance eigenvalues (descending), shared by the spectral statistics (as metrics._cov_eigvals)."""
+        return np.clip(np.linalg.eigvalsh(self.scatter / (self.K - 1))[::-1], 0.0, None)
+
+    @cached_property
+    def matrix_entropy(self) -> float:
+        """Matrix entropy of the uncentred sample (geometry.matrix_entropy): for d <= K its Gram X^T X is the
+        scatter plus K mu mu^T (no second product of the sample)."""
+        if self.X.shape[1] > self.K:
+            return G.matrix_entropy(self.X)
+        mu = self.X.mean(axis=0)
+        return G.entropy_of_gram(self.scatter + self.K * np.outer(mu, mu))
 
     @cached_property
     def abs_median(self) -> float:
@@ -376,7 +392,7 @@ STATISTICS: tuple[Statistic, ...] = (
         baseline=True,
         figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped), n1 = 8, n2 = 16")),
     Statistic(
-        "matrix_entropy", "sample", lambda s: G.matrix_entropy(s.X), ("sample",),
+        "matrix_entropy", "sample", lambda s: s.matrix_entropy, ("sample",),
         "Matrix entropy", "entropy of the trace-normalised Gram matrix, nats",
         Definition(
             "Shannon (alpha = 1) entropy of the eigenvalues of the trace-normalised Gram matrix X X^T / tr(X X^T) "

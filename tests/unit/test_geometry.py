@@ -83,6 +83,20 @@ def test_matrix_entropy_known_cases_and_an_independent_computation():
     assert math.log(64) - 0.02 < iso <= math.log(64)
 
 
+def test_shared_decompositions_give_the_standalone_values():
+    """Sample reuses one scatter matrix for the covariance spectrum and the matrix entropy, and finds
+    duplicates by their bytes: the same numbers as the standalone kernels and np.unique."""
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((400, 30)) * 3 + 5
+    smp = S.Sample(X)
+    assert smp.matrix_entropy == pytest.approx(G.matrix_entropy(X), rel=1e-12)
+    assert S.Sample(X.T).matrix_entropy == pytest.approx(G.matrix_entropy(X.T), rel=1e-12)  # K < d
+    Xd = np.vstack([X, X[[3, 3, 9]]])
+    U, dropped = G.unique_rows(Xd)
+    _, first = np.unique(Xd, axis=0, return_index=True)
+    assert dropped == len(Xd) - len(first) == 3 and np.array_equal(U, Xd[np.sort(first)])
+
+
 def _naive_cka(X, Y):
     """Linear CKA with the unbiased HSIC from the n x n Gram matrices, term by term (Song et al. 2012, eq. 5)."""
     def hsic(K, L):
