@@ -162,6 +162,27 @@ def isotropic_baseline(stats) -> dict:
     return S.isotropic_baseline(K, stats.d_model, CONFIG.isotropic_seed) if K >= 2 else {}
 
 
+def lens_section(stats) -> dict:
+    """results.json's `logit_lens`: how the per-layer lens values were computed and the most frequent lens
+    top-1 tokens per layer, or `not_applicable` with the reason (no LM head, not text, not asked for)."""
+    got = stats.meta.get("logit_lens")
+    if got and not got.get("not_applicable"):
+        return {"estimator": "logit lens: the model's own final norm and unembedding on each hidden state "
+                             "(nostalgebraist 2020); KL(final || lens) and entropy in nats",
+                "layers": [int(x) for x in stats.layer_ids], **got}
+    if got:
+        return {"not_applicable": got["not_applicable"]}
+    model = stats.manifest.get("model", {})
+    if not has_token_ids(stats):
+        why = f"{stats.manifest.get('modality')} encoders have no vocabulary to read hidden states into"
+    elif not model.get("causal_lm"):
+        why = f"{model.get('label', 'this model')} has no LM head (the lens needs a causal LM's own unembedding)"
+    else:
+        why = ("not computed for this run: the lens is opt-in (`--logit-lens`, or Logit lens under the sidebar's "
+               "Advanced options), since it costs more than 10% of a run")
+    return {"not_applicable": why}
+
+
 def build_results(stats, isotropic: dict | None = None) -> dict:
     """results.json: manifest + one object per layer + outliers + frequency (strict JSON).
 
@@ -178,6 +199,7 @@ def build_results(stats, isotropic: dict | None = None) -> dict:
         "outliers": outl,
         "frequency": frequency_report(stats, outl, seed=int(stats.manifest.get("seed", 0))),
         "cka": cka_section(stats),
+        "logit_lens": lens_section(stats),
         "not_applicable": ([] if has_token_ids(stats) else not_applicable_keys()),
         "frequency_bins": {"rule": f"token types sorted by corpus frequency, cut at each 1/{CONFIG.freq_bins} of the "
                                    "tokens",

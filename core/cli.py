@@ -93,6 +93,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="auto: spread a model too large for one GPU over this node's GPUs (accelerate)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow a model folder/hub repo to run its own Python code (off by default)")
+    p.add_argument("--logit-lens", action="store_true",
+                   help="also read each layer with a causal LM's own final norm and unembedding (the logit lens, on "
+                        "up to 512 sampled positions; opt-in: it costs more than 10%% of a run)")
     p.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
     p.add_argument("--force", action="store_true", help="recompute even if cached")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -104,7 +107,7 @@ def _spec(a) -> RunSpec:
                    max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
                    special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
                    trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers,
-                   encoding=a.encoding)
+                   encoding=a.encoding, logit_lens=a.logit_lens)
 
 
 def _check_out(path: str) -> None:

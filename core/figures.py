@@ -205,6 +205,34 @@ def line_chart(series: Sequence[dict], references: Sequence[dict] = (), *, title
     return fig
 
 
+def line_panels(panels: Sequence[dict], *, title: str, subtitle: str, x_title: str, height: int = HEIGHT) -> go.Figure:
+    """Line charts side by side (one y axis each), one legend: each panel has ``title``, ``y_title``,
+    optional ``y_range``, and ``series`` (``name``, ``x``, ``y``, ``color`` index, ``hover`` per point);
+    a series name appears once in the legend."""
+    fig = make_subplots(rows=1, cols=len(panels), subplot_titles=[esc(p["title"]) for p in panels],
+                        horizontal_spacing=0.07)
+    fig.update_layout(template=TEMPLATE, height=height)
+    _titles(fig, title, subtitle)
+    seen = set()
+    for i, p in enumerate(panels, start=1):
+        for s in p["series"]:
+            c = color(int(s.get("color", 0)))
+            hover = s.get("hover")
+            fig.add_trace(go.Scatter(
+                x=list(s["x"]), y=list(s["y"]), mode="lines+markers", name=esc(s["name"]), legendgroup=s["name"],
+                showlegend=s["name"] not in seen, line=dict(color=c, width=2.2), marker=dict(size=6, color=c),
+                text=list(hover) if hover is not None else None,
+                hovertemplate="%{text}<extra></extra>" if hover is not None else None), row=1, col=i)
+            seen.add(s["name"])
+        fig.update_xaxes(title_text=x_title, row=1, col=i)
+        fig.update_yaxes(title_text=p.get("y_title", ""), row=1, col=i)
+        if p.get("y_range") is not None:
+            fig.update_yaxes(range=list(p["y_range"]), row=1, col=i)
+    fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.18, yanchor="top"),
+                      margin=dict(b=110))
+    return fig
+
+
 THIN_BAND = 0.01  # a band narrower than this share of the y span hides under its line
 
 

@@ -19,8 +19,8 @@ import math
 import numpy as np
 
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
-           "ID_POSITIONS", "CKA_POSITIONS", "cka_positions", "cka_section", "matrix_entropy", "entropy_of_gram", "hsic_unbiased",
-           "linear_cka", "cka_matrix", "cka_cross"]
+           "ID_POSITIONS", "CKA_POSITIONS", "CKA_HOVER", "cka_positions", "cka_section", "matrix_entropy",
+           "entropy_of_gram", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross", "same_tokens"]
 
 ID_POSITIONS = 2048  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
 GRIDE_N1 = 8  # the registered GRIDE scale: ratio of the 16th to the 8th neighbour distance
@@ -216,6 +216,8 @@ def cka_matrix(Xs: list[np.ndarray], block: int = 256) -> np.ndarray:
 
 
 CKA_POSITIONS = 1024  # CKA uses at most this many of the sample's positions (a seeded subset, the same in every layer)
+CKA_HOVER = ("linear CKA = ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) on centred features, unbiased HSIC "
+             "(Kornblith et al. 2019; Song et al. 2012)")
 CKA_ESTIMATOR = "linear CKA with the unbiased HSIC estimator (Song et al. 2012; Nguyen et al. 2021)"
 
 
@@ -238,3 +240,17 @@ def cka_section(stats) -> dict | None:
             "positions": f"a seeded subset of {len(idx)} of the {K} sampled positions" if len(idx) < K
             else f"all {K} sampled positions",
             "layers": [int(x) for x in stats.layer_ids], "matrix": C.tolist()}
+
+
+def same_tokens(stats_a, stats_b) -> tuple[bool, str]:
+    """Whether two runs' samples are the same tokens at the same positions (so that CKA may pair them):
+    the same corpus file, and the same token id, window and position at every sampled row."""
+    ma, mb = stats_a.manifest, stats_b.manifest
+    if (ma.get("corpus") or {}).get("sha256") != (mb.get("corpus") or {}).get("sha256"):
+        return False, "the two runs read different corpora"
+    a, b = stats_a.arrays, stats_b.arrays
+    for k in ("sample_token_id", "sample_window", "sample_position"):
+        if k not in a or k not in b or np.shape(a[k]) != np.shape(b[k]) or not np.array_equal(a[k], b[k]):
+            return False, ("their token samples differ (another tokenizer, token budget, window length or seed): "
+                           "tokens of the two runs cannot be paired")
+    return True, "the same tokens at the same positions (same corpus, tokenizer, budget and sample)"

@@ -22,11 +22,13 @@ from . import __version__, settings
 from .ablation import ablation, norm_parameters
 from .batching import pad_batch
 from .cache import CacheStore
-from .config import CONFIG, cache_identity
+from .config import CONFIG, cache_identity, code_version
 from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
 from .distributed import job_torchrun
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
+from .lens import logit_lens
+from .lens import not_applicable as lens_not_applicable
 from .modalities import corpus_modality, modal_fingerprint
 from .modalities import run as modal
 from .modalities.adapters import adapter_for
@@ -146,6 +148,8 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
                           else modal_fingerprint(spec.corpus, cache_dir)),
         "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
     }
+    if spec.logit_lens:  # only then: the keys of runs without the lens stay what they were
+        parts["lens_code"] = code_version(("core.lens",))
     return "stats:" + stable_hash(parts), parts
 
 
@@ -304,6 +308,14 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
     except ValueError as e:
         meta["norm_modules"] = []
         meta["norm_error"] = str(e)
+    if spec.logit_lens:
+        why = lens_not_applicable(lm.model)
+        if why is None:
+            got, meta["logit_lens"] = logit_lens(lm.model, lm.tokenizer, arrays["sample"], arrays["layer_index"], n_hidden,
+                                                 seed=spec.seed)
+            arrays.update(got)
+        else:
+            meta["logit_lens"] = {"not_applicable": why}
     info = describe_model(spec.model) | lm.info
     manifest = {
         "spec": parts["spec"],

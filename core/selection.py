@@ -369,6 +369,7 @@ class Selection:
     special_tokens: str = "exclude"
     sample: int = 5000
     seed: int = 0
+    logit_lens: bool = False  # opt-in: causal LMs' runs also read each layer through the model's unembedding
     # -- page choices
     focus: str | None = None  # the model of the single-run views (None: the first one)
     focus_corpus: str | None = None  # ... and its corpus (None: the main corpus)
@@ -488,7 +489,15 @@ class Selection:
         return RunSpec(model=model, corpus=path, text_column=col or None,
                        max_tokens=int(self.max_tokens), max_seq_len=int(self.max_seq_len),
                        batch_size=int(self.batch_size), device=self.device, dtype=self.dtype,
-                       special_tokens=self.special_tokens, sample=int(self.sample), seed=int(self.seed))
+                       special_tokens=self.special_tokens, sample=int(self.sample), seed=int(self.seed),
+                       logit_lens=bool(self.logit_lens) and self.lens_applies(model))
+
+    @staticmethod
+    def lens_applies(model: str) -> bool:
+        """Whether the logit lens can read `model` (a built-in causal LM, or a text model of a folder or the hub,
+        which the run checks itself): the option leaves the runs of other models as they are."""
+        e = BUILTIN_MODELS.get(model)
+        return model_modality(model) == "text" and (e is None or bool(e.causal_lm))
 
     @property
     def corpora(self) -> tuple[str, ...]:
@@ -565,7 +574,8 @@ _KEYS = {
     "models": "models", "corpus": "corpus", "icorpus": "image_corpus", "acorpus": "audio_corpus",
     "col": "text_column", "vs": "more_corpora", "tokens": "max_tokens",
     "seqlen": "max_seq_len", "batch": "batch_size", "device": "device", "dtype": "dtype",
-    "special": "special_tokens", "sample": "sample", "seed": "seed", "focus": "focus", "focus_corpus": "focus_corpus",
+    "special": "special_tokens", "sample": "sample", "seed": "seed", "lens": "logit_lens", "focus": "focus",
+    "focus_corpus": "focus_corpus",
     "metric": "metric", "x": "x_axis", "layer_by": "layer_by", "layer": "layer", "depth": "depth",
     "ref": "reference",
     "proj": "proj_method", "color": "proj_color", "nn": "n_neighbors", "md": "min_dist", "q": "search",
@@ -650,7 +660,7 @@ def _parse(name: str, raw: str | list[str]):
         return int(s)
     if name in ("depth", "min_dist"):
         return float(s)
-    if name in ("reference", "drop_outliers", "ablation", "chain_ablation"):
+    if name in ("reference", "drop_outliers", "ablation", "chain_ablation", "logit_lens"):
         return _parse_bool(s)
     if name in ("text_column", "focus", "focus_corpus"):
         return s or None

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from typing import Callable
 
+import numpy as np
+
 from . import attention as A
 from . import hub_series, integrity, pipeline, settings, trained
 from .distributed import run_torchrun
 from .errors import InputError
 from .extract import Progress
+from .geometry import CKA_ESTIMATOR, cka_cross, cka_positions, same_tokens
 from .spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, RunSpec
 
 SERIES_MAX_TOKENS = 20_000
@@ -113,7 +116,26 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
         progress(Progress("series", len(specs), len(specs), message="series analysed"))
     return {"run": run, "record": read_record(run, cache_dir), "steps": [s for s, _ in specs],
             "specs": [sp.to_dict() for _, sp in specs], "results": out, "attention": att if attention else None,
-            "attention_note": note, "duplicates": duplicates(run, cache_dir)}
+            "attention_note": note, "duplicates": duplicates(run, cache_dir),
+            "cka_to_final": cka_to_final([sp for _, sp in specs], cache_dir)}
+
+
+def cka_to_final(specs: list[RunSpec], cache_dir=None) -> dict:
+    """Per checkpoint and layer, the linear CKA (unbiased HSIC) of that layer with the same layer of the
+    last checkpoint, on the same sampled token positions (checkpoints of one training read the same
+    tokens; said where they do not). Cache hits only (every checkpoint is analysed first)."""
+    stats = [pipeline.get_stats(sp, cache_dir) for sp in specs]
+    final = stats[-1]
+    ids = [int(x) for x in final.layer_ids]
+    for st in stats:
+        ok, why = same_tokens(st, final)
+        if not ok or [int(x) for x in st.layer_ids] != ids:
+            return {"not_applicable": why if not ok else "the checkpoints keep different layers"}
+    idx = cka_positions(int(final.arrays["sample"].shape[1]))
+    Y = [np.asarray(final.sample(l), dtype=np.float64)[idx] for l in range(final.n_layers)]
+    M = [[float(cka_cross([np.asarray(st.sample(l), dtype=np.float64)[idx]], [Y[l]])[0, 0]) for l in range(len(ids))]
+         for st in stats]
+    return {"estimator": CKA_ESTIMATOR, "n_positions": int(len(idx)), "layers": ids, "matrix": M}
 
 
 def _attention_wanted(run: str, cache_dir, attention: bool) -> tuple[bool, str | None]:

@@ -48,6 +48,7 @@ class RunSpec:
     device_map: str | None = None  # "auto": spread the model over this node's GPUs (models too large for one)
     layers: tuple[int, ...] | None = None  # hidden-state layers to keep statistics for (0 = embeddings); None: all
     encoding: str | None = None  # of a text/CSV corpus file without a byte-order mark (None: UTF-8)
+    logit_lens: bool = False  # opt-in: the logit lens of a causal LM on the sample (core.lens; costs > 10% of a run)
 
     def __post_init__(self):
         if not self.model or not str(self.model).strip():
@@ -85,6 +86,8 @@ class RunSpec:
         d = dataclasses.asdict(self)
         if d["encoding"] is None:  # absent unless set: the keys of earlier runs stay valid
             del d["encoding"]
+        if not d["logit_lens"]:  # likewise
+            del d["logit_lens"]
         return d
 
     @classmethod

@@ -36,13 +36,15 @@ from .definitions import DOCS_PATH, Definition
 from .definitions import docs_section as _docs_section
 from .outliers import activation_outliers
 
+LENS_POSITIONS = 512  # core.lens.LENS_POSITIONS (core.lens needs torch: the registry stays numpy only)
+
 __all__ = ["Statistic", "Figure", "STATISTICS", "BY_KEY", "DEFINITIONS", "DOCS_PATH", "Definition", "Run", "Sample",
            "layer_row", "sample_values", "isotropic_baseline", "picker", "sample_metrics_map", "table_columns",
            "report_keys", "baseline_keys", "token_id_keys", "applies", "short", "docs_section", "get", "partial_row",
            "sample_based_keys"]
 
-KINDS = ("exact", "sample", "per-dim", "count")
-SCALAR_KINDS = ("exact", "sample")  # one number per layer: pickable, plotted, in the table
+KINDS = ("exact", "sample", "lens", "per-dim", "count")
+SCALAR_KINDS = ("exact", "sample", "lens")  # one number per layer: pickable, plotted, in the table
 TEXT = ("text",)  # statistics defined on token ids: not applicable to images, audio, feature maps
 
 
@@ -60,7 +62,9 @@ class Statistic:
     """One per-layer value of results.json.
 
     kind: "exact" (streaming, over all analysed tokens), "sample" (on the K sampled positions; the
-    post-processing what-if changes it), "per-dim" (a list over dimensions or bins), "count".
+    post-processing what-if changes it), "lens" (the logit lens: read at run time with the model's own
+    unembedding, on a subset of the sampled positions; null unless the run asked for it), "per-dim"
+    (a list over dimensions or bins), "count".
     sums: the RunStats arrays the kernel reads ("sample" = the token sample). A statistic whose
     sums are ("sample",) has a kernel of a `Sample`; any other, of a `Layer`.
     """
@@ -230,6 +234,15 @@ def _massive_count(factor: float) -> Callable[[Sample], int]:
 
 def _frequency_binned(c: Layer) -> list:
     return M.frequency_binned_cosine(c.a["bin_sum_u"][c.l], c.a["bin_n"], c.a["bin_u_sq"][c.l]).tolist()
+
+
+def _lens(name: str) -> Callable[[Layer], float | None]:
+    """A logit-lens value of the run's arrays (core.lens), None for a run without the lens."""
+    return lambda c: float(c.a[name][c.l]) if name in c.a else None
+
+
+LENS_ESTIMATE = (f"on a seeded subset of up to {LENS_POSITIONS} of the sampled positions, the model's own final "
+                 "norm and unembedding (opt-in: --logit-lens)")
 
 
 def _spectral(f: Callable[[np.ndarray], float]) -> Callable[[Sample], float]:
@@ -442,6 +455,40 @@ STATISTICS: tuple[Statistic, ...] = (
             "how many of the K x d values |x_td| of the layer's token sample exceed 1000 times their median",
             r"\big|\{(t, d) : |x_{t,d}| > 1000\,\operatorname{median} |x|\}\big|\ \text{(token sample)}",
             "massive activations in the sample", "none", "Sun et al. 2024")),
+    Statistic(
+        "logit_lens_kl", "lens", _lens("lens_kl"), ("lens_kl",),
+        "Logit lens: KL(final || lens)", "mean KL(final || lens_l), nats",
+        Definition(
+            "mean over sampled positions of KL(p_final || p_l), p_l = softmax(W_U norm(h_l)) with the model's own final "
+            "norm and unembedding, p_final its output distribution (0 at the last layer)",
+            r"\frac{1}{n}\sum_t \mathrm{KL}\big(p_{\text{final}}(t)\,\Vert\,\operatorname{softmax}(W_U\,"
+            r"\mathrm{norm}(h_{l,t}))\big)",
+            "the layer's state, read as a prediction, is far from the model's answer",
+            "the layer already predicts what the model outputs",
+            "nostalgebraist 2020 (logit lens); Belrose et al. 2023 (tuned lens)"),
+        modalities=TEXT, figure=Figure(estimate=LENS_ESTIMATE)),
+    Statistic(
+        "logit_lens_entropy", "lens", _lens("lens_entropy"), ("lens_entropy",),
+        "Logit lens: entropy", "mean entropy of lens_l, nats",
+        Definition(
+            "mean over sampled positions of the entropy of the lens distribution softmax(W_U norm(h_l)) (nats; at most "
+            "log V)",
+            r"\frac{1}{n}\sum_t H\big(\operatorname{softmax}(W_U\,\mathrm{norm}(h_{l,t}))\big)",
+            "a flat distribution over the vocabulary: the layer commits to no token",
+            "a peaked distribution: the layer already commits to a few tokens",
+            "nostalgebraist 2020; Belrose et al. 2023"),
+        modalities=TEXT, figure=Figure(estimate=LENS_ESTIMATE)),
+    Statistic(
+        "logit_lens_top1_agreement", "lens", _lens("lens_agreement"), ("lens_agreement",),
+        "Logit lens: top-1 agreement", "share of positions whose lens top-1 = the output's top-1",
+        Definition(
+            "share of sampled positions where argmax of the lens at layer l is the model's own top-1 prediction "
+            "(1 at the last layer)",
+            r"\frac{1}{n}\sum_t \big[\arg\max W_U\,\mathrm{norm}(h_{l,t}) = \arg\max p_{\text{final}}(t)\big]",
+            "the layer's top token is already the model's answer",
+            "the answer is not yet readable at this layer",
+            "nostalgebraist 2020; Belrose et al. 2023"),
+        modalities=TEXT, figure=Figure(y_range=(0.0, 1.0), estimate=LENS_ESTIMATE)),
     Statistic("intrinsic_dim_duplicates", "count", lambda s: s.neighbours[1], ("sample",),
               axis="duplicate sample vectors dropped before the intrinsic dimension"),
     Statistic(

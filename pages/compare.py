@@ -38,6 +38,8 @@ def _by_depth(sel, runs, results) -> None:
                 page.show(data.difference(runs[ia].spec, runs[ib].spec, "depth"), "c_diff")  # as the curves above
             with st.spinner("CKA between the layers of A and B…"):
                 page.show(data.cka_across(runs[ia].spec, runs[ib].spec), "c_cka")
+    if any(views.lens_why(r) is None for r in results):  # causal LMs run with the lens: side by side
+        page.show(views.lens_curves(results, "depth"), "c_lens")
 
 
 def _attention(runs) -> None:

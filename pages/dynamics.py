@@ -75,6 +75,8 @@ if series:
         st.subheader(run)
         page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
         page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
+        page.show(D.metric_heatmap(ser, "intrinsic_dim_twonn"), f"dyn_id_{run}")
+        page.show(D.cka_to_final(ser), f"dyn_cka_{run}")
         if D.has_loss(ser):  # a hub model's revisions come without losses
             page.show(D.loss_curves(ser), f"dyn_loss_{run}")
         if D.has_attention(ser):  # query/key drift of the attention statistics, per block and head

@@ -1,7 +1,7 @@
 """Layers, in three sections of which only the open one is built: the per-layer curves of every
 metric, models overlaid, with the published references and the post-processing what-if; the table
 of numbers; at one layer, the pairwise-cosine distribution and the mean cosine by token-frequency
-decile."""
+decile; the logit lens of causal LMs."""
 
 import streamlit as st
 
@@ -9,7 +9,7 @@ from core import views
 from core.selection import METRICS, SAMPLE_METRICS
 from ui import data, page, state
 
-SECTIONS = ("Curves", "Numbers", "At one layer")
+SECTIONS = ("Curves", "Numbers", "At one layer", "Logit lens")
 
 sel, runs = page.header("Anisotropy by layer")
 page.live(sel, runs, "layers")  # the curves so far of the runs still computing
@@ -17,7 +17,7 @@ if page.need_runs(runs):
     # Only the open section is computed and drawn (as on Outliers and Compare): the curves, the table
     # and the two one-layer figures together were 3 figures and a grid per visit (one user's browser:
     # 0.87 s of CPU per visit, 0.41 s for the curves alone; python -m bench.load measures 8 users).
-    curves_tab, numbers_tab, one_tab = page.lazy_tabs(SECTIONS, "layers_section")
+    curves_tab, numbers_tab, one_tab, lens_tab = page.lazy_tabs(SECTIONS, "layers_section")
     if curves_tab.open:
         with curves_tab:
             c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")
@@ -58,3 +58,10 @@ if page.need_runs(runs):
             with h2:
                 page.show(views.frequency_deciles([r.results for r in runs], list(layers)), "deciles", half=True)
             page.show(views.cka_heatmap([r.results for r in runs]), "cka")
+
+    if lens_tab.open:
+        with lens_tab:
+            page.show(views.lens_curves([r.results for r in runs], sel.x_axis_for([r.n_layers for r in runs])), "lens")
+            page.show(views.lens_tokens([r.results for r in runs]), "lens_tokens")
+            st.caption("The lens is opt-in (Advanced options → Logit lens, or `--logit-lens`): it reads up to 512 "
+                       "sampled positions with the full vocabulary at every layer, which costs more than 10% of a run.")

@@ -16,7 +16,8 @@ N_GROUPS = CONFIG.bootstrap_groups
 
 
 def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: int = 20, K: int = 300,
-                    outlier: int = 5, seed: int = 0, label: str = "synthetic-net", with_norms: bool = True) -> RunStats:
+                    outlier: int = 5, seed: int = 0, label: str = "synthetic-net", with_norms: bool = True,
+                    lens: bool = True) -> RunStats:
     rng = np.random.default_rng(seed)
     N = n_seq * seq_len
     ids = (rng.zipf(1.6, size=N) % 60).astype(np.int64)
@@ -89,6 +90,12 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
                     norm_placement="post", norm_layer_offset=1)
     else:
         meta.update(norm_modules=[], norm_error="no norm modules found")
+    if lens:  # a logit lens that reaches the output at the last layer (KL 0, agreement 1)
+        depth = np.arange(L1) / (L1 - 1)
+        arrays.update(lens_kl=3.0 * (1 - depth) ** 2, lens_entropy=6.0 - 4.0 * depth, lens_agreement=depth ** 2)
+        meta["logit_lens"] = {"n_positions": min(K, 512), "sample_size": K, "positions": f"all {K} sampled positions",
+                              "top_tokens": [[{"token_id": t, "text": f"tok{t}", "count": 10 - t} for t in range(3)]
+                                             for _ in range(L1)]}
     manifest = {
         "spec": {"model": label, "corpus": "synthetic", "max_tokens": N, "sample": K, "seed": seed},
         "model": {"id": label, "label": label, "hidden_size": d, "n_layers": L1 - 1, "causal_lm": False,

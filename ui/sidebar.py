@@ -253,6 +253,10 @@ def _advanced(sel) -> dict:
             sample=st.number_input("Sample size K (tokens kept for projections and sample metrics)", *LIMITS["sample"],
                                    sel.sample, step=500, key="w_sample"),
             seed=st.number_input("Seed", *LIMITS["seed"], sel.seed, key="w_seed"),
+            logit_lens=st.checkbox("Logit lens (causal LMs)", sel.logit_lens, key="w_lens",
+                                   help="Also read every layer with the model's own final norm and unembedding (up to "
+                                        "512 sampled positions; shown under Layers → Logit lens). Opt-in: it costs more "
+                                        "than 10% of a run. Other models' runs are unchanged."),
             batch_size=st.number_input("Batch size", *LIMITS["batch_size"], sel.batch_size, key="w_batch"),
             control_seeds=st.number_input("Seeds of each untrained control (band)", 1, MAX_CONTROL_SEEDS,
                                           sel.control_seeds, key="w_seeds",

@@ -36,6 +36,7 @@ from .dimension import (
     set_label,
 )
 from .layers import METRIC_COLUMNS, cka_heatmap, frequency_deciles, layer_curves, metric_table, pairwise_histogram
+from .lens import lens_curves, lens_tokens, lens_why
 from .outliers import (
                      ablation_dims,
                      ablation_view,
@@ -57,4 +58,4 @@ __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "m
            "frequency_r_table", "outlier_set", "position_for", "FREQUENCY_COLUMNS", "dimension_tokens",
            "dimension_scatter", "dimension_r", "mean_cosine_difference",
            "add_seed_bands", "cka_across", "same_tokens", "check_color", "metadata_columns", "partial_view",
-           "partial_count", "sample_wait_note", "set_label"]
+           "partial_count", "sample_wait_note", "set_label", "lens_curves", "lens_tokens", "lens_why"]

@@ -12,7 +12,7 @@ import plotly.graph_objects as go
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
-from ..geometry import CKA_ESTIMATOR, cka_cross, cka_positions
+from ..geometry import CKA_ESTIMATOR, CKA_HOVER, cka_cross, cka_positions, same_tokens
 from .common import View, _corpora, _manifest, _sizes, as_results, modality
 
 
@@ -95,52 +95,85 @@ def compare_summary(runs: Sequence[dict]) -> View:
                 caption="One row per model: depth, width, tokens, mean-cosine range and persistent outliers.")
 
 
-def same_tokens(stats_a, stats_b) -> tuple[bool, str]:
-    """Whether two runs' samples are the same tokens at the same positions (so that CKA may pair them):
-    the same corpus file, and the same token id, window and position at every sampled row."""
+def _shared_documents(stats_a, stats_b) -> tuple[np.ndarray | None, str]:
+    """(the documents sampled in both runs, sorted; or None) and why not: runs of one corpus file whose samples
+    share at least 4 documents (their windows and tokens may differ: another tokenizer, budget or seed)."""
     ma, mb = stats_a.manifest, stats_b.manifest
     if (ma.get("corpus") or {}).get("sha256") != (mb.get("corpus") or {}).get("sha256"):
-        return False, "the two runs read different corpora"
-    a, b = stats_a.arrays, stats_b.arrays
-    for k in ("sample_token_id", "sample_window", "sample_position"):
-        if k not in a or k not in b or np.shape(a[k]) != np.shape(b[k]) or not np.array_equal(a[k], b[k]):
-            return False, ("their token samples differ (another tokenizer, token budget, window length or seed): "
-                           "tokens of the two runs cannot be paired")
-    return True, "the same tokens at the same positions (same corpus, tokenizer, budget and sample)"
+        return None, "the two runs read different corpora"
+    a, b = stats_a.arrays.get("sample_doc"), stats_b.arrays.get("sample_doc")
+    if a is None or b is None:
+        return None, "a run's sample has no document ids"
+    docs = np.intersect1d(np.asarray(a), np.asarray(b))
+    if len(docs) < 4:
+        return None, f"only {len(docs)} documents are sampled in both runs (at least 4 are needed)"
+    return docs, ""
+
+
+def _document_means(stats, docs: np.ndarray) -> list[np.ndarray]:
+    """Per layer, (len(docs), d) the mean of each document's sampled vectors."""
+    doc = np.asarray(stats.arrays["sample_doc"])
+    row = np.searchsorted(docs, doc)
+    keep = (row < len(docs)) & (docs[np.minimum(row, len(docs) - 1)] == doc)
+    counts = np.bincount(row[keep], minlength=len(docs)).astype(np.float64)
+    out = []
+    for l in range(stats.n_layers):
+        X = np.asarray(stats.sample(l), dtype=np.float64)[keep]
+        sums = np.zeros((len(docs), X.shape[1]))
+        np.add.at(sums, row[keep], X)
+        out.append(sums / counts[:, None])
+    return out
 
 
 def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
-    """Linear CKA (unbiased HSIC) between every layer of run A and every layer of run B on the same token
-    positions, with the depth alignment (for each layer of A, the layer of B of highest CKA); only when
-    both runs read the same tokens, otherwise a note that they are not comparable at the token level."""
+    """Linear CKA (unbiased HSIC) between every layer of run A and every layer of run B, with the depth
+    alignment (for each layer of A, the layer of B of highest CKA): on the same token positions when both
+    runs read the same tokens; else, for runs of one corpus, at the document level (each document's mean
+    sampled vector, labelled so: tokens of different tokenizers are never paired); else not comparable."""
     ra, rb = as_results(res_a), as_results(res_b)
     ok, why = same_tokens(stats_a, stats_b)
     name, title = "compare_cka", "Linear CKA between the layers of two runs"
-    if not ok:
-        rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "status": "not comparable at the token level"}]
-        return View(name, title, None, pd.DataFrame(rows), {"view": name, "not_comparable": why},
-                    caption=f"Not comparable at the token level: {why}.", notes=[f"Not comparable at the token level: {why}."])
-    idx = cka_positions(int(stats_a.arrays["sample"].shape[1]))
-    C = cka_cross([np.asarray(stats_a.sample(l), dtype=np.float64)[idx] for l in range(stats_a.n_layers)],
-                  [np.asarray(stats_b.sample(l), dtype=np.float64)[idx] for l in range(stats_b.n_layers)])
+    level = "token"
+    if ok:
+        idx = cka_positions(int(stats_a.arrays["sample"].shape[1]))
+        Xa = [np.asarray(stats_a.sample(l), dtype=np.float64)[idx] for l in range(stats_a.n_layers)]
+        Xb = [np.asarray(stats_b.sample(l), dtype=np.float64)[idx] for l in range(stats_b.n_layers)]
+        n_what = f"{len(idx)} shared token positions"
+    else:
+        docs, doc_why = _shared_documents(stats_a, stats_b)
+        if docs is None:
+            rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "status": "not comparable"}]
+            msg = f"Not comparable at the token level: {why}; nor at the document level: {doc_why}."
+            return View(name, title, None, pd.DataFrame(rows), {"view": name, "not_comparable": msg},
+                        caption=msg, notes=[msg])
+        level, idx = "document", docs
+        Xa, Xb = _document_means(stats_a, docs), _document_means(stats_b, docs)
+        n_what = f"{len(docs)} documents (each one's mean sampled vector; tokens of the two runs are never paired)"
+        why = f"the same documents (token level impossible: {why})"
+    C = cka_cross(Xa, Xb)
     ia, ib = [int(x) for x in stats_a.layer_ids], [int(x) for x in stats_b.layer_ids]
     best = [int(ib[int(np.nanargmax(C[i]))]) if np.isfinite(C[i]).any() else None for i in range(len(ia))]
-    hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}" for j in range(len(ib))]
+    hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}<br><i>{F.esc(CKA_HOVER)}</i>"
+                         for j in range(len(ib))]
                         for i in range(len(ia))], dtype=object)
     fig = F.heat_panels([{"z": C, "title": "", "x_title": f"B: {rb.run_name} — layer", "y_title": f"A: {ra.run_name} — layer",
                           "x_labels": [str(x) for x in ib], "y_labels": [str(x) for x in ia], "x_angle": 0, "hover": hover}],
-                        title="Linear CKA between the layers of A and B (the same tokens)",
-                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {len(idx)} shared token positions · "
+                        title=("Linear CKA between the layers of A and B (the same tokens)" if level == "token" else
+                               "Document-level linear CKA between the layers of A and B (mean vector per document)"),
+                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what} · "
                                        "dots: for each layer of A, the layer of B of highest CKA"),
                         colorbar_title="CKA", zmin=0.0, zmax=1.0)
     fig.add_trace(go.Scatter(
         x=[ib.index(b) if b is not None else None for b in best], y=list(range(len(ia))), mode="markers+lines",
         marker=dict(color="white", size=7, line=dict(color="black", width=1)), line=dict(color="white", width=1),
         name="best layer of B", hovertemplate="A layer %{y}: best B layer %{x}<extra></extra>", showlegend=False))
-    rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "layer_a": ia[i], "layer_b": ib[j], "cka": float(C[i, j]),
-             "best_layer_b_for_a": best[i], "n_positions": int(len(idx))} for i in range(len(ia)) for j in range(len(ib))]
+    rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "level": level, "layer_a": ia[i], "layer_b": ib[j],
+             "cka": float(C[i, j]), "best_layer_b_for_a": best[i], "n_rows": int(len(idx))}
+            for i in range(len(ia)) for j in range(len(ib))]
     return View(name, title, fig, pd.DataFrame(rows),
-                _manifest("cka_across", {"positions": int(len(idx)), "estimator": CKA_ESTIMATOR}, [res_a, res_b]),
-                caption=f"Linear CKA between each layer of A ({ra.run_name}) and of B ({rb.run_name}) on {why}; "
+                _manifest("cka_across", {"level": level, "rows": int(len(idx)), "estimator": CKA_ESTIMATOR},
+                          [res_a, res_b]),
+                caption=f"{'Document-level l' if level == 'document' else 'L'}inear CKA between each layer of A "
+                        f"({ra.run_name}) and of B ({rb.run_name}) on {why}; "
                         f"{CKA_ESTIMATOR}. Best layer of B for each layer of A: "
                         + ", ".join(f"{a}→{b}" for a, b in zip(ia, best)) + ".")

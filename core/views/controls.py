@@ -15,6 +15,8 @@ from .common import View, _manifest, as_results
 def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], metric: str, x_axis: str) -> View:
     """The layer-curve view with, for each run that has other seeds (`controls[i]`: their results), a
     band from the smallest to the largest value over all its seeds (the run itself included)."""
+    if view.figure is None:  # a not-applicable view stays one (no empty chart)
+        return view
     extra_rows, notes, added = [], [], []
     fig = go.Figure(view.figure)
     for i, (res, extra) in enumerate(zip(runs, controls)):

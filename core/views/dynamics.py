@@ -7,6 +7,7 @@
     loss_curves(series)             training loss (logged) and held-out loss (at each checkpoint)
     qk_drift(series, stat)          query/key drift ||mu_Q|| / E||q||, ||mu_K|| / E||k|| or cos(mu_Q, mu_K)
                                     over steps, per block (mean over heads) and per head
+    cka_to_final(series)            each layer's linear CKA with the same layer of the last checkpoint
     compare_runs(by_label, metric)  the last layer's metric over steps, runs overlaid (presets)
     summary(series) / compare_findings(...)  what the measured curves show, in sentences
 
@@ -23,9 +24,10 @@ import numpy as np
 import pandas as pd
 
 from .. import figures as F
+from ..geometry import CKA_HOVER
 from ..integrity import describe_duplicate
 from ..selection import METRICS
-from .common import View, _manifest
+from .common import View, _manifest, not_applicable
 
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
 # The query/key statistics of core/attention/ shown over training: key -> (label, what it is).
@@ -106,6 +108,31 @@ def cosine_curves(series: dict, metric: str = "mean_cosine") -> View:
     return View(f"dynamics_curves_{metric}", f"{label} over training", fig, df,
                 _manifest("dynamics_curves", {"metric": metric}, series["results"]),
                 caption=f"{label} at each checkpoint, one line per layer.")
+
+
+def cka_to_final(series: dict) -> View:
+    """Layer x step heatmap of each checkpoint's linear CKA with the last checkpoint, layer by layer (the same
+    sampled tokens): 1 where a layer already represents the tokens as the trained model does."""
+    sec = series.get("cka_to_final") or {}
+    title = "CKA of each checkpoint with the final one, per layer"
+    if not sec or sec.get("not_applicable"):
+        return not_applicable("dynamics_cka_final", title, series["results"],
+                              sec.get("not_applicable") or "not in this series (computed from this version on)")
+    steps = _steps(series)
+    z = np.asarray(sec["matrix"], dtype=float).T  # (layers, steps)
+    fig = F.heatmap(z, title=title, subtitle=_sub(series, f"{sec['estimator']}, {sec['n_positions']} shared positions"),
+                    x_title="training step", y_title="layer (0 = embeddings)", colorbar_title="CKA")
+    _tick_axis(fig, steps)
+    hover = np.asarray([[f"layer {l}, step {s:,}<br>CKA with the final checkpoint = {z[i, j]:.4f}<br><i>"
+                         f"{F.esc(CKA_HOVER)}</i>" for j, s in enumerate(steps)] for i, l in enumerate(sec["layers"])],
+                       dtype=object)
+    fig.update_traces(customdata=hover, hovertemplate="%{customdata}<extra></extra>", zmin=0.0, zmax=1.0)
+    rows = [{"run": series["run"], "step": s, "layer": l, "cka_to_final": z[i, j]}
+            for j, s in enumerate(steps) for i, l in enumerate(sec["layers"])]
+    return View("dynamics_cka_final", title, fig, pd.DataFrame(rows),
+                _manifest("dynamics_cka_final", {"steps": steps}, series["results"]),
+                caption="Linear CKA between each layer of a checkpoint and the same layer of the last checkpoint, on "
+                        f"the same {sec['n_positions']} sampled token positions ({sec['estimator']}).")
 
 
 def _persistent(res: dict) -> list[int]:

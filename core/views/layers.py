@@ -12,6 +12,7 @@ import pandas as pd
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
+from ..geometry import CKA_HOVER
 from ..metrics import pairwise_cosine_histogram
 from ..reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
@@ -29,6 +30,7 @@ from .common import (
     modality,
     not_applicable,
 )
+from .lens import lens_why
 
 
 def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str = "layer", reference: bool = True,
@@ -43,6 +45,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     for i, res in enumerate(runs):
         if not S.applies(metric, modality(res)):
             notes.append(f"{res.run_name}: {label} is not applicable ({TOKEN_ID_WHY}).")
+            continue
+        if stat.kind == "lens" and lens_why(res) is not None:
+            notes.append(f"{res.run_name}: {label} is not applicable ({lens_why(res)}).")
             continue
         L = res.last_layer
         layers = [r["layer"] for r in res.layers]
@@ -115,6 +120,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                              "depth": l / L, metric: y, "estimator": c["estimator"]})
         if refs:
             notes.append("Published curves use their authors' estimator (hover for it): context, not our measurement.")
+    if not series and not refs:  # never an empty chart: say why
+        return not_applicable(f"layers_{metric}", f"{label} by layer", runs,
+                              " ".join(n.split(": ", 1)[-1] for n in dict.fromkeys(notes)) or "no run has it")
     est = S.estimate(metric, _sizes(runs, "sampled tokens"))
     subtitle = f"{F.esc(_corpora(runs))} · N = {F.esc(_sizes(runs))} per layer · {F.esc(est)}"
     fig = F.line_chart(series, refs, title=f"{label} by layer", subtitle=subtitle,
@@ -282,6 +290,7 @@ def cka_heatmap(runs: Sequence[dict]) -> View:
         z = np.asarray(sec["matrix"], dtype=float)
         ids = [int(x) for x in sec["layers"]]
         hover = np.asarray([[f"{F.esc(res.model_label)}<br>layer {ids[i]} vs layer {ids[j]}<br>CKA = {z[i, j]:.4f}"
+                             f"<br><i>{F.esc(CKA_HOVER)}</i>"
                              for j in range(len(ids))] for i in range(len(ids))], dtype=object)
         panels.append({"z": z, "title": res.run_name, "x_title": "layer (0 = embeddings)",
                        "y_title": "layer (0 = embeddings)" if not panels else "",

@@ -185,5 +185,44 @@ def test_compare_cka_pairs_runs_of_the_same_tokens_only():
     st_c, res_c = synthetic_run(n_layers=3, d=16, seed=1, label="net-b")  # other tokens: said, not drawn
     st_c = type(st_c)(key=st_c.key, manifest=st_c.manifest, meta=st_c.meta,
                       arrays={**st_c.arrays, "sample_position": st_c.arrays["sample_position"] + 1})
-    v = views.cka_across(st_a, res_a, st_c, res_c)
-    assert v.figure is None and "not comparable at the token level" in v.caption.lower()
+    v = views.cka_across(st_a, res_a, st_c, res_c)  # same corpus, other tokens: documents' mean vectors
+    assert "document-level" in v.figure.layout.title.text.lower() and (v.data["level"] == "document").all()
+    docs = sorted(set(st_a.arrays["sample_doc"].tolist()) & set(st_c.arrays["sample_doc"].tolist()))
+
+    def means(st, l):  # naive: each shared document's sampled vectors averaged, one by one
+        X, doc = st.sample(l).astype(np.float64), st.arrays["sample_doc"]
+        return np.stack([X[doc == d].mean(0) for d in docs])
+    want = np.array([[_naive_cka(means(st_a, i), means(st_c, j)) for j in range(st_c.n_layers)]
+                     for i in range(st_a.n_layers)])
+    got = v.data.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
+    np.testing.assert_allclose(got, want, atol=1e-8)
+    st_d = type(st_c)(key=st_c.key + "-d", manifest={**st_c.manifest, "corpus": {"sha256": "1" * 64}}, meta=st_c.meta,
+                      arrays=st_c.arrays)  # another corpus: said, not drawn
+    v = views.cka_across(st_a, res_a, st_d, res_c)
+    assert v.figure is None and "not comparable at the token level" in v.caption.lower() and "corpora" in v.caption
+
+
+def test_cka_to_final_over_checkpoints(monkeypatch):
+    """core.series.cka_to_final: each checkpoint's layer l against the final checkpoint's layer l on the same
+    positions (the final one is 1 everywhere); the Dynamics heatmap shows that matrix."""
+    from core import series as SER
+    from core.views import dynamics as D
+    from tests.synthetic import synthetic_run
+
+    st0, res0 = synthetic_run(n_layers=4, seed=0, label="net")
+    steps = [type(st0)(key=f"{st0.key}-{k}", manifest=st0.manifest, meta=st0.meta,
+                       arrays={**st0.arrays, "sample": (st0.arrays["sample"] * (1 + k) + k * np.sin(st0.arrays["sample"]))})
+             for k in range(3)]
+    monkeypatch.setattr(SER.pipeline, "get_stats", lambda spec, cache_dir=None: steps[int(spec)])
+    got = SER.cka_to_final([0, 1, 2])
+    idx = G.cka_positions(int(st0.arrays["sample"].shape[1]))
+    want = [[_naive_cka(st.sample(l)[idx].astype(float), steps[-1].sample(l)[idx].astype(float)) for l in range(4)]
+            for st in steps]
+    np.testing.assert_allclose(got["matrix"], want, atol=1e-8)
+    np.testing.assert_allclose(got["matrix"][-1], 1.0, atol=1e-12)
+    ser = {"run": "net", "steps": [0, 1, 2], "results": [res0] * 3, "cka_to_final": got,
+           "record": {"spec": {"arch": "gpt2", "n_layers": 3, "d_model": 24, "tokenizer": "bpe"}}}
+    v = D.cka_to_final(ser)
+    np.testing.assert_allclose(np.asarray(v.figure.data[0].z, dtype=float), np.asarray(want).T, atol=1e-8)
+    assert "Kornblith" in v.figure.data[0].customdata[0][0]
+    assert D.cka_to_final({**ser, "cka_to_final": None}).figure is None  # an older series: said, not drawn

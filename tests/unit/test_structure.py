@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
     # the registry and the outlier rules (with the outlier chain's)
     ("statistics", ("core.statistics", "core.outliers", "core.outliers*", "core.chainstats")),
-    ("runs", ("core.extract", "core.analysis", "core.ablation", "core.distributed", "core.chain_ablation",
+    ("runs", ("core.extract", "core.analysis", "core.ablation", "core.lens", "core.distributed", "core.chain_ablation",
               "core.pipeline", "core.prepare", "core.attention", "core.attention*", "core.projection", "core.series",
               "core.train", "core.drift", "core.results", "core.selection", "core.chain", "core.chain.*",
               "core.papers.run")),
