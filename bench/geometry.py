@@ -7,7 +7,9 @@ imports excluded). New = the same run's new statistics timed on its own statisti
 `build_results` computes them: every layer's intrinsic dimension (duplicates, neighbours, TwoNN,
 GRIDE and its scales) and matrix entropy, the layers x layers CKA section, and their isotropic
 baselines (computed once per sample size and width). Ratio = new / (run - new): the share they add
-to a run without them.
+to a run without them; also in CPU seconds of the process (less sensitive to a busy machine).
+The opt-in logit lens (causal LMs: SmolLM2) is timed the same way on the run's sample with the
+loaded model: its ratio to the run says why it is opt-in.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from bench.common import log, median
 from core import geometry as G
 from core import statistics as S
 from core.config import CONFIG
+from core.lens import logit_lens
 from core.pipeline import analyze, get_stats
 from core.spec import DEFAULT_CORPUS as CORPUS
 from core.spec import DEFAULT_SAMPLE as SAMPLE
 from core.spec import RunSpec
+from core.statistics import LENS_POSITIONS
 
 NEW_KEYS = ("intrinsic_dim_twonn", "intrinsic_dim_gride", "matrix_entropy", "intrinsic_dim_duplicates",
             "intrinsic_dim_gride_scales")
@@ -31,29 +35,49 @@ GOAL = 0.10
 
 
 def new_statistics(stats) -> dict:
-    """Seconds of the new statistics of one run (as build_results computes them), by part."""
-    t = {}
-    t0 = time.perf_counter()
+    """Seconds of the new statistics of one run (as build_results computes them), by part; `cpu` in CPU seconds.
+    A layer's scatter matrix is made untimed: the spectral statistics make it anyway, the matrix entropy reuses it."""
+    t = {"per_layer": 0.0, "cka": 0.0, "isotropic": 0.0}
+    cpu = 0.0
+
+    def timed(part, f):
+        nonlocal cpu
+        c0, t0 = time.process_time(), time.perf_counter()
+        f()
+        t[part] += time.perf_counter() - t0
+        cpu += time.process_time() - c0
+
+    def kernels(smp):
+        return lambda: [S.BY_KEY[k].kernel(smp) for k in NEW_KEYS if part != "isotropic" or S.BY_KEY[k].baseline]
+
+    part = "per_layer"
     for l in range(stats.n_layers):
         smp = S.Sample(S.Run(stats).sample(l))
-        for k in NEW_KEYS:
-            S.BY_KEY[k].kernel(smp)
-    t["per_layer"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    G.cka_section(stats)
-    t["cka"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
+        smp.scatter  # noqa: B018 - untimed (see above)
+        timed(part, kernels(smp))
+    timed("cka", lambda: G.cka_section(stats))
+    part = "isotropic"
     K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
     smp = S.Sample(np.random.default_rng(CONFIG.isotropic_seed).standard_normal((K, d)))
-    for k in NEW_KEYS:
-        if S.BY_KEY[k].baseline:
-            S.BY_KEY[k].kernel(smp)
-    t["isotropic"] = time.perf_counter() - t0
+    smp.scatter  # noqa: B018
+    timed(part, kernels(smp))
     t["total"] = sum(t.values())
+    t["cpu"] = cpu
     return t
 
 
 def section_geometry(ctx) -> dict:
+    # numpy was imported before --threads could reach OpenBLAS: hold its pool to torch's thread count here, so
+    # the run and the new statistics use as many threads as the forward (2 BLAS threads spinning against a busy
+    # machine made the small float64 products of the new statistics 3x slower than on one)
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=torch.get_num_threads()):
+        return _section_geometry(ctx)
+
+
+def _section_geometry(ctx) -> dict:
     sizes = ctx.sizes
     out = {"goal": GOAL, "tokens": sizes.geometry_tokens, "sample": SAMPLE, "models": []}
     for ident in ("minilm-l6", "smollm2-135m"):
@@ -61,23 +85,37 @@ def section_geometry(ctx) -> dict:
         if reps <= 0:
             continue
         spec = RunSpec(model=ident, corpus=CORPUS, max_tokens=sizes.geometry_tokens, sample=SAMPLE)
-        runs, news, parts = [], [], []
+        runs, cpus, parts, lens = [], [], [], []
         for r in range(reps):
             cache = ctx.fresh_dir(f"geometry-{ident}")
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             res = analyze(spec, cache_dir=cache)
             runs.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
             stats = get_stats(spec, cache_dir=cache)  # a cache hit: the run's own statistics
             p = new_statistics(stats)
             parts.append(p)
-            news.append(p["total"])
-            log(f"geometry: {ident} rep {r + 1}: run {runs[-1]:.2f} s, new statistics {news[-1]:.2f} s "
-                f"({', '.join(f'{k} {v:.2f}' for k, v in p.items() if k != 'total')})")
+            msg = ""
+            if res["manifest"]["model"].get("causal_lm"):
+                lm = ctx.model(ident)
+                t0 = time.perf_counter()
+                logit_lens(lm.model, lm.tokenizer, stats.arrays["sample"], stats.arrays["layer_index"],
+                           int(lm.info["n_layers"]) + 1, seed=0)
+                lens.append(time.perf_counter() - t0)
+                msg = f", logit lens {lens[-1]:.2f} s"
+            log(f"geometry: {ident} rep {r + 1}: run {runs[-1]:.2f} s ({cpus[-1]:.2f} s CPU), new statistics "
+                f"{p['total']:.2f} s ({p['cpu']:.2f} s CPU; "
+                f"{', '.join(f'{k} {v:.2f}' for k, v in p.items() if k not in ('total', 'cpu'))}){msg}")
             n_layers, K, n_tok = stats.n_layers, int(stats.arrays["sample"].shape[1]), int(res["layers"][0]["n_tokens"])
             del stats, res
+        news, new_cpu = [p["total"] for p in parts], [p["cpu"] for p in parts]
         ratio = median(news) / (median(runs) - median(news))
-        out["models"].append({"model": ident, "tokens_analysed": n_tok, "n_layers": n_layers, "sample": K,
-                              "reps": reps, "run_s": runs, "new_s": news,
-                              "parts_s": {k: median([p[k] for p in parts]) for k in parts[0]},
-                              "ratio": ratio, "met": ratio <= GOAL})
+        row = {"model": ident, "tokens_analysed": n_tok, "n_layers": n_layers, "sample": K, "reps": reps,
+               "run_s": runs, "run_cpu_s": cpus, "new_s": news, "new_cpu_s": new_cpu,
+               "parts_s": {k: median([p[k] for p in parts]) for k in parts[0]},
+               "ratio": ratio, "ratio_cpu": median(new_cpu) / (median(cpus) - median(new_cpu)), "met": ratio <= GOAL}
+        if lens:
+            row.update(lens_s=lens, lens_ratio=median(lens) / (median(runs) - median(news)),
+                       lens_positions=LENS_POSITIONS)
+        out["models"].append(row)
     return out

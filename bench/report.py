@@ -568,16 +568,21 @@ def render_geometry(o: dict) -> str:
            "New = the new statistics of that run timed on its own statistics as `build_results` computes them: "
            "intrinsic dimension (duplicates, neighbours, TwoNN, GRIDE and its scales) and matrix entropy of every "
            "layer, the layers x layers CKA section, and their isotropic baselines. Ratio = median new / "
-           "(median run - median new): what they add to a run without them.", ""]
+           "(median run - median new): what they add to a run without them (wall clock; in CPU seconds of the "
+           "process beside it). Logit lens (opt-in, causal LMs) = `core.lens.logit_lens` on the same run's "
+           "sample with the loaded model, over the run without it.", ""]
     rows = []
     for m in o.get("models", []):
         p = m.get("parts_s", {})
+        lens = (f"{fs(median_of(m['lens_s']))} on {m['lens_positions']} positions: **{fr(m['lens_ratio'])}**"
+                if m.get("lens_s") else "n/a (no LM head)")
         rows.append([m["model"], fi(m["tokens_analysed"]), m["n_layers"], fi(m["sample"]), m["reps"],
-                     fs(median_of(m["run_s"])), fs(median_of(m["new_s"])),
+                     f"{fs(median_of(m['run_s']))} ({fs(median_of(m.get('run_cpu_s', [])))} CPU)",
+                     f"{fs(median_of(m['new_s']))} ({fs(median_of(m.get('new_cpu_s', [])))} CPU)",
                      f"per layer {fs(p.get('per_layer'))}, CKA {fs(p.get('cka'))}, baselines {fs(p.get('isotropic'))}",
-                     f"**{fr(m['ratio'])}**", met(m["met"])])
+                     f"**{fr(m['ratio'])}** (CPU {fr(m.get('ratio_cpu'))})", met(m["met"]), lens])
     out.append(table(["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
-                      f"Ratio (goal <= {o.get('goal')})", "Status"], rows))
+                      f"Ratio (goal <= {o.get('goal')})", "Status", "Logit lens (opt-in): time, ratio"], rows))
     return "\n".join(out)
 
 

@@ -143,6 +143,11 @@ class Sample:
         U = U[G.cka_positions(len(U), G.ID_POSITIONS)]  # at most ID_POSITIONS of them (a seeded subset)
         return G.neighbour_distances(U, 2 * max(G.GRIDE_SCALES)), dropped
 
+    @cached_property
+    def gride_scales(self) -> list:
+        """GRIDE at every scale of geometry.GRIDE_SCALES (the registered GRIDE is the one at GRIDE_N1)."""
+        return G.gride_scales(self.neighbours[0])
+
 
 class Run:
     """The run-wide arrays that per-layer kernels index (computed once per run, on first use)."""
@@ -393,7 +398,7 @@ STATISTICS: tuple[Statistic, ...] = (
             "Facco et al. 2017; Valeriani et al. 2023"),
         baseline=True, figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped)")),
     Statistic(
-        "intrinsic_dim_gride", "sample", lambda s: G.gride(s.neighbours[0], G.GRIDE_N1), ("sample",),
+        "intrinsic_dim_gride", "sample", lambda s: s.gride_scales[G.GRIDE_SCALES.index(G.GRIDE_N1)], ("sample",),
         "Intrinsic dimension (GRIDE, 16th/8th neighbour)", "GRIDE intrinsic dimension, dimensions",
         Definition(
             f"GRIDE (Denti et al. 2022): the maximum-likelihood dimension of mu = r_{2 * G.GRIDE_N1} / r_{G.GRIDE_N1} "
@@ -492,7 +497,7 @@ STATISTICS: tuple[Statistic, ...] = (
     Statistic("intrinsic_dim_duplicates", "count", lambda s: s.neighbours[1], ("sample",),
               axis="duplicate sample vectors dropped before the intrinsic dimension"),
     Statistic(
-        "intrinsic_dim_gride_scales", "per-dim", lambda s: G.gride_scales(s.neighbours[0]), ("sample",),
+        "intrinsic_dim_gride_scales", "per-dim", lambda s: list(s.gride_scales), ("sample",),
         axis=f"GRIDE intrinsic dimension at n1 = {', '.join(map(str, G.GRIDE_SCALES))} (n2 = 2 n1)",
         definition=Definition(
             f"GRIDE at the scales n1 = {', '.join(map(str, G.GRIDE_SCALES))} with n2 = 2 n1 (n1 = 1 is TwoNN's "

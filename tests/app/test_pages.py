@@ -76,6 +76,10 @@ def test_layers_default(app, computed):
     no_exception(at)
     table = at.dataframe[0].value
     assert len(table) == len(res["layers"]) and "effective_rank" in table.columns
+    at.session_state["layers_section"] = "Logit lens"  # MiniLM has no LM head: said, never an empty chart
+    at.run()
+    no_exception(at)
+    assert not figures(at) and any("LM head" in c.value for c in at.caption)
 
 
 def test_layers_metric_axis_and_reference_go_to_the_url(app, computed):
