@@ -22,7 +22,7 @@ __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales
            "ID_POSITIONS", "CKA_POSITIONS", "CKA_HOVER", "cka_positions", "cka_section", "matrix_entropy",
            "entropy_of_gram", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross", "same_tokens"]
 
-ID_POSITIONS = 2048  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
+ID_POSITIONS = 1024  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
 GRIDE_N1 = 8  # the registered GRIDE scale: ratio of the 16th to the 8th neighbour distance
 GRIDE_SCALES = (1, 2, 4, 8, 16, 32)  # n1 of the GRIDE profile (n2 = 2 n1): the 2nd/1st ... 64th/32nd neighbours
 TWONN_DISCARD = 0.1  # Facco et al. 2017: the 10% largest ratios are left out of the fit
@@ -178,9 +178,13 @@ def linear_cka(X: np.ndarray, Y: np.ndarray) -> float:
     return float(cka_cross([X], [Y])[0, 0])
 
 
+FULL_GRAMS_BYTES = 2**27  # cka_cross holds every Gram matrix whole up to this size (128 MiB), else a block of rows
+
+
 def cka_cross(Xs: list[np.ndarray], Ys: list[np.ndarray] | None = None, block: int = 256) -> np.ndarray:
     """(len(Xs), len(Ys)) linear CKA with the unbiased HSIC between every X of Xs and Y of Ys (all of n rows,
-    the same positions). Gram matrices are made a block of rows at a time (memory O(m block n)).
+    the same positions). Gram matrices are made whole when all m of them fit in FULL_GRAMS_BYTES, else a block
+    of rows at a time (memory O(m block n)).
     Ys = None: Xs against themselves (a symmetric matrix, ones on the diagonal)."""
     same = Ys is None
     Xs = [np.asarray(X, dtype=np.float64) for X in Xs]
@@ -191,7 +195,16 @@ def cka_cross(Xs: list[np.ndarray], Ys: list[np.ndarray] | None = None, block: i
     allz = Xs if same else Xs + Ys
     m = len(allz)
     tr, R = np.zeros((m, m)), np.zeros((m, n))
-    for a in range(0, n, block):
+    whole = m * n * n * 8 <= FULL_GRAMS_BYTES
+    if whole:  # every Gram whole: one symmetric product each (half the work of blocks)
+        F = np.empty((m, n * n))
+        for i, Z in enumerate(allz):
+            G = Z @ Z.T  # numpy calls syrk for Z @ Z.T
+            np.fill_diagonal(G, 0.0)
+            R[i] = G.sum(1)
+            F[i] = G.ravel()
+        tr = F @ F.T
+    for a in range(0, 0 if whole else n, block):
         b = min(n, a + block)
         F = np.empty((m, (b - a) * n))
         for i, Z in enumerate(allz):

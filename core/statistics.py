@@ -396,7 +396,8 @@ STATISTICS: tuple[Statistic, ...] = (
             "the cloud fills many dimensions locally (an isotropic Gaussian of the same K and d: see the baseline)",
             "the tokens lie near a low-dimensional manifold (Valeriani et al. 2023: the minimum marks the semantic layers)",
             "Facco et al. 2017; Valeriani et al. 2023"),
-        baseline=True, figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped)")),
+        baseline=True,
+        figure=Figure(estimate=f"on up to {G.ID_POSITIONS:,} distinct vectors of the sample (duplicates dropped)")),
     Statistic(
         "intrinsic_dim_gride", "sample", lambda s: s.gride_scales[G.GRIDE_SCALES.index(G.GRIDE_N1)], ("sample",),
         "Intrinsic dimension (GRIDE, 16th/8th neighbour)", "GRIDE intrinsic dimension, dimensions",
@@ -408,7 +409,8 @@ STATISTICS: tuple[Statistic, ...] = (
             "a low-dimensional manifold at that scale",
             "Denti et al. 2022; Valeriani et al. 2023"),
         baseline=True,
-        figure=Figure(estimate="on up to 2,048 distinct vectors of the sample (duplicates dropped), n1 = 8, n2 = 16")),
+        figure=Figure(estimate=f"on up to {G.ID_POSITIONS:,} distinct vectors of the sample (duplicates dropped), "
+                               "n1 = 8, n2 = 16")),
     Statistic(
         "matrix_entropy", "sample", lambda s: s.matrix_entropy, ("sample",),
         "Matrix entropy", "entropy of the trace-normalised Gram matrix, nats",

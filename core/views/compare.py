@@ -161,12 +161,15 @@ def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
                         title=("Linear CKA between the layers of A and B (the same tokens)" if level == "token" else
                                "Document-level linear CKA between the layers of A and B (mean vector per document)"),
                         subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what} · "
-                                       "dots: for each layer of A, the layer of B of highest CKA"),
+                                       "dots: for each layer of A, the layer of B of highest CKA; dotted: equal relative depth"),
                         colorbar_title="CKA", zmin=0.0, zmax=1.0)
     fig.add_trace(go.Scatter(
         x=[ib.index(b) if b is not None else None for b in best], y=list(range(len(ia))), mode="markers+lines",
         marker=dict(color="white", size=7, line=dict(color="black", width=1)), line=dict(color="white", width=1),
         name="best layer of B", hovertemplate="A layer %{y}: best B layer %{x}<extra></extra>", showlegend=False))
+    fig.add_trace(go.Scatter(  # the alignment of equal relative depth, to read the dots against
+        x=[0, len(ib) - 1], y=[0, len(ia) - 1], mode="lines", line=dict(color="#BBBBBB", width=1, dash="dot"),
+        name="equal relative depth", hovertemplate="equal relative depth<extra></extra>", showlegend=False))
     rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "level": level, "layer_a": ia[i], "layer_b": ib[j],
              "cka": float(C[i, j]), "best_layer_b_for_a": best[i], "n_rows": int(len(idx))}
             for i in range(len(ia)) for j in range(len(ib))]

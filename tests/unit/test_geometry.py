@@ -129,13 +129,15 @@ def test_linear_cka_of_independent_gaussians_is_near_zero():
     assert abs(np.mean(vals)) < 0.01 and max(abs(v) for v in vals) < 0.03
 
 
-def test_cka_matrix_is_symmetric_with_a_unit_diagonal_and_blocks_do_not_matter():
+def test_cka_matrix_is_symmetric_with_a_unit_diagonal_and_blocks_do_not_matter(monkeypatch):
     rng = np.random.default_rng(7)
     X = rng.standard_normal((150, 12))
     Xs = [X, X @ rng.standard_normal((12, 8)), np.tanh(X), rng.standard_normal((150, 5))]
-    C = G.cka_matrix(Xs, block=32)
+    C = G.cka_matrix(Xs)  # whole Gram matrices
     np.testing.assert_allclose(C, C.T, atol=1e-12)
     np.testing.assert_allclose(np.diag(C), 1.0, atol=1e-12)
+    monkeypatch.setattr(G, "FULL_GRAMS_BYTES", 0)  # too large to hold whole: blocks of rows
+    np.testing.assert_allclose(C, G.cka_matrix(Xs, block=32), atol=1e-12)
     np.testing.assert_allclose(C, G.cka_matrix(Xs, block=1000), atol=1e-12)
     for i in range(4):
         for j in range(4):
