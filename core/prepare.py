@@ -40,7 +40,7 @@ class Prepared:
 
     @property
     def pad_id(self) -> int:
-        return int(self.lm.tokenizer.pad_token_id or 0)
+        return int(getattr(self.lm.tokenizer, "pad_token_id", None) or 0)  # images, audio: no tokenizer
 
     def windows_after(self, max_tokens: int, seq_len: int) -> TokenWindows:
         """Windows of `max_tokens` from the documents that follow the run's own (held-out text)."""
