@@ -94,8 +94,8 @@ case "${1:-}" in
     shift
     if [ "${1:-}" = "--fast" ]; then
       shift
-      # The unit tier first: its numpy-only check needs a process without torch (tests/unit/conftest.py).
-      exec .venv/bin/python -m pytest -m fast tests/unit core tests/integration "$@"
+      # Two worker processes as below; each runs its unit files first (the numpy-only check, tests/unit/conftest.py).
+      exec .venv/bin/python -m pytest -n 2 --dist loadfile -m fast tests/unit core tests/integration "$@"
     fi
     # Two worker processes (pytest-xdist), one test file at a time each, heaviest files first (conftest.py);
     # `-n 0` after it runs everything in this one process.
