@@ -1,4 +1,4 @@
-"""Papers: Ethayarajh 2019, Godey et al. 2023 and Puccetti et al. 2022 reproduced in one click on the
+"""Papers: Ethayarajh 2019, Godey et al. 2023, Puccetti et al. 2022 and the outlier chain reproduced in one click on the
 offline models: the paper's figure redrawn, the published values beside ours, the claims table."""
 
 import streamlit as st
@@ -18,21 +18,26 @@ name = st.segmented_control("Paper", names, default=ui_papers.current(), key="pa
 ui_papers.remember(name)
 info = ui_papers.paper(name)
 st.markdown(f"**{page.md(info.title)}** · {page.md(info.citation)}  \n{page.md(info.what)}.")
-st.caption("Runs: " + ", ".join(f"`{p.model}` on `{p.corpus}`" + (" (random-init control)" if p.role == "control" else "")
-                                for p in info.parts))
-rec = ui_papers.record(name)
+tokens = st.radio("Positions per run", list(ui_papers.BUDGETS), format_func=ui_papers.BUDGETS.get, horizontal=True,
+                  key="paper_tokens")
+every = [p.model for p in info.parts]
+picked = st.multiselect("Runs (all by default; fewer for a quick look)", every, default=every, key=f"paper_models_{name}",
+                        format_func=lambda m: m + next((" (random-init control)" for p in info.parts
+                                                         if p.model == m and p.role == "control"), ""))
+s = ui_papers.settings(tokens, None if set(picked) == set(every) or not picked else tuple(m for m in every if m in picked))
+rec = ui_papers.record(name, s)
 if rec is None:
-    if ui_papers.active(name):
+    if ui_papers.active(name, s):
         st.info("Reproducing: the progress is shown below; the figures appear here when the job ends (other pages "
                 "stay usable meanwhile).", icon=":material/hourglass_top:")
     elif st.button(f"Reproduce {ui_papers.paper_label(name)}", key="paper_run", type="primary",
                    icon=":material/play_arrow:"):
         try:
-            ui_papers.submit(name)
+            ui_papers.submit(name, s)
             st.rerun()
         except InputError as e:
             st.error(page.md(str(e)))
-    ui_papers.panel(name)
+    ui_papers.panel(name, s)
 else:
     views = PV.paper_views(rec)
     st.success(PV.headline(rec), icon=":material/task_alt:")

@@ -15,7 +15,10 @@ from .jobs_panel import failed, progress, start_worker
 PAPER_NAMES = R.NAMES
 DEFAULT = "godey"
 POLL_S = 1.0
-_LABELS = {"ethayarajh": "Ethayarajh 2019", "godey": "Godey et al. 2023", "puccetti": "Puccetti et al. 2022"}
+# Positions per run: the findings' setting (runs shared with docs/findings.md and the CLI's default), or a quick look
+BUDGETS = {R.DEFAULT_MAX_TOKENS: f"{R.DEFAULT_MAX_TOKENS:,} (as in the paper tables here)", 1000: "1,000 (a quick look)"}
+_LABELS = {"ethayarajh": "Ethayarajh 2019", "godey": "Godey et al. 2023", "puccetti": "Puccetti et al. 2022",
+           "chain": "The outlier chain"}
 
 
 def paper(name: str) -> R.Paper:
@@ -35,33 +38,41 @@ def remember(name: str) -> None:
     st.session_state["_paper_open"] = name
 
 
-def record(name: str) -> dict | None:
-    """The stored reproduction at the default settings (one small JSON read: instant), or None."""
-    return R.cached(name)
+def settings(tokens: int, models: tuple[str, ...] | None = None) -> R.Settings:
+    """The reproduction's settings for a budget of `tokens` positions per run (sample: the CLI's, capped by it)
+    and a subset of the paper's runs (None: all of them, the CLI's default)."""
+    return R.Settings(max_tokens=int(tokens), sample=min(R.DEFAULT_SAMPLE, int(tokens) // 2),
+                      models=tuple(models) if models is not None else None)
 
 
-def _job(name: str):
-    return jobs.status(jobs.job_id("reproduce", R.job_params(name)))
+def record(name: str, s: R.Settings) -> dict | None:
+    """The stored reproduction (one small JSON read: instant), or None."""
+    return R.cached(name, s)
 
 
-def active(name: str) -> bool:
-    job = _job(name)
+def _job(name: str, s: R.Settings):
+    return jobs.status(jobs.job_id("reproduce", R.job_params(name, s)))
+
+
+def active(name: str, s: R.Settings) -> bool:
+    job = _job(name, s)
     return job is not None and job.active
 
 
-def submit(name: str) -> str:
-    jid = jobs.submit("reproduce", R.job_params(name), label=paper_label(name), here=True, owner=state.browser_token())
+def submit(name: str, s: R.Settings) -> str:
+    what = f"{paper_label(name)}, {s.max_tokens:,} positions" + (f", {len(s.models)} runs" if s.models else "")
+    jid = jobs.submit("reproduce", R.job_params(name, s), label=what, here=True, owner=state.browser_token())
     start_worker()
     return jid
 
 
-def panel(name: str) -> None:
+def panel(name: str, s: R.Settings) -> None:
     """The reproduction's job: live progress while it runs (polling), its error when it failed."""
-    job = _job(name)
+    job = _job(name, s)
     if job is None:
         return
     if job.active:
-        _live(name)
+        _live(name, s)
     elif job.status == jobs.FAILED:
         failed(job, f"{paper_label(name)}: the reproduction failed: {md(job.error)}")
     elif job.status == jobs.CANCELLED:
@@ -70,8 +81,8 @@ def panel(name: str) -> None:
 
 
 @st.fragment(run_every=POLL_S)
-def _live(name: str) -> None:
-    job = _job(name)
+def _live(name: str, s: R.Settings) -> None:
+    job = _job(name, s)
     if job is None or not job.active:
         st.rerun(scope="app")  # it ended: the page draws the record (or the error)
     progress(job, f"**Reproducing {md(paper_label(name))}**")

@@ -25,11 +25,18 @@ DRIFT_RISE_MIN = 0.1  # the drift experiment's output mean cosine must rise at l
 SHAPE_R_MIN = 0.5  # Pearson r over relative depth at or above this: our curve follows the published one
 ABLATION_SIGMAS = 3.0  # zeroing the outliers hurts "far more" than random dims: above their mean + 3 std
 FEW_DIMS_SHARE = 0.05  # "a few" outlier dims: at most 5% of the width (and at least one)
+MASSIVE_RATIO_MIN = 100.0  # Sun et al.: massive activations are about 100-10,000x the median |x|
+FEW_MASSIVE_DIMS = 3  # "a few fixed dims": the layers' top-1 dims (where massive) are at most this many
+SINK_RATE_MIN = 0.3  # Gu et al.'s Sink^0.3: at least this share of the heads put > 0.3 on the first token
+SINK_POSITIONS = ("first position", "BOS/special", "delimiter/punctuation")  # where Sun et al. find them
 
 GODEY = "Godey et al. 2023"
 GODEY_DRIFT = "Godey et al. 2024"
 ETHAYARAJH = "Ethayarajh 2019"
 PUCCETTI = "Puccetti et al. 2022"
+SUN = "Sun et al. 2024"
+YU = "Yu et al. 2024"
+GU = "Gu et al. 2025"
 CONTROL = "control added here"
 
 
@@ -261,6 +268,59 @@ def puccetti_claims(runs: Sequence[dict], published: Sequence[dict]) -> list[dic
         both = sorted(set(p["dims"]) & set(p["ours"]))
         out.append(row(claim, PUCCETTI, f"ours: {p['ours']}", AGREES if both else DISAGREES,
                        "" if both else "none of the published dims is flagged here"))
+    return out
+
+
+# ----------------------------------------------------------------------------- the outlier chain
+def chain_claims(runs: Sequence[dict]) -> list[dict]:
+    """Claims of the outlier chain from runs (``label, note, massive: [{layer, ratio, dim, position_class}],
+    super_weights: [{block, module, row, col, value}], n_blocks, sink_rate, outlier_dims``)."""
+    out = []
+    for r in runs:
+        m = [x for x in r["massive"] if x.get("ratio") is not None and np.isfinite(x["ratio"])]
+        peak = max(m, key=lambda x: x["ratio"]) if m else None
+        claim = f"A few activations are 100x or more the median |x| (massive activations) ({r['label']})"
+        if peak is None:
+            out.append(row(claim, SUN, "", UNTESTED, "no layer has a top-1/median ratio"))
+            continue
+        ok = peak["ratio"] >= MASSIVE_RATIO_MIN
+        out.append(row(claim, SUN, f"top-1/median peaks at {peak['ratio']:,.0f}x (layer {peak['layer']}, dim {peak['dim']})",
+                       AGREES if ok else DISAGREES,
+                       "" if ok else _because(r, f"its largest activation is {peak['ratio']:.0f}x the median")))
+        big = [x for x in m if x["ratio"] >= MASSIVE_RATIO_MIN]
+        dims = sorted({int(x["dim"]) for x in big})
+        claim = f"Massive activations sit in a few fixed dims across layers ({r['label']})"
+        if not big:
+            out.append(row(claim, SUN, "", UNTESTED, "no massive activation to place"))
+        else:
+            ok = len(dims) <= FEW_MASSIVE_DIMS
+            out.append(row(claim, SUN, f"top-1 dims of the {len(big)} massive layers: {dims}", AGREES if ok else DISAGREES,
+                           "" if ok else _because(r, f"{len(dims)} different dims hold them")))
+            where = sorted({str(x.get("position_class")) for x in big})
+            ok = bool(where) and all(w in SINK_POSITIONS for w in where)
+            out.append(row(f"Massive activations sit at the first token or delimiters ({r['label']})", SUN,
+                           f"positions: {', '.join(where)}", AGREES if ok else DISAGREES,
+                           "" if ok else _because(r, "some sit on ordinary tokens")))
+            od = set(int(d) for d in r.get("outlier_dims") or [])
+            both = sorted(set(dims) & od)
+            out.append(row(f"The massive dims are outlier dims of the hidden states ({r['label']})", CONTROL,
+                           f"massive {dims}, outlier dims {sorted(od)[:16]}", AGREES if both else DISAGREES,
+                           "" if both else _because(r, "no massive dim is a persistent outlier dim")))
+        sw = r.get("super_weights") or []
+        claim = f"A super weight in an early block's MLP output projection ({r['label']})"
+        early = [w for w in sw if w["block"] < max(1, r["n_blocks"] // 4)]
+        where = "; ".join(f"block {w['block']} {w['module']}[{w['row']}, {w['col']}] = {w['value']:.3g}" for w in sw[:4])
+        out.append(row(claim, YU, where or "no candidate found", AGREES if early else DISAGREES,
+                       "" if early else _because(r, "no super-weight candidate in the first quarter of its blocks"
+                                                    if sw else "no super-weight candidate was found")))
+        sr = r.get("sink_rate")
+        claim = f"Attention sinks: many heads put most attention on the first token ({r['label']})"
+        if sr is None or not np.isfinite(sr):
+            out.append(row(claim, GU, "", UNTESTED, "no attention probabilities for this model"))
+        else:
+            ok = sr >= SINK_RATE_MIN
+            out.append(row(claim, GU, f"sink rate (share of heads with alpha_1 > 0.3) {sr:.2f}", AGREES if ok else DISAGREES,
+                           "" if ok else _because(r, f"only {sr:.0%} of its heads are sinks")))
     return out
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import __version__
+from ..chain.run import chain_section
 from ..config import CONFIG, cache_identity
 from ..drift import DriftSpec, drift_experiment
 from ..errors import Cancelled, InputError
@@ -108,6 +109,13 @@ PAPERS: dict[str, Paper] = {p.name: p for p in [
           "Puccetti, G., Rogers, A., Drozd, A., Dell'Orletta, F. (2022). Findings of EMNLP 2022.",
           (G("minilm-l6", "wiki-en"), G("smollm2-135m", "wiki-en")),
           "LayerNorm-parameter outlier dims, their link with token frequency and the loss when they are zeroed"),
+    Paper("chain", "The outlier chain: super weights, massive activations, outlier dims, attention sinks",
+          "Sun, M. et al. (2024). Massive Activations in Large Language Models. COLM 2024; Yu, M. et al. (2024). "
+          "The Super Weight in Large Language Models; Gu, X. et al. (2025). When Attention Sink Emerges in Language "
+          "Models. ICLR 2025.",
+          (G("smollm2-135m", "wiki-en"),),
+          "the largest activation of each layer against the median, where it sits, the super weight that makes it "
+          "and the attention sinks it feeds (`core chain`)"),
 ]}
 NAMES = tuple(PAPERS)
 
@@ -225,6 +233,17 @@ def _outlier_record(res: dict) -> dict:
             "freq": _frequency_summary(res)}
 
 
+def _chain_record(sec: dict, res: dict) -> dict:
+    keep = ("layer", "ratio", "dim", "top", "median", "position_class", "token")
+    sr = sec.get("sink_rate") or {}
+    return {"massive": [{k: m.get(k) for k in keep} for m in sec["massive"]],
+            "super_weights": [{k: w[k] for k in ("block", "module", "row", "col", "value", "ratio_to_median", "on_probe")}
+                              for w in sec["super_weights"]],
+            "n_blocks": int(res["manifest"]["model"].get("n_layers") or len(res["layers"]) - 1),
+            "sink_rate": sr.get("rate"), "alpha_first_mean": sr.get("alpha_first_mean"),
+            "outlier_dims": list(sec.get("outlier_dims") or [])}
+
+
 def _published_dims(records: list[dict]) -> list[dict]:
     offline = {m["id"] for m in list_models()}
     out = []
@@ -291,6 +310,10 @@ def reproduce(name: str, s: Settings = Settings(), *, cache_dir=None,
                     rec["ablation"] = None
                     rec["ablation_note"] = (f"the loss needs a language-model head; {rec['label']} "
                                             f"({res['manifest']['model'].get('model_class', 'this model')}) has none")
+            if name == "chain":
+                say(Progress("metrics", message=f"{head}: the chain pass"))
+                sec = chain_section(spec, cache_dir=cache_dir, progress=inner, cancel=cancel)
+                rec.update(_chain_record(sec, res))
             records.append(rec)
             timing.append({"model": part.model, "corpus": part.corpus, "wall_s": time.perf_counter() - t1,
                            "cache_hit": bool(res["manifest"].get("cache_hit"))})
@@ -306,6 +329,8 @@ def reproduce(name: str, s: Settings = Settings(), *, cache_dir=None,
         rec["published"] = []  # the paper gives its curves as figures only
     elif name == "ethayarajh":
         rec["published"] = [c for m in ("mean_cosine", "intra_sentence_similarity") for c in reference_curves(m)]
+    elif name == "chain":
+        rec["published"] = []
     else:
         rec["published"] = _published_dims(records)
         rec["ablation_settings"] = {"n_random": CONFIG.ablation_random_draws,
@@ -326,6 +351,8 @@ def claims_of(rec: dict) -> list[dict]:
         return C.godey_claims(runs, rec.get("drift"))
     if name == "ethayarajh":
         return C.ethayarajh_claims(rec["runs"], rec["published"])
+    if name == "chain":
+        return C.chain_claims(rec["runs"])
     return C.puccetti_claims(rec["runs"], rec["published"])
 
 

@@ -196,10 +196,40 @@ def outlier_dims_table(rec: dict) -> View:
                 caption="Published dims are 0-based indices of BERT-base / RoBERTa-base, not of the offline models.")
 
 
+# ----------------------------------------------------------------------------- the outlier chain
+def chain_views(rec: dict) -> list[View]:
+    out, series, rows = [], [], []
+    for i, r in enumerate(rec["runs"]):
+        m = [x for x in r.get("massive", []) if x.get("ratio") is not None]
+        x = _depth(len(r["layer_ids"]))
+        xs = [x[r["layer_ids"].index(e["layer"])] for e in m]
+        series.append({"name": r["label"], "x": xs, "y": [e["ratio"] for e in m], "color": i,
+                       "hover": [f"layer {e['layer']}: {e['ratio']:,.0f}x, dim {e['dim']}, {e.get('position_class')}"
+                                 for e in m]})
+        rows += [{"model": r["label"], "layer": e["layer"], "relative_depth": d, "top1_over_median": e["ratio"],
+                  "dim": e["dim"], "position_class": e.get("position_class")} for e, d in zip(m, xs)]
+    title = "Massive activations: the largest |x| of each layer over the median"
+    fig = F.line_chart(series, title=title, subtitle=F.esc(_subtitle(rec, rec["runs"])),
+                       x_title="relative depth (layer / last layer; 0 = embeddings)", y_title="top-1 / median (log)",
+                       x_range=(-0.02, 1.02))
+    fig.update_yaxes(type="log")
+    out.append(View("chain_massive", title, fig, pd.DataFrame(rows), _manifest(rec, "chain_massive")))
+    sr = [(r, r.get("alpha_first_mean")) for r in rec["runs"] if r.get("alpha_first_mean")]
+    if sr:
+        series = [{"name": r["label"], "x": list(range(1, len(a) + 1)), "y": a, "color": i} for i, (r, a) in enumerate(sr)]
+        title = "Attention to the first token: mean alpha_1 over heads, by block"
+        fig = F.line_chart(series, title=title, subtitle=F.esc(_subtitle(rec, rec["runs"])), x_title="block (1 = first)",
+                           y_title="mean attention to the first token")
+        rows = [{"model": r["label"], "block": b + 1, "alpha_first_mean": v} for r, a in sr for b, v in enumerate(a)]
+        out.append(View("chain_sinks", title, fig, pd.DataFrame(rows), _manifest(rec, "chain_sinks")))
+    return out
+
+
 def paper_views(rec: dict) -> dict[str, list[View]]:
     """{"figures", "published", "claims", "runs"}: every view of a reproduction's record."""
     name = rec["paper"]
-    figs = {"godey": godey_views, "ethayarajh": ethayarajh_views, "puccetti": puccetti_views}[name](rec)
+    figs = {"godey": godey_views, "ethayarajh": ethayarajh_views, "puccetti": puccetti_views,
+            "chain": chain_views}[name](rec)
     published = ([published_curves_table(rec)] if name == "ethayarajh" else
                  [outlier_dims_table(rec)] if name == "puccetti" else [])
     return {"figures": figs, "published": published, "claims": [claims_view(rec)], "runs": [runs_table(rec)]}

@@ -105,3 +105,22 @@ def test_helpers():
     assert C.summary([C.row("a", "s", "m", C.AGREES)])[C.AGREES] == 1
     with pytest.raises(ValueError):
         C.row("a", "s", "m", "maybe")
+
+
+def _chain(ratios, dims, where, sw, sink, outliers=(7,)):
+    massive = [{"layer": i, "ratio": r, "dim": d, "position_class": w} for i, (r, d, w) in enumerate(zip(ratios, dims, where))]
+    return {"label": "S", "note": None, "massive": massive, "super_weights": sw, "n_blocks": 8, "sink_rate": sink,
+            "outlier_dims": list(outliers)}
+
+
+def test_chain_claims_flip():
+    sw = [{"block": 1, "module": "mlp.down_proj", "row": 7, "col": 3, "value": -9.0}]
+    r = _chain([5, 900, 1200, 800], [1, 7, 7, 7], ["other", "first position"] * 2, sw, 0.6)
+    r["massive"][2]["position_class"] = "first position"
+    assert [x["verdict"] for x in C.chain_claims([r])] == [C.AGREES] * 6
+    r = _chain([5, 20, 30, 10], [1, 2, 3, 4], ["other"] * 4, [], 0.1)
+    assert [x["verdict"] for x in C.chain_claims([r])] == [C.DISAGREES, C.UNTESTED, C.DISAGREES, C.DISAGREES]
+    late = {**sw[0], "block": 7}
+    r = _chain([500, 600, 700, 800], [1, 2, 3, 4], ["other"] * 4, [late], None, outliers=())
+    assert [x["verdict"] for x in C.chain_claims([r])] == [C.AGREES, C.DISAGREES, C.DISAGREES, C.DISAGREES,
+                                                            C.DISAGREES, C.UNTESTED]
