@@ -43,7 +43,7 @@ else:
     st.success(PV.headline(rec), icon=":material/task_alt:")
     st.subheader("The claims")
     for v in views["claims"]:
-        page.show(v, f"paper_{name}_claims")
+        page.show(v, f"paper_{name}_claims", static=True)  # a short table drawn whole: verdicts and reasons wrapped
     st.subheader("The paper's figure, redrawn on the offline models")
     for i, v in enumerate(views["figures"]):
         page.show(v, f"paper_{name}_fig{i}")
