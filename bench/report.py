@@ -174,6 +174,9 @@ def summary_rows(sec: dict) -> list[list]:
         rows.append([f"Intrinsic dimension, matrix entropy and CKA on top of a default run ({m['model']}, "
                      f"{fi(m['tokens_analysed'])} tokens, sample {fi(m['sample'])})", "<= 0.10", fr(m["ratio"]),
                      met(m["met"])])
+    for m in (sec.get("chain") or {}).get("models", []):
+        rows.append([f"Extraction with the chain's extra statistics / without, {m['label']} ({fi(m['tokens_analysed'])} "
+                     "tokens)", ">= 0.95", fr(m["ratio"]), met(m["met"])])
     return rows
 
 
@@ -455,15 +458,18 @@ def render_chain(a: dict) -> str:
            "class; Otsu's high-norm split and where the tokens sit; top-1/median and the 100x/1000x counts); chain + "
            "hooks = also the super-weight maxima of every MLP output projection and the LLM.int8 counts on the "
            "projection inputs, hooked into the same forward (`core chain` computes those in a pass of its own). "
-           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base.", ""]
+           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base. The CPU-time columns are base / "
+           "variant of the process CPU time (all threads): the work done, steadier than wall time on a loaded machine.", ""]
     rows = []
     for r in a.get("models", []):
         t = r["tokens_per_s"]
         rows.append([r["label"], fi(r["tokens_analysed"]), str(r["reps"]), ftps(t["base"]), ftps(t["chain"]),
                      ftps(t["hooks"]), fr(r["ratio"]), fr(r["ratio_hooks"]),
-                     " ".join(f"{v:.3f}" for v in r["pair_ratio"]), met(r["met"])])
+                     " ".join(f"{v:.3f}" for v in r["pair_ratio"]), fr(r.get("cpu_ratio")),
+                     fr(r.get("cpu_ratio_hooks")), met(r["met"])])
     out.append(table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
-                      "Chain + hooks / base", "Per-rep chain/base", "Goal"], rows))
+                      "Chain + hooks / base", "Per-rep chain/base", "CPU time: chain / base", "CPU time: chain + hooks "
+                      "/ base", "Goal"], rows))
     return "\n".join(out)
 
 

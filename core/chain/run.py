@@ -234,16 +234,17 @@ def _compute(run, res: dict, stats, cache_dir, progress, cancel) -> dict:
     model = prep.lm.base
     adapter = prep.adapter or adapter_for(model)
     windows = prep.windows
+    pad_id = prep.pad_id if prep.modality == "text" else 0  # images and audio have no tokenizer
     size = max(1, min(spec.batch_size, MAX_PASS_BATCH))
     try:
         sums = chain_pass(model, windows, adapter, _batches(len(windows.ids), size), device=m["device"],
-                          pad_id=prep.pad_id, progress=progress, cancel=cancel)
+                          pad_id=pad_id, progress=progress, cancel=cancel)
         if prep.modality == "text":
             ids = prep.lm.tokenizer(PROBE_PROMPT)["input_ids"]
             probe_w, probe_name = _Probe(ids), PROBE_PROMPT
         else:
             probe_w, probe_name = windows, f"the run's first item ({windows.names[0]})"
-        probe = chain_pass(model, probe_w, adapter, [[0]], device=m["device"], pad_id=prep.pad_id, attention=False)
+        probe = chain_pass(model, probe_w, adapter, [[0]], device=m["device"], pad_id=pad_id, attention=False)
     except ValueError as e:
         raise InputError(f"The chain pass is not available for {m['model']['label']}: {e}") from None
     except torch.OutOfMemoryError:
