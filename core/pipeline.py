@@ -233,6 +233,11 @@ class _PartialHook:
     `start` gives it the model and the corpus once `prepare` has them."""
 
     def __init__(self, publish: Callable[[dict], None], key: str, spec: RunSpec, parts: dict):
+        # lazy: core.analysis imports pandas (core.dimension); imported here, before the forward pass, not in
+        # the first partial result (the run's results need it anyway)
+        from .analysis import partial_results
+
+        self.partial_results = partial_results
         self.publish, self.key, self.spec, self.parts = publish, key, spec, parts
         self.manifest: dict = {}
         self.extra: dict = {}
@@ -246,11 +251,8 @@ class _PartialHook:
                          "device": parts["spec"]["device"], "dtype": parts["spec"]["dtype"]}
 
     def __call__(self, arrays: dict, n_total: int) -> None:
-        # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
-        from .analysis import partial_results
-
         stats = RunStats(self.key, self.manifest, {}, {**arrays, **self.extra})
-        self.publish(partial_results(stats, n_total))
+        self.publish(self.partial_results(stats, n_total))
 
 
 def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpec, parts: dict) -> _PartialHook | None:
