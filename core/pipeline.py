@@ -233,8 +233,8 @@ class _PartialHook:
     `start` gives it the model and the corpus once `prepare` has them."""
 
     def __init__(self, publish: Callable[[dict], None], key: str, spec: RunSpec, parts: dict):
-        # lazy: core.analysis imports pandas (core.dimension); imported here, before the forward pass, not in
-        # the first partial result (the run's results need it anyway)
+        # Before the forward pass, not in the first partial result (the run's results need it anyway).
+        # lazy: core.analysis imports pandas (core.dimension); only what builds results pays for it
         from .analysis import partial_results
 
         self.partial_results = partial_results
