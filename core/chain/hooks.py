@@ -10,7 +10,7 @@ Per-architecture module names, relative to a block (`mlp_modules`):
 | GPT-2 | `mlp.c_proj` (Conv1D: weight is in x out) | `attn.c_attn` | `mlp.c_fc` |
 | GPT-NeoX (Pythia) | `mlp.dense_4h_to_h` | `attention.query_key_value` | `mlp.dense_h_to_4h` |
 | BERT (MiniLM) | `output.dense` | `attention.self.query` | `intermediate.dense` |
-| ViT / DINOv2 (`Dinov2Layer`) | `mlp.fc2` | `attention.attention.query` | `mlp.fc1` |
+| ViT / DINOv2 (`Dinov2Layer`) | `mlp.fc2` | `attention.q_proj` (older transformers: `attention.attention.query`) | `mlp.fc1` |
 | Whisper encoder | `fc2` | `self_attn.q_proj` | `fc1` |
 
 Blocks are numbered from 0 as the model's module list numbers them: block b reads hidden_states[b]
@@ -26,7 +26,7 @@ from typing import Iterator
 # Relative names, tried in order (the first one a block has is used).
 OUT_PROJ = ("mlp.down_proj", "mlp.c_proj", "mlp.dense_4h_to_h", "output.dense", "mlp.fc2", "fc2")
 ATTN_IN = ("self_attn.q_proj", "attn.c_attn", "attention.query_key_value", "attention.self.query",
-           "attention.attention.query", "attention.query")
+           "attention.q_proj", "attention.attention.query", "attention.query")
 MLP_IN = ("mlp.up_proj", "mlp.c_fc", "mlp.dense_h_to_4h", "intermediate.dense", "mlp.fc1", "fc1")
 
 
