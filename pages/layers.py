@@ -61,7 +61,9 @@ if page.need_runs(runs):
 
     if lens_tab.open:
         with lens_tab:
-            page.show(views.lens_curves([r.results for r in runs], sel.x_axis_for([r.n_layers for r in runs])), "lens")
-            page.show(views.lens_tokens([r.results for r in runs]), "lens_tokens")
+            lens = views.lens_curves([r.results for r in runs], sel.x_axis_for([r.n_layers for r in runs]))
+            page.show(lens, "lens")
+            if lens.figure is not None:  # the tokens table only beside curves (not the same 'not applicable' twice)
+                page.show(views.lens_tokens([r.results for r in runs]), "lens_tokens")
             st.caption("The lens is opt-in (Advanced options → Logit lens, or `--logit-lens`): it reads up to 512 "
                        "sampled positions with the full vocabulary at every layer, which costs more than 10% of a run.")
