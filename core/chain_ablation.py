@@ -125,8 +125,8 @@ def layer_curves(hs: list[np.ndarray]) -> dict:
     pairs), the 3-sigma activation-outlier count, top-1 |x| over the median |x|.
 
     >>> x = np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0]])
-    >>> c = layer_curves([x]); c["mean_cosine"][0], c["top1_median"][0]
-    (0.3333333333333333, 1.0)
+    >>> c = layer_curves([x]); c["mean_cosine"][0], c["top1_median"][0]  # median of |x| over (0, 0, 0, 1, 1, 1): 0.5
+    (0.3333333333333333, 2.0)
     """
     out = {k: [] for k in CURVES}
     for x in hs:
