@@ -1,5 +1,9 @@
 """The selection and its URL round trip (core/selection.py)."""
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from core.errors import InputError
@@ -148,7 +152,17 @@ def test_the_url_names_no_server_file(no_settings, corpus):
     assert len(problems) == 1 and "not available here" in problems[0]
 
 
-def test_the_refusal_does_not_tell_whether_a_path_exists(no_settings, tmp_path):
+@pytest.fixture
+def short_tmp():
+    """A folder with a short path: problems show a name cut at 80 characters, and pytest's own tmp_path
+    (longer under pytest-xdist: .../popen-gw1/<test name>0/) would be cut inside the compared part."""
+    d = Path(tempfile.mkdtemp(prefix="sel", dir="/tmp"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_refusal_does_not_tell_whether_a_path_exists(no_settings, short_tmp):
+    tmp_path = short_tmp
     (tmp_path / "there.txt").write_text("hello")
     msgs = []
     for p in (tmp_path / "there.txt", tmp_path / "missing.txt", tmp_path):
@@ -260,9 +274,10 @@ def test_every_metric_of_the_picker_has_one_definition_with_its_one_line_form():
 
 
 @pytest.mark.parametrize("shared", [False, True])
-def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, tmp_path, shared):
+def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, short_tmp, shared):
     """Issue 27 item 1: every URL key of Selection that could name a file or folder goes through the
     one path check (icorpus= and acorpus= did not), and the answer is the same whether the path exists."""
+    tmp_path = short_tmp
     from core.selection import _KEYS, _PP_KEYS, TEXT_FIELDS
 
     data = tmp_path / "data"
