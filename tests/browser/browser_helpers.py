@@ -11,9 +11,12 @@ from bench.appserver import CHROMIUM_ARGS as ARGS  # noqa: F401
 def plots_with_traces(page) -> list[int]:
     """Number of traces of every drawn Plotly figure on the page, except those of the last run still on
     screen while a new run replaces them (Streamlit marks them data-stale): after a click to another
-    page, the last page's figures must not count as this page's."""
+    page, the last page's figures must not count as this page's; and except the partial curves of a run
+    still computing (their title says "partial result"): a test waiting for a run's figures waits for its
+    final ones."""
     return page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
                                 .filter(el => !el.closest('[data-stale="true"]'))
+                                .filter(el => !(((el.layout || {}).title || {}).text || '').includes('partial result'))
                                 .map(el => (el.data || []).length)""")
 
 

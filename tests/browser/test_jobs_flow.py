@@ -42,8 +42,9 @@ def _wait_job(cache, pred, timeout=600, what="job"):
 
 
 def _curve(page) -> list:
-    """y values of the measured mean-cosine curve of the Layers page."""
-    return page.evaluate("""() => { const d = document.querySelector('.js-plotly-plot').data;
+    """y values of the measured mean-cosine curve of the Layers page (its final figure, not a partial one)."""
+    return page.evaluate("""() => { const d = Array.from(document.querySelectorAll('.js-plotly-plot')).find(
+            el => !(((el.layout || {}).title || {}).text || '').includes('partial result')).data;
         const t = d.find(t => (t.name || '').includes('MiniLM') && t.fill !== 'toself');
         return Array.from(t.y); }""")
 
