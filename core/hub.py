@@ -17,17 +17,21 @@ from .integrity import file_sha256, is_weight_file
 from .settings import current, hub_endpoint, hub_offline
 
 
-def local_commit(name: str, revision: str) -> str | None:
-    """The commit of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
+def _local_snapshot(name: str, revision: str) -> Path | None:
+    """The snapshot folder of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
         got = try_to_load_from_cache(name, "config.json", revision=revision)
     except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
         return None
-    if not isinstance(got, str):
-        return None
-    return Path(got).parent.name  # .../snapshots/<commit>/config.json
+    return Path(got).parent if isinstance(got, str) else None  # .../snapshots/<commit>/config.json
+
+
+def local_commit(name: str, revision: str) -> str | None:
+    """The commit of `name@revision` in the local hub cache (HF_HOME), None when it is not there."""
+    snap = _local_snapshot(name, revision)
+    return snap.name if snap is not None else None
 
 
 
@@ -75,15 +79,9 @@ def _lfs_sha(path: Path) -> str | None:
 
 def local_weight_shas(name: str, revision: str) -> dict[str, str] | None:
     """{weight file: sha256} of `name@revision` in the local hub cache, None when it is not there."""
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        got = try_to_load_from_cache(name, "config.json", revision=revision)
-    except Exception:  # noqa: BLE001 - a malformed name or cache: treat as not cached
+    snap = _local_snapshot(name, revision)
+    if snap is None:
         return None
-    if not isinstance(got, str):
-        return None
-    snap = Path(got).parent
     files = [p for p in sorted(snap.iterdir()) if is_weight_file(p.name) and p.exists()]
     return {p.name: _lfs_sha(p) or file_sha256(p) for p in files} or None
 
