@@ -6,10 +6,11 @@ the Run button hands over to ui.run, every page reads the selection and calls co
 
 import streamlit as st
 
-from ui import data, sidebar, state
+from ui import data, jobs_panel, sidebar, state
 
 st.set_page_config(page_title="Anisotropy workbench", page_icon=":material/scatter_plot:", layout="wide")
 data.warmup()  # a process of its own compiles umap's kernels now and fits every UMAP (core.projection)
+jobs_panel.prestart_worker()  # the job worker imports torch and loads the default model before the first Run
 
 nav = st.navigation([
     st.Page("pages/layers.py", title="Layers", icon=":material/show_chart:", default=True, url_path="home"),

@@ -505,7 +505,7 @@ def _queue_notes(jobs, cache_dir) -> None:
 
 def cmd_worker(a) -> int:
     _queue_notes(jobs, a.cache_dir)
-    return jobs.run_worker(a.cache_dir, workers=a.workers, idle_exit=a.idle_exit)
+    return jobs.run_worker(a.cache_dir, workers=a.workers, idle_exit=a.idle_exit, warm=a.warm)
 
 
 def cmd_jobs(a) -> int:
@@ -755,6 +755,8 @@ def build_parser() -> argparse.ArgumentParser:
     wk.add_argument("--cache-dir", default=None, help="cache directory (default: ./cache)")
     wk.add_argument("--workers", type=int, default=None, help="jobs at once (threads; default ANISO_WORKERS or 1)")
     wk.add_argument("--idle-exit", type=float, default=None, help="exit after this many seconds without jobs")
+    wk.add_argument("--warm", action="store_true", help="before the first job, import what an analysis needs and "
+                    "load the default model once (the worker the app starts does)")
     wk.set_defaults(fn=cmd_worker)
     jb = sub.add_parser("jobs", help="the job queue: list, cancel ID, retry ID, show ID")
     jb.add_argument("action", choices=("list", "cancel", "retry", "show"))

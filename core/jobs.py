@@ -979,6 +979,7 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
 
     Two app processes calling this at once start one worker: the spawn is serialised by a file
     lock and the worker holds `worker.lock` for its lifetime. `ANISO_WORKER_AUTOSTART=0` turns it off.
+    The worker warms up before its first job (`run_worker(warm=True)`) unless `ANISO_WORKER_WARM=0`.
     """
     pid = worker_pid(cache_dir)
     if pid is not None or not settings.worker_autostart() or not writable(cache_dir):
@@ -997,9 +998,10 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
                     return int(spawned)
             except ValueError:
                 pass
+            argv = [sys.executable, "-m", "core", "worker", "--cache-dir", str(cache_root(cache_dir)),
+                    "--idle-exit", str(idle_exit)] + (["--warm"] if settings.worker_warm() else [])
             with open(d / "worker.log", "ab") as out:
-                proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--cache-dir", str(cache_root(cache_dir)),
-                                         "--idle-exit", str(idle_exit)],
+                proc = subprocess.Popen(argv,
                                         cwd=ROOT, stdin=subprocess.DEVNULL, stdout=out, stderr=out,
                                         start_new_session=True)
             lk.seek(0)
@@ -1034,8 +1036,18 @@ def stop_worker(cache_dir=None, timeout: float = 20) -> bool:
     return worker_pid(cache_dir) is None
 
 
-def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | None = None) -> int:
-    """Serve the queue until SIGINT/SIGTERM (or `idle_exit` seconds without work). Returns an exit code."""
+WARM_UP = ("core.pipeline:warm_up",)  # what `run_worker(warm=True)` calls, in order, with the cache directory
+IDLE_POLL_S = 0.5  # an idle worker looks at the queue this often (a Run's job waits half of it on average)
+
+
+def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | None = None, warm: bool = False) -> int:
+    """Serve the queue until SIGINT/SIGTERM (or `idle_exit` seconds without work). Returns an exit code.
+
+    warm: before taking jobs, call `WARM_UP` (the app starts its worker so, when a page opens): an analysis's
+    imports (torch, transformers, the model classes, pandas: about 10 CPU-seconds) and the default model's
+    first load are then paid before the first Run, not after it. In the main thread, before the consumer's
+    threads start: two threads importing torch and transformers at once can meet half-initialised modules.
+    A warm-up that fails is logged; the jobs then pay what it did not do."""
     global _in_worker
     root = cache_root(cache_dir)
     settings.set_cache_dir(root)  # job kinds and the pipeline use this cache
@@ -1072,9 +1084,11 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     _load_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
+    if warm:
+        _warm_up(root)
     h = queue(root)
     consumer = h.create_consumer(workers=workers, worker_type="thread", periodic=False, initial_delay=0.1,
-                                 backoff=1.15, max_delay=1.0, check_worker_health=True)
+                                 backoff=1.15, max_delay=IDLE_POLL_S, check_worker_health=True)
     if idle_exit:
         threading.Thread(target=_idle_watch, args=(consumer, h, float(idle_exit)), daemon=True).start()
     print(f"worker {os.getpid()} serving {settings.queue_url() or settings.queue_db(root)} "
@@ -1085,6 +1099,17 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
     return 0
+
+
+def _warm_up(root: Path) -> None:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for target in WARM_UP:
+        try:
+            _resolve(target)(root)
+        except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation: the first job pays instead
+            log.warning("warm-up %s failed: %s: %s", target, type(e).__name__, e)
+    print(f"worker {os.getpid()} warmed up in {time.perf_counter() - t0:.1f} s ({time.process_time() - c0:.1f} "
+          "CPU-s)", file=sys.stderr, flush=True)
 
 
 def _lower_priority(nice: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import platform
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -619,6 +620,43 @@ def job_analyze_key(params: dict) -> str:
     return run_key(run_of(params))
 
 
+_thread_memo = threading.local()  # a worker thread's documents and windows, kept from one job to the next
+MEMO_MAX_CHARS = 64 * 2**20  # a corpus larger than this (characters) is not kept between jobs
+MEMO_MAX_ENTRIES = 8  # documents + windows of up to 7 budgets, tokenizers or seeds of one corpus
+
+
+def _job_memo() -> dict:
+    """The memo (`get_stats`) of this worker thread's analyses: a corpus read and tokenized by one job is not
+    read nor tokenized again by the next one on the same corpus (a second Run of another budget, the runs
+    of a Compare). Per thread: `prepare` keeps one corpus per memo (a different one clears it), which two
+    jobs at once on different corpora would mix up. Safe across changes: the documents are keyed on the
+    corpus's sha256, computed from its file when the run is resolved, and the windows on the tokenizer's
+    identity, the budget, the sequence length and the seed (`prepare.prepare`); anything else starts afresh."""
+    memo = getattr(_thread_memo, "memo", None)
+    if memo is None:
+        memo = _thread_memo.memo = {}
+    return memo
+
+
+def _trim_memo(memo: dict) -> None:
+    docs = [v for k, v in memo.items() if k[0] == "documents"]
+    if len(memo) > MEMO_MAX_ENTRIES or sum(len(d) for v in docs for d in v) > MEMO_MAX_CHARS:
+        memo.clear()
+
+
+def warm_up(cache_dir=None) -> None:
+    """What the worker the app starts does before its first job (`core.jobs.run_worker(warm=True)`): import
+    what an analysis imports (pandas through core.analysis; torch, transformers and the default model's
+    classes, which the first `from_pretrained` imports: about 5 CPU-seconds of it) and load the default
+    model once (its files then sit in the page cache). The model is not kept: a job loads its own."""
+    from .analysis import build_results  # noqa: F401 - the import is the point (pandas, scipy)
+    from .models import load_model
+
+    spec = RunSpec()
+    device = spec.resolved_device()
+    load_model(spec.model, device=device, dtype=spec.resolved_dtype(device), cache_dir=cache_dir)
+
+
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
 
@@ -628,7 +666,11 @@ def job_analyze(params: dict, progress, cancel) -> dict:
         job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
     progress(stage="read", message="reading the corpus")  # until the run's preparation reports its steps
     # The results so far, every few seconds while the forward pass runs: the pages draw them (core.jobs.partial).
-    res = analyze(run, progress=progress, cancel=cancel, partial=getattr(progress, "partial", None))
+    memo = _job_memo()
+    try:
+        res = analyze(run, progress=progress, cancel=cancel, partial=getattr(progress, "partial", None), memo=memo)
+    finally:
+        _trim_memo(memo)
     m = res["manifest"]
     return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
             "cache_hit": bool(m.get("cache_hit"))}

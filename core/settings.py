@@ -47,6 +47,9 @@ ANISO_JOB_MODULES              comma-separated modules that register() more job 
 ANISO_WORKER_AUTOSTART         0: the app never starts a worker (dedicated worker machines)
 ANISO_WORKERS                  jobs at once in one worker process (threads), default 1
 ANISO_WORKER_NICE              the worker's CPU niceness, default 10
+ANISO_WORKER_WARM              0: the app starts its worker on Run only, and that worker takes jobs at
+                               once; default 1: when a page opens, and the worker first imports what
+                               an analysis needs and loads the default model (the first curve sooner)
 HF_HUB_OFFLINE, HF_ENDPOINT    the model hub: offline when 1; its address
 RANK, WORLD_SIZE, LOCAL_RANK,  what torchrun sets for each process of a distributed run
 LOCAL_WORLD_SIZE, MASTER_*
@@ -275,6 +278,7 @@ MODULES_ENV = "ANISO_JOB_MODULES"
 AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"
 WORKERS_ENV = "ANISO_WORKERS"
 NICE_ENV = "ANISO_WORKER_NICE"
+WARM_ENV = "ANISO_WORKER_WARM"
 
 
 def queue_url() -> str:
@@ -290,6 +294,13 @@ def job_modules() -> list[str]:
 def worker_autostart() -> bool:
     """False when ANISO_WORKER_AUTOSTART=0: the app never starts a worker."""
     return os.environ.get(AUTOSTART_ENV, "1") != "0"
+
+
+def worker_warm() -> bool:
+    """False when ANISO_WORKER_WARM=0: the app starts its worker on Run only (not when a page opens), and the
+    worker takes jobs at once, without first importing what an analysis needs and loading the default model
+    (`core.jobs.ensure_worker`, `ui.jobs_panel.prestart_worker`)."""
+    return os.environ.get(WARM_ENV, "1") != "0"
 
 
 def worker_threads(given: int | None = None) -> int:

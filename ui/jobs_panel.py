@@ -8,7 +8,7 @@ import time
 
 import streamlit as st
 
-from core import jobs
+from core import jobs, settings
 from core.errors import InputError
 from core.escape import markdown_text
 from core.progress import Stage
@@ -22,6 +22,25 @@ def start_worker() -> None:
     except OSError as e:  # a read-only cache directory, no fork allowed...
         st.error(f"Could not start the job worker ({markdown_text(str(e))}). Start one with `python -m core worker`.")
     st.session_state["_jobs_worker_check"] = time.monotonic()
+
+
+PRESTART_S = 10.0  # a page run starts a missing worker at most this often per app process
+_prestarted = [0.0]  # when this process last did
+
+
+def prestart_worker() -> None:
+    """On every page run (at most every PRESTART_S): start the worker when none runs, so that it imports
+    torch and transformers and loads the default model (`core.jobs.run_worker(warm=True)`) while the page
+    is read, not after the click on Run. A worker that cannot start is said by Run (`start_worker`).
+    ANISO_WORKER_WARM=0: nothing here (the worker starts on Run)."""
+    now = time.monotonic()
+    if not settings.worker_warm() or now - _prestarted[0] < PRESTART_S:
+        return
+    _prestarted[0] = now
+    try:
+        jobs.ensure_worker()
+    except (OSError, InputError):  # a read-only cache, a bad queue URL: Run says so where it matters
+        pass
 
 
 def progress_text(job) -> str:

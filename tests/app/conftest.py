@@ -65,7 +65,11 @@ def _enter(d: Path) -> None:
     if "_dir" in _SAVED:
         return
     path = os.pathsep.join([str(HERE), str(HERE.parent), str(HERE.parents[1]), os.environ.get("PYTHONPATH", "")])
-    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_jobs", "PYTHONPATH": path}.items():
+    # ANISO_WORKER_WARM=0: the worker starts on Run only (not when a page opens: tests with caches of their own
+    # would each leave one), and it runs synthetic extractions: importing torch and loading MiniLM first (what
+    # the app's worker does to draw a real run's first curve sooner) would only cost each start.
+    for k, v in {"ANISO_CACHE_DIR": str(d), "ANISO_JOB_MODULES": "synthetic_jobs", "PYTHONPATH": path,
+                 "ANISO_WORKER_WARM": "0"}.items():
         _SAVED[k] = os.environ.get(k)
         os.environ[k] = v
     _SAVED["_dir"] = d
