@@ -5,6 +5,7 @@
     python -m bench --only overhead,cache # some sections only
     python -m bench --device cuda         # the GPU section (refuses without CUDA); updates BENCHMARKS.md in place
     python -m bench --godey               # Godey et al.'s 14 models: one `core reproduce` vs 14 commands (~30 min)
+    python -m bench --godey --one-only    # the one `core reproduce godey` alone (the goal; ~10 min on 2 cores)
 
 Run it on a quiet machine: the file records the load average and the CPU steal share and warns
 when the machine was busy. Each run uses its own empty cache directory (deleted at the end unless
