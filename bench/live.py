@@ -170,7 +170,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
                 if "started" not in seen and job.started:
                     seen.add("started")
                     step("taken by the worker", job.started - wall0)
-                if "warmed" not in seen and _warmed(cache):
+                if "warmed" not in seen and not warmed0 and _warmed(cache):
                     seen.add("warmed")
                     step("worker warm-up over (seen)")
                 got = jobs.partial(job, cache) if job.status == jobs.RUNNING else None
@@ -342,9 +342,9 @@ def main(argv=None) -> int:
     busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0
     if busy > 0.5 * (meta["cores"] or 1):
         meta["notes"] = [f"> **Warning:** the machine was busy (1-minute load average up to {busy:.1f} on "
-                         f"{meta['cores']} cores, other jobs running): the times are longer than on a quiet machine, "
-                         "and the A/B ratio has a spread of several percent; the loop's own account is the precise "
-                         "figure for the cost.", ""]
+                         f"{meta['cores']} cores, other jobs running): the times are longer than on a quiet machine"
+                         + (", and the A/B ratio has a spread of several percent; the loop's own account is the "
+                            "precise figure for the cost." if cost else "."), ""]
     block = render(cost, curve, meta)
     if a.quick and not a.out:
         print(block)
