@@ -37,6 +37,7 @@ from .modalities.items import FRAME_SECONDS
 from .models import (
     check_model_ident,
     describe_model,
+    load_model,
     model_fingerprint,
     model_modality,
     package_versions,
@@ -649,8 +650,8 @@ def warm_up(cache_dir=None) -> None:
     what an analysis imports (pandas through core.analysis; torch, transformers and the default model's
     classes, which the first `from_pretrained` imports: about 5 CPU-seconds of it) and load the default
     model once (its files then sit in the page cache). The model is not kept: a job loads its own."""
-    from .analysis import build_results  # noqa: F401 - the import is the point (pandas, scipy)
-    from .models import load_model
+    # lazy: core.analysis imports pandas (core.dimension), which a cache hit never needs: here it is the point
+    from .analysis import build_results  # noqa: F401
 
     spec = RunSpec()
     device = spec.resolved_device()

@@ -131,15 +131,14 @@ def test_warm_up_imports_the_default_models_classes(tmp_path, monkeypatch):
     """The real warm-up: the default model is loaded once, so its classes (what the first from_pretrained
     imports: most of a fresh worker's CPU before its first batch) are imported."""
     loaded = []
-    from core import models
+    load = pipeline.load_model
 
     def spy(ident, **kw):
         got = load(ident, **kw)
         loaded.append((ident, type(got.base).__module__))
         return got
 
-    load = models.load_model
-    monkeypatch.setattr(models, "load_model", spy)
+    monkeypatch.setattr(pipeline, "load_model", spy)
     pipeline.warm_up(tmp_path)
     assert loaded == [(RunSpec().model, "transformers.models.bert.modeling_bert")]
     assert "transformers.models.bert.modeling_bert" in sys.modules and "core.analysis" in sys.modules
