@@ -29,6 +29,7 @@ import struct
 import threading
 from collections import OrderedDict
 from pathlib import Path
+from typing import Callable
 
 import diskcache
 import numpy as np
@@ -181,6 +182,21 @@ class CacheStore:
     def get_json(self, key: str) -> dict | None:
         got = self.get(key)
         return None if got is None else got[0]
+
+    def get_or_compute(self, key: str, compute: Callable[[], dict], force: bool = False) -> tuple[dict, bool]:
+        """(the JSON entry under `key`, whether it was already stored). When it is absent (or
+        `force`), `compute()` runs under the key's lock (`lock`), unless another process stored it
+        meanwhile, and its result is stored."""
+        got = None if force else self.get_json(key)
+        if got is not None:
+            return got, True
+        with self.lock(key):
+            got = None if force else self.get_json(key)  # another process may have finished meanwhile
+            if got is not None:
+                return got, True
+            got = compute()
+            self.put(key, got)
+        return got, False
 
     def delete(self, key: str) -> None:
         with self._mem_lock:

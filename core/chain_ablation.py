@@ -31,11 +31,9 @@ import numpy as np
 from . import pipeline as P
 from .ablation import _blocks, ablation_modules, zeroed_dims
 from .attention import eager_attention
-from .batching import pad_batch
 from .config import CONFIG, code_version
-from .errors import Cancelled, InputError
+from .errors import InputError
 from .outliers import run_outlier_dims
-from .prepare import loading_message, prepare
 from .progress import Progress
 from .spec import stable_hash
 
@@ -384,30 +382,14 @@ def run_chain_ablation(spec, targets: dict | None = None, held_out_tokens: int |
     targets = default_targets(res) if targets is None else _check_targets(targets)
     held_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
     key = _key(run.key, targets, held_tokens, spec.seed)
-    store = P.get_store(cache_dir)
-    got = store.get_json(key)
-    if got is not None:
-        return got
-    with store.lock(key):
-        got = store.get_json(key)
-        if got is not None:
-            return got
-        # lazy: keeps torch out of a cache hit
-        import torch
 
-        info = res["manifest"]["model"]
-        prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
-                       device_map=spec.device_map, fingerprint=info.get("fingerprint"), progress=progress,
-                       load_message=loading_message(spec.model, "for the chain ablations"))
-        lm = prep.lm
+    def compute() -> dict:
+        prep = P.prepare_for_ablation(spec, res, cache_dir, progress, "for the chain ablations")
+        lm, info = prep.lm, res["manifest"]["model"]
         if prep.modality == "text":
             model = lm.model
-            held = prep.windows_after(held_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
-            batches, where = [], {"held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents}
-            for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
-                ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], prep.pad_id)
-                batches.append({"input_ids": torch.as_tensor(ids, device=lm.base.device),
-                                "attention_mask": torch.as_tensor(att, device=lm.base.device)})
+            batches, held = P.held_out_batches(prep, held_tokens, device=lm.base.device)
+            where = {"held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents}
         else:
             model = lm.base
             n = min(MAX_ITEMS, len(prep.windows.payload))
@@ -415,13 +397,7 @@ def run_chain_ablation(spec, targets: dict | None = None, held_out_tokens: int |
                        for i in range(0, n, 4)]
             where = {"items": n}
         mark_conv1d(model)
-
-        def on_pass(i: int, n: int, what: str) -> None:
-            if cancel is not None and cancel():
-                raise Cancelled("The chain ablations were cancelled; nothing partial was stored.")
-            if progress:
-                progress(Progress("ablation", i, n, message=f"forward pass {i + 1} of {n}: {what}"))
-
+        on_pass = P.pass_reporter(progress, cancel, "The chain ablations were cancelled; nothing partial was stored.")
         try:
             chosen = plan(model, targets["super_weights"], targets["massive"], targets["outlier_dims"], seed=spec.seed)
             if not chosen:
@@ -429,12 +405,13 @@ def run_chain_ablation(spec, targets: dict | None = None, held_out_tokens: int |
             got = run_all(model, batches, chosen, seed=spec.seed, on_pass=on_pass)
         except (ValueError, IndexError, AttributeError) as e:
             raise InputError(f"The chain ablations cannot run on {info['label']}: {e}") from None
-        got = json_safe({**got, "targets": targets, **where, "modality": prep.modality, "model": info["label"],
-                         "corpus": res["manifest"]["corpus"]["id"], "run_key": run.key,
-                         "loss": got["baseline"]["loss_kind"] or "not applicable"})
-        store.put(key, got)
-        if progress:
-            progress(Progress("ablation", 1, 1, message="ablations stored"))
+        return json_safe({**got, "targets": targets, **where, "modality": prep.modality, "model": info["label"],
+                          "corpus": res["manifest"]["corpus"]["id"], "run_key": run.key,
+                          "loss": got["baseline"]["loss_kind"] or "not applicable"})
+
+    got, hit = P.get_store(cache_dir).get_or_compute(key, compute)
+    if progress and not hit:
+        progress(Progress("ablation", 1, 1, message="ablations stored"))
     return got
 
 

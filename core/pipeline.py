@@ -562,42 +562,57 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
     res = analyze(run, cache_dir, progress, cancel)
     info = res["manifest"]["model"]
     dims, key = _ablation_request(res, dims, n_random, held_out_tokens)
-    store = get_store(cache_dir)
-    got = store.get_json(key)
-    if got is not None:
-        return got
-    with store.lock(key):
-        got = store.get_json(key)
-        if got is not None:
-            return got
-        # lazy: keeps torch out of a cache hit
-        import torch
 
-        prep = prepare(spec, device=res["manifest"]["device"], dtype=res["manifest"]["dtype"], cache_dir=cache_dir,
-                       device_map=spec.device_map, fingerprint=info.get("fingerprint"), progress=progress,
-                       load_message=loading_message(spec.model, "for the ablation"))
-        lm = prep.lm
-        held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
-        pad = prep.pad_id
-        batches = []
-        for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
-            ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], pad)
-            batches.append({"input_ids": torch.as_tensor(ids), "attention_mask": torch.as_tensor(att)})
-
-        def on_pass(i: int, n: int, what: str) -> None:
-            if cancel is not None and cancel():
-                raise Cancelled("The ablation was cancelled; nothing partial was stored.")
-            if progress:
-                progress(Progress("ablation", i, n, message=f"forward pass {i + 1} of {n}: {what}"))
-
+    def compute() -> dict:
+        prep = prepare_for_ablation(spec, res, cache_dir, progress, "for the ablation")
+        batches, held = held_out_batches(prep, held_out_tokens)
+        on_pass = pass_reporter(progress, cancel, "The ablation was cancelled; nothing partial was stored.")
         try:
-            got = ablation(lm.model, batches, dims, n_random=n_random, seed=spec.seed, on_pass=on_pass)
+            got = ablation(prep.lm.model, batches, dims, n_random=n_random, seed=spec.seed, on_pass=on_pass)
         except ValueError as e:
             raise InputError(str(e)) from None
-        got = json_safe({**got, "held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents,
-                         "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
-        store.put(key, got)
-    return got
+        return json_safe({**got, "held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents,
+                          "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
+
+    return get_store(cache_dir).get_or_compute(key, compute)[0]
+
+
+def prepare_for_ablation(spec: RunSpec, res: dict, cache_dir, progress, purpose: str):
+    """`prepare` the model and corpus of the run whose results are `res`, on its device and dtype, for
+    an ablation (`purpose` ends the loading message: "for the ablation")."""
+    m = res["manifest"]
+    return prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir, device_map=spec.device_map,
+                   fingerprint=m["model"].get("fingerprint"), progress=progress,
+                   load_message=loading_message(spec.model, purpose))
+
+
+def held_out_batches(prep, held_out_tokens: int, device=None) -> tuple[list[dict], object]:
+    """(batches, windows): the held-out text of an ablation (the documents after the analysed ones in
+    the run's seeded order, `held_out_tokens` of them, windows of at most CONFIG.ablation_max_seq_len)
+    as batches of CONFIG.ablation_batch_size windows ({input_ids, attention_mask} tensors on `device`)."""
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
+    batches = []
+    for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
+        ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], prep.pad_id)
+        batches.append({"input_ids": torch.as_tensor(ids, device=device),
+                        "attention_mask": torch.as_tensor(att, device=device)})
+    return batches, held
+
+
+def pass_reporter(progress: Callable[[Progress], None] | None, cancel: Callable[[], bool] | None,
+                  cancelled: str) -> Callable[[int, int, str], None]:
+    """An ablation's `on_pass(i, n, what)`: raises Cancelled(`cancelled`) when `cancel()` says so, else
+    reports forward pass i + 1 of n."""
+
+    def on_pass(i: int, n: int, what: str) -> None:
+        if cancel is not None and cancel():
+            raise Cancelled(cancelled)
+        if progress:
+            progress(Progress("ablation", i, n, message=f"forward pass {i + 1} of {n}: {what}"))
+    return on_pass
 
 
 # ---------------------------------------------------------------------- job kinds (core.jobs.KINDS)

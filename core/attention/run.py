@@ -61,19 +61,11 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     if group is not None:
         return _run_attention_group(run, cache_dir, progress, cancel, force, n_random, group)
     res = analyze(run, cache_dir, progress, cancel)
-    store = get_store(cache_dir)
-    key = attention_key(res, n_random)
-    got = None if force else store.get_json(key)
-    if got is not None:
-        return {**got, "cache_hit": True}
-    with store.lock(key):
-        got = None if force else store.get_json(key)
-        if got is not None:
-            return {**got, "cache_hit": True}
-        got = _attention_section(spec, res["manifest"], link_dims(res), cache_dir, progress, cancel, n_random,
-                                 memo=memo)
-        store.put(key, got)
-    return {**got, "cache_hit": False}
+    got, hit = get_store(cache_dir).get_or_compute(
+        attention_key(res, n_random),
+        lambda: _attention_section(spec, res["manifest"], link_dims(res), cache_dir, progress, cancel, n_random,
+                                   memo=memo), force)
+    return {**got, "cache_hit": hit}
 
 
 def _run_attention_group(run, cache_dir, progress, cancel, force: bool, n_random: int, group) -> dict | None:

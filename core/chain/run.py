@@ -209,18 +209,9 @@ def chain_section(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     run = resolve(spec, cache_dir)
     res = analyze(run, cache_dir, progress, cancel)
     stats = get_stats(run, cache_dir)
-    store = get_store(cache_dir)
-    key = chain_key(run.key)
-    got = None if force else store.get_json(key)
-    if got is not None:
-        return {**got, "cache_hit": True}
-    with store.lock(key):
-        got = None if force else store.get_json(key)
-        if got is not None:
-            return {**got, "cache_hit": True}
-        got = json_safe(_compute(run, res, stats, cache_dir, progress, cancel))
-        store.put(key, got)
-    return {**got, "cache_hit": False}
+    got, hit = get_store(cache_dir).get_or_compute(
+        chain_key(run.key), lambda: json_safe(_compute(run, res, stats, cache_dir, progress, cancel)), force)
+    return {**got, "cache_hit": hit}
 
 
 def _compute(run, res: dict, stats, cache_dir, progress, cancel) -> dict:

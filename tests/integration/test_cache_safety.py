@@ -158,3 +158,34 @@ def test_pickle_module_is_never_imported_by_a_cache_hit(tmp_path):
     blob = store._dc.get("k")
     assert isinstance(blob, bytes) and not blob.startswith(pickle.PROTO)
     assert os.path.isdir(tmp_path / "c" / "entries")
+
+
+def test_get_or_compute_computes_once_and_force_recomputes(tmp_path):
+    import threading
+    import time
+
+    store = CacheStore(tmp_path / "c")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        time.sleep(0.05)  # long enough for the other thread to wait on the lock, not to find the entry
+        return {"n": len(calls)}
+
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(store.get_or_compute("k", compute))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(got, key=lambda g: g[1]) == [({"n": 1}, False), ({"n": 1}, True)] and len(calls) == 1
+    assert store.get_or_compute("k", compute) == ({"n": 1}, True)
+    assert store.get_or_compute("k", compute, force=True) == ({"n": 2}, False)
+    assert store.get_json("k") == {"n": 2}
+
+    def fails():
+        raise RuntimeError("no")
+
+    with pytest.raises(RuntimeError):
+        store.get_or_compute("other", fails)
+    assert "other" not in store
