@@ -118,6 +118,26 @@ def eager_attention(model) -> Iterator[None]:
             model.set_attn_implementation(prev)
 
 
+def probabilities(out):
+    """The attention probabilities (batch, heads, T, T) in an attention module's output, which
+    eager attention returns as its second item; RuntimeError when they are missing."""
+    w = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
+    if w is None:
+        raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
+    return w
+
+
+@contextmanager
+def hook_handles() -> Iterator[list]:
+    """A list for the handles of registered hooks; every handle in it is removed on exit (also when
+    the body, or a registration in it, fails)."""
+    handles: list = []
+    try:
+        yield handles
+    finally:
+        for h in handles:
+            h.remove()
+
 
 def head_dim(model, arch: Arch) -> int:
     cfg = model.config

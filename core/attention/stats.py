@@ -18,6 +18,8 @@ Blocks are numbered 1..L: block l reads hidden_states[l - 1] and writes hidden_s
 - `entropy`: mean over those queries (with >= 2 visible keys) of H(a_q) / log(n_visible(q));
 - `sink_first`: mean attention paid to the window's first position; `sink_special`: to the
   special tokens ([CLS], [SEP], <s>...), `sink_special_not_first` the same without position 0;
+- `alpha_first` (Gu et al. 2025's alpha_1, over every real query, whatever the policy): per window
+  the mean over its real queries of the attention to position 0, then the mean over windows;
 - received attention S_t of each real key position t: the mean of a_{q,t} over the real queries
   that can see t (every real query, or q >= t when causal);
 - `link` (Puccetti): Pearson r between |x_{t,d}| (x = hidden_states[l - 1], the residual stream
@@ -47,10 +49,11 @@ from ..corpora import TokenWindows
 from ..errors import Cancelled
 from ..extract import Progress, analysed_masks
 from ..models import torch_dtype
-from .arch import Arch, attention_arch, eager_attention, head_dim
+from .arch import Arch, attention_arch, eager_attention, head_dim, hook_handles, probabilities
 
 # Sums over tokens (merge by addition).
-SUM_KEYS = ("n_q", "sum_entropy", "n_entropy", "sum_first", "sum_special", "sum_special_nf",
+SUM_KEYS = ("n_q", "sum_entropy", "n_entropy", "sum_first", "sum_special", "sum_special_nf", "sum_alpha_first",
+            "n_windows",
             "link_n", "link_a", "link_a2", "link_s", "link_s2", "link_as",
             "qk_n", "sum_q", "sum_qnorm", "sum_qu", "sum_k", "sum_knorm", "sum_ku",
             "pairs", "pair_q", "pair_k", "pair_qk")
@@ -126,6 +129,8 @@ class AttentionAccumulator:
     - n_q (L): analysed queries; sum_entropy (L, H) and n_entropy (L): normalised entropies of the
       analysed queries with >= 2 visible keys; sum_first, sum_special, sum_special_nf (L, H):
       attention of analysed queries to position 0, to special tokens, to special tokens after 0;
+      sum_alpha_first (L, H) and n_windows (L): Gu et al.'s alpha_1 of each window (the mean over
+      all its real queries of the attention to position 0) summed over the windows, and the windows;
     - link_n (L, 2), link_a, link_a2 (L, 2, D), link_s, link_s2 (L, 2, H), link_as (L, 2, H, D):
       the Pearson sums of |x_d| and S_t over real key positions of set s;
     - qk_n (L): analysed positions; sum_q, sum_qu (L, H, dh) and sum_qnorm (L, H): q, q/||q||,
@@ -150,7 +155,7 @@ class AttentionAccumulator:
         z = lambda *s: torch.zeros(*s, dtype=torch.float64, device=device)  # noqa: E731
         self.acc = {
             "n_q": z(L), "sum_entropy": z(L, H), "n_entropy": z(L), "sum_first": z(L, H), "sum_special": z(L, H),
-            "sum_special_nf": z(L, H),
+            "sum_special_nf": z(L, H), "sum_alpha_first": z(L, H), "n_windows": z(L),
             "link_n": z(L, 2), "link_a": z(L, 2, D), "link_a2": z(L, 2, D), "link_s": z(L, 2, H),
             "link_s2": z(L, 2, H), "link_as": z(L, 2, H, D),
             "qk_n": z(L), "sum_q": z(L, H, dh), "sum_qnorm": z(L, H), "sum_qu": z(L, H, dh),
@@ -173,9 +178,7 @@ class AttentionAccumulator:
         def hook(_mod, _args, out):
             if self.batch is None:
                 return None
-            w = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
-            if w is None:
-                raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
+            w = probabilities(out)
             self._attention(l, w)
             self._geometry(l)
             # The output is left as it is: without output_attentions the block drops the
@@ -185,17 +188,15 @@ class AttentionAccumulator:
 
     @contextmanager
     def hooks(self) -> Iterator[None]:
-        handles = []
         try:
-            for l, al in enumerate(self.arch.layers):
-                handles.append(al.q_mod.register_forward_hook(self._proj_hook(l, "q")))
-                if al.k_mod is not None:
-                    handles.append(al.k_mod.register_forward_hook(self._proj_hook(l, "k")))
-                handles.append(al.module.register_forward_hook(self._attn_hook(l)))
-            yield
+            with hook_handles() as handles:
+                for l, al in enumerate(self.arch.layers):
+                    handles.append(al.q_mod.register_forward_hook(self._proj_hook(l, "q")))
+                    if al.k_mod is not None:
+                        handles.append(al.k_mod.register_forward_hook(self._proj_hook(l, "k")))
+                    handles.append(al.module.register_forward_hook(self._attn_hook(l)))
+                yield
         finally:
-            for h in handles:
-                h.remove()
             self._scratch = None
 
     # -- per layer
@@ -276,6 +277,9 @@ class AttentionAccumulator:
         a["sum_first"][l] += an_cols[:, :, 0].sum(0)
         a["sum_special"][l] += torch.einsum("bht,bt->h", an_cols, wt["special"])
         a["sum_special_nf"][l] += torch.einsum("bht,bt->h", an_cols, wt["special_nf"])
+        # alpha_1 (Gu et al. 2025): per window, the mean over every real query of its attention to position 0.
+        a["sum_alpha_first"][l] += (C[:, :, 0, 0] / b.n_real[:, None]).sum(0)
+        a["n_windows"][l] += C.shape[0]
         # Received attention S_t: the mean over the real queries that see t (0 on padding).
         self.received[l] = C[:, :, 0] * wt["see"][:, None, :]
 

@@ -23,6 +23,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..attention.arch import hook_handles, probabilities
+
 # Relative names, tried in order (the first one a block has is used).
 OUT_PROJ = ("mlp.down_proj", "mlp.c_proj", "mlp.dense_4h_to_h", "output.dense", "mlp.fc2", "fc2")
 ATTN_IN = ("self_attn.q_proj", "attn.c_attn", "attention.query_key_value", "attention.self.query",
@@ -160,9 +162,7 @@ class ChainHooks:
             # lazy: keeps torch out of a cache hit
             import torch
 
-            w = out[1] if isinstance(out, (tuple, list)) and len(out) > 1 else None
-            if w is None:
-                raise RuntimeError("the attention module returned no probabilities (eager attention needed)")
+            w = probabilities(out)
             B, H, T, _ = w.shape
             n = self.n_real if self.n_real is not None and len(self.n_real) == B else torch.full((B,), T, device=w.device)
             real = (torch.arange(T, device=w.device)[None, :] < n[:, None]).to(torch.float64)  # (B, T) real queries
@@ -178,8 +178,7 @@ class ChainHooks:
 
     @contextmanager
     def hooks(self) -> Iterator[None]:
-        handles = []
-        try:
+        with hook_handles() as handles:
             for bm in self.blocks:
                 handles.append(bm.out_proj.register_forward_hook(self._out_hook(bm.block)))
                 if bm.attn_in is not None:
@@ -190,9 +189,6 @@ class ChainHooks:
                 for l, al in enumerate(self.attention.layers):
                     handles.append(al.module.register_forward_hook(self._attn_hook(l)))
             yield
-        finally:
-            for h in handles:
-                h.remove()
 
     def numpy(self) -> dict:
         return {k: v.cpu().numpy() for k, v in self.acc.items()}
