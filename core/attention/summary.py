@@ -62,6 +62,7 @@ def finish(acc: dict, arch_info: dict, outlier_dims: list[int], random_dims: lis
             "n_queries": int(nq),
             "entropy": div(acc["sum_entropy"][l], ne).tolist(),
             "sink_first": div(acc["sum_first"][l], nq).tolist(),
+            "alpha_first": div(acc["sum_alpha_first"][l], acc["n_windows"][l]).tolist(),
             "sink_special": div(acc["sum_special"][l], nq).tolist(),
             "sink_special_not_first": div(acc["sum_special_nf"][l], nq).tolist(),
             "q_drift": q_drift.tolist(), "k_drift": k_drift.tolist(),

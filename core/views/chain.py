@@ -236,12 +236,15 @@ SINK_EPS = 0.3
 
 
 def _sink_rate(att: dict | None) -> float:
-    """Gu et al.'s Sink^eps from a checkpoint's attention section: the share of all heads whose
-    first-position share (alpha_1, mean over the queries) exceeds eps = 0.3."""
-    if not att or not att.get("layers"):
+    """Gu et al.'s Sink^eps from a checkpoint's attention section: the share of all heads (every
+    block) whose alpha_1 (`alpha_first`: per window the mean over every real query of the attention to
+    position 0, then the mean over windows) exceeds eps = 0.3. NaN when a block lacks alpha_1 (an
+    attention section stored before it was measured): the first-position share of the analysed
+    queries (`sink_first`) is another quantity and is not used in its place."""
+    if not att or not att.get("layers") or any(not row.get("alpha_first") for row in att["layers"]):
         return math.nan
-    a = np.asarray([h for row in att["layers"] for h in (row.get("sink_first") or [])], dtype=float)
-    return float(np.mean(a > SINK_EPS)) if a.size else math.nan
+    a = np.asarray([h for row in att["layers"] for h in row["alpha_first"]], dtype=float)
+    return float(np.mean(a > SINK_EPS))
 
 
 def _super_magnitude(res: dict) -> float:

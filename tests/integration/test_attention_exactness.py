@@ -76,6 +76,7 @@ def naive(windows, arch, per, policy, n_out):
     out = []
     for l in range(L):
         ent, first, spec, spec_nf = [[] for _ in range(H)], [[] for _ in range(H)], [[] for _ in range(H)], [[] for _ in range(H)]
+        alpha = [[] for _ in range(H)]  # Gu et al.'s alpha_1 of each window
         S_all, X_all, sp_all = [], [], []
         Q, K = [], []  # analysed q and k vectors per window
         pair_sum = np.zeros(H)
@@ -85,6 +86,7 @@ def naive(windows, arch, per, policy, n_out):
             T = len(ids)
             A = p["A"][l]
             for h in range(H):
+                alpha[h].append(np.mean([A[h, i, 0] for i in range(T)]))  # every query of the window
                 for i in range(T):
                     if not an[i]:
                         continue
@@ -118,6 +120,7 @@ def naive(windows, arch, per, policy, n_out):
         dh = Q.shape[-1]
         mu_q, mu_k = Q.mean(0), K.mean(0)  # (H, dh), (Hkv, dh)
         row = {"entropy": [np.mean(e) for e in ent], "sink_first": [np.mean(e) for e in first],
+               "alpha_first": [np.mean(e) for e in alpha],
                "sink_special": [np.mean(e) for e in spec], "sink_special_not_first": [np.mean(e) for e in spec_nf]}
         row["q_drift"] = [np.linalg.norm(mu_q[h]) / np.linalg.norm(Q[:, h], axis=1).mean() for h in range(H)]
         row["k_drift"] = [np.linalg.norm(mu_k[h // rep]) / np.linalg.norm(K[:, h // rep], axis=1).mean() for h in range(H)]
@@ -180,7 +183,7 @@ def test_layout(case):
 def test_streamed_equals_naive(case):
     sec, ref = case["sec"], case["ref"]
     for row, want in zip(sec["layers"], ref):
-        for key in ("entropy", "sink_first", "sink_special", "sink_special_not_first", "q_drift", "k_drift",
+        for key in ("entropy", "sink_first", "alpha_first", "sink_special", "sink_special_not_first", "q_drift", "k_drift",
                     "cos_mu_qk", "q_mean_cosine", "k_mean_cosine", "mean_logit", "mean_term_share"):
             np.testing.assert_allclose(np.asarray(row[key], dtype=float), want[key], atol=TOL, rtol=TOL,
                                        err_msg=f"block {row['layer']} {key}")

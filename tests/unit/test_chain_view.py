@@ -64,7 +64,8 @@ def test_the_chain_over_training_and_the_step_each_link_first_crosses_its_thresh
             r["chain"]["super_weights"][0]["ratio_to_median"] = sw
         return r
 
-    att = [{"layers": [{"sink_first": [a, 0.1]}]} for a in (0.1, 0.5, 0.9)]
+    # alpha_1 (every real query) makes the rate; the analysed queries' first-position share is another number
+    att = [{"layers": [{"alpha_first": [a, 0.1], "sink_first": [0.9, 0.9]}]} for a in (0.1, 0.5, 0.9)]
     ser = {"run": "tiny", "steps": [0, 10, 100], "results": [res(5.0, 0.0, 3.0), res(50.0, 0.0, 300.0),
                                                                res(500.0, 0.02, 900.0)], "attention": att}
     c = C.chain_over_training(ser)
@@ -72,6 +73,8 @@ def test_the_chain_over_training_and_the_step_each_link_first_crosses_its_thresh
     assert c["first_step"] == {"top1_median": 100, "super_weight": 10, "sink_rate": 10, "high_norm_share": 100}
     v = C.chain_dynamics(ser)
     assert "first above 100 at step 100" in v.notes[0] and list(v.data["step"]) == [0, 10, 100]
+    old = [{"layers": [{"sink_first": [0.9, 0.9]}]}] * 3  # stored before alpha_1 was measured: not a rate
+    assert np.isnan(C.chain_over_training({**ser, "attention": old})["values"]["sink_rate"]).all()
     ser = {**ser, "attention": None, "results": [res(5.0, 0.0, None)] * 3}
     notes = C.chain_dynamics(ser).notes
     assert "never above 100" in notes[0] and "not measured" in notes[1] and "not measured" in notes[2]
