@@ -32,7 +32,7 @@ if page.need_runs(runs):
     targets = data.chain_targets(run.spec)
     sw = targets["super_weights"]
     m = targets["massive"]
-    weights = [(s["block"], s["module"], s["row"], s["col"]) for s in sw] or "none found"
+    weights = ", ".join(f"block {s['block']} {s['module']}[{s['row']}, {s['col']}]" for s in sw) or "none found"
     massive = f"{m['dims']} in the residual stream from block {m['from_block']} on" if m else \
         "none (no layer over 100x its median)"
     st.caption(markdown_text(

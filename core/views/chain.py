@@ -92,9 +92,15 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
                              line={"color": F.OKABE_ITO[4]}), row=4, col=1)
     for sw in n["super_weights"] or []:  # block b's output is hidden layer b + 1
         fig.add_vline(x=int(sw["block"]) + 1, line={"dash": "dash", "color": F.HIGHLIGHT})
-        fig.add_annotation(x=int(sw["block"]) + 1, y=1.0, yref="paper", showarrow=False, yanchor="bottom",
+        # along its line, inside the top panel (above it sits the panel's title; neighbouring blocks' labels
+        # would overlap if written across)
+        fig.add_annotation(x=int(sw["block"]) + 1, y=0.03, xref="x", yref="y domain", showarrow=False,
+                           textangle=-90, xanchor="right", yanchor="bottom",
                            text=F.esc(f"super weight: block {sw['block']} [{sw['row']}, {sw['col']}]"),
                            font={"color": F.HIGHLIGHT, "size": 11})
+    dims = sorted({d for d in n["top_dim"] if d is not None})
+    # dims are integers: ticks at the dims themselves when they are few, else whole numbers only
+    fig.update_yaxes(**({"tickvals": dims} if len(dims) <= 6 else {"tickformat": "d"}), row=2, col=1)
     missing = [w for w, ok in (("super weights (run core chain / analyze --chain)", n["chain_measured"]),
                                ("sink share (compute the attention statistics)", n["sink_share"] is not None)) if not ok]
     fig.update_xaxes(title_text="layer (0 = embeddings)", row=4, col=1)

@@ -92,3 +92,60 @@ def test_attention_page(server, browser, tmp_path):
         assert not page.get_by_test_id("stException").count()
     finally:
         page.close()
+
+
+CHAIN_TOKENS = 2320  # this test's own budget in the module's server cache
+
+
+def test_chain_page_draws_every_link(server, browser, tmp_path):
+    """The Chain page on a synthetic run (no model) with a planted chain section: the four panels
+    draw their curves on one depth axis (the super-weight block marked) and the sentences follow."""
+    from synthetic import synthetic_stats
+
+    from core.chain.run import chain_key
+    from core.chain.summary import high_norm_section, massive_section
+    from core.pipeline import analyze, get_store, resolve
+    from core.selection import Selection
+
+    url, cache = server
+    spec = Selection(models=("minilm-l6",), max_tokens=CHAIN_TOKENS, sample=500).spec("minilm-l6")
+    run = resolve(spec, cache)
+    s = synthetic_stats(n_layers=7, d=384, seed=3, label=spec.model)  # outlier dim 5
+    store = get_store(cache)
+    store.put(run.key, {"manifest": s.manifest, "meta": s.meta}, s.arrays)
+    analyze(run, cache)
+    per_block = [0.0, 0.17, 0.5, 0.67, 0.83, 0.33]
+    store.put(chain_key(run.key), {
+        "run_key": run.key, "modality": "text",
+        "super_weights": [{"block": 1, "hidden_layer": 2, "module": "output.dense", "row": 5, "col": 11,
+                           "value": -7.25, "ratio_to_median": 120.0}],
+        "massive": massive_section(s), "high_norm": high_norm_section(s),
+        "sink_rate": {"epsilon": 0.3, "rate": 0.42, "per_layer": per_block,
+                      "alpha_first_mean": [0.05, 0.2, 0.4, 0.45, 0.5, 0.3]}})
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(240_000)
+    try:
+        page.goto(f"{url}/chain?tokens={CHAIN_TOKENS}&sample=500")
+        _wait_plots(page, 1, timeout_s=300)
+        _settle(page)
+        drawn = page.evaluate("""() => Array.from(document.querySelectorAll('.js-plotly-plot'))
+            .filter(el => ((el.layout.title || {}).text || '').startsWith('The outlier chain'))
+            .map(el => ({names: el.data.map(t => t.name),
+                         points: el.data.map(t => (t.y || []).filter(v => v !== null).length),
+                         drawn: el.querySelectorAll('.scatterlayer .trace path.js-line, .scatterlayer .trace .point').length,
+                         notes: (el.layout.annotations || []).map(a => a.text)}))""")
+        assert len(drawn) == 1, drawn
+        fig = drawn[0]
+        want = ["top-1 / median |x|", "top-1 dim", "first-position sink share (block b at layer b+1)",
+                "sink rate (heads with α₁ > 0.3)", "mean cosine"]
+        assert fig["names"] == want, fig["names"]
+        assert fig["points"] == [7, 7, 6, 6, 7], fig["points"]  # every layer (blocks at layers 1-6)
+        assert fig["drawn"] >= 7 + 7 + 6, fig  # lines and markers in the SVG, not only in the data
+        assert any("super weight: block 1 [5, 11]" in a for a in fig["notes"]), fig["notes"]
+        page.get_by_text("Block 1's output.dense[5, 11] (value -7.25)").first.wait_for()
+        page.get_by_text("Sink rate: 0.42 of all heads").first.wait_for()
+        page.get_by_text("Mean cosine:").first.wait_for()
+        assert not page.get_by_test_id("stException").count()
+        _screenshot(page, _shots_dir(tmp_path) / "chain-synthetic.png")
+    finally:
+        page.close()
