@@ -20,7 +20,8 @@ def _sums(rng):
     D = 3
     acc = {"n_q": np.full(L, 50.0), "sum_entropy": rng.uniform(10, 40, (L, H)), "n_entropy": np.full(L, 45.0),
            "sum_first": rng.uniform(0, 50, (L, H)), "sum_special": rng.uniform(0, 50, (L, H)),
-           "sum_special_nf": rng.uniform(0, 10, (L, H)),
+           "sum_special_nf": rng.uniform(0, 10, (L, H)), "sum_alpha_first": rng.uniform(0, 4, (L, H)),
+           "n_windows": np.full(L, 5.0),
            "qk_n": np.full(L, 50.0), "sum_q": rng.normal(size=(L, H, DH)) * 50, "sum_qnorm": np.full((L, H), 200.0),
            "sum_qu": rng.normal(size=(L, H, DH)), "sum_k": rng.normal(size=(L, HKV, DH)) * 50,
            "sum_knorm": np.full((L, HKV), 200.0), "sum_ku": rng.normal(size=(L, HKV, DH)),
@@ -55,6 +56,8 @@ def test_finish_pearson_and_closed_form(case):
     assert _closed_form_cosine(u.sum(0), 7) == pytest.approx(C[~np.eye(7, dtype=bool)].mean())
     assert np.isnan(_pearson(np.float64(3), 3.0, 3.0, 1.0, 1.0, 1.0))  # constant: undefined, not an error
     assert len(layer_means(sec, "entropy")) == L
+    acc, _, _ = _sums(np.random.default_rng(0))  # alpha_1: the windows' sum over the windows
+    np.testing.assert_allclose([r["alpha_first"] for r in sec["layers"]], acc["sum_alpha_first"] / 5.0)
 
 
 def test_pick_dims_excludes_outliers_and_is_seeded():
