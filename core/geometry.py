@@ -9,18 +9,22 @@ X (K, d). Numpy only.
 - Matrix entropy (Skean et al. 2025, alpha = 1): Shannon entropy of the eigenvalues of the
   trace-normalised Gram matrix X X^T / tr(X X^T) of the (uncentred) sample.
 - Linear CKA (Kornblith et al. 2019) with the unbiased HSIC estimator of Song et al. 2012
-  (as in Nguyen et al. 2021), computed from Gram matrices in row blocks.
+  (as in Nguyen et al. 2021), computed from Gram matrices in row blocks; its bootstrap interval
+  over groups of documents from the group-level sums of the same Gram matrices (`cka_interval`).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
            "ID_POSITIONS", "CKA_POSITIONS", "CKA_HOVER", "cka_positions", "cka_section", "matrix_entropy",
-           "entropy_of_gram", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross", "same_tokens"]
+           "entropy_of_gram", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross", "same_tokens",
+           "CKA_BOOT", "CKA_LEVEL", "CKA_INTERVAL", "document_groups", "cka_replicates", "cka_interval",
+           "sample_groups"]
 
 ID_POSITIONS = 1024  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
 GRIDE_N1 = 8  # the registered GRIDE scale: ratio of the 16th to the 8th neighbour distance
@@ -228,6 +232,206 @@ def cka_matrix(Xs: list[np.ndarray], block: int = 256) -> np.ndarray:
     return cka_cross(Xs, None, block)
 
 
+# ----------------------------------------------------------------------------- CKA's bootstrap interval
+CKA_BOOT = 200  # replicates of CKA's interval: few, since every replicate reweights each layer pair's G x G sums
+CKA_LEVEL = 0.95
+CKA_INTERVAL = (f"{CKA_LEVEL:.0%} percentile bootstrap interval over the run's groups of documents ({CKA_BOOT} "
+                "replicates; a group drawn twice is two copies of the same documents: no kernel value between "
+                "copies enters a replicate)")
+
+
+def document_groups(docs: np.ndarray, seed: int, n_groups: int) -> np.ndarray:
+    """The bootstrap group of each document index, as core.extract deals documents into groups (the run's
+    seed): the same groups that the mean cosine's interval resamples. Generator.integers draws in order, so
+    the first max(docs) + 1 draws are those the extraction made for all its documents."""
+    docs = np.asarray(docs, dtype=np.int64)
+    if len(docs) == 0:
+        return docs
+    return np.random.default_rng([int(seed), 1]).integers(0, int(n_groups), size=int(docs.max()) + 1)[docs]
+
+
+def _pair_index(m: int, ma: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The (a, b) pairs of matrices whose HSIC is needed: all a <= b (one run: ma None), or A x B then every
+    (c, c) (two runs: the first ma matrices are A's)."""
+    if ma is None:
+        return np.triu_indices(m)
+    a, b = np.meshgrid(np.arange(ma), np.arange(ma, m), indexing="ij")
+    return np.r_[a.ravel(), np.arange(m)], np.r_[b.ravel(), np.arange(m)]
+
+
+SMALL_PAIRS = 8  # _group_sums makes whole Grams and block sums without a loop over blocks up to this many pairs
+
+
+def _group_sums(allz: list[np.ndarray], gi: np.ndarray, G: int, ma: int | None) -> dict:
+    """The group-level sums of every Gram matrix K_a = Z_a Z_a' (zero diagonal) behind the weighted HSIC.
+
+    Rows sorted by group (`gi`: each row's group 0..G-1, sorted). R[a, i, h] = sum_{j in h, j != i} K_a[i, j];
+    S[a, g, h] = sum_{i in g} R[a, i, h]; P[p, g, h] = sum_{i in g, j in h, i != j} K_a[i, j] K_b[i, j] and
+    D[p, g, h] = sum_{i in g} R[a, i, h] R[b, i, h] for each needed pair p = (a, b). Gram rows are made one
+    group at a time against the groups from it on (K is symmetric: half the products); memory O(m n_g n)."""
+    m, n = len(allz), len(gi)
+    pa, pb = _pair_index(m, ma)
+    starts = np.searchsorted(gi, np.arange(G))
+    ends = np.searchsorted(gi, np.arange(G), side="right")
+    R, P = np.zeros((m, n, G)), np.zeros((len(pa), G, G))
+    if len(pa) <= SMALL_PAIRS and n:  # few pairs (two layers): whole Grams, block sums by reduceat, no loop over blocks
+        K = np.stack([Z @ Z.T for Z in allz])
+        K[:, np.arange(n), np.arange(n)] = 0.0
+        R = np.add.reduceat(K, starts, axis=2)
+        for p, (a, b) in enumerate(zip(pa, pb)):
+            P[p] = np.add.reduceat(np.add.reduceat(K[a] * K[b], starts, axis=0), starts, axis=1)
+    for g in range(0 if len(pa) <= SMALL_PAIRS else G):
+        a0, a1 = starts[g], ends[g]
+        Mg = np.stack([Z[a0:a1] @ Z[a0:].T for Z in allz])  # (m, n_g, n - a0)
+        Mg[:, np.arange(a1 - a0), np.arange(a1 - a0)] = 0.0
+        for h in range(g, G):
+            B = Mg[:, :, starts[h] - a0:ends[h] - a0]
+            R[:, a0:a1, h] = B.sum(2)
+            if h != g:
+                R[:, starts[h]:ends[h], g] = B.sum(1)
+            F = B.reshape(m, -1)
+            if ma is None:
+                pr = (F @ F.T)[pa, pb]
+            else:
+                pr = np.r_[(F[:ma] @ F[ma:].T).ravel(), np.einsum("ak,ak->a", F, F)]
+            P[:, g, h] = P[:, h, g] = pr
+    S = np.add.reduceat(R, starts, axis=1) if n else np.zeros((m, G, G))
+    D = np.zeros_like(P)
+    for g in range(G):
+        Rg = R[:, starts[g]:ends[g], :]
+        D[:, g, :] = np.einsum("pih,pih->ph", Rg[pa], Rg[pb])
+    return {"R": R, "S": S, "P": P, "D": D, "pa": pa, "pb": pb, "n_g": (ends - starts).astype(np.float64), "gi": gi}
+
+
+def _wsum(M: np.ndarray, W: np.ndarray, V: np.ndarray | None = None) -> np.ndarray:
+    """(b, p): sum_{g != h} w_g v_h M[p, g, h] + sum_g w_g M[p, g, g] for each row w of W (v = w by default):
+    with V = W the weighted sum over the pairs of a resampled corpus (across groups w_g w_h, within one w_g)."""
+    p, G, _ = M.shape
+    V = W if V is None else V
+    t = (M.reshape(p * G, G) @ V.T).reshape(p, G, -1)  # (p, G, b): sum_h M[p, g, h] v_h
+    out = np.einsum("pgb,bg->bp", t, W)
+    dg = np.diagonal(M, axis1=1, axis2=2)  # (p, G)
+    return out + W @ dg.T - (W * V) @ dg.T
+
+
+def _weighted_hsic(parts: dict, W: np.ndarray) -> np.ndarray:
+    """(b, p) the unbiased HSIC of every needed pair in each replicate of group weights W (b, G).
+
+    The estimator is HSIC_u = (n-1)/(n-3) [a (n-4)/(n-2) + n/(n-2) s_K s_L - 2 c], with a the mean of
+    k_ij l_ij over the pairs i != j, s_K and s_L the means of k_ij and l_ij over the same pairs, c the mean of
+    k_ij l_iq over the triples of distinct i, j, q (it is Song et al.'s formula regrouped). A replicate holds
+    w_g copies of group g, n* = sum_g w_g n_g positions, and takes each mean over the pairs and triples of a
+    corpus of sum_g w_g distinct groups in which two positions of one group are only ever together within one
+    copy: a pair or triple weighs the product of w_f over the distinct groups f it touches (across groups
+    w_g w_h, within a group w_g). So no kernel value between two copies (of one position, or of two positions
+    of one group) enters a replicate. With every w_g = 1 it is the estimator itself."""
+    R, S, P, D, pa, pb, ng, gi = (parts[k] for k in ("R", "S", "P", "D", "pa", "pb", "n_g", "gi"))
+    m, n, G = R.shape
+    b = len(W)
+    W2 = W - W * W
+    ns = W @ ng  # n*
+    Nmat = np.outer(ng, ng) - np.diag(ng)  # pairs of positions (i != j) between groups g and h
+    N2 = _wsum(Nmat[None], W)[:, 0]
+    A = _wsum(P, W)
+    SK = _wsum(S, W)  # (b, m)
+    # triples, centre i in g: w_g [r*_i^a r*_i^b + sum_{h != g} (w_h - w_h^2) R_ih^a R_ih^b - sum_h w^_h e_ih],
+    # r*_i = sum_h w^_h R_ih with w^_h = w_h (h != g), 1 (h = g); e_ih = sum_{j in h} k_ij l_ij: the last sum is A
+    RW = (R.reshape(m * n, G) @ W.T).reshape(m, n, b)
+    own = R[:, np.arange(n), gi]  # (m, n) R_i,g(i)
+    wi = W[:, gi]  # (b, n)
+    rs = RW.transpose(2, 0, 1) + own[None] * (1.0 - wi)[:, None, :]  # (b, m, n)
+    TT = np.matmul(rs * wi[:, None, :], rs.transpose(0, 2, 1))[:, pa, pb]  # (b, m, m) -> the needed pairs
+    Doff = D.copy()
+    Doff[:, np.arange(G), np.arange(G)] = 0.0
+    T = TT + _wsum(Doff, W, W2) - A
+    # the same count of triples (k = l = 1): R_ih = n_h - [h = g]
+    r1 = ns[:, None] - W * ng + (ng - 1.0)  # (b, G) r*_i for i in g
+    N3 = (W * ng * r1 * r1).sum(1) + _wsum((np.outer(ng, ng * ng) * (1.0 - np.eye(G)))[None], W, W2)[:, 0] - N2
+    with np.errstate(invalid="ignore", divide="ignore"):
+        a, c = A / N2[:, None], T / N3[:, None]
+        s = SK / N2[:, None]
+        nn = ns[:, None]
+        H = (nn - 1) / (nn - 3) * (a * (nn - 4) / (nn - 2) + nn / (nn - 2) * s[:, pa] * s[:, pb] - 2.0 * c)
+    return np.where(nn > 3, H, np.nan)
+
+
+def _cka_of_hsic(H: np.ndarray, pa: np.ndarray, pb: np.ndarray, m: int, ma: int | None) -> np.ndarray:
+    """(b, rows, cols) CKA from the (b, p) HSIC of the needed pairs: the (ma, m - ma) A x B block, or m x m."""
+    b = len(H)
+    diag = np.full((b, m), np.nan)
+    dmask = pa == pb
+    diag[:, pa[dmask]] = H[:, dmask]
+    dg = np.sqrt(np.clip(diag, 0.0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        if ma is None:
+            C = np.full((b, m, m), np.nan)
+            C[:, pa, pb] = C[:, pb, pa] = H / (dg[:, pa] * dg[:, pb])
+            return C
+        k = ma * (m - ma)
+        return (H[:, :k] / (dg[:, pa[:k]] * dg[:, pb[:k]])).reshape(b, ma, m - ma)
+
+
+def _prepare(Xs, groups, Ys):
+    """(parts, m, ma, G, shape) for cka_interval / cka_replicates, or None when CKA is undefined (n < 4, rows
+    or groups of different lengths)."""
+    same = Ys is None
+    allz = [np.asarray(Z, dtype=np.float64) for Z in (Xs if same else list(Xs) + list(Ys))]
+    n = len(allz[0])
+    groups = np.asarray(groups)
+    if n < 4 or any(len(Z) != n for Z in allz) or groups.shape != (n,):
+        return None
+    labels, gi = np.unique(groups, return_inverse=True)
+    order = np.argsort(gi, kind="stable")
+    ma = None if same else len(Xs)
+    return _group_sums([Z[order] for Z in allz], gi[order], len(labels), ma), len(allz), ma, len(labels)
+
+
+def cka_replicates(Xs: list[np.ndarray], groups: np.ndarray, W: np.ndarray, Ys: list[np.ndarray] | None = None,
+                   _prep=None) -> np.ndarray:
+    """(b, len(Xs), len(Ys or Xs)) the CKA of each replicate of group weights W (b, G): column g of W weighs
+    the g-th of the sorted distinct labels of `groups` (see `_weighted_hsic`). W = 1 gives the estimate."""
+    prep = _prep or _prepare(Xs, groups, Ys)
+    parts, m, ma, _ = prep
+    W = np.asarray(W, dtype=np.float64)
+    return np.concatenate([_cka_of_hsic(_weighted_hsic(parts, W[s:s + 32]), parts["pa"], parts["pb"], m, ma)
+                           for s in range(0, len(W), 32)])
+
+
+def cka_interval(Xs: list[np.ndarray], groups: np.ndarray, Ys: list[np.ndarray] | None = None,
+                 n_boot: int = CKA_BOOT, seed: int = 0, level: float = CKA_LEVEL) -> dict:
+    """Linear CKA (unbiased HSIC) of every X of Xs with every Y of Ys (or Xs with themselves), with a
+    percentile bootstrap interval over groups of documents.
+
+    `groups`: the group of documents of each of the n rows (the same rows in every matrix). Each replicate
+    draws the G groups present with replacement (multinomial weights, core.metrics.group_weights, seeded) and
+    computes every HSIC from the group-level sums of the sample's own Gram matrices (`_weighted_hsic`), not
+    from duplicated rows: a row and its copy have kernel value |x|^2 (the diagonal that the unbiased
+    estimator leaves out) and two rows of one group are more alike than two documents, so pairing copies
+    would pull every replicate towards 1. Returns {"matrix", "low", "high"} ((len(Xs), len(Ys)) arrays; the
+    intervals NaN with fewer than two groups), "n_groups" and "n_boot"."""
+    same = Ys is None
+    shape = (len(Xs), len(Xs) if same else len(Ys))
+    prep = _prepare(Xs, groups, Ys)
+    if prep is None:
+        nan = np.full(shape, math.nan)
+        return {"matrix": nan, "low": nan.copy(), "high": nan.copy(), "n_groups": 0, "n_boot": 0}
+    G = prep[3]
+    C = cka_replicates(Xs, groups, np.ones((1, G)), Ys, _prep=prep)[0]
+    lo, hi = np.full(shape, math.nan), np.full(shape, math.nan)
+    if G >= 2 and n_boot >= 1:
+        from .metrics import group_weights  # lazy: only the interval needs core.metrics
+
+        reps = cka_replicates(Xs, groups, group_weights(np.random.default_rng(seed), int(n_boot), G), Ys, _prep=prep)
+        alpha = (1.0 - level) / 2.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # an all-NaN cell (a constant layer) stays NaN
+            lo, hi = np.nanquantile(reps, [alpha, 1.0 - alpha], axis=0)
+    if same:
+        for M in (C, lo, hi):
+            np.fill_diagonal(M, 1.0)
+    return {"matrix": C, "low": lo, "high": hi, "n_groups": int(G), "n_boot": int(n_boot) if G >= 2 else 0}
+
+
 CKA_POSITIONS = 1024  # CKA uses at most this many of the sample's positions (a seeded subset, the same in every layer)
 CKA_HOVER = ("linear CKA = ||Y^T X||_F^2 / (||X^T X||_F ||Y^T Y||_F) on centred features, unbiased HSIC "
              "(Kornblith et al. 2019; Song et al. 2012)")
@@ -243,16 +447,35 @@ def cka_positions(K: int, n_max: int = CKA_POSITIONS, seed: int = 0) -> np.ndarr
 
 def cka_section(stats) -> dict | None:
     """results.json's `cka`: the layers x layers linear CKA of the run's token sample (the same
-    positions in every layer), or None with fewer than 4 sampled tokens."""
+    positions in every layer), with its bootstrap interval over the run's groups of documents (`low`,
+    `high`; see `cka_interval`), or None with fewer than 4 sampled tokens."""
     K = int(stats.arrays["sample"].shape[1])
     if K < 4:
         return None
     idx = cka_positions(K)
-    C = cka_matrix([np.asarray(stats.sample(l), dtype=np.float64)[idx] for l in range(stats.n_layers)])
+    Xs = [np.asarray(stats.sample(l), dtype=np.float64)[idx] for l in range(stats.n_layers)]
+    groups, why = sample_groups(stats, idx)
+    out = cka_interval(Xs, groups if groups is not None else np.zeros(len(idx), dtype=np.int64),
+                       n_boot=CKA_BOOT if groups is not None else 0)
+    interval = {"method": CKA_INTERVAL, "level": CKA_LEVEL, "n_boot": out["n_boot"], "n_groups": out["n_groups"]}
+    if groups is None or out["n_groups"] < 2:
+        interval["not_applicable"] = why or "the sampled positions fall in fewer than two groups of documents"
     return {"estimator": CKA_ESTIMATOR, "n_positions": int(len(idx)), "sample_size": K,
             "positions": f"a seeded subset of {len(idx)} of the {K} sampled positions" if len(idx) < K
             else f"all {K} sampled positions",
-            "layers": [int(x) for x in stats.layer_ids], "matrix": C.tolist()}
+            "layers": [int(x) for x in stats.layer_ids], "matrix": out["matrix"].tolist(),
+            "low": out["low"].tolist(), "high": out["high"].tolist(), "interval": interval}
+
+
+def sample_groups(stats, rows: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """(the group of documents of each of these sample rows, as the extraction dealt the run's documents; or
+    None) and why not (a sample of an earlier version without document ids)."""
+    doc = stats.arrays.get("sample_doc")
+    if doc is None:
+        return None, "this run's sample has no document ids (an earlier version)"
+    from .config import CONFIG  # lazy: the kernels above need no configuration
+
+    return document_groups(np.asarray(doc)[rows], int(stats.manifest.get("seed", 0)), CONFIG.bootstrap_groups), ""
 
 
 def same_tokens(stats_a, stats_b) -> tuple[bool, str]:

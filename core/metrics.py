@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "group_weights",
     "mean_cosine",
     "cross_sequence_cosine",
     "cosine_contribution",
@@ -374,6 +375,14 @@ def _replicate_mean_cosine(W: np.ndarray, S: np.ndarray, gn: np.ndarray, q: np.n
         return np.where(denom > 0, num / denom, np.nan)
 
 
+def group_weights(rng: np.random.Generator, b: int, G: int) -> np.ndarray:
+    """(b, G) bootstrap weights: row r counts how often each of G units is drawn in G uniform draws with
+    replacement (multinomial(G, uniform), as counts of the draws: 5x faster than ``rng.multinomial``).
+    The one resampling of groups of documents (mean cosine here, CKA in core.geometry)."""
+    draws = rng.integers(0, G, size=(b, G)) + G * np.arange(b)[:, None]
+    return np.bincount(draws.ravel(), minlength=b * G).reshape(b, G).astype(np.float64)
+
+
 def mean_cosine_replicates(
     group_sum_u: np.ndarray,
     group_n: np.ndarray,
@@ -416,9 +425,7 @@ def mean_cosine_replicates(
     stats = np.empty(n_boot)
     for start in range(0, n_boot, chunk):
         b = min(start + chunk, n_boot) - start
-        # multinomial(G, uniform) weights, as the counts of G uniform draws (5x faster than rng.multinomial)
-        draws = rng.integers(0, G, size=(b, G)) + G * np.arange(b)[:, None]
-        W = np.bincount(draws.ravel(), minlength=b * G).reshape(b, G).astype(np.float64)  # (b, G)
+        W = group_weights(rng, b, G)
         stop = start + b
         stats[start:stop] = _replicate_mean_cosine(W, S, gn, q)
     return stats

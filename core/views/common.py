@@ -9,16 +9,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Sequence
 
+import numpy as np
 import pandas as pd
 
 from .. import __version__
+from ..geometry import CKA_LEVEL
 from ..postprocess import PostProcess
 from ..results import Results, as_results, corpus_display
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "star")
 
 __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name",
-           "n_layers", "depth_of", "layer_at_depth", "post_for"]
+           "n_layers", "depth_of", "layer_at_depth", "post_for", "cka_bounds", "ci_text"]
 
 
 @dataclass
@@ -160,3 +162,25 @@ def readable_token(tok: str) -> str:
             pass
     s = s.replace("\n", "↵").replace("\r", "↵").replace("\t", "⇥")
     return s if s.strip() else "␣" * max(1, len(s))
+
+
+def cka_bounds(sec: dict, shape: tuple) -> tuple[np.ndarray, np.ndarray, str]:
+    """(low, high, a note for the caption) of a CKA section's bootstrap interval; NaN bounds for results of an
+    earlier version (no interval) or where it is not applicable, and the note says why."""
+    if "low" not in sec:
+        nan = np.full(shape, np.nan)
+        return nan, nan.copy(), " (no interval: results of an earlier version)"
+    lo = np.asarray(sec["low"], dtype=float)
+    hi = np.asarray(sec["high"], dtype=float)
+    iv = sec.get("interval") or {}
+    if iv.get("not_applicable"):
+        return lo, hi, f" (no interval: {iv['not_applicable']})"
+    return lo, hi, (f"; {iv.get('level', 0.95):.0%} interval: bootstrap over {iv.get('n_groups')} groups of documents, "
+                    f"{iv.get('n_boot')} replicates")
+
+
+def ci_text(lo: float, hi: float) -> str:
+    """The hover line of a CKA cell's interval ('' when it has none)."""
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        return ""
+    return f"<br>{CKA_LEVEL:.0%} interval [{lo:.4f}, {hi:.4f}] (bootstrap over groups of documents)"

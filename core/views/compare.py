@@ -12,8 +12,18 @@ import plotly.graph_objects as go
 from .. import figures as F
 from .. import statistics as S
 from ..config import CONFIG
-from ..geometry import CKA_ESTIMATOR, CKA_HOVER, cka_cross, cka_positions, same_tokens
-from .common import View, _corpora, _manifest, _sizes, as_results, modality
+from ..geometry import (
+    CKA_BOOT,
+    CKA_ESTIMATOR,
+    CKA_HOVER,
+    CKA_INTERVAL,
+    cka_interval,
+    cka_positions,
+    document_groups,
+    same_tokens,
+    sample_groups,
+)
+from .common import View, _corpora, _manifest, _sizes, as_results, ci_text, modality
 
 
 def outlier_counts(runs: Sequence[dict]) -> View:
@@ -139,6 +149,7 @@ def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
         Xa = [np.asarray(stats_a.sample(l), dtype=np.float64)[idx] for l in range(stats_a.n_layers)]
         Xb = [np.asarray(stats_b.sample(l), dtype=np.float64)[idx] for l in range(stats_b.n_layers)]
         n_what = f"{len(idx)} shared token positions"
+        groups, no_ci = sample_groups(stats_a, idx)
     else:
         docs, doc_why = _shared_documents(stats_a, stats_b)
         if docs is None:
@@ -150,33 +161,49 @@ def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
         Xa, Xb = _document_means(stats_a, docs), _document_means(stats_b, docs)
         n_what = f"{len(docs)} documents (each one's mean sampled vector; tokens of the two runs are never paired)"
         why = f"the same documents (token level impossible: {why})"
-    C = cka_cross(Xa, Xb)
+        groups, no_ci = document_groups(docs, int(stats_a.manifest.get("seed", 0)), CONFIG.bootstrap_groups), ""
+    got = cka_interval(Xa, groups if groups is not None else np.zeros(len(idx), dtype=np.int64), Xb,
+                       n_boot=CKA_BOOT if groups is not None else 0)
+    C, lo, hi = got["matrix"], got["low"], got["high"]
+    if got["n_groups"] >= 2:
+        ci_note = f"; {CKA_INTERVAL}, {got['n_groups']} groups of run A"
+    else:
+        ci_note = f"; no interval: {no_ci or 'the rows fall in fewer than two groups of documents'}"
     ia, ib = [int(x) for x in stats_a.layer_ids], [int(x) for x in stats_b.layer_ids]
-    best = [int(ib[int(np.nanargmax(C[i]))]) if np.isfinite(C[i]).any() else None for i in range(len(ia))]
-    hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}<br><i>{F.esc(CKA_HOVER)}</i>"
+    bj = [int(np.nanargmax(C[i])) if np.isfinite(C[i]).any() else None for i in range(len(ia))]
+    best = [ib[j] if j is not None else None for j in bj]
+    hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}{ci_text(lo[i, j], hi[i, j])}"
+                         f"<br><i>{F.esc(CKA_HOVER)}</i>"
                          for j in range(len(ib))]
                         for i in range(len(ia))], dtype=object)
     fig = F.heat_panels([{"z": C, "title": "", "x_title": f"B: {rb.run_name} — layer", "y_title": f"A: {ra.run_name} — layer",
                           "x_labels": [str(x) for x in ib], "y_labels": [str(x) for x in ia], "x_angle": 0, "hover": hover}],
                         title=("Linear CKA between the layers of A and B (the same tokens)" if level == "token" else
                                "Document-level linear CKA between the layers of A and B (mean vector per document)"),
-                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what} · "
+                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what}{ci_note} · "
                                        "dots: for each layer of A, the layer of B of highest CKA; dotted: equal relative depth"),
                         colorbar_title="CKA", zmin=0.0, zmax=1.0)
     fig.add_trace(go.Scatter(
         x=[ib.index(b) if b is not None else None for b in best], y=list(range(len(ia))), mode="markers+lines",
         marker=dict(color="white", size=7, line=dict(color="black", width=1)), line=dict(color="white", width=1),
-        name="best layer of B", hovertemplate="A layer %{y}: best B layer %{x}<extra></extra>", showlegend=False))
+        name="best layer of B", showlegend=False, hoverinfo="text",
+        hovertext=[f"A layer {ia[i]}: best B layer {best[i]}, CKA = {C[i, j]:.4f}{ci_text(lo[i, j], hi[i, j])}"
+                   if j is not None else f"A layer {ia[i]}: no CKA" for i, j in enumerate(bj)]))
     fig.add_trace(go.Scatter(  # the alignment of equal relative depth, to read the dots against
         x=[0, len(ib) - 1], y=[0, len(ia) - 1], mode="lines", line=dict(color="#BBBBBB", width=1, dash="dot"),
         name="equal relative depth", hovertemplate="equal relative depth<extra></extra>", showlegend=False))
     rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "level": level, "layer_a": ia[i], "layer_b": ib[j],
-             "cka": float(C[i, j]), "best_layer_b_for_a": best[i], "n_rows": int(len(idx))}
+             "cka": float(C[i, j]), "cka_low": float(lo[i, j]), "cka_high": float(hi[i, j]),
+             "best_layer_b_for_a": best[i], "n_rows": int(len(idx))}
             for i in range(len(ia)) for j in range(len(ib))]
     return View(name, title, fig, pd.DataFrame(rows),
-                _manifest("cka_across", {"level": level, "rows": int(len(idx)), "estimator": CKA_ESTIMATOR},
+                _manifest("cka_across", {"level": level, "rows": int(len(idx)), "estimator": CKA_ESTIMATOR,
+                                         "interval": CKA_INTERVAL if got["n_groups"] >= 2 else None,
+                                         "n_groups": got["n_groups"]},
                           [res_a, res_b]),
                 caption=f"{'Document-level l' if level == 'document' else 'L'}inear CKA between each layer of A "
                         f"({ra.run_name}) and of B ({rb.run_name}) on {why}; "
-                        f"{CKA_ESTIMATOR}. Best layer of B for each layer of A: "
-                        + ", ".join(f"{a}→{b}" for a, b in zip(ia, best)) + ".")
+                        f"{CKA_ESTIMATOR}{ci_note}. Best layer of B for each layer of A (CKA and interval): "
+                        + ", ".join(f"{a}→{b}" + (f" ({C[i, j]:.3f} [{lo[i, j]:.3f}, {hi[i, j]:.3f}])"
+                                                   if j is not None and np.isfinite(lo[i, j]) else "")
+                                    for i, (a, b, j) in enumerate(zip(ia, best, bj))) + ".")

@@ -27,6 +27,8 @@ from .common import (
     _nan,
     _sizes,
     as_results,
+    ci_text,
+    cka_bounds,
     modality,
     not_applicable,
 )
@@ -289,15 +291,17 @@ def cka_heatmap(runs: Sequence[dict]) -> View:
         est = sec["estimator"]
         z = np.asarray(sec["matrix"], dtype=float)
         ids = [int(x) for x in sec["layers"]]
+        lo, hi, ci_note = cka_bounds(sec, z.shape)
         hover = np.asarray([[f"{F.esc(res.model_label)}<br>layer {ids[i]} vs layer {ids[j]}<br>CKA = {z[i, j]:.4f}"
-                             f"<br><i>{F.esc(CKA_HOVER)}</i>"
+                             f"{ci_text(lo[i, j], hi[i, j])}<br><i>{F.esc(CKA_HOVER)}</i>"
                              for j in range(len(ids))] for i in range(len(ids))], dtype=object)
         panels.append({"z": z, "title": res.run_name, "x_title": "layer (0 = embeddings)",
                        "y_title": "layer (0 = embeddings)" if not panels else "",
                        "x_labels": [str(x) for x in ids], "y_labels": [str(x) for x in ids], "x_angle": 0, "hover": hover})
-        parts.append(f"{res.model_label}: {sec['positions']}")
+        parts.append(f"{res.model_label}: {sec['positions']}{ci_note}")
         rows += [{"model": res.model_label, "corpus": res.corpus_label, "layer_a": ids[i], "layer_b": ids[j],
-                  "cka": float(z[i, j]), "n_positions": int(sec["n_positions"])}
+                  "cka": float(z[i, j]), "cka_low": float(lo[i, j]), "cka_high": float(hi[i, j]),
+                  "n_positions": int(sec["n_positions"])}
                  for i in range(len(ids)) for j in range(len(ids))]
     if not panels:
         return not_applicable("layers_cka", "Linear CKA between layers", runs,

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from core import geometry as G
+from core import metrics
 from core import statistics as S
 
 
@@ -145,6 +146,119 @@ def test_cka_matrix_is_symmetric_with_a_unit_diagonal_and_blocks_do_not_matter(m
     np.testing.assert_allclose(G.cka_cross(Xs[:2], Xs[2:]), C[:2, 2:], atol=1e-12)
 
 
+# ----------------------------------------------------------------------------- CKA's bootstrap interval
+def _naive_replicate_hsic(K, L, groups, w):
+    """The unbiased HSIC of a resampled corpus, written out: w[g] copies of group g (the g-th sorted label) as
+    explicit rows, then the estimator's three means over the pairs and triples of distinct rows in which two
+    rows of one group are only ever together within one copy (the copies are the same documents, not other
+    ones), in HSIC_u = (n-1)/(n-3) [a (n-4)/(n-2) + n/(n-2) s_K s_L - 2 c]."""
+    idx, gv, cv = [], [], []
+    for gl, wg in zip(np.unique(groups), w):
+        rows = np.flatnonzero(groups == gl)
+        for c in range(int(wg)):
+            idx += list(rows)
+            gv += [gl] * len(rows)
+            cv += [c] * len(rows)
+    idx, gv, cv = map(np.asarray, (idx, gv, cv))
+    n = len(idx)
+    Kv, Lv = K[np.ix_(idx, idx)], L[np.ix_(idx, idx)]
+    ok = ~np.eye(n, dtype=bool) & ((gv[:, None] != gv[None]) | (cv[:, None] == cv[None]))
+    a, sK, sL = (Kv * Lv)[ok].mean(), Kv[ok].mean(), Lv[ok].mean()
+    ok3 = ok[:, :, None] & ok[:, None, :] & ok[None, :, :]
+    c = (ok3 * Kv[:, :, None] * Lv[:, None, :]).sum() / ok3.sum()
+    return (n - 1) / (n - 3) * (a * (n - 4) / (n - 2) + n / (n - 2) * sK * sL - 2 * c)
+
+
+def _grouped(rng, n=22, G_=6, d=4):
+    groups = np.arange(n) % G_
+    rng.shuffle(groups)
+    X = rng.standard_normal((n, d)) + 2.0 * rng.standard_normal((G_, d))[groups]  # strong group effects
+    Y = np.tanh(X @ rng.standard_normal((d, 3))) + 0.5 * rng.standard_normal((n, 3))
+    return X, Y, groups
+
+
+def test_cka_replicates_equal_a_naive_resample_whose_copies_are_not_paired():
+    rng = np.random.default_rng(11)
+    X, Y, groups = _grouped(rng)
+    K, L = X @ X.T, Y @ Y.T
+    ones = np.ones(6)
+    assert _naive_replicate_hsic(K, L, groups, ones) == pytest.approx(G.hsic_unbiased(K, L), rel=1e-10)
+    for w in (ones, np.array([2, 0, 1, 2, 0, 1.0]), np.array([0, 3, 0, 0, 2, 1.0]), rng.multinomial(6, ones / 6)):
+        naive = _naive_replicate_hsic(K, L, groups, w) / math.sqrt(
+            _naive_replicate_hsic(K, K, groups, w) * _naive_replicate_hsic(L, L, groups, w))
+        assert G.cka_replicates([X], groups, w[None], [Y])[0, 0, 0] == pytest.approx(naive, rel=1e-9)
+        # one run's matrix (X, Y, tanh X) gives the same cell
+        assert G.cka_replicates([X, Y, np.tanh(X)], groups, w[None])[0, 0, 1] == pytest.approx(naive, rel=1e-9)
+    # literal duplication (a group drawn twice as its rows twice, copies paired like other documents) is another
+    # statistic: it pairs each row with its copy and the two copies of a group with each other
+    w = np.array([2, 0, 1, 2, 0, 1.0])
+    dup = np.concatenate([np.flatnonzero(groups == g) for g, k in enumerate(w) for _ in range(int(k))])
+    literal = G.linear_cka(X[dup], Y[dup])
+    assert abs(literal - G.cka_replicates([X], groups, w[None], [Y])[0, 0, 0]) > 1e-3
+
+
+def test_cka_interval_point_is_the_estimate_and_literal_copies_would_bias_it():
+    """The interval's estimate is cka_cross's; with strong group effects the replicates centre on it, while
+    replicates that duplicate rows (copies paired) lie above it (pairs of copies are the most alike)."""
+    rng = np.random.default_rng(12)
+    G_, n = 30, 240
+    groups = rng.integers(0, G_, size=n)
+    X = rng.standard_normal((n, 8)) + 1.5 * rng.standard_normal((G_, 8))[groups]
+    Y = np.tanh(X @ rng.standard_normal((8, 6))) + rng.standard_normal((n, 6)) + rng.standard_normal((G_, 6))[groups]
+    out = G.cka_interval([X, Y], groups, n_boot=100, seed=3)
+    np.testing.assert_allclose(out["matrix"], G.cka_matrix([X, Y]), atol=1e-12)
+    est = out["matrix"][0, 1]
+    assert out["low"][0, 1] <= est <= out["high"][0, 1] and out["n_groups"] == len(np.unique(groups))
+    W = metrics.group_weights(np.random.default_rng(3), 100, out["n_groups"])
+    ours = G.cka_replicates([X], groups, W, [Y])[:, 0, 0]
+    labels = np.unique(groups)
+    literal = [G.linear_cka(X[d], Y[d]) for d in
+               (np.concatenate([np.flatnonzero(groups == labels[g]) for g in np.repeat(np.arange(len(w)), w.astype(int))])
+                for w in W)]
+    assert abs(np.mean(ours) - est) < 0.5 * np.std(ours)
+    assert np.mean(literal) - est > 1.0 * np.std(ours)
+
+
+def test_document_groups_are_the_extraction_groups():
+    from types import SimpleNamespace
+
+    from core import extract
+    from core.config import CONFIG
+
+    doc = np.repeat(np.arange(50), np.random.default_rng(0).integers(1, 4, size=50))  # each document's windows
+    for seed in (0, 7):
+        want = extract._bootstrap_groups(SimpleNamespace(doc=doc), seed, CONFIG)
+        np.testing.assert_array_equal(G.document_groups(doc[::3], seed, CONFIG.bootstrap_groups), want[::3])
+
+
+@pytest.mark.slow
+def test_cka_interval_coverage_with_document_effects():
+    """Documents of 2-8 tokens with shared offsets in both layers (the second a noisy nonlinear map of the
+    first), dealt into 64 groups as the extraction deals them: over 150 corpora the 95% interval covers the
+    truth (the estimator's mean over 300 other corpora) 88-99% of the time and always contains its estimate.
+    Measured: 0.95 over 200 corpora (seed 0; 0.30 the truth)."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((6, 5))
+
+    def corpus(n_docs=60):
+        doc = np.repeat(np.arange(n_docs), rng.integers(2, 9, size=n_docs))
+        X = rng.standard_normal((doc.size, 6)) + rng.standard_normal((n_docs, 6))[doc]
+        Y = np.tanh(X @ A) + 0.7 * rng.standard_normal((doc.size, 5)) + 0.7 * rng.standard_normal((n_docs, 5))[doc]
+        return X, Y, doc
+
+    truth = np.mean([G.linear_cka(X, Y) for X, Y, _ in (corpus() for _ in range(300))])
+    hits = own = 0
+    reps = 150
+    for r in range(reps):
+        X, Y, doc = corpus()
+        out = G.cka_interval([X], rng.integers(0, 64, size=60)[doc], [Y], n_boot=200, seed=r)
+        lo, hi = out["low"][0, 0], out["high"][0, 0]
+        hits += lo <= truth <= hi
+        own += lo <= out["matrix"][0, 0] <= hi
+    assert own == reps
+    assert 0.88 <= hits / reps <= 0.99, hits / reps
+
+
 def test_results_json_has_the_run_cka_matrix_and_the_layers_page_draws_it():
     import json
 
@@ -158,10 +272,15 @@ def test_results_json_has_the_run_cka_matrix_and_the_layers_page_draws_it():
     want = G.cka_matrix([st.sample(l)[idx] for l in range(st.n_layers)])
     np.testing.assert_allclose(np.asarray(sec["matrix"], dtype=float), want, atol=1e-12)
     assert sec["layers"] == [int(x) for x in st.layer_ids] and sec["n_positions"] == len(idx)
+    lo, hi = np.asarray(sec["low"], dtype=float), np.asarray(sec["high"], dtype=float)
+    assert sec["interval"]["n_boot"] == G.CKA_BOOT and sec["interval"]["n_groups"] >= 2
+    assert (lo <= want + 1e-12).all() and (want <= hi + 1e-12).all() and (lo < hi)[~np.eye(len(want), dtype=bool)].all()
     other = synthetic_run(n_layers=3, d=16, seed=1, label="net-b")[1]
     v = views.cka_heatmap([res, other])
     assert len(v.figure.data) == 2 and len(v.data) == len(res["layers"]) ** 2 + len(other["layers"]) ** 2
-    assert {"layer_a", "layer_b", "cka"} <= set(json.loads(export.data_bytes(v, "json"))["data"][0])
+    assert {"layer_a", "layer_b", "cka", "cka_low", "cka_high"} <= set(json.loads(export.data_bytes(v, "json"))["data"][0])
+    assert "cka_low" in export.data_bytes(v, "csv").decode().splitlines()[0]
+    assert "95% interval [" in v.figure.data[0].customdata[0][1]  # the hover of a cell off the diagonal
     old = {k: v for k, v in res.items() if k != "cka"}  # results of an earlier version: said, not an empty chart
     assert views.cka_heatmap([old]).figure is None
 
