@@ -90,14 +90,19 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
                                  line={"color": F.OKABE_ITO[3], "dash": "dash"}), row=3, col=1)
     fig.add_trace(go.Scatter(x=x, y=n["mean_cosine"], mode="lines+markers", name="mean cosine",
                              line={"color": F.OKABE_ITO[4]}), row=4, col=1)
-    for sw in n["super_weights"] or []:  # block b's output is hidden layer b + 1
+    sws = n["super_weights"] or []
+    for sw in sws:  # block b's output is hidden layer b + 1
         fig.add_vline(x=int(sw["block"]) + 1, line={"dash": "dash", "color": F.HIGHLIGHT})
-        # along its line, inside the top panel (above it sits the panel's title; neighbouring blocks' labels
-        # would overlap if written across)
-        fig.add_annotation(x=int(sw["block"]) + 1, y=0.03, xref="x", yref="y domain", showarrow=False,
-                           textangle=-90, xanchor="right", yanchor="bottom",
-                           text=F.esc(f"super weight: block {sw['block']} [{sw['row']}, {sw['col']}]"),
-                           font={"color": F.HIGHLIGHT, "size": 11})
+    if sws:
+        # one marker per super weight on the top-1/median curve, its coordinates in the hover (written labels
+        # overlapped the panel's title, the curve and each other where super weights sit in neighbouring blocks)
+        at = [int(sw["block"]) + 1 for sw in sws]
+        fig.add_trace(go.Scatter(
+            x=at, y=[n["ratio"][x.index(a)] if a in x else None for a in at], mode="markers",
+            name="super weight (dashed: block b writes layer b+1)",
+            marker={"symbol": "star", "size": 14, "color": F.HIGHLIGHT, "line": {"width": 1, "color": "black"}},
+            text=[F.esc(f"block {sw['block']} {sw['module']}[{sw['row']}, {sw['col']}]") for sw in sws],
+            hovertemplate="super weight %{text}<br>layer %{x}: top-1/median %{y:.4g}<extra></extra>"), row=1, col=1)
     dims = sorted({d for d in n["top_dim"] if d is not None})
     # dims are integers: ticks at the dims themselves when they are few, else whole numbers only
     fig.update_yaxes(**({"tickvals": dims} if len(dims) <= 6 else {"tickformat": "d"}), row=2, col=1)

@@ -133,15 +133,15 @@ def test_chain_page_draws_every_link(server, browser, tmp_path):
             .map(el => ({names: el.data.map(t => t.name),
                          points: el.data.map(t => (t.y || []).filter(v => v !== null).length),
                          drawn: el.querySelectorAll('.scatterlayer .trace path.js-line, .scatterlayer .trace .point').length,
-                         notes: (el.layout.annotations || []).map(a => a.text)}))""")
+                         text: el.data.map(t => t.text)}))""")
         assert len(drawn) == 1, drawn
         fig = drawn[0]
         want = ["top-1 / median |x|", "top-1 dim", "first-position sink share (block b at layer b+1)",
-                "sink rate (heads with α₁ > 0.3)", "mean cosine"]
+                "sink rate (heads with α₁ > 0.3)", "mean cosine", "super weight (dashed: block b writes layer b+1)"]
         assert fig["names"] == want, fig["names"]
-        assert fig["points"] == [7, 7, 6, 6, 7], fig["points"]  # every layer (blocks at layers 1-6)
-        assert fig["drawn"] >= 7 + 7 + 6, fig  # lines and markers in the SVG, not only in the data
-        assert any("super weight: block 1 [5, 11]" in a for a in fig["notes"]), fig["notes"]
+        assert fig["points"] == [7, 7, 6, 6, 7, 1], fig["points"]  # every layer (blocks at layers 1-6)
+        assert fig["drawn"] >= 7 + 7 + 6 + 1, fig  # lines and markers in the SVG, not only in the data
+        assert fig["text"][-1] == ["block 1 output.dense[5, 11]"], fig["text"]
         page.get_by_text("Block 1's output.dense[5, 11] (value -7.25)").first.wait_for()
         page.get_by_text("Sink rate: 0.42 of all heads").first.wait_for()
         page.get_by_text("Mean cosine:").first.wait_for()
