@@ -62,7 +62,7 @@ def comparison_sentence(runs: Sequence[dict], metric: str = "mean_cosine") -> st
 
     runs = [as_results(r) for r in runs]
     label = S.BY_KEY[metric].label if metric in S.BY_KEY else metric
-    parts, last = [], []
+    parts, last, kinds = [], [], []
     for res in runs:
         if not S.applies(metric, modality(res)):
             continue
@@ -74,13 +74,17 @@ def comparison_sentence(runs: Sequence[dict], metric: str = "mean_cosine") -> st
         parts.append(f"{res.run_name} goes from {y[0]:.3g} at the input to {y[-1]:.3g} at the last layer "
                      f"(peak {y[k]:.3g} at depth {k / L:.2f})")
         last.append((float(y[-1]), res.run_name))
+        kinds.append((modality(res), res.corpus_label))
     if not parts:
         return ""
     out = f"{label} by relative depth: " + "; ".join(parts) + "."
     if len(last) >= 2:
         hi, lo = max(last), min(last)
-        out += (f" At the last layer {hi[1]} is highest ({hi[0]:.3g}) and {lo[1]} lowest ({lo[0]:.3g}); the "
-                "runs differ in modality, corpus and estimator inputs, so compare shapes more than values.")
+        out += f" At the last layer {hi[1]} is highest ({hi[0]:.3g}) and {lo[1]} lowest ({lo[0]:.3g})"
+        # the caveat only where it holds: runs of one modality on one corpus read the same text
+        differ = [w for w, i in (("modality", 0), ("corpus", 1)) if len({k[i] for k in kinds}) > 1]
+        out += (f"; the runs differ in {' and '.join(differ)}, so compare shapes more than values." if differ
+                else ".")
     return out
 
 
