@@ -1,4 +1,11 @@
-"""Browser tests: one `streamlit run app.py` per test module (own cache, own worker), Debian's chromium."""
+"""Browser tests: one `streamlit run app.py` (own cache, own worker) and one Debian chromium for the whole
+browser tier, shared by its modules (a server and its worker cost ~10 CPU-seconds to start, Chromium ~2);
+modules that need other settings start their own server (test_hostile_input, test_shared_server).
+
+Sharing means that a test sees the runs and jobs of the modules before it: select your own jobs by their
+label (budgets differ between modules), never assume an empty queue or cache. The one test that must see
+the server's very first visit (test_default_flow's deep link) is moved to the front of the tier below.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +14,10 @@ from browser_helpers import ARGS, CHROMIUM
 
 from bench.appserver import app_server
 
+FIRST = "test_deep_link_on_a_fresh_server_goes_through_the_app"
 
-@pytest.fixture(scope="module")
+
+@pytest.fixture(scope="session")
 def server(tmp_path_factory):
     cache = tmp_path_factory.mktemp("browser-cache")
     try:
@@ -18,7 +27,7 @@ def server(tmp_path_factory):
         pytest.fail(str(e))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def browser():
     from playwright.sync_api import sync_playwright
 
@@ -28,3 +37,9 @@ def browser():
         b.close()
 
 
+def pytest_collection_modifyitems(config, items):
+    """After the repository's ordering (conftest.py, tryfirst): the first-visit test leads the browser tier."""
+    first = [i for i, it in enumerate(items) if it.name == FIRST]
+    browser = [i for i, it in enumerate(items) if it.get_closest_marker("browser")]
+    if first and browser and first[0] != browser[0]:
+        items.insert(browser[0], items.pop(first[0]))

@@ -11,7 +11,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from browser_helpers import ARGS, CHROMIUM
+from browser_helpers import CHROMIUM
 from test_default_flow import _goto_page, _settle, _wait_plots
 
 from bench.appserver import app_server
@@ -43,20 +43,18 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def page(server):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        pg = b.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(240_000)
-        dialogs = []
-        pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
-        requests = []
-        pg.on("request", lambda r: requests.append(r.url))
-        pg.dialogs, pg.requests = dialogs, requests
-        yield pg
-        b.close()
+def page(server, browser):
+    """A page of the browser tier's Chromium (conftest.py: a second Playwright in the process would fail)."""
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    pg = ctx.new_page()
+    pg.set_default_timeout(240_000)
+    dialogs = []
+    pg.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    requests = []
+    pg.on("request", lambda r: requests.append(r.url))
+    pg.dialogs, pg.requests = dialogs, requests
+    yield pg
+    ctx.close()
 
 
 def _shots(tmp_path) -> Path:

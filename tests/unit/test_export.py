@@ -16,8 +16,13 @@ from core import export, views
 from core.analysis import json_safe
 from tests.synthetic import synthetic_run
 
-needs_chromium = pytest.mark.skipif(shutil.which("chromium") is None and not shutil.os.path.exists("/usr/bin/chromium"),
-                                    reason="kaleido needs a Chromium (apt-get install chromium)")
+_no_chromium = pytest.mark.skipif(shutil.which("chromium") is None and not shutil.os.path.exists("/usr/bin/chromium"),
+                                  reason="kaleido needs a Chromium (apt-get install chromium)")
+
+
+def needs_chromium(test):
+    """A test that starts a real Chromium (2-7 s each): `slow`, so out of the fast tier, and skipped without one."""
+    return pytest.mark.slow(_no_chromium(test))
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +174,7 @@ print("NOTE", z.read("figures/STATIC-IMAGES-MISSING.txt").decode().splitlines()[
 """
 
 
+@pytest.mark.slow  # waits out ANISO_EXPORT_TIMEOUT_S (4 s) in a fresh interpreter
 @pytest.mark.parametrize("browser", ["hangs", "fails"])
 def test_a_chromium_that_cannot_start_gives_a_message_within_the_timeout(tmp_path, browser):
     """Issue 27 item 13: Export never answered and the server then ignored SIGTERM. A fake Chromium
