@@ -81,7 +81,8 @@ def test_run_then_browse_everything_while_the_job_runs(server, browser):
     for title in PAGES[1:]:
         goto_page(page, title)
         wait_plots(page, MIN_PLOTS[title], timeout_s=300)
-    [job] = [j for j in _jobs(cache) if "5,000 tokens" in j.label]  # the worker stores the run, then writes "done": the pages can draw before that
+    # The worker stores the run, then writes "done": the pages can draw before that.
+    [job] = [j for j in _jobs(cache) if "5,000 tokens" in j.label]
     job = jobs.wait(job.id, cache, timeout=120)
     assert job.status == jobs.DONE and job.attempt == 1  # one computation for both visitors
     assert not job.result["cache_hit"]
