@@ -391,6 +391,7 @@ def test_bootstrap_replicates_centre_on_the_estimate_with_a_strong_group_effect(
     assert lo < est < hi
 
 
+@pytest.mark.slow  # 300 corpora (~3 s): a property of the interval, not a kernel; the full suite runs it
 def test_bootstrap_coverage_with_document_effects():
     """Strong document effects, documents of unequal length in several windows, 64 groups (the
     extraction's): over 300 corpora the 95% interval covers the truth 90-99% of the time and always
@@ -401,6 +402,7 @@ def test_bootstrap_coverage_with_document_effects():
     assert 0.90 <= cover <= 0.99, cover
 
 
+@pytest.mark.slow  # 300 corpora (~3 s): a property of the interval, not a kernel; the full suite runs it
 def test_bootstrap_coverage_weak_document_effect_many_groups():
     cover, own = _coverage(np.random.default_rng(1), 300, n_docs=400, n_groups=200, doc_sd=0.15, win_sd=0.05,
                            len_range=(4, 40))
