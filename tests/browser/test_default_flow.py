@@ -23,7 +23,7 @@ from browser_helpers import wait_plots as _wait_plots
 QUERY = os.environ.get("ANISO_FLOW_QUERY", "tokens=4000&sample=1500")
 SAMPLE = int(dict(kv.split("=") for kv in QUERY.split("&") if "=" in kv).get("sample", 5000))
 # The untrained control with 2 seeds (the app's default is 3): its spread is drawn as a band.
-COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-bert-base&seeds=2") if q)
+COMPARE_QUERY = "&".join(q for q in (QUERY, "models=minilm-l6&models=untrained-minilm-l6&seeds=2") if q)
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
@@ -133,11 +133,11 @@ def test_default_flow(server, browser, tmp_path):
     assert n_points == SAMPLE
     _screenshot(page, shots / "projection-umap.png")
 
-    # Compare: two models (MiniLM + an untrained BERT) on the same corpus.
+    # Compare: MiniLM and its untrained control (MiniLM-sized: 5x fewer weights than the BERT-base control it had).
     page.goto(f"{server}/compare?{COMPARE_QUERY}")
     page.get_by_role("button", name="Run").click()
-    # The untrained BERT's job ends (MiniLM is loaded from cache); the page redraws by itself.
-    page.locator("[data-testid=stCaptionContainer]", has_text="untrained BERT").filter(has_text="computed in") \
+    # The control's job ends (MiniLM is loaded from cache); the page redraws by itself.
+    page.locator("[data-testid=stCaptionContainer]", has_text="untrained MiniLM").filter(has_text="computed in") \
         .first.wait_for(timeout=400_000)
     # The page redraws by itself once the control's second seed is computed too (its band).
     page.wait_for_function("""() => { const el = document.querySelector('.js-plotly-plot');
@@ -145,8 +145,8 @@ def test_default_flow(server, browser, tmp_path):
     _settle(page)
     traces = _wait_plots(page, 2)  # its first section: the curves and the difference of the two runs
     curves = page.evaluate("() => document.querySelector('.js-plotly-plot').data.map(t => t.name)")
-    assert any("untrained BERT" in (n or "") for n in curves), curves
-    assert any("MiniLM" in (n or "") for n in curves), curves
+    assert any("untrained MiniLM" in (n or "") for n in curves), curves
+    assert any("MiniLM" in (n or "") and "untrained" not in (n or "") for n in curves), curves
     assert any("2 seeds (min-max)" in (n or "") for n in curves), curves  # the control's seed band
     _screenshot(page, shots / "compare.png")
     ctx.close()
