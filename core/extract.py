@@ -649,7 +649,7 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     sum_ax = ax.sum((0, 1))
     acc["sum_abs"][layer] += sum_ax
     if "gidx" in c:
-        top, at = ax.reshape(-1, d).max(0)  # (d,) the chunk's max |x_d| and its flat position
+        top, at = _max_with_position(ax)  # (d,) the chunk's max |x_d| and its flat position
         better = top > acc["max_abs"][layer]  # strictly larger: the first token holding a maximum keeps it
         acc["max_abs"][layer] = torch.where(better, top, acc["max_abs"][layer])
         acc["max_abs_at"][layer] = torch.where(better, c["gidx"][at], acc["max_abs_at"][layer])
@@ -674,6 +674,23 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
         P = torch.zeros(c["n_pairs"], d, dtype=kept.dtype, device=kept.device).index_add_(0, c["pair_of"], kept)
         acc["id_seq_sq"][layer].index_add_(0, c["pair_slot"], (P * P).sum(1))
     return norm_sum
+
+
+def _max_with_position(ax):
+    """max over the (B, T) positions of ax (B, T, d) per dim, and the flat index b*T + t holding it (the
+    first one on ties): what `ax.reshape(-1, d).max(0)` returns, in about a third of its time on CPU.
+
+    `max` with indices over a strided dim runs an index-tracking loop over all B*T*d values; here the one
+    full pass is a plain `amax` per window, and the indices are found among the B window maxima, then among
+    the T values of the winning window of each dim.
+    """
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    B, T, d = ax.shape
+    top, win = ax.amax(1).max(0)  # (d,): the first window holding each dim's maximum
+    dims = torch.arange(d, device=ax.device)
+    return top, win * T + ax[win, :, dims].argmax(1)  # (d, T) values of that window; its first maximum
 
 
 def merge_stats(a: dict, b: dict) -> dict:

@@ -286,3 +286,16 @@ def test_auto_on_cuda_is_bfloat16_and_finite(tmp_path, tiny_bert_dir, varied_txt
     for row in rows:
         for key in ("mean_cosine", "cross_sequence_cosine", "intra_sentence_similarity", "mean_norm"):
             assert row[key] is not None and np.isfinite(row[key]), key
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("shape,levels", [((5, 7, 3), 3), ((1, 9, 4), 2), ((6, 1, 5), 4), ((4, 16, 8), 0)])
+def test_max_with_position_is_max_over_positions_with_the_first_index(shape, levels):
+    """The streamed max |x_d| and the flat position b*T + t holding it (massive activations) equal the
+    naive max over the (B*T, d) rows, the first row on ties (integer levels make ties common)."""
+    g = torch.Generator().manual_seed(sum(shape) + levels)
+    ax = (torch.randint(0, levels, shape, generator=g) if levels else torch.rand(shape, generator=g)).double()
+    top, at = extract._max_with_position(ax)
+    flat = ax.reshape(-1, shape[-1]).numpy()
+    np.testing.assert_array_equal(top.numpy(), flat.max(0))
+    np.testing.assert_array_equal(at.numpy(), flat.argmax(0))  # numpy: the first occurrence
