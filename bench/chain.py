@@ -52,12 +52,13 @@ def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, dict]:
             meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
                     "max_abs_tokens": {}, "special_ids": list(lm.tokenizer.all_special_ids or [])}
             st = _stats(arrays, meta)
-            massive_section(st)
+            # as core.analysis does: one median of |x| per layer's sample, shared by the sections and the counts
+            absX = [np.abs(st.sample(l).astype(np.float64)) for l in range(st.n_layers)]
+            med = np.asarray([np.median(X) for X in absX])
+            massive_section(st, medians=med)
             high_norm_section(st)
-            for l in range(st.n_layers):
-                X = np.abs(st.sample(l).astype(np.float64))
-                med = float(np.median(X))
-                C.massive_layer(arrays["max_abs"][l], med, X)
+            for l, X in enumerate(absX):
+                C.massive_layer(arrays["max_abs"][l], float(med[l]), X)
     finally:
         E.TRACK_MAX_POSITION = True
     return time.perf_counter() - t0, time.process_time() - c0, arrays
