@@ -21,6 +21,7 @@ from concurrent.futures.process import BrokenProcessPool
 
 import numpy as np
 
+from . import settings
 from .corpora import META_PREFIX
 from .pipeline import get_stats, get_store, resolve
 from .postprocess import PostProcess
@@ -31,7 +32,6 @@ METHODS = ("pca", "umap")
 _warm = threading.Event()  # set once the kernels are compiled where umap_2d fits (this process or its UMAP process)
 _process: ProcessPoolExecutor | None = None
 _process_lock = threading.Lock()
-UMAP_PROCESS_NICE = 10  # behind the app server's own threads: pages stay quick while it compiles or fits
 
 
 def pca_2d(X: np.ndarray) -> tuple[np.ndarray, list[float]]:
@@ -112,7 +112,10 @@ def _umap_executor() -> ProcessPoolExecutor:
         if _process is None:
             # spawn, not fork: the app server is multi-threaded (tornado, job pollers)
             _process = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                                           initializer=_init_umap_process, initargs=(UMAP_PROCESS_NICE, os.getpid()))
+                                           initializer=_init_umap_process,
+                                           # behind the app server's threads, as the job worker: pages stay quick
+                                           # while it compiles or fits
+                                           initargs=(settings.worker_nice(), os.getpid()))
             # At exit, stop it at once: the executor's own exit hook would wait for a running fit or
             # warm-up (a minute). Registered after that hook, so it runs before it.
             register = getattr(threading, "_register_atexit", None)

@@ -46,7 +46,7 @@ ANISO_QUEUE_URL                a redis:// queue shared by several machines (defa
 ANISO_JOB_MODULES              comma-separated modules that register() more job kinds
 ANISO_WORKER_AUTOSTART         0: the app never starts a worker (dedicated worker machines)
 ANISO_WORKERS                  jobs at once in one worker process (threads), default 1
-ANISO_WORKER_NICE              the worker's CPU niceness, default 10
+ANISO_WORKER_NICE              the CPU niceness of the job worker and the app's UMAP process, default 10
 ANISO_WORKER_WARM              0: the app starts its worker on Run only, and that worker takes jobs at
                                once; default 1: when a page opens, and the worker first imports what
                                an analysis needs and loads the default model (the first curve sooner)
@@ -309,7 +309,7 @@ def worker_threads(given: int | None = None) -> int:
 
 
 def worker_nice() -> int:
-    """The worker's niceness: ANISO_WORKER_NICE, default 10."""
+    """The niceness of the job worker and of the app's UMAP process: ANISO_WORKER_NICE, default 10."""
     return int(os.environ.get(NICE_ENV, "10") or 0)
 
 

@@ -100,7 +100,8 @@ def test_cancel_queued_and_running_jobs(cache):
         jobs.cancel(long)
 
 
-def test_a_restarted_worker_picks_up_queued_jobs(cache):
+def test_a_restarted_worker_picks_up_queued_jobs(cache, monkeypatch):
+    monkeypatch.setenv("ANISO_WORKER_NICE", "10")  # the app's default (tests/conftest.py sets 0 for speed)
     a = jobs.submit("test-steps", _steps(n=2))
     b = jobs.submit("test-steps", _steps(n=3))
     assert jobs.worker_pid(cache) is None and jobs.status(a).status == jobs.QUEUED  # no worker: they wait

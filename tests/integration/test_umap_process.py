@@ -18,13 +18,14 @@ def umap_process():
 
 
 @pytest.mark.slow
-def test_umap_fits_in_its_process_alike_and_survives_its_death(umap_process):
+def test_umap_fits_in_its_process_alike_and_survives_its_death(umap_process, monkeypatch):
+    monkeypatch.setenv("ANISO_WORKER_NICE", "10")  # the app's default (tests/conftest.py sets 0 for speed)
     X = np.random.default_rng(3).normal(size=(120, 6)).astype(np.float32)
     expected = P._umap_fit(X, n_neighbors=10, min_dist=0.1, metric="cosine", seed=0)  # in this process
     pid = P._umap_executor().submit(os.getpid).result()  # once it answers, it has run its initializer
     assert P.umap_process_pids() == [pid]
     assert pid != os.getpid()
-    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16] == str(P.UMAP_PROCESS_NICE)  # niced
+    assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16] == "10"  # niced as the job worker
     os.kill(pid, signal.SIGKILL)  # killed (out of memory, by hand): the next fit starts a fresh process
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z" \
