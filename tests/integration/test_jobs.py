@@ -210,6 +210,7 @@ def test_ensure_worker_starts_one_worker_for_two_callers(cache, monkeypatch):
             monkeypatch.setenv(k, v)
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "1")
     monkeypatch.setenv("ANISO_WORKER_WARM", "0")  # its jobs are test kinds: no torch to import first
+    monkeypatch.setenv("ANISO_WORKER_NICE", "10")  # the app's default (tests/conftest.py sets 0 for speed)
     pids = []
     threads = [threading.Thread(target=lambda: pids.append(jobs.ensure_worker(cache, idle_exit=60))) for _ in range(2)]
     try:
