@@ -466,10 +466,13 @@ def render_chain(a: dict) -> str:
         rows.append([r["label"], fi(r["tokens_analysed"]), str(r["reps"]), ftps(t["base"]), ftps(t["chain"]),
                      ftps(t["hooks"]), fr(r["ratio"]), fr(r["ratio_hooks"]),
                      " ".join(f"{v:.3f}" for v in r["pair_ratio"]), fr(r.get("cpu_ratio")),
-                     fr(r.get("cpu_ratio_hooks")), met(r["met"])])
+                     fr(r.get("cpu_ratio_hooks")),
+                     (f"{r['sections_share']:.1%}, {fr(r['extraction_ratio'])}" if "sections_share" in r else "n/a"),
+                     met(r["met"])])
     out.append(table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
                       "Chain + hooks / base", "Per-rep chain/base", "CPU time: chain / base", "CPU time: chain + hooks "
-                      "/ base", "Goal"], rows))
+                      "/ base", "Own account: sections / base, extraction alone base / (chain - sections)", "Goal"],
+                     rows))
     return "\n".join(out)
 
 
