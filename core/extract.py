@@ -18,8 +18,10 @@ NaN there cannot leak); a NaN or inf at an analysed position stops the run with
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
@@ -163,6 +165,15 @@ class ExtractionPlan:
     def sample_size(self) -> int:
         return len(self.sample_global)
 
+    @cached_property
+    def window_rank(self) -> np.ndarray:
+        """Each window's place in the plan's order (the concatenated `batches`): ties of max |x_d| go to the
+        token first in this order, however the batches are run (`_order_keys`)."""
+        rank = np.zeros(len(self.n_an), dtype=np.int64)
+        flat = np.concatenate(self.batches) if self.batches else np.zeros(0, dtype=np.int64)
+        rank[flat] = np.arange(len(flat))
+        return rank
+
 
 def plan_extraction(windows: TokenWindows, *, special_policy: str = "exclude", batch_size: int = 16,
                     sample_size: int = 5000, seed: int = 0, layout: dict | None = None,
@@ -277,6 +288,7 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
         "sum_x": torch.zeros(L1, d, **f64), "sum_abs": torch.zeros(L1, d, **f64),
         "sum_abs2": torch.zeros(L1, d, **f64), "max_abs": torch.zeros(L1, d, **f64),
         "max_abs_at": torch.full((L1, d), -1.0, **f64),  # global analysed index of the token holding max_abs
+        "max_abs_key": torch.full((L1, d), math.inf, **f64),  # its place in the plan's order (_order_keys)
         "sum_f_abs": torch.zeros(L1, d, **f64), "intra_sum": torch.zeros(L1, **f64),
         "intra_n": torch.zeros(L1, **f64),
         "id_sum_u": torch.zeros(L1, len(plan.tracked), d, **f64),
@@ -347,15 +359,20 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
                 cost = time.perf_counter() - now
                 partial_s += cost
                 next_partial = now + max(PARTIAL_EVERY_S, cost / PARTIAL_MAX_SHARE)
+    key = acc.pop("max_abs_key")
     if reduce is not None:  # every process's sums (and sample rows) into each: the torchrun path
         at = acc.pop("max_abs_at")
         local_max = acc["max_abs"].clone()
         acc["sample"] = sample
         reduce(acc)
         sample = acc.pop("sample")
-        # Where the maximum sits: each process offers its index where its own maximum is the global one
-        # (-1 elsewhere); the largest offered index wins (ties between processes: the later token).
-        acc["max_abs_at"] = torch.where(local_max == acc["max_abs"], at, torch.full_like(at, -1.0))
+        # Where the maximum sits, as one process finds it: among the processes whose own maximum is the global
+        # one, the token first in the plan's order (ties are common at layer 0: every occurrence of a token has
+        # the same embedding); that process offers its index (-1 elsewhere).
+        mine = local_max == acc["max_abs"]
+        first = {"k": torch.where(mine, -key, torch.full_like(key, -math.inf))}
+        reduce(first, max_keys=("k",))
+        acc["max_abs_at"] = torch.where(mine & (key == -first["k"]), at, torch.full_like(at, -1.0))
         reduce({"max_abs_at": acc["max_abs_at"]}, max_keys=("max_abs_at",))
     el = time.perf_counter() - t0
     progress(Progress("forward", N, N, N / el if el > 0 else 0.0, 0.0, "done"))
@@ -475,8 +492,10 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
         for r, i in enumerate(b):
             gidx[r, an[r]] = plan.offsets[i] + np.arange(plan.n_an[i])
         gidx_t = torch.as_tensor(gidx, dtype=torch.float64, device=dev)
+        gkey_t = torch.as_tensor(_order_keys(plan, b, T), dtype=torch.float64, device=dev)
         for c in chunks:
             c["gidx"] = gidx_t[c["r0"]:c["r0"] + len(c["seq_n"])].reshape(-1)
+            c["gkey"] = gkey_t[c["r0"]:c["r0"] + len(c["seq_n"])].reshape(-1)
     sel_flat, sel_k = _sample_positions(b, an, plan)
     sel_flat_t, sel_k_t = torch.as_tensor(sel_flat, device=dev), torch.as_tensor(sel_k, device=dev)
     norm_sums = torch.zeros(len(hs), dtype=torch.float64, device=dev)
@@ -649,10 +668,15 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     sum_ax = ax.sum((0, 1))
     acc["sum_abs"][layer] += sum_ax
     if "gidx" in c:
-        top, at = _max_with_position(ax)  # (d,) the chunk's max |x_d| and its flat position
-        better = top > acc["max_abs"][layer]  # strictly larger: the first token holding a maximum keeps it
-        acc["max_abs"][layer] = torch.where(better, top, acc["max_abs"][layer])
+        top, at = _max_with_position(ax)  # (d,) the chunk's max |x_d| and its flat position (the first on ties)
+        key = c["gkey"][at]
+        cur = acc["max_abs"][layer]
+        # larger, or as large and earlier in the plan's order: the token first in that order holds a maximum,
+        # whatever order the batches ran in (one process, several, or a batch split after running out of memory)
+        better = (top > cur) | ((top == cur) & (key < acc["max_abs_key"][layer]))
+        acc["max_abs"][layer] = torch.where(better, top, cur)
         acc["max_abs_at"][layer] = torch.where(better, c["gidx"][at], acc["max_abs_at"][layer])
+        acc["max_abs_key"][layer] = torch.where(better, key, acc["max_abs_key"][layer])
     else:
         acc["max_abs"][layer] = torch.maximum(acc["max_abs"][layer], ax.amax((0, 1)))
     intra, n_intra = M.intra_sentence_sums(S, Sx, c["seq_n"])  # Ethayarajh's intra-sentence similarity
@@ -674,6 +698,16 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
         P = torch.zeros(c["n_pairs"], d, dtype=kept.dtype, device=kept.device).index_add_(0, c["pair_of"], kept)
         acc["id_seq_sq"][layer].index_add_(0, c["pair_slot"], (P * P).sum(1))
     return norm_sum
+
+
+ORDER_T = 1 << 20  # positions per window in the order keys (longer than any window)
+
+
+def _order_keys(plan: ExtractionPlan, b: np.ndarray, T: int) -> np.ndarray:
+    """(B, T) the place of each position of batch `b` in the plan's order: its window's rank times ORDER_T
+    plus the position (a batch's grid is row-major in that order, so the first of tied positions in a grid
+    has the smallest key). Exact in float64 up to 2^33 windows."""
+    return (plan.window_rank[np.asarray(b)][:, None] * ORDER_T + np.arange(T)[None, :]).astype(np.float64)
 
 
 def _max_with_position(ax):

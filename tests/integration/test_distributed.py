@@ -69,18 +69,9 @@ def _close(a, b, path=""):
         assert a == b, path
 
 
-@pytest.mark.parametrize("batch_size, case", [(4, "uneven shards of 13 padded batches"),
-                                              (64, "one batch: rank 1 has no documents")])
-def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path, batch_size, case):
-    spec = _spec(tiny_bert_dir, corpus, batch_size)
-    one = analyze(spec, cache_dir=tmp_path / "one")
-    assert (one["manifest"]["timing"]["n_batches"] > 2) == (batch_size == 4), case
-    assert one["manifest"]["timing"]["padding_fraction"] > 0  # padded batches in both cases
-
-    out = tmp_path / "results.json"
-    p = _torchrun(spec, out, tmp_path / "two")
-    assert p.returncode == 0, p.stderr[-3000:]
-    two = json.loads(out.read_text())
+def _assert_two_ranks_equal_one(spec, one: dict, two: dict, cache_one, cache_two, extra_kinds=()) -> None:
+    """The results.json of two gloo ranks equal one process's, and so do the stored statistics: sums to 1e-9,
+    maxima and the sample bit for bit; rank 0 stored exactly one entry of each kind."""
     assert two["manifest"]["distributed"] == {"world_size": 2, "backend": "gloo"}
     assert two["manifest"]["cache_key"] == one["manifest"]["cache_key"]  # the same entry as a 1-process run
     _close(one["layers"], two["layers"])
@@ -88,14 +79,11 @@ def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path, batch
         assert [a[k] for k in SAMPLE_KEYS] == [b[k] for k in SAMPLE_KEYS]  # identical sample metrics
     for k in ("outliers", "frequency", "frequency_bins"):
         _close(one[k], two[k], k)
-
-    # The stored statistics: sums to 1e-9, maxima and the sample bit for bit; rank 0 stored exactly
-    # one statistics entry and one results entry.
-    key = run_key(spec, tmp_path / "two")
-    got = CacheStore(tmp_path / "two").get(key)
-    ref = CacheStore(tmp_path / "one").get(key)
+    key = run_key(spec, cache_two)
+    got = CacheStore(cache_two).get(key)
+    ref = CacheStore(cache_one).get(key)
     assert got is not None and ref is not None
-    assert sorted(k.split(":")[0] for k in CacheStore(tmp_path / "two").keys()) == ["results", "stats"]
+    assert sorted(k.split(":")[0] for k in CacheStore(cache_two).keys()) == sorted(["results", "stats", *extra_kinds])
     A, B = ref[1], got[1]
     assert set(A) == set(B)
     for k in A:
@@ -106,6 +94,20 @@ def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path, batch
     assert set(MAX_KEYS) <= set(A)
     assert got[0]["meta"]["sample_tokens"] == ref[0]["meta"]["sample_tokens"]
     assert got[0]["meta"]["sample_context"] == ref[0]["meta"]["sample_context"]
+
+
+def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path):
+    """One batch: rank 1 has no documents. (Uneven shards of many padded batches: the attention test below,
+    whose one launch checks the analysis and the attention statistics of a causal model.)"""
+    spec = _spec(tiny_bert_dir, corpus, 64)
+    one = analyze(spec, cache_dir=tmp_path / "one")
+    assert one["manifest"]["timing"]["n_batches"] <= 2
+    assert one["manifest"]["timing"]["padding_fraction"] > 0  # a padded batch
+
+    out = tmp_path / "results.json"
+    p = _torchrun(spec, out, tmp_path / "two")
+    assert p.returncode == 0, p.stderr[-3000:]
+    _assert_two_ranks_equal_one(spec, one, json.loads(out.read_text()), tmp_path / "one", tmp_path / "two")
 
 
 FAIL_WRAPPER = """
@@ -175,11 +177,13 @@ def _strip(section: dict) -> dict:
 
 
 def test_attention_two_gloo_ranks_equal_one_process(tiny_llama_dir, corpus, tmp_path):
-    """The attention sums of two ranks (uneven shards of padded batches, a causal model) add up to one
-    process's: `analyze --attention` under torchrun (`attention` runs the same two calls)."""
+    """The statistics and the attention sums of two ranks (uneven shards of many padded batches, a causal model)
+    add up to one process's: `analyze --attention` under torchrun (`attention` runs the same two calls)."""
     from core.attention import run_attention
 
     spec = _spec(tiny_llama_dir, corpus, 4)
+    ref = analyze(spec, cache_dir=tmp_path / "one")
+    assert ref["manifest"]["timing"]["n_batches"] > 2 and ref["manifest"]["timing"]["padding_fraction"] > 0
     one = run_attention(spec, cache_dir=tmp_path / "one")
     assert not one["cache_hit"] and one["layers"][0]["n_queries"] > 0
 
@@ -188,11 +192,12 @@ def test_attention_two_gloo_ranks_equal_one_process(tiny_llama_dir, corpus, tmp_
     cmd.append("--attention")
     p = subprocess.run(cmd, cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=TIMEOUT_S)
     assert p.returncode == 0, p.stderr[-3000:]
-    two = json.loads(out.read_text())["attention"]
+    got = json.loads(out.read_text())
+    _assert_two_ranks_equal_one(spec, ref, got, tmp_path / "one", tmp_path / "two", extra_kinds=("attention",))
+    two = got["attention"]
     assert two["distributed"] == {"world_size": 2, "backend": "gloo"} and not two["cache_hit"]
     _close(_strip(one), _strip(two))
-    # Rank 0 alone stored: one statistics, one results and one attention entry; rank 1 said nothing.
-    assert sorted(k.split(":")[0] for k in CacheStore(tmp_path / "two").keys()) == ["attention", "results", "stats"]
+    # Rank 0 alone stored: one statistics, one results and one attention entry (above); rank 1 said nothing.
     assert p.stderr.count(f" -> {out}") == 1
 
 
