@@ -135,7 +135,7 @@ def render(r: dict, machine: str, date: str, command: str) -> str:
              "each side from an empty cache (models converted once per side). "
              + ("Both sides ran AT THE SAME TIME, so that each saw the same load of the shared machine (each "
                 "also slowed the other). " if r.get("parallel") else "")
-             + "The machine was shared with other work; `uptime` before and after each side:", "",
+             + "The load of the machine (`uptime`) before and after each side:", "",
              *([] if r.get("one_only") else
                [f"- 14 separate commands: before `{r['uptime_before_separate']}`, after `{r['uptime_after_separate']}`"]),
              f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`", "",
