@@ -23,6 +23,7 @@ import numpy as np
 from bench.common import log, median
 from core import chainstats as C
 from core import extract as E
+from core import statistics as S
 from core.batching import plan_batches
 from core.chain.hooks import ChainHooks
 from core.chain.summary import high_norm_section, massive_section
@@ -54,13 +55,14 @@ def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, dict, float
             meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
                     "max_abs_tokens": {}, "special_ids": list(lm.tokenizer.all_special_ids or [])}
             st = _stats(arrays, meta)
-            # as core.analysis does: one median of |x| per layer's sample, shared by the sections and the counts
-            absX = [np.abs(st.sample(l).astype(np.float64)) for l in range(st.n_layers)]
-            med = np.asarray([np.median(X) for X in absX])
+            # as results.json gets them: the registry's massive_ratio and 100x/1000x counts (one median of |x|
+            # and the counts per layer's sample), then the massive and high-norm sections with those medians
+            summaries = [S.Sample(st.sample(l)).abs_summary for l in range(st.n_layers)]
+            med = np.asarray([m for m, _ in summaries])
+            for l in range(st.n_layers):
+                C.massive_layer(arrays["max_abs"][l], float(med[l]))
             massive_section(st, medians=med)
             high_norm_section(st)
-            for l, X in enumerate(absX):
-                C.massive_layer(arrays["max_abs"][l], float(med[l]), X)
     finally:
         E.TRACK_MAX_POSITION = True
     t1 = time.perf_counter()

@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from . import chainstats as C
 from . import dimension as D
 from . import metrics as M
 from . import outliers as O
@@ -113,7 +114,7 @@ def outlier_report(stats, rows: list[dict]) -> dict:
     """Both outlier definitions side by side, their agreement, and massive activations."""
     a = stats.arrays
     act = [r["outlier_dims"] for r in rows]
-    med = np.asarray([np.median(np.abs(layer_sample(stats, l))) for l in range(stats.n_layers)])
+    med = np.asarray([C.abs_median(C.abs_values(layer_sample(stats, l))) for l in range(stats.n_layers)])
     out = {
         "activation": {"rule": f"mean_t |x_td| > mean(m) + {CONFIG.outlier_sigma:g} std(m) per layer; persistent in "
                                f">= {CONFIG.activation_persistence:.0%} of layers",

@@ -24,7 +24,8 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["POSITION_CLASSES", "position_class", "is_delimiter", "count_above", "massive_layer",
+__all__ = ["POSITION_CLASSES", "position_class", "is_delimiter", "count_above", "abs_values", "abs_median",
+           "abs_summary", "massive_layer",
            "SPIKE_FACTOR", "super_weight_candidates", "weight_magnitude", "INT8_THRESHOLD", "INT8_LAYER_SHARE",
            "INT8_POSITION_SHARE", "int8_outliers", "SINK_EPSILON", "alpha_first", "sink_rate", "set_overlap",
            "MASSIVE_FACTORS"]
@@ -82,7 +83,54 @@ def count_above(values: np.ndarray, median: float, factor: float) -> int:
     """
     if not median > 0:
         return 0
-    return int(np.count_nonzero(np.asarray(values) > factor * median))
+    return int(np.count_nonzero(np.asarray(values) > np.float64(factor * median)))  # compared in float64
+
+
+def abs_values(X: np.ndarray) -> np.ndarray:
+    """|X| flattened, in float32 when that is exact (a stored token sample is float32; the statistics read it
+    as float64): half the memory traffic for `abs_median` and `count_above`, the same numbers."""
+    X = np.asarray(X)
+    a = np.abs(X.ravel())
+    if a.dtype == np.float32:
+        return a
+    a32 = a.astype(np.float32)
+    return a32 if np.array_equal(a32, a) else a
+
+
+def abs_median(a: np.ndarray) -> float:
+    """The exact median of the non-negative values `a` (from `abs_values`), as np.median gives it.
+
+    For float32 values a radix select: the bit patterns of non-negative floats sort as the floats, so a
+    histogram of their top 16 bits finds the bin holding each middle value, and only that bin is partitioned
+    (a third of np.median's time on a 5,000 x 576 sample).
+
+    >>> a = abs_values(np.random.default_rng(0).normal(size=(400, 7)).astype(np.float32))
+    >>> abs_median(a) == float(np.median(a.astype(np.float64)))
+    True
+    """
+    n = a.size
+    if n == 0:
+        return math.nan
+    if a.dtype != np.float32 or n < 4096:
+        return float(np.median(a.astype(np.float64)))
+    hi = a.view(np.uint32) >> 16
+    cum = np.cumsum(np.bincount(hi, minlength=1 << 16))
+
+    def kth(k: int) -> float:  # the k-th smallest (from 0)
+        b = int(np.searchsorted(cum, k, side="right"))
+        lo = int(cum[b - 1]) if b else 0
+        return float(np.partition(a[hi == b], k - lo)[k - lo])
+
+    k1, k2 = (n - 1) // 2, n // 2
+    return kth(k1) if k1 == k2 else (kth(k1) + kth(k2)) / 2
+
+
+def abs_summary(X: np.ndarray, median: float | None = None) -> tuple[float, dict[float, int]]:
+    """The median of |X| over all its values and how many exceed each of MASSIVE_FACTORS x it, from one
+    |X| buffer (`median`: when the caller has it)."""
+    a = abs_values(X)
+    med = abs_median(a) if median is None else float(median)
+    return med, {f: count_above(a, med, f) for f in MASSIVE_FACTORS}
 
 
 def massive_layer(max_abs: np.ndarray, median: float, sample_abs: np.ndarray | None = None) -> dict:

@@ -105,6 +105,7 @@ class Sample:
     """A layer's token sample X (K, d) as the sample kernels read it, with the shared decompositions."""
 
     def __init__(self, X: np.ndarray):
+        self.raw = np.asarray(X)  # as stored (float32): |x| and its median are read from it, exactly
         self.X = np.asarray(X, dtype=np.float64)
         self.K = int(self.X.shape[0])
 
@@ -130,9 +131,14 @@ class Sample:
         return G.entropy_of_gram(self.scatter + self.K * np.outer(mu, mu))
 
     @cached_property
+    def abs_summary(self) -> tuple[float, dict]:
+        """The median of |x| over the K x d values of the sample (massive activations' reference) and how many
+        values exceed 100x / 1000x it (chainstats.abs_summary: one |x| buffer, a radix select)."""
+        return C.abs_summary(self.raw)
+
+    @property
     def abs_median(self) -> float:
-        """The median of |x| over the K x d values of the sample (massive activations' reference)."""
-        return float(np.median(np.abs(self.X))) if self.X.size else math.nan
+        return self.abs_summary[0]
 
     @cached_property
     def neighbours(self) -> tuple[np.ndarray, int]:
@@ -234,7 +240,7 @@ def _massive_ratio(c: Layer) -> float:
 
 
 def _massive_count(factor: float) -> Callable[[Sample], int]:
-    return lambda s: C.count_above(np.abs(s.X), s.abs_median, factor)
+    return lambda s: s.abs_summary[1][factor]
 
 
 def _frequency_binned(c: Layer) -> list:

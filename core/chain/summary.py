@@ -67,9 +67,11 @@ def massive_section(stats, top: int | None = None, medians: np.ndarray | None = 
     for l in range(stats.n_layers):
         w = int(run.widths[l])
         row = np.asarray(a["max_abs"][l, :w], dtype=np.float64)
-        X = np.abs(run.sample(l))
-        med = float(medians[l]) if medians is not None else (float(np.median(X)) if X.size else math.nan)
-        entry = {"layer": int(stats.layer_ids[l]), **C.massive_layer(row, med, X if X.size else None)}
+        X = run.sample(l)
+        med, above = C.abs_summary(X, None if medians is None else medians[l]) if X.size else (math.nan, None)
+        entry = {"layer": int(stats.layer_ids[l]), **C.massive_layer(row, med)}
+        if above is not None:
+            entry.update({f"values_above_{f:g}x": n for f, n in above.items()})
         dims = []
         for d in np.argsort(-row, kind="stable")[:k]:
             got = {"dim": int(d), "value": float(row[d])}

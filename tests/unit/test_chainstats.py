@@ -119,3 +119,32 @@ def test_sections_of_a_synthetic_run():
         assert res["layers"][l]["massive_count_100x"] == m["values_above_100x"]
         assert h["share"] == pytest.approx(res["layers"][l]["high_norm_share"])
         assert sum(h["where"]["position_classes"].values()) == h["n"]
+
+
+@pytest.mark.parametrize("shape,kind", [((5000, 96), "normal"), ((4097, 3), "normal"), ((3000, 7), "ties"),
+                                        ((2049, 4), "heavy"), ((100, 5), "normal"), ((4096, 2), "zeros")])
+def test_abs_median_and_counts_equal_numpy(shape, kind):
+    """The radix-select median of |x| (float32 samples) and the 100x / 1000x counts equal np.median and a
+    count over float64 |x|, for odd and even sizes, many ties, heavy tails (massive values) and zeros."""
+    rng = np.random.default_rng(sum(shape))
+    X = rng.normal(size=shape)
+    if kind == "ties":
+        X = np.round(X * 4) / 4
+    elif kind == "heavy":
+        X = X * rng.lognormal(0, 3, size=shape)
+        X[0, 0] = 5e4
+    elif kind == "zeros":
+        X[: shape[0] // 2 + 3] = 0.0
+    X32 = X.astype(np.float32)
+    ref = np.abs(X32.astype(np.float64))
+    med, above = C.abs_summary(X32)
+    assert med == float(np.median(ref))
+    assert C.abs_median(C.abs_values(X32.astype(np.float64))) == med  # float64 holding float32 values: the same
+    for f, n in above.items():
+        assert n == int((ref > f * med).sum()) if med > 0 else n == 0
+
+
+def test_abs_median_of_values_float32_cannot_hold_is_numpy_s():
+    X = np.random.default_rng(1).normal(size=(5000, 3))  # float64 values: no float32 shortcut
+    assert C.abs_values(X).dtype == np.float64
+    assert C.abs_median(C.abs_values(X)) == float(np.median(np.abs(X)))
