@@ -380,6 +380,9 @@ def dim_matrix(groups: Sequence[dict], *, title: str, subtitle: str, n_layers: i
 
 
 # ----------------------------------------------------------------------------- 2-D projections
+PANEL_TITLE_CHARS = 44  # a panel title's line when two panels share the width
+
+
 def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_mode: str,
                    color_title: str = "", height: int | None = None) -> go.Figure:
     """Side-by-side 2-D scatter panels sharing one colour scale.
@@ -393,11 +396,15 @@ def scatter_panels(panels: Sequence[dict], *, title: str, subtitle: str, color_m
     n = len(panels)
     cols = min(n, 2) if n > 2 else n
     rows = int(np.ceil(n / cols))
-    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[esc(p["title"]) for p in panels],
+    # Side by side, a long panel title ("untrained Whisper tiny encoder · speech-human, layer 2/4, raw") ran
+    # into its neighbour's: wrapped onto lines that fit half the page's width
+    names = [_wrap(p["title"], PANEL_TITLE_CHARS) if cols > 1 else esc(p["title"]) for p in panels]
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=names,
                         horizontal_spacing=0.08, vertical_spacing=0.14 if rows > 1 else 0.1)
     fig.update_layout(template=TEMPLATE, height=height or (560 if rows == 1 else 440 * rows))
     _titles(fig, title, subtitle)
-    fig.update_layout(margin=dict(t=fig.layout.margin.t + 40))  # room for the panel titles
+    extra = 18 * max(t.count("<br>") for t in names)  # a wrapped title's further lines
+    fig.update_layout(margin=dict(t=fig.layout.margin.t + 40 + extra))  # room for the panel titles
     hover_t = "%{text}<extra></extra>"
     shown: set[str] = set()  # legend entries already drawn (one per name across the panels)
 

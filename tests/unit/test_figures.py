@@ -240,6 +240,19 @@ def test_subtitles_wrap_at_separators():
     assert s.count("<br>") == 1 and s.replace("<br>", " · ") == " · ".join(["x" * 40] * 4)
 
 
+def test_side_by_side_panel_titles_wrap():
+    """Compare's Godey preset: eight panels two by two; a long title ran into its neighbour's."""
+    long = "untrained Whisper tiny encoder · speech-human, layer 2/4, raw"
+    panels = [{"title": t, "x": [0.0, 1.0], "y": [0.0, 1.0], "hover": ["a", "b"], "color": [0.0, 1.0]}
+              for t in ("Whisper tiny.en encoder · speech-human, layer 2/4, raw", long, "a <b> · c", "short")]
+    fig = F.scatter_panels(panels, title="t", subtitle="s", color_mode="continuous")
+    got = [a.text for a in fig.layout.annotations][:4]
+    assert all(len(line) <= F.PANEL_TITLE_CHARS for t in got for line in t.split("<br>")), got
+    assert got[1].replace("<br>", " ") == long and got[2] == "a &lt;b&gt; · c" and got[3] == "short"
+    one = F.scatter_panels(panels[1:2], title="t", subtitle="s", color_mode="continuous")
+    assert one.layout.annotations[0].text == long  # a panel alone keeps its title on one line
+
+
 def test_long_subtitle_segments_break_at_spaces():
     seg = "word " * 40
     s = F.wrap_segments(f"a · {seg.strip()}", width=50)
