@@ -57,3 +57,14 @@ def test_a_series_without_attention_says_so():
         D.qk_drift(ser)
     with pytest.raises(ValueError, match="Unknown statistic"):
         D.qk_drift(_series(), "v_drift")
+
+
+def test_step_axes_are_labelled_at_the_checkpoints():
+    """The log step axis of the runs compared and of the loss: a tick at each checkpoint, step 0 (drawn at
+    0.5) labelled "0", not Plotly's own log ticks (0.5 read as "5", then 6, 7, 8, 9 before step 1)."""
+    ser = _series()
+    ser["record"] |= {"checkpoints": [{"step": s, "held_out_loss": 5.0 - s / 4} for s in STEPS],
+                      "data": {"held_out_tokens": 100}, "log": []}
+    for fig in (D.compare_runs({"a": ser, "b": ser}).figure, D.loss_curves(ser).figure):
+        ax = fig.layout.xaxis
+        assert ax.type == "log" and list(ax.tickvals) == [0.5, 1, 2, 4] and list(ax.ticktext) == ["0", "1", "2", "4"]
