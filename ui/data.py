@@ -53,7 +53,10 @@ def resolved(spec: RunSpec) -> pipeline.ResolvedRun:
     return pipeline.resolve(spec)
 
 
-@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+# Not memoised (one look-up in the store's index): a run the worker has just stored must be seen by the very
+# next page run of every session. A memoised "not computed" was seen on a shared server: a second visitor
+# whose page ran as the job ended, after another session had memoised the answer, drew nothing and never
+# reran, since its own job panel had not seen the job running.
 def is_cached(spec: RunSpec) -> bool:
     return pipeline.is_cached(resolved(spec))
 
@@ -179,10 +182,10 @@ def cka_across(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
     return views.cka_across(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))
 
 
-# Attention statistics: computed only behind the page's button (they load the model).
-@st.cache_data(ttl=30, max_entries=64, show_spinner=False)
+# Attention statistics: computed only behind the page's button (they load the model). Not memoised, as
+# is_cached: the run's results (memoised) give the section's key, then one look-up in the store's index.
 def attention_cached(spec: RunSpec) -> bool:
-    return A.is_cached(resolved(spec))
+    return is_cached(spec) and A.attention_key(results(spec)) in pipeline.get_store()
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

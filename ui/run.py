@@ -225,8 +225,6 @@ def _panel_body(sel, polling: bool, rows=None, active_only: bool = False, traini
         # Before drawing anything: a button drawn by this (fragment) run would be replaced by the app's
         # rerun at once, and a click on it (Retry on a failed job) would go to a fragment that no longer
         # exists and be lost.
-        data.is_cached.clear()  # the finished job's results are on disk now: redraw every page
-        data.attention_cached.clear()
         training.forget_listings()
         st.rerun(scope="app")
     if polling and still_active:

@@ -79,3 +79,19 @@ def test_a_failed_run_shows_its_last_partial_and_the_error(app):
         no_exception(at)
         assert by_title(at, "Mean cosine similarity by layer (last partial result of a failed run)")
         assert any("The run failed at partial:" in e.value and "out of memory" in e.value for e in at.error)
+
+
+def test_a_run_stored_meanwhile_is_drawn_by_the_next_page_run(app):
+    """A page that found the run not computed draws it on its next run once the worker has stored it: the
+    look-up keeps no "not computed" (a memoised one left a second visitor on a shared server with nothing
+    drawn, its own job panel never having seen the job run, so nothing reran it)."""
+    tokens = TOKENS + 10  # a budget of its own: stored below, as the worker would store it
+    spec = Selection(max_tokens=tokens, sample=500).spec("minilm-l6")
+    assert not is_cached(spec)
+    at = app(tokens=str(tokens))
+    no_exception(at)
+    assert not figures(at) and any("Nothing to show yet" in i.value for i in at.info)
+    synthetic_runs.seed(spec)
+    at.run()
+    no_exception(at)
+    assert by_title(at, "Mean cosine similarity by layer")
