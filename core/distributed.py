@@ -312,10 +312,26 @@ def run_torchrun(args: list[str], nproc: int, progress: Callable[..., None], can
             lines = log.read_text(errors="replace").splitlines()
             said = [ln for ln in lines if ln.startswith("error: ")]
             raise InputError(said[-1][len("error: "):] if said else
-                             f"torchrun exited with status {p.returncode}: {' '.join(lines[-3:])[-300:]}")
+                             f"torchrun exited with status {p.returncode}: {failure_summary(lines)}")
         res = json.loads(out.read_text())
     progress(Progress("done", 1, 1, message=f"torchrun: {nproc} processes"))
     return res
+
+
+# What a rank that died without a message of ours leaves in torchrun's log: the C++ runtime's last words, a
+# Python exception's last line, and torchrun's own account of the first failure (which rank, which signal).
+_FAILURE_MARKS = ("terminate called", "what():", "Error:", "Exception:", "rank :", "exitcode :", "traceback :")
+
+
+def failure_summary(lines: list[str], limit: int = 600) -> str:
+    """The lines of a failed torchrun's log that say which rank failed and how, in order, without repeats."""
+    picked: list[str] = []
+    for ln in lines:
+        ln = " ".join(ln.split())
+        if any(m in ln for m in _FAILURE_MARKS) and ln not in picked and "ChildFailedError" not in ln:
+            picked.append(ln)
+    text = " · ".join(picked) if picked else " ".join(" ".join(ln.split()) for ln in lines[-3:])
+    return text if len(text) <= limit else "…" + text[-limit:]
 
 
 def job_torchrun(params: dict, progress: Callable[..., None], cancel: Callable[[], bool]) -> dict:

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from core.cli import _spec, build_parser
-from core.distributed import shard_batches, spec_args, torchrun_command
+from core.distributed import failure_summary, shard_batches, spec_args, torchrun_command
 from core.errors import InputError
 from core.spec import RunSpec
 
@@ -51,3 +51,27 @@ def test_torchrun_command_is_a_standalone_torchrun_of_analyze():
     assert cmd[cmd.index("--max-tokens") + 1] == "500" and cmd[cmd.index("--cache-dir") + 1] == "c"
     with pytest.raises(InputError):
         torchrun_command(RunSpec(), 0, "r.json")
+
+
+def test_a_failed_torchrun_says_which_rank_failed_and_how():
+    """A rank killed by a signal leaves no "error:" line of ours: the job's message is the C++ runtime's last words
+    and torchrun's account of the first failure, not the last three lines of its banner."""
+    log = """checkpoint 2/3
+terminate called without an active exception
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+core FAILED
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-01_23:00:00
+  host      : lab
+  rank      : 1 (local_rank: 1)
+  exitcode  : -6 (pid: 32386)
+  error_file: <N/A>
+  traceback : Signal 6 (SIGABRT) received by PID 32386
+============================================================""".splitlines()
+    assert failure_summary(log) == ("terminate called without an active exception · rank : 1 (local_rank: 1) · "
+                                    "exitcode : -6 (pid: 32386) · traceback : Signal 6 (SIGABRT) received by PID 32386")
+    assert failure_summary(["a", "b", "c", "d"]) == "b c d"  # nothing recognised: the log's last lines
+    assert failure_summary(["ValueError: " + "x" * 1000]).startswith("…") and len(failure_summary(["x"] * 3)) < 600
