@@ -57,6 +57,24 @@ def _axis_titles(proj: dict) -> tuple[str, str]:
     return "UMAP 1 (arbitrary units)", "UMAP 2 (arbitrary units)"
 
 
+def _rescale_measures(panels: list[dict], names: dict[str, str]) -> str:
+    """Panels coloured by different measures (log corpus frequency for text, patch position for images, time in
+    the clip for speech) share one colour bar: each measure is mapped onto 0-1 by its own range over the panels
+    that show it (a log frequency of 10 was drawn as dark as patch 10 of 256). The data keep the raw values.
+    Returns the note that says so."""
+    spans = []
+    for col, name in names.items():
+        vals = np.concatenate([np.asarray(p["color"], dtype=float) for p in panels if p.get("measure") == col])
+        ok = vals[np.isfinite(vals)]
+        lo, hi = (float(ok.min()), float(ok.max())) if ok.size else (0.0, 1.0)
+        for p in panels:
+            if p.get("measure") == col:
+                p["color"] = (np.asarray(p["color"], dtype=float) - lo) / (hi - lo if hi > lo else 1.0)
+        spans.append(f"{name} {lo:g} to {hi:g}")
+    return ("Colour: each panel's measure on its own range, 0 (lowest) to 1 (highest) over the panels that show it ("
+            + "; ".join(spans) + "), since the measures differ in unit; the data export keeps the raw values.")
+
+
 def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str = "log_frequency",
                search: str = "") -> View:
     """2-D projections of sampled tokens, one panel per (results, projection, sample table).
@@ -124,6 +142,7 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
                 notes.append(f"{res.model_label}: no token frequency for {('audio' if col == 'time_s' else 'images')}"
                              f"; coloured by {where} instead.")
             p["color"] = t[col].to_numpy(dtype=float)
+            p["measure"] = col
             used.append(col)
         elif mode == "discrete":
             docs = t["document"].to_numpy()
@@ -157,8 +176,12 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     elif color_by == "log_frequency" and used and set(used) != {"log_frequency"}:  # image/audio panels among them
         if any(modality(p[0]) == "image" for p in panels):
             titles["position"] = "patch<br>position"
-        ctitle = " / ".join(titles[c] for c in dict.fromkeys(used))
         colour = " / ".join(titles[c].replace("<br>", " ") for c in dict.fromkeys(used))
+        if len(set(used)) > 1:  # measures in different units: each on its own range, or one scale darkens the others
+            ctitle = "each measure,<br>low → high"
+            notes.append(_rescale_measures(out_panels, {c: titles[c].replace("<br>", " ") for c in used}))
+        else:
+            ctitle = titles[used[0]]
     else:
         ctitle = titles.get(color_by, "")
         colour = color_by.replace("_", " ")

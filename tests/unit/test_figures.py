@@ -4,6 +4,7 @@ import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from core import figures as F
@@ -324,3 +325,33 @@ def test_published_curves_only_where_they_apply():
     assert shown == [] and "reads image inputs" in notes[0]
     v = views.layer_curves([run("LlamaForCausalLM", "wiki-en")], "mean_cosine")
     assert not [t for t in v.figure.data if t.name.startswith("published")] and any("hidden" in n for n in v.notes)
+
+
+def test_projection_panels_of_measures_in_different_units_each_use_their_own_range(run_a):
+    """Compare's cross-modal projections: log frequency (text) beside patch position (image) on one colour bar
+    drew the text panel dark (a log frequency of 10 as dark as patch 10 of 256); each measure now spans 0-1."""
+    import copy
+
+    st, a = run_a
+    xy, ev = pca_2d(st.sample(2).astype(float))
+    proj = {"xy": xy, "method": "pca", "params": {}, "layer": 2, "post": "raw", "n_points": len(xy),
+            "explained_variance": ev}
+    text = sample_table(st)
+    image = text.copy()
+    image["item"] = "crop.png"
+    image["position"] = np.arange(len(image)) % 256
+    img = copy.deepcopy(a)
+    img["manifest"]["modality"] = "image"
+    v = views.projection([(a, proj, text), (img, proj, image)], "log_frequency")
+    t, i = (np.asarray(tr.marker.color, dtype=float) for tr in v.figure.data[:2])
+    lf = text["log_frequency"].to_numpy(dtype=float)
+    np.testing.assert_allclose(t, (lf - lf.min()) / (lf.max() - lf.min()))
+    np.testing.assert_allclose(i, image["position"].to_numpy() / 255)
+    assert t.min() == 0 and t.max() == 1 and i.max() == 1
+    assert "low → high" in v.figure.layout.coloraxis.colorbar.title.text
+    assert any(n.startswith("Colour: each panel's measure on its own range") and "patch position 0 to 255" in n
+               for n in v.notes)
+    assert v.data["position"].max() == 255 and v.data["frequency"].equals(  # the export keeps the raw values
+        pd.concat([text["frequency"], image["frequency"]], ignore_index=True))
+    one = views.projection([(a, proj, text), (a, proj, text)], "log_frequency")  # one measure: its raw values
+    np.testing.assert_allclose(np.asarray(one.figure.data[1].marker.color, dtype=float), lf)
