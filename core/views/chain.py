@@ -24,6 +24,10 @@ from plotly.subplots import make_subplots
 from .. import figures as F
 from .common import View, _manifest, as_results
 
+BLOCKS_NOTE = ("Blocks are numbered from 0 here, as the model's module list numbers them (`layers.11.mlp.down_proj`) "
+               "and as Yu et al. name super weights: block b writes hidden state b + 1. The Attention page numbers "
+               "blocks from 1, so that its block l writes hidden state l.")
+MAX_DIM_ROWS = 12  # up to this many distinct top-1 dims: one row each on the massive-dim panel
 MASSIVE_RATIO = 100.0  # Sun et al. 2024: a top-1 |x| > 100x the median is a massive activation
 PANELS = ("top-1 / median |x| (log)", "massive dim (◆ = an outlier dim)", "sink share / sink rate", "mean cosine")
 ABLATION_STATS = {"top1_median": ("top-1 / median |x|", True), "mean_cosine": ("mean cosine", False),
@@ -75,7 +79,12 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
     fig.add_hline(y=MASSIVE_RATIO, line={"dash": "dot", "color": "grey"}, row=1, col=1)
     fig.update_yaxes(type="log", row=1, col=1)
     inside = [d in n["outlier_dims"] for d in n["top_dim"]]
-    fig.add_trace(go.Scatter(x=x, y=n["top_dim"], mode="markers", name="top-1 dim",
+    dims = sorted({d for d in n["top_dim"] if d is not None})
+    # a few dims: one evenly spaced row each (as numbers, neighbours such as DINOv2's 323 and 324 overprinted each
+    # other's tick labels); many: a numeric axis with whole-number ticks
+    few = len(dims) <= MAX_DIM_ROWS
+    fig.add_trace(go.Scatter(x=x, y=[None if d is None else (str(d) if few else d) for d in n["top_dim"]],
+                             mode="markers", name="top-1 dim",
                              marker={"symbol": ["diamond" if i else "circle-open" for i in inside], "size": 9,
                                      "color": [F.HIGHLIGHT if i else F.OKABE_ITO[1] for i in inside]},
                              text=["an outlier dim" if i else "not an outlier dim" for i in inside],
@@ -103,9 +112,8 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
             marker={"symbol": "star", "size": 14, "color": F.HIGHLIGHT, "line": {"width": 1, "color": "black"}},
             text=[F.esc(f"block {sw['block']} {sw['module']}[{sw['row']}, {sw['col']}]") for sw in sws],
             hovertemplate="super weight %{text}<br>layer %{x}: top-1/median %{y:.4g}<extra></extra>"), row=1, col=1)
-    dims = sorted({d for d in n["top_dim"] if d is not None})
-    # dims are integers: ticks at the dims themselves when they are few, else whole numbers only
-    fig.update_yaxes(**({"tickvals": dims} if len(dims) <= 6 else {"tickformat": "d"}), row=2, col=1)
+    fig.update_yaxes(**({"type": "category", "categoryorder": "array", "categoryarray": [str(d) for d in dims]}
+                        if few else {"tickformat": "d"}), row=2, col=1)
     missing = [w for w, ok in (("super weights (run core chain / analyze --chain)", n["chain_measured"]),
                                ("sink share (compute the attention statistics)", n["sink_share"] is not None)) if not ok]
     fig.update_xaxes(title_text="layer (0 = embeddings)", row=4, col=1)
@@ -118,7 +126,7 @@ def chain_view(results, attention: dict | None = None, ablations: dict | None = 
                        "sink_share": _pad(n["sink_share"], len(x)), "sink_rate": _pad(n["sink_rate_per_layer"], len(x))})
     sentences = chain_sentences(n)
     return View("chain", "The outlier chain", fig, df, _manifest("chain", {}, [results]),
-                caption=" ".join(sentences[:1]), notes=sentences)
+                caption=" ".join(sentences[:1]), notes=[*sentences, BLOCKS_NOTE])
 
 
 def _unit(n: dict) -> str:
@@ -166,7 +174,7 @@ def chain_sentences(n: dict) -> list[str]:
         s = np.asarray(n["sink_share"], dtype=float)
         j = int(np.nanargmax(s))
         after = s[first:] if first is not None else s
-        out.append(f"First-position sink share: largest in block {j} ({s[j]:.2f}); mean {np.nanmean(s):.2f} over all blocks"
+        out.append(f"First-position sink share: largest in block {j}, which writes hidden state {j + 1} ({s[j]:.2f}); mean {np.nanmean(s):.2f} over all blocks"
                    + (f", {np.nanmean(after):.2f} from the first massive layer on." if first is not None and len(after) else "."))
     else:
         out.append("First-position sink share: not measured (compute the attention statistics on the Attention page).")

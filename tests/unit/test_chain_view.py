@@ -34,7 +34,7 @@ def test_sentences_follow_the_numbers():
                                "(×2,500 the median) → dim 7 is an outlier dim.")
     assert "Massive activations from hidden state 2 on (×2,500 the median, dim 7, at the first position)" in lines[1]
     assert "[7] among" in lines[1]
-    assert "largest in block 2 (0.80)" in lines[2]
+    assert "largest in block 2, which writes hidden state 3 (0.80)" in lines[2]
     assert "Sink rate: 0.40" in lines[3]
     assert lines[4] == "Mean cosine: 0.05 before hidden state 2, 0.35 from it on (last layer 0.50)."
     # the numbers change, so do the sentences
@@ -43,12 +43,21 @@ def test_sentences_follow_the_numbers():
     assert "dim 7 is not an outlier dim" in C.chain_sentences(C.chain_numbers(other, att))[0]
 
 
-def test_missing_links_are_said_missing_and_the_figure_has_four_panels():
+def test_missing_links_are_said_missing_and_the_figure_has_four_panels(monkeypatch):
     v = C.chain_view(_run(chain=False))
     assert any("not scanned" in s for s in v.notes) and any("not measured" in s for s in v.notes)
     assert "not measured" in v.figure.layout.title.subtitle.text
     assert len({tr.yaxis for tr in v.figure.data}) == 3  # no sink panel trace without attention and chain
     assert v.figure.layout.yaxis.type == "log"
+    assert v.notes[-1] == C.BLOCKS_NOTE  # the numbering said beside the sentences (the Attention page counts from 1)
+    # the massive-dim panel: few dims, one evenly spaced row each, in numeric order (323 and 324 overprinted)
+    assert v.figure.layout.yaxis2.type == "category" and list(v.figure.layout.yaxis2.categoryarray) == ["3", "7"]
+    many = _run(chain=False)
+    for i, m in enumerate(many["outliers"]["massive_activations"]):
+        m["dims"] = [300 + 5 * i]
+    monkeypatch.setattr(C, "MAX_DIM_ROWS", 5)  # six distinct dims: more than rows allowed
+    wide = C.chain_view(many).figure.layout.yaxis2
+    assert wide.type != "category" and wide.tickformat == "d"
     assert list(v.data.columns[:3]) == ["layer", "top1_median", "top_dim"] and len(v.data) == 6
     assert np.isnan(v.data["sink_share"].astype(float)).all()
 
