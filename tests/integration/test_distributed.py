@@ -96,20 +96,6 @@ def _assert_two_ranks_equal_one(spec, one: dict, two: dict, cache_one, cache_two
     assert got[0]["meta"]["sample_context"] == ref[0]["meta"]["sample_context"]
 
 
-def test_two_gloo_ranks_equal_one_process(tiny_bert_dir, corpus, tmp_path):
-    """One batch: rank 1 has no documents. (Uneven shards of many padded batches: the attention test below,
-    whose one launch checks the analysis and the attention statistics of a causal model.)"""
-    spec = _spec(tiny_bert_dir, corpus, 64)
-    one = analyze(spec, cache_dir=tmp_path / "one")
-    assert one["manifest"]["timing"]["n_batches"] <= 2
-    assert one["manifest"]["timing"]["padding_fraction"] > 0  # a padded batch
-
-    out = tmp_path / "results.json"
-    p = _torchrun(spec, out, tmp_path / "two")
-    assert p.returncode == 0, p.stderr[-3000:]
-    _assert_two_ranks_equal_one(spec, one, json.loads(out.read_text()), tmp_path / "one", tmp_path / "two")
-
-
 FAIL_WRAPPER = """
     import os, sys
     sys.path.insert(0, {root!r})
@@ -143,7 +129,7 @@ def test_a_failing_rank_fails_the_run_and_nothing_is_cached(tiny_bert_dir, corpu
 
 def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypatch):
     """core.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" and "attention" jobs
-    torchrun jobs."""
+    torchrun jobs, and two gloo ranks store what one process computes."""
     for k, v in _env().items():
         monkeypatch.setenv(k, v)
     spec = _spec(tiny_bert_dir, corpus, 64)
@@ -159,6 +145,12 @@ def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypat
     assert got["cache_key"] == run_key(spec, tmp_path / "c2") and got["cache_hit"]  # rank 0 stored it
     res = analyze(spec, cache_dir=tmp_path / "c2")
     assert res["manifest"]["cache_hit"] and res["manifest"]["distributed"]["world_size"] == 2
+    # ... and it is one process's run: one padded batch, so rank 1 had no documents. (Uneven shards of many
+    # padded batches: the attention test below, whose one launch checks the analysis and the attention
+    # statistics of a causal model.)
+    one = analyze(spec, cache_dir=tmp_path / "one")
+    assert one["manifest"]["timing"]["n_batches"] <= 2 and one["manifest"]["timing"]["padding_fraction"] > 0
+    _assert_two_ranks_equal_one(spec, one, res, tmp_path / "one", tmp_path / "c2")
     # The "attention" job under the setting: a torchrun job of `attention` computes and stores the section.
     from core.attention import job_attention, run_attention
 
