@@ -24,7 +24,7 @@ from plotly.subplots import make_subplots
 from .. import figures as F
 from .common import View, _manifest, as_results
 
-BLOCKS_NOTE = ("Blocks are numbered from 0 here, as the model's module list numbers them (`layers.11.mlp.down_proj`) "
+BLOCKS_NOTE = ("Blocks are numbered from 0 here, as the model's module list numbers them (e.g. a LLaMA's layers.11.mlp.down_proj) "
                "and as Yu et al. name super weights: block b writes hidden state b + 1. The Attention page numbers "
                "blocks from 1, so that its block l writes hidden state l.")
 MAX_DIM_ROWS = 12  # up to this many distinct top-1 dims: one row each on the massive-dim panel

@@ -57,6 +57,10 @@ def _axis_titles(proj: dict) -> tuple[str, str]:
     return "UMAP 1 (arbitrary units)", "UMAP 2 (arbitrary units)"
 
 
+def _num(v: float) -> str:
+    return f"{v:,.0f}" if float(v).is_integer() else f"{v:.3g}"
+
+
 def _rescale_measures(panels: list[dict], names: dict[str, str]) -> str:
     """Panels coloured by different measures (log corpus frequency for text, patch position for images, time in
     the clip for speech) share one colour bar: each measure is mapped onto 0-1 by its own range over the panels
@@ -70,7 +74,7 @@ def _rescale_measures(panels: list[dict], names: dict[str, str]) -> str:
         for p in panels:
             if p.get("measure") == col:
                 p["color"] = (np.asarray(p["color"], dtype=float) - lo) / (hi - lo if hi > lo else 1.0)
-        spans.append(f"{name} {lo:g} to {hi:g}")
+        spans.append(f"{name} {_num(lo)} to {_num(hi)}")
     return ("Colour: each panel's measure on its own range, 0 (lowest) to 1 (highest) over the panels that show it ("
             + "; ".join(spans) + "), since the measures differ in unit; the data export keeps the raw values.")
 
