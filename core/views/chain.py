@@ -24,9 +24,9 @@ from plotly.subplots import make_subplots
 from .. import figures as F
 from .common import View, _manifest, as_results
 
-BLOCKS_NOTE = ("Blocks are numbered from 0 here, as the model's module list numbers them (e.g. a LLaMA's layers.11.mlp.down_proj) "
-               "and as Yu et al. name super weights: block b writes hidden state b + 1. The Attention page numbers "
-               "blocks from 1, so that its block l writes hidden state l.")
+BLOCKS_NOTE = ("Blocks are numbered from 0 here, as the model's module list numbers them (e.g. a LLaMA's "
+               "layers.11.mlp.down_proj) and as Yu et al. name super weights: block b writes hidden state b + 1. "
+               "The Attention page numbers blocks from 1, so that its block l writes hidden state l.")
 MAX_DIM_ROWS = 12  # up to this many distinct top-1 dims: one row each on the massive-dim panel
 MASSIVE_RATIO = 100.0  # Sun et al. 2024: a top-1 |x| > 100x the median is a massive activation
 PANELS = ("top-1 / median |x| (log)", "massive dim (◆ = an outlier dim)", "sink share / sink rate", "mean cosine")
@@ -174,7 +174,8 @@ def chain_sentences(n: dict) -> list[str]:
         s = np.asarray(n["sink_share"], dtype=float)
         j = int(np.nanargmax(s))
         after = s[first:] if first is not None else s
-        out.append(f"First-position sink share: largest in block {j}, which writes hidden state {j + 1} ({s[j]:.2f}); mean {np.nanmean(s):.2f} over all blocks"
+        out.append(f"First-position sink share: largest in block {j}, which writes hidden state {j + 1} ({s[j]:.2f}); "
+                   f"mean {np.nanmean(s):.2f} over all blocks"
                    + (f", {np.nanmean(after):.2f} from the first massive layer on." if first is not None and len(after) else "."))
     else:
         out.append("First-position sink share: not measured (compute the attention statistics on the Attention page).")
