@@ -69,6 +69,8 @@ def set_page(url_path: str) -> str:
 def sync_url(sel: Selection | None = None) -> None:
     sel = sel or selection()
     want = to_query_params(sel, st.session_state.get(PAGE_KEY))
+    if log().no_models:  # the models box is empty: a link of this view must not reopen the last models
+        want.pop("models", None)
     have = _url_params()
     norm = {k: (v if isinstance(v, list) else [v]) for k, v in want.items()}
     if norm != have:

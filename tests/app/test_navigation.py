@@ -89,8 +89,11 @@ def test_cleared_models_show_no_run(app, planted):
     assert "already computed" not in _sidebar_captions(at)
     assert not [b for b in at.sidebar.button if b.key == "run"]
     assert not figures(at) and any("No model is selected" in i.value for i in at.info)
+    assert "models" not in at.query_params  # a link of this view does not reopen the models cleared
     at.sidebar.multiselect(key="w_models").set_value(["minilm-l6"]).run()
     assert figures(at) and "1 of 1" in _sidebar_captions(at)
+    at.sidebar.multiselect(key="w_models").set_value(list(TWO)).run()
+    assert list(at.query_params["models"]) == list(TWO)  # and a choice writes them again
 
 
 @pytest.mark.parametrize("page,corpus", [("pages/train.py", True), ("pages/dynamics.py", False)])
