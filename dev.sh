@@ -98,8 +98,9 @@ case "${1:-}" in
       exec .venv/bin/python -m pytest -n 2 --dist loadfile -m fast tests/unit core tests/integration "$@"
     fi
     # Two worker processes (pytest-xdist), one test file at a time each, heaviest files first (conftest.py);
-    # `-n 0` after it runs everything in this one process.
-    exec .venv/bin/python -m pytest -n 2 --dist loadfile "$@"
+    # `-n 0` after it runs everything in this one process. The 30 slowest steps are listed at the end, so that
+    # every run (CI's too) says where the time went.
+    exec .venv/bin/python -m pytest -n 2 --dist loadfile --durations=30 "$@"
     ;;
   *)
     echo "usage: ./dev.sh run | test [--fast] [pytest args]" >&2

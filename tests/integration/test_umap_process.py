@@ -26,6 +26,8 @@ def test_umap_fits_in_its_process_alike_and_survives_its_death(umap_process, mon
     assert P.umap_process_pids() == [pid]
     assert pid != os.getpid()
     assert open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[16] == "10"  # niced as the job worker
+    # the processes started below at the tests' niceness: a niced one waits behind the other test worker
+    monkeypatch.setenv("ANISO_WORKER_NICE", "0")
     os.kill(pid, signal.SIGKILL)  # killed (out of memory, by hand): the next fit starts a fresh process
     deadline = time.monotonic() + 10
     while os.path.exists(f"/proc/{pid}") and open(f"/proc/{pid}/stat").read().split()[2] != "Z" \
