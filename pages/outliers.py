@@ -136,7 +136,7 @@ if page.need_runs(runs):
             freq, freq_table = data.frequency_views(run.spec, which, layer, tuple(set_dims))
             page.show(freq, "freq")
             st.markdown("**Pearson r per outlier dimension**")
-            page.show(freq_table, "freq_table")
+            page.show(freq_table, "freq_table", shown=freq.notes)  # the position warning: once, above
             with st.expander("What the columns mean"):
                 st.markdown("\n".join(f"- **{k}**: {markdown_text(v)}" for k, v in views.FREQUENCY_COLUMNS.items()))
 

@@ -3,6 +3,7 @@ form, the model and layer pickers. Each picker writes its choice into the one se
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -209,11 +210,12 @@ def _partial_view(group, kind: str, metric: str, x_axis: str, failed: bool) -> v
     return memo[sig]
 
 
-def show(view: views.View, key: str, half: bool = False, static: bool = False) -> None:
+def show(view: views.View, key: str, half: bool = False, static: bool = False, shown: Sequence[str] = ()) -> None:
     """The figure (or table), its caption and notes, and its downloads.
 
     half: the view sits in one of two columns (legend under the plot, subtitle wrapped narrower);
-    static: a small table drawn whole, cells wrapped (nothing cut off).
+    static: a small table drawn whole, cells wrapped (nothing cut off);
+    shown: notes already on screen just above (another view's): not written again, still in the exports.
     """
 
     if view.figure is not None:
@@ -224,7 +226,8 @@ def show(view: views.View, key: str, half: bool = False, static: bool = False) -
     else:
         st.dataframe(view.data, hide_index=True, width="stretch", key=f"df_{key}")
     for n in view.notes:
-        st.caption(f":material/info: {markdown_text(n)}")
+        if n not in shown:
+            st.caption(f":material/info: {markdown_text(n)}")
     downloads(view, key)
 
 

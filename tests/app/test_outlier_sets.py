@@ -110,3 +110,20 @@ def test_the_stored_ablation_of_the_chosen_set_is_shown_and_reported(app, query)
     persistent = sel.replace(outlier_set="persistent")
     assert views.outlier_set(analyze(spec))[0] != [8, 308]
     assert report._chosen_ablation(persistent, spec, analyze(spec)) is None  # that set was not ablated
+
+
+def test_a_note_of_both_frequency_views_is_shown_once(app, query, monkeypatch):
+    """The position warning belongs to the Frequency figure and to its table (each exports it): the tab wrote it
+    twice, one under the other. Any note the figure already shows is not repeated under the table."""
+    from core.escape import markdown_text
+    from core.views import dimension
+
+    note = "The top-20 tokens of dims 8 (position 0) sit mostly at one position (planted)."
+    monkeypatch.setattr(dimension, "position_notes", lambda *a, **k: [note])
+    q = {**query, "tokens": "1210", "oset": "persistent"}  # a budget of its own: no view memoised without the patch
+    synthetic_runs.seed(from_query_params({k: [v] for k, v in q.items()})[0].spec(MODEL))
+    at = _ablation_tab(app, q)
+    at.session_state["outliers_section"] = "Frequency"
+    at.run()
+    no_exception(at)
+    assert [c.value for c in at.caption].count(f":material/info: {markdown_text(note)}") == 1
