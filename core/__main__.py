@@ -12,8 +12,8 @@ if world_size_from_env() > 1:
     # everything (the cache is committed, --out written); the streams are flushed here.
     try:
         code = main()
-    except SystemExit as e:  # argparse's --help and usage errors
-        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except SystemExit as e:  # argparse's --help and usage errors; a message is printed, with status 1, as Python does
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
         if e.code is not None and not isinstance(e.code, int):
             print(e.code, file=sys.stderr)
     except BaseException:  # noqa: BLE001 - an unexpected failure: its traceback, then the exit status Python gives it
