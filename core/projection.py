@@ -168,6 +168,11 @@ def _forget_process() -> None:
             _warm.clear()
 
 
+def start_process() -> None:
+    """From now on fit UMAP in a separate process (started now, its kernels compiled by its first fit)."""
+    _umap_executor()
+
+
 def start_warmup() -> Future:
     """From now on fit UMAP in a separate process, and compile its kernels there now (the app, once).
 

@@ -279,6 +279,7 @@ AUTOSTART_ENV = "ANISO_WORKER_AUTOSTART"
 WORKERS_ENV = "ANISO_WORKERS"
 NICE_ENV = "ANISO_WORKER_NICE"
 WARM_ENV = "ANISO_WORKER_WARM"
+UMAP_WARM_ENV = "ANISO_UMAP_WARM"
 
 
 def queue_url() -> str:
@@ -301,6 +302,12 @@ def worker_warm() -> bool:
     worker takes jobs at once, without first importing what an analysis needs and loading the default model
     (`core.jobs.ensure_worker`, `ui.jobs_panel.prestart_worker`)."""
     return os.environ.get(WARM_ENV, "1") != "0"
+
+
+def umap_warm() -> bool:
+    """False when ANISO_UMAP_WARM=0: the app starts its UMAP process without compiling umap's kernels ahead (a
+    minute of CPU beside whatever else runs); its first UMAP fit compiles them instead (`core.projection`)."""
+    return os.environ.get(UMAP_WARM_ENV, "1") != "0"
 
 
 def worker_threads(given: int | None = None) -> int:

@@ -26,6 +26,10 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
 # of a core, so a test waiting on its job mostly waits (the default browser flow took 263 s in the suite
 # against 152 s alone). test_jobs checks the app's default niceness with ANISO_WORKER_NICE set to 10.
 os.environ.setdefault("ANISO_WORKER_NICE", "0")
+# The app's UMAP process compiles umap's kernels as the app starts (about a minute of CPU): in the tests each
+# pytest-xdist worker that runs an AppTest, and the browser tier's server, did it beside the other tests, mostly
+# for nothing. Off here: the tests that fit a UMAP compile what their fit needs when they fit.
+os.environ.setdefault("ANISO_UMAP_WARM", "0")
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import streamlit as st
 
-from core import analysis, corpora, pipeline, trained, uploads, views
+from core import analysis, corpora, pipeline, settings, trained, uploads, views
 from core import attention as A
 from core import chain_ablation as CA
 from core import projection as P
@@ -23,8 +23,9 @@ from core.spec import RunSpec
 
 @st.cache_resource(max_entries=1, show_spinner=False)
 def warmup():
-    """Start the UMAP process once per server; it compiles umap's kernels in the background."""
-    return P.start_warmup()
+    """Start the UMAP process once per server; it compiles umap's kernels in the background (unless
+    ANISO_UMAP_WARM=0: then its first fit compiles them)."""
+    return P.start_warmup() if settings.umap_warm() else P.start_process()
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -122,7 +122,8 @@ def test_default_flow(server, browser, tmp_path):
     n_points = page.evaluate("() => document.querySelector('.js-plotly-plot')._fullData[0]._length")
     assert n_points == SAMPLE
     _screenshot(page, shots / "projection.png")
-    # UMAP: fitted in the server's own UMAP process (spawned and compiled at the server's start)
+    # UMAP: fitted in the server's own UMAP process (spawned at the server's start; the suite sets
+    # ANISO_UMAP_WARM=0, so this fit compiles its kernels there)
     page.get_by_test_id("stRadio").get_by_text("UMAP", exact=True).click()
     page.get_by_role("button", name="Project").click()
     page.wait_for_function("() => Array.from(document.querySelectorAll('.js-plotly-plot')).some("

@@ -46,19 +46,20 @@ def test_cache_layout(tmp_path):
 
 def test_worker_and_queue_switches(monkeypatch):
     for v in ("ANISO_QUEUE_URL", "ANISO_JOB_MODULES", "ANISO_WORKER_AUTOSTART", "ANISO_WORKERS", "ANISO_WORKER_NICE",
-              "ANISO_WORKER_WARM"):
+              "ANISO_WORKER_WARM", "ANISO_UMAP_WARM"):
         monkeypatch.delenv(v, raising=False)
     assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
-            settings.worker_nice(), settings.worker_warm()) == ("", [], True, 1, 10, True)
+            settings.worker_nice(), settings.worker_warm(), settings.umap_warm()) == ("", [], True, 1, 10, True, True)
     monkeypatch.setenv("ANISO_QUEUE_URL", " redis://h:6379/0 ")
     monkeypatch.setenv("ANISO_JOB_MODULES", "a, b,,")
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     monkeypatch.setenv("ANISO_WORKERS", "3")
     monkeypatch.setenv("ANISO_WORKER_NICE", "0")
     monkeypatch.setenv("ANISO_WORKER_WARM", "0")
+    monkeypatch.setenv("ANISO_UMAP_WARM", "0")
     assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
-            settings.worker_threads(2), settings.worker_nice(), settings.worker_warm()) == (
-        "redis://h:6379/0", ["a", "b"], False, 3, 2, 0, False)
+            settings.worker_threads(2), settings.worker_nice(), settings.worker_warm(), settings.umap_warm()) == (
+        "redis://h:6379/0", ["a", "b"], False, 3, 2, 0, False, False)
 
 
 def test_hub_and_torchrun_variables(monkeypatch):
