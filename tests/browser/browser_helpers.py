@@ -28,7 +28,10 @@ def wait_plots(page, n: int, timeout_s: float = 240) -> list[int]:
         if len([g for g in got if g > 0]) >= n:
             return got
         page.wait_for_timeout(500)
-    raise AssertionError(f"expected {n} drawn figures, got traces {got}")
+    # what the page showed instead (a CI failure is read from the log alone): its text, shortened
+    text = " ".join(page.evaluate("() => (document.querySelector('[data-testid=stMain]') || document.body).innerText")
+                    .split())
+    raise AssertionError(f"expected {n} drawn figures, got traces {got}; the page said: {text[:1500]}")
 
 
 def settle(page) -> None:
