@@ -110,10 +110,15 @@ FIRST_CURVE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'
     .map(el => ((el.layout || {}).title || {}).text || '')"""
 
 
+def _stat_cpu_s(st: list[str]) -> float:
+    """User + system CPU seconds in a process's /proc stat fields (`core.procfs.stat_fields`)."""
+    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _cpu_s(pid: int | None) -> float:
     """User + system CPU seconds of process `pid` so far (0 when it does not run)."""
     st = stat_fields(pid) if pid and pid > 0 else None
-    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK") if st else 0.0
+    return _stat_cpu_s(st) if st else 0.0
 
 
 def _others_cpu_s(server_pid: int, exclude: set) -> float:
@@ -125,7 +130,7 @@ def _others_cpu_s(server_pid: int, exclude: set) -> float:
             continue
         st = stat_fields(d.name)
         if st and int(st[1]) == server_pid:
-            total += (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
+            total += _stat_cpu_s(st)
     return total
 
 
