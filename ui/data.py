@@ -186,7 +186,7 @@ def cka_across(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
 # Attention statistics: computed only behind the page's button (they load the model). Not memoised, as
 # is_cached: the run's results (memoised) give the section's key, then one look-up in the store's index.
 def attention_cached(spec: RunSpec) -> bool:
-    return is_cached(spec) and A.attention_key(results(spec)) in pipeline.get_store()
+    return is_cached(spec) and A.is_cached(resolved(spec), results=results(spec))
 
 
 @st.cache_data(max_entries=8, show_spinner=False)

@@ -34,14 +34,15 @@ def attention_key(results: dict, n_random: int = CONFIG.attention_random_dims) -
                                        "seed": int(results["manifest"].get("seed", 0))})
 
 
-def is_cached(spec, cache_dir=None) -> bool:
+def is_cached(spec, cache_dir=None, results: dict | None = None) -> bool:
     """Whether the attention section of `spec` is on disk (no torch, no model; the run's results
-    must be cached too)."""
+    must be cached too). `results`: the run's results when the caller holds them (the app memoises
+    them), else they are read from the cache."""
 
     run = resolve(spec, cache_dir)
     if not run_cached(run, cache_dir):
         return False
-    return attention_key(analyze(run, cache_dir)) in get_store(cache_dir)
+    return attention_key(results if results is not None else analyze(run, cache_dir)) in get_store(cache_dir)
 
 
 def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | None = None,

@@ -97,7 +97,7 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     else:
         mode = {"log_frequency": "continuous", "position": "continuous", "document": "discrete",
                 "search": "highlight"}[color_by]
-    out_panels, rows, notes, parts, used = [], [], [], [], []
+    out_panels, rows, notes, parts = [], [], [], []
     for res, proj, table in panels:
         res = as_results(res)
         xy = np.asarray(proj["xy"], dtype=float)
@@ -146,8 +146,7 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
                 notes.append(f"{res.model_label}: no token frequency for {('audio' if col == 'time_s' else 'images')}"
                              f"; coloured by {where} instead.")
             p["color"] = t[col].to_numpy(dtype=float)
-            p["measure"] = col
-            used.append(col)
+            p["measure"] = col  # which measure the colours are: read below
         elif mode == "discrete":
             docs = t["document"].to_numpy()
             _, rank = np.unique(docs, return_inverse=True)
@@ -171,6 +170,7 @@ def projection(panels: Sequence[tuple[dict, dict, pd.DataFrame]], color_by: str 
     method = "PCA" if first["method"] == "pca" else "UMAP (" + ", ".join(f"{k}={v}" for k, v in first["params"].items()) + ")"
     titles = {"log_frequency": "log corpus<br>frequency", "position": "position in<br>sequence",
               "time_s": "time in<br>the clip (s)"}
+    used = [p["measure"] for p in out_panels if "measure" in p]
     if meta is not None:
         ctitle = F.esc(shorten(visible(meta), 24))
         colour = f"corpus column {shorten(visible(meta), 40)!r}" + (" (numeric)" if mode == "continuous" else "")
