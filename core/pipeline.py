@@ -44,7 +44,7 @@ from .models import (
 )
 from .outliers import run_outlier_dims
 from .prepare import loading_message, prepare
-from .reference import english_share
+from .reference import ENGLISH_DETECTION, english_share
 from .settings import current, default_cache_dir
 from .spec import RunSpec, stable_hash
 
@@ -327,7 +327,7 @@ def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None
         "corpus": {"id": corpus_id,
                    "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
                    "n_documents": windows.n_documents, "n_windows": len(windows.ids),
-                   "english_share": english_share(documents)},
+                   "english_share": english_share(documents), "english_detection": ENGLISH_DETECTION},
         "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
                    "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
                    "max_seq_len": seq_len,

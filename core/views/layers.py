@@ -14,7 +14,7 @@ from .. import statistics as S
 from ..config import CONFIG
 from ..geometry import CKA_HOVER
 from ..metrics import pairwise_cosine_histogram
-from ..reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, reference_curves
+from ..reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, LEGACY_ENGLISH_WORDS_MIN, reference_curves
 from ..selection import METRICS, SAMPLE_METRICS
 from .common import (
     TOKEN_ID_WHY,
@@ -257,9 +257,12 @@ def _reference_reason(res: Results, ref_model: str) -> str | None:
     if str(corpus.get("id")) not in ENGLISH_CORPORA:
         if share is None:
             return f"the language of {res.corpus_label} is unknown (run made before it was measured)"
-        if not share >= ENGLISH_SHARE_MIN:
-            return (f"{res.corpus_label} is not English ({share:.0%} of its words are common English words; "
-                    f"English prose has ~40%)")
+        if corpus.get("english_detection") is None:  # a run made before: the share of common English words
+            if not share >= LEGACY_ENGLISH_WORDS_MIN:
+                return (f"{res.corpus_label} is not English ({share:.0%} of its words are common English words; "
+                        f"English prose has ~40%)")
+        elif not share >= ENGLISH_SHARE_MIN:
+            return f"{res.corpus_label} is not English (English in {share:.0%} of its text)"
     prefix, family = REFERENCE_FAMILIES.get(ref_model, ("", ref_model))
     cls = str(m["model"].get("model_class") or "")
     if prefix and not cls.startswith(prefix):

@@ -6,6 +6,7 @@ words" and "mean cosine similarity between sentence and words", layer_0..layer_1
 dimensions Puccetti et al. 2022 report for BERT-base (308, 381) and RoBERTa-base (77, 588).
 """
 
+import math
 import re
 from importlib import resources
 
@@ -80,3 +81,56 @@ def test_returned_values_are_copies():
     reference.load_reference()["curves"].clear()
     assert reference.reference_curves("mean_cosine")[0]["values"][0] != 99.0
     assert len(reference.reference_outlier_dims()[0]["dims"]) == 2
+
+
+# Issue 36 item 7: english_share was 0.365 for an all-English CSV: it was the share of the 60 most frequent English
+# words among all words (about 0.38 in English prose), read as the share of English. It is now the share of the text
+# (characters, spaces excluded) in documents that are English.
+ENGLISH_ROWS = ["The model was trained on a small corpus of news articles.",
+                "Anisotropy is a property of the hidden states of a transformer.",
+                "We report the mean cosine similarity for each layer of the network.",
+                "Transformers everywhere.",  # no function word, and short: it says nothing and is left out
+                "It is not clear whether this holds for larger models, and we leave it for future work."]
+FRENCH_ROWS = ["Le modèle a été entraîné sur un petit corpus de dépêches.",
+               "L'anisotropie est une propriété des états cachés du réseau.",
+               "Nous donnons la similarité cosinus moyenne pour chaque couche du réseau."]
+
+
+def _csv(path, rows):
+    import csv
+
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(["id", "text", "label"])
+        w.writerows([i, r, "x"] for i, r in enumerate(rows))
+    return str(path)
+
+
+def _chars(text: str) -> int:
+    return len("".join(text.split()))
+
+
+def test_english_share_of_an_all_english_csv_is_one(tmp_path):
+    from core.corpora import load_documents
+
+    docs = load_documents(_csv(tmp_path / "en.csv", ENGLISH_ROWS), "text", None)
+    assert len(docs) == len(ENGLISH_ROWS)
+    assert reference.english_share(docs) == 1.0
+    assert reference.english_share(docs) >= reference.ENGLISH_SHARE_MIN
+
+
+def test_english_share_of_a_mixed_text_is_its_english_part(tmp_path):
+    from core.corpora import load_documents
+
+    rows = [r for pair in zip(ENGLISH_ROWS, FRENCH_ROWS + [""] * 2) for r in pair if r]
+    docs = load_documents(_csv(tmp_path / "mixed.csv", rows), "text", None)
+    decided = [r for r in ENGLISH_ROWS if r != "Transformers everywhere."]
+    want = sum(map(_chars, decided)) / (sum(map(_chars, decided)) + sum(map(_chars, FRENCH_ROWS)))
+    assert reference.english_share(docs) == pytest.approx(want, rel=1e-12)
+    assert 0.5 < want < 0.7
+    french = load_documents(_csv(tmp_path / "fr.csv", FRENCH_ROWS), "text", None)
+    assert reference.english_share(french) == 0.0
+    assert math.isnan(reference.english_share(["Transformers everywhere."]))  # short, no function word: undecided
+    long_numbers = " ".join(str(i) for i in range(60))  # long, and no word of either list: not English
+    assert reference.english_share([long_numbers, ENGLISH_ROWS[0]]) == pytest.approx(
+        _chars(ENGLISH_ROWS[0]) / (_chars(ENGLISH_ROWS[0]) + _chars(long_numbers)))
