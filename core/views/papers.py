@@ -17,7 +17,8 @@ from .common import View
 
 MODALITY_TITLES = {"text": "Text (subword and character-level)", "image": "Vision (ViT and CNN)",
                    "audio": "Speech (Whisper encoder)"}
-VERDICT_MARK = {C.AGREES: "✅ agrees", C.DISAGREES: "❌ does not agree", C.UNTESTED: "➖ not testable here"}
+# Plain words, no emoji: a browser without an emoji font (Debian's chromium) draws emoji as empty boxes.
+VERDICT_MARK = {C.AGREES: "agrees", C.DISAGREES: "does not agree", C.UNTESTED: "not testable here"}
 
 
 def _manifest(rec: dict, view: str, runs=None) -> dict:

@@ -74,7 +74,7 @@ def test_godey_figure_and_claims_from_the_record(app, stored):
     at = app(page=PAGE)
     claims = _claims(at)
     row = claims[claims["claim"].str.startswith("Training makes minilm-l6")].iloc[0]
-    assert row["verdict"] == "✅ agrees" and row["reason"] == ""
+    assert row["verdict"] == "agrees" and row["reason"] == ""
 
 
 def test_without_a_record_the_page_offers_to_reproduce(app, cache_dir):

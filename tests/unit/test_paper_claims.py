@@ -124,3 +124,18 @@ def test_chain_claims_flip():
     r = _chain([500, 600, 700, 800], [1, 2, 3, 4], ["other"] * 4, [late], None, outliers=())
     assert [x["verdict"] for x in C.chain_claims([r])] == [C.AGREES, C.DISAGREES, C.DISAGREES, C.DISAGREES,
                                                             C.DISAGREES, C.UNTESTED]
+
+
+def test_verdicts_are_words_that_any_font_draws():
+    """Issue 36 item 7: the verdicts were emoji (✅ ❌ ➖), empty boxes in Debian's chromium without an emoji font."""
+    import unicodedata
+
+    from core.views import papers as PV
+
+    claims = [{"claim": f"claim {v}", "source": "paper", "measured": "0.5", "verdict": v, "reason": ""}
+              for v in (C.AGREES, C.DISAGREES, C.UNTESTED)]
+    rec = {"paper": "godey", "title": "T", "claims": claims, "runs": [], "settings": {}, "key": "k"}
+    shown = list(PV.claims_view(rec).data["verdict"])
+    assert shown == ["agrees", "does not agree", "not testable here"]
+    for text in shown:
+        assert all(unicodedata.category(ch)[0] in "LZ" for ch in text), text  # letters and spaces only
