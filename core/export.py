@@ -338,6 +338,20 @@ def corpus_part(view) -> str:
     return "+".join(dict.fromkeys(names))
 
 
+def page_view_name(name: str, page: str | None) -> str:
+    """The file-name stem of a view exported from a page: the page first ("compare_layers_mean_cosine" from Compare,
+    "layers_mean_cosine" from Layers), so the same view exported from two pages keeps apart, and a file says where it
+    came from. A name that starts with the page's name (or its singular) is kept as it is.
+
+    >>> page_view_name("layers_mean_cosine", "compare"), page_view_name("outlier_bars_layer3", "outliers")
+    ('compare_layers_mean_cosine', 'outlier_bars_layer3')
+    """
+    if not page:
+        return name
+    stem = page[:-1] if page.endswith("s") else page
+    return name if name.startswith(stem) else f"{page}_{name}"
+
+
 def file_name(view, fmt: str, publication: bool = False) -> str:
     """<view>__<corpora>[_pub].<fmt>: the corpus as the user named it is part of every exported file name."""
     part = corpus_part(view)

@@ -3,6 +3,7 @@ form, the model and layer pickers. Each picker writes its choice into the one se
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -236,6 +237,7 @@ def downloads(view: views.View, key: str) -> None:
     a button is clicked: kaleido takes ~0.2 s per image) and "For a paper". Closed, they draw two
     buttons; a row of six download buttons with their tooltips under every figure cost the browser
     about 0.025 s of CPU per figure and page visit (one user, old and new rows alternated)."""
+    view = dataclasses.replace(view, name=export.page_view_name(view.name, state.page_name()))  # files say their page
     with st.container(horizontal=True, gap="small", key=f"dl_{key}"):
         box = lazy_popover("Download", f"dlpop_{key}", icon=":material/download:",
                            help=f"{view.title}: the figure or the data, manifest included")

@@ -66,6 +66,11 @@ def set_page(url_path: str) -> str:
     return name
 
 
+def page_name() -> str | None:
+    """The page on show ("layers", "compare", ...; set by app.py)."""
+    return st.session_state.get(PAGE_KEY)
+
+
 def sync_url(sel: Selection | None = None) -> None:
     sel = sel or selection()
     want = to_query_params(sel, st.session_state.get(PAGE_KEY))

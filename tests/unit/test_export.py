@@ -223,3 +223,13 @@ def test_publication_figure_typesets_the_axis_maths_and_drops_invisible_bands():
     assert bands == {"thin: 95% CI": False, "wide: 95% CI": True}  # no legend entry for a band nobody can see
     assert export.publication_figure(views.View("t", "t", chart, pd.DataFrame(), {})).layout.yaxis.title.text \
         == "mean cos(x<sub>i</sub>, x<sub>j</sub>), i ≠ j"
+
+
+def test_an_export_is_named_after_its_page():
+    """Issue 36 item 7: a figure exported from Compare was named layers_... (the view's own name)."""
+    assert export.page_view_name("layers_mean_cosine", "compare") == "compare_layers_mean_cosine"
+    assert export.page_view_name("layers_mean_cosine", "layers") == "layers_mean_cosine"
+    assert export.page_view_name("mean_cosine_difference", "compare") == "compare_mean_cosine_difference"
+    assert export.page_view_name("outlier_bars_layer3", "outliers") == "outlier_bars_layer3"
+    assert export.page_view_name("godey_claims", "papers") == "papers_godey_claims"
+    assert export.page_view_name("layers_mean_cosine", None) == "layers_mean_cosine"
