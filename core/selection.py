@@ -31,6 +31,7 @@ from .modalities import MODAL_CORPORA
 from .models import BUILTIN_MODELS, control_seed, control_variant, model_modality
 from .outliers import run_outlier_dims
 from .postprocess import PostProcess
+from .reference import reference_curves
 from .settings import Settings, cache_root, uploads_dir
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
@@ -378,7 +379,9 @@ class Selection:
     layer_by: str = "depth"  # the one-layer views: each model at relative `depth`, or at layer index `layer`
     layer: int | None = None  # layer index (layer_by="index"); None: the middle layer; past a model's last: clamped
     depth: float = 0.5  # relative depth (0 = embeddings, 1 = last layer) of the one-layer views and projections
-    reference: bool = True  # overlay the published curves
+    # overlay the published curves (Ethayarajh 2019): off by default, since their range (up to 0.7 or 0.99) would set
+    # the y axis of curves that stay far lower, and they exist for two metrics only
+    reference: bool = False
     post: PostProcess = field(default_factory=PostProcess)
     drop_outliers: bool = False  # also remove each model's own persistent outlier dims
     proj_method: str = "pca"
@@ -535,10 +538,16 @@ class Selection:
 
     def x_axis_for(self, layer_counts) -> str:
         """The x axis of the layer curves: the chosen one, else relative depth when the models have
-        different depths or published curves are overlaid (their depth is not ours), else layer index."""
+        different depths or published curves of the metric are overlaid (their depth is not ours), else layer
+        index."""
         if self.x_axis is not None:
             return self.x_axis
-        return "depth" if self.reference or len(set(layer_counts)) > 1 else "layer"
+        return "depth" if self.overlays_published or len(set(layer_counts)) > 1 else "layer"
+
+    @property
+    def overlays_published(self) -> bool:
+        """The published curves are asked for and exist for the metric: only then do they set the x axis."""
+        return bool(self.reference) and bool(reference_curves(self.metric))
 
     def dim_for(self, results: dict) -> int:
         """The dimension drilled into for a run: the chosen one (within the model's d), else its strongest

@@ -25,7 +25,8 @@ if page.need_runs(runs):
                                   format_func=lambda k: METRICS[k][0], key="metric")
             ref = c3.toggle("Published curves (Ethayarajh 2019)", sel.reference, key="reference")
             # the "auto" note goes under the row: inside c2 it pushed the radio up, out of line with the Metric box
-            x_axis = page.x_axis_picker(sel.replace(reference=ref), runs, c2, "x_axis", note=st.container())
+            x_axis = page.x_axis_picker(sel.replace(metric=metric, reference=ref), runs, c2, "x_axis",
+                                        note=st.container())
             sel = state.update(metric=metric, reference=ref, **({"x_axis": x_axis} if x_axis else {}))
             x_axis = sel.x_axis_for([r.n_layers for r in runs])
             posts = page.posts_for(sel, runs)

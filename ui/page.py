@@ -325,7 +325,7 @@ def x_axis_picker(sel, runs: list[Loaded], container, key: str, note=None) -> st
                            help="Relative depth puts models of different depths (and the published 12-layer curves) "
                                 "on one 0-1 axis.")
     if sel.x_axis is None:
-        why = "published curves overlaid" if sel.reference else "models of different depths"
+        why = "published curves overlaid" if sel.overlays_published else "models of different depths"
         (note or container).caption(f"x axis auto: {'relative depth (' + why + ')' if cur == 'depth' else 'layer index'}")
     return pick if pick != cur or sel.x_axis is not None else None
 

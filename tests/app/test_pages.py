@@ -56,7 +56,13 @@ def test_layers_default(app, computed):
     measured = [t for t in curves["data"] if "all-MiniLM-L6-v2" in t.get("name", "") and t.get("fill") != "toself"]
     assert len(measured) == 1
     np.testing.assert_allclose(measured[0]["y"], [r["mean_cosine"] for r in res["layers"]], rtol=1e-9)
-    assert [t for t in curves["data"] if t.get("name", "").startswith("published:")]  # reference overlay on
+    # Issue 36 item 7: the published overlay is off by default (its 0-0.7 range flattened MiniLM's curve)
+    assert not [t for t in curves["data"] if t.get("name", "").startswith("published:")]
+    assert at.toggle(key="reference").value is False and at.radio(key="x_axis_layer").value == "layer"
+    at.toggle(key="reference").set_value(True).run()  # on: Ethayarajh's BERT curve, by relative depth
+    curves = by_title(at, "Mean cosine similarity by layer")
+    assert [t for t in curves["data"] if t.get("name", "").startswith("published:")]
+    assert at.radio(key="x_axis_depth").value == "depth" and at.query_params["ref"] in ("1", ["1"])
     assert "N = 2,0" in curves["layout"]["title"]["subtitle"]["text"]
     assert not at.dataframe and len(figures(at)) == 1  # the curves: one section at a time
     at.session_state["layers_section"] = "At one layer"
@@ -83,9 +89,10 @@ def test_layers_default(app, computed):
 
 
 def test_layers_metric_axis_and_reference_go_to_the_url(app, computed):
-    at = app()
+    at = app(ref="1")
     at.selectbox(key="metric").set_value("effective_rank").run()
-    assert at.radio(key="x_axis_depth").value == "depth"  # auto: published curves are overlaid
+    # auto: one model, and no published curve of this metric: the overlay does not move the axis (issue 36 item 7)
+    assert at.toggle(key="reference").value is True and at.radio(key="x_axis_layer").value == "layer"
     at.toggle(key="reference").set_value(False).run()
     assert at.radio(key="x_axis_layer").value == "layer"  # auto: one model, no published curves
     at.radio(key="x_axis_layer").set_value("depth").run()  # an explicit choice

@@ -28,14 +28,14 @@ def test_round_trip_of_every_field(tmp_path, monkeypatch):
     sel = Selection(models=("minilm-l6", "untrained-bert-base"), corpus="x/abc.csv", text_column="body",
                     max_tokens=2000, max_seq_len=128, batch_size=4, device="cpu", dtype="float32",
                     special_tokens="include", sample=500, seed=7, focus="untrained-bert-base",
-                    metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=False, dim=5,
+                    metric="isoscore", x_axis="depth", layer=3, depth=0.25, reference=True, dim=5,
                     post=PostProcess(center=True, zscore=True, abtt=2, whiten=True, whiten_k=10, remove=(9, 3)),
                     drop_outliers=True, proj_method="umap", proj_color="search", n_neighbors=30, min_dist=0.3,
                     search="the", outlier_set="layer", attn_stat="q_drift", attn_keys="included",
                     attn_summary="strongest", attn_window=17, attn_block=3, attn_head=2, compare_section="projections")
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
-    assert params["pp_drop"] == "3,9" and params["ref"] == "0"
+    assert params["pp_drop"] == "3,9" and params["ref"] == "1"
     assert params["corpus"] == "data:x/abc.csv"  # the server's path of the data directory stays out of the URL
     assert sel.corpus == str(tmp_path.resolve() / "x" / "abc.csv")
     back, problems = from_query_params(_as_url(params))
@@ -115,6 +115,19 @@ def test_x_axis_is_relative_depth_when_depths_differ_or_published_curves_are_sho
     assert Selection(reference=False).x_axis_for([7, 13]) == "depth"
     assert Selection(reference=True).x_axis_for([7]) == "depth"
     assert Selection(reference=True, x_axis="layer").x_axis_for([7, 13]) == "layer"  # an explicit choice stays
+
+
+def test_the_published_overlay_is_off_by_default_and_moves_no_axis_without_a_curve():
+    """Issue 36 item 7: the Ethayarajh overlay was on by default and put every metric on relative depth."""
+    from core.reference import reference_curves
+
+    assert DEFAULT.reference is False and to_query_params(DEFAULT.replace(reference=True)) == {"ref": "1"}
+    with_curve = {m for m in METRICS if reference_curves(m)}
+    assert with_curve == {"mean_cosine", "intra_sentence_similarity"}  # what Ethayarajh 2019 published here
+    for m in METRICS:
+        on = Selection(reference=True, metric=m)
+        assert on.x_axis_for([7]) == ("depth" if m in with_curve else "layer"), m
+        assert on.overlays_published == (m in with_curve)
 
 
 def test_untrained_controls_run_with_several_seeds():
