@@ -17,6 +17,7 @@ answer is decided on the text alone, never on what exists.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -24,18 +25,22 @@ from pathlib import Path
 from typing import Mapping
 
 from .corpora import BUILTIN_CORPORA, META_PREFIX, TABLE_SUFFIXES, TEXT_SUFFIXES, UPLOAD_PREFIX
+from .drift import DriftSpec
 from .errors import InputError
 from .escape import shorten, visible
 from .hub_series import is_hub_series
 from .modalities import MODAL_CORPORA
 from .models import BUILTIN_MODELS, control_seed, control_variant, model_modality
 from .outliers import run_outlier_dims
+from .papers import run as papers
 from .postprocess import PostProcess
 from .reference import reference_curves
 from .settings import Settings, cache_root, uploads_dir
 from .settings import current as current_settings
 from .spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 from .statistics import picker, sample_metrics_map
+from .train import PRESETS as TRAIN_PRESETS
+from .train import TrainSpec
 from .trained import RUN_NAME, is_trained
 from .trained import parse as parse_trained
 from .uploads import is_upload_id, resolve, upload_id
@@ -80,20 +85,49 @@ ATTN_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "
 ATTN_KEYS = ("excluded", "included")  # special tokens among the key positions of the outlier link
 ATTN_SUMMARIES = ("mean_abs", "strongest", "mean")
 COMPARE_SECTIONS = ("depth", "outliers", "attention", "projections")
-# URL keys that only one page reads: the URL of another page leaves them out (the selection keeps them, so
-# going back restores that page's view), so a link shows the page's own choices and nothing of the others'.
-PAGE_KEYS: dict[str, tuple[str, ...]] = {
-    "outliers": ("dim", "ablate", "oset", "odims"),
-    "attention": ("astat", "akeys", "alink", "win", "block", "head"),
-    "compare": ("ctab",),
-    "chain": ("cabl",),
-}
+# Compare's attention curves (core.views.attention's CURVE_STATS: a unit test holds them equal).
+ATTN_CURVE_STATS = ("entropy", "sink_first", "sink_special", "cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine",
+                    "mean_term_share")
+# The sections of Layers and Outliers, as written in the URL (the pages' tabs, in their order).
+LAYERS_SECTIONS = ("curves", "numbers", "layer", "lens")
+OUTLIERS_SECTIONS = ("dims", "across", "definitions", "frequency", "dimension", "ablation")
+# The Papers page: which reproduction, its positions per run (the findings' setting or a quick look), and a
+# subset of its runs (None: all of them).
+PAPER_DEFAULT = "godey"
+PAPER_BUDGETS = (papers.DEFAULT_MAX_TOKENS, 1000)
+MAX_DYNAMICS_RUNS = 4  # the Dynamics page compares up to four trained runs
 # Bounds of the numeric fields (the sidebar's widgets use the same): a URL value outside is clamped.
 LIMITS: dict[str, tuple[int, int]] = {
     "max_tokens": (1, 10_000_000), "max_seq_len": (8, 8192), "batch_size": (1, 512),
     "sample": (1, 50_000), "seed": (0, 2**31 - 1), "n_neighbors": (2, 200), "layer": (0, 100_000),
     "dim": (0, 65_536), "control_seeds": (1, MAX_CONTROL_SEEDS),
     "attn_window": (0, 10_000_000), "attn_block": (1, 100_000), "attn_head": (1, 100_000),
+    "dyn_tokens": (500, 1_000_000),
+}
+# The Train form's fields (core.train.TrainSpec) and the controlled drift experiment's (core.drift.DriftSpec) in the
+# URL: key -> the spec's field, and the bounds of their numbers (the forms' widgets use the same).
+TRAIN_KEYS = {"tcorpus": "corpus", "tcol": "text_column", "tarch": "arch", "ttok": "tokenizer", "tvocab": "vocab_size",
+              "tlayers": "n_layers", "twidth": "d_model", "theads": "n_heads", "tsteps": "steps", "tbatch": "batch_size",
+              "tseq": "seq_len", "tlr": "lr", "tseed": "seed"}
+TRAIN_LIMITS: dict[str, tuple[float, float]] = {
+    "vocab_size": (512, 50_000), "n_layers": (1, 48), "d_model": (16, 4096), "n_heads": (1, 64),
+    "steps": (1, 1_000_000), "batch_size": (1, 4096), "seq_len": (8, 8192), "seed": (0, 2**31 - 1), "lr": (1e-6, 1.0)}
+DRIFT_KEYS = {"dr_d": "d", "dr_heads": "heads", "dr_seq": "seq_len", "dr_seed": "seed", "dr_alphas": "alphas",
+              "dr_taus": "taus"}
+DRIFT_LIMITS: dict[str, tuple[int, int]] = {"d": (8, 1024), "heads": (1, 64), "seq_len": (2, 512),
+                                            "seed": (0, 2**31 - 1)}
+MAX_GRID = 32  # alphas or taus of the drift experiment from the URL
+# URL keys that only one page reads: the URL of another page leaves them out (the selection keeps them, so
+# going back restores that page's view), so a link shows the page's own choices and nothing of the others'.
+PAGE_KEYS: dict[str, tuple[str, ...]] = {
+    "layers": ("ltab",),
+    "outliers": ("dim", "ablate", "oset", "odims", "otab"),
+    "attention": ("astat", "akeys", "alink", "win", "block", "head", "drift", *DRIFT_KEYS),
+    "compare": ("ctab", "ca", "ca_corpus", "cb", "cb_corpus", "cattn"),
+    "chain": ("cabl",),
+    "papers": ("paper", "pbudget", "pruns"),
+    "train": ("tpreset", *TRAIN_KEYS),
+    "dynamics": ("druns", "dtokens"),
 }
 MAX_SEARCH_CHARS = 100
 MAX_DIM = 65_536  # hidden-size bound for post-processing values from the URL
@@ -403,6 +437,27 @@ class Selection:
     attn_block: int = 1
     attn_head: int = 1
     compare_section: str = "depth"  # Compare's open section (COMPARE_SECTIONS)
+    # Compare's two runs of "A minus B" (model and corpus; None: the first two runs, the main corpus) and the
+    # statistic of its attention curves
+    compare_a: str | None = None
+    compare_a_corpus: str | None = None
+    compare_b: str | None = None
+    compare_b_corpus: str | None = None
+    compare_attn_stat: str = "entropy"
+    layers_section: str = "curves"  # Layers' open section (LAYERS_SECTIONS)
+    outliers_section: str | None = None  # Outliers' (OUTLIERS_SECTIONS; None: the drill-down when a dim is chosen,
+    # the ablation when it is shown, else the first)
+    drift: DriftSpec | None = None  # the Attention page's controlled experiment on show (None: none)
+    # -- the Papers page: the reproduction, its positions per run, a subset of its runs (None: all)
+    paper: str = PAPER_DEFAULT
+    paper_tokens: int = PAPER_BUDGETS[0]
+    paper_runs: tuple[str, ...] | None = None
+    # -- the Train form (what Train would queue) and its preset; the runs and tokens Dynamics shows (the metric of
+    # its heatmap is `metric`)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    train_preset: str = next(iter(TRAIN_PRESETS))
+    dyn_runs: tuple[str, ...] = ()
+    dyn_tokens: int = 20_000
 
     def __post_init__(self):
         models = tuple(dict.fromkeys(str(m).strip() for m in self.models if str(m).strip()))
@@ -431,10 +486,19 @@ class Selection:
             raise InputError(f"At most {MAX_RUNS} runs (models x corpora) at once, got {len(models)} x "
                              f"{1 + len(more)}: remove a model or a corpus.")
         object.__setattr__(self, "more_corpora", more)
-        if self.focus_corpus is not None and self.focus_corpus not in more:
-            object.__setattr__(self, "focus_corpus", None)
-        if self.focus is not None and self.focus not in models:
-            object.__setattr__(self, "focus", None)
+        # The run of the single-run views and Compare's A and B: one of the selected models (the URL writes a data
+        # folder as data:<path>, the models hold its path) on one of the corpora; else the default (a model removed
+        # in the sidebar takes its choices with it; from_query_params says when a link's value was dropped).
+        for name in ("focus", "compare_a", "compare_b"):
+            m = getattr(self, name)
+            if m is not None and m not in models:
+                try:
+                    m = check_model(m, st)
+                except InputError:
+                    m = None
+                object.__setattr__(self, name, m if m in models else None)
+            if getattr(self, f"{name}_corpus") is not None and getattr(self, f"{name}_corpus") not in more:
+                object.__setattr__(self, f"{name}_corpus", None)
         if self.metric not in METRICS:
             raise InputError(f"Unknown metric {_shown(self.metric)}; one of {', '.join(METRICS)}.")
         if not 1 <= int(self.control_seeds) <= MAX_CONTROL_SEEDS:
@@ -448,9 +512,19 @@ class Selection:
         if self.outlier_set not in OUTLIER_SETS:
             raise InputError(f"outlier_set must be one of {OUTLIER_SETS}, got {_shown(self.outlier_set)}.")
         for name, allowed in (("attn_stat", ATTN_STATS), ("attn_keys", ATTN_KEYS), ("attn_summary", ATTN_SUMMARIES),
-                              ("compare_section", COMPARE_SECTIONS)):
+                              ("compare_section", COMPARE_SECTIONS), ("compare_attn_stat", ATTN_CURVE_STATS),
+                              ("layers_section", LAYERS_SECTIONS), ("paper", papers.NAMES),
+                              ("train_preset", tuple(TRAIN_PRESETS))):
             if getattr(self, name) not in allowed:
                 raise InputError(f"{name} must be one of {', '.join(allowed)}, got {_shown(getattr(self, name))}.")
+        if self.outliers_section is not None and self.outliers_section not in OUTLIERS_SECTIONS:
+            raise InputError(f"outliers_section must be one of {', '.join(OUTLIERS_SECTIONS)}, got "
+                             f"{_shown(self.outliers_section)}.")
+        if self.drift is not None and not isinstance(self.drift, DriftSpec):
+            raise InputError("drift must be a DriftSpec (core.drift).")
+        self._check_papers()
+        self._check_train(st)
+        self._check_dynamics(st)
         if self.proj_color not in PROJ_COLORS:
             col = str(self.proj_color)[len(META_PREFIX):] if str(self.proj_color).startswith(META_PREFIX) else None
             if not col or len(col) > MAX_COLUMN_CHARS or not col.isprintable():
@@ -468,6 +542,47 @@ class Selection:
         if not 0.0 <= float(self.min_dist) <= 1.0:
             raise InputError(f"min_dist must be in [0, 1], got {_shown(self.min_dist)}.")
         self.spec(models[0])  # validates the run options once, with RunSpec's messages
+
+    def _check_papers(self) -> None:
+        if int(self.paper_tokens) not in PAPER_BUDGETS:
+            raise InputError(f"paper_tokens must be one of {', '.join(f'{b:,}' for b in PAPER_BUDGETS)}, got "
+                             f"{_shown(self.paper_tokens)}.")
+        if self.paper_runs is None:
+            return
+        every = [p.model for p in papers.paper(self.paper).parts]
+        runs = tuple(dict.fromkeys(str(m).strip() for m in self.paper_runs if str(m).strip()))
+        unknown = [m for m in runs if m not in every]
+        if unknown:
+            raise InputError(f"{_shown(unknown[0])} is not a run of the {self.paper} reproduction: its runs are "
+                             f"{', '.join(every)}.")
+        # in the paper's order; none or all of them: the whole reproduction
+        object.__setattr__(self, "paper_runs", tuple(m for m in every if m in runs) if 0 < len(runs) < len(every)
+                           else None)
+
+    def _check_train(self, st: Settings) -> None:
+        if not isinstance(self.train, TrainSpec):
+            raise InputError("train must be a TrainSpec (core.train).")
+        corpus = check_corpus(self.train.corpus, st)  # the sidebar's rule: no server file outside the data directory
+        if corpus != self.train.corpus:
+            object.__setattr__(self, "train", self.train.replace(corpus=corpus))
+        col = self.train.text_column
+        if col is not None and (not corpus.lower().endswith(TABLE_SUFFIXES) or len(col) > MAX_COLUMN_CHARS
+                                or not col.isprintable()):
+            raise InputError(f"The training corpus takes a text column only when it is a table "
+                             f"({', '.join(TABLE_SUFFIXES)}), named in at most {MAX_COLUMN_CHARS} printable "
+                             f"characters; got {_shown(col)}.")
+        for name, (lo, hi) in TRAIN_LIMITS.items():
+            if not lo <= getattr(self.train, name) <= hi:
+                raise InputError(f"The training's {name} must be in [{lo:g}, {hi:g}], got "
+                                 f"{_shown(getattr(self.train, name))}.")
+
+    def _check_dynamics(self, st: Settings) -> None:
+        runs = tuple(dict.fromkeys(str(r).strip() for r in self.dyn_runs if str(r).strip()))
+        if len(runs) > MAX_DYNAMICS_RUNS:
+            raise InputError(f"At most {MAX_DYNAMICS_RUNS} runs on Dynamics, got {len(runs)}.")
+        for r in runs:
+            _check_job_run(r, st)
+        object.__setattr__(self, "dyn_runs", runs)
 
     # ------------------------------------------------------------------ runs
     def corpus_for(self, model: str) -> str | None:
@@ -592,7 +707,17 @@ _KEYS = {
     "oset": "outlier_set", "odims": "typed_dims",
     "astat": "attn_stat", "akeys": "attn_keys", "alink": "attn_summary", "win": "attn_window", "block": "attn_block",
     "head": "attn_head", "ctab": "compare_section", "cabl": "chain_ablation",
+    "ca": "compare_a", "ca_corpus": "compare_a_corpus", "cb": "compare_b", "cb_corpus": "compare_b_corpus",
+    "cattn": "compare_attn_stat", "ltab": "layers_section", "otab": "outliers_section",
+    "paper": "paper", "pbudget": "paper_tokens", "pruns": "paper_runs", "tpreset": "train_preset",
+    "druns": "dyn_runs", "dtokens": "dyn_tokens",
 }
+# Fields that depend on others (a model of the selection, a corpus compared): a value the selection drops is said.
+_DEPENDENT = {"focus": "not one of the selected models", "compare_a": "not one of the selected models",
+              "compare_b": "not one of the selected models", "focus_corpus": "not one of the corpora compared",
+              "compare_a_corpus": "not one of the corpora compared",
+              "compare_b_corpus": "not one of the corpora compared"}
+_LISTS = ("paper_runs", "dyn_runs")  # tuple fields written comma-separated
 _PP_KEYS = {"pp_center": "center", "pp_zscore": "zscore", "pp_abtt": "abtt", "pp_whiten": "whiten",
             "pp_k": "whiten_k", "pp_drop": "remove"}
 
@@ -624,8 +749,10 @@ def to_query_params(sel: Selection, page: str | None = None) -> dict[str, str | 
             continue
         if name == "models":
             out[key] = [url_ident(m) for m in v]
-        elif name == "corpus":
+        elif name in ("corpus", "focus", "compare_a", "compare_b"):
             out[key] = url_ident(v)
+        elif name in _LISTS:
+            out[key] = ",".join(v)
         elif name == "more_corpora":
             out[key] = list(v)
         elif name == "typed_dims":
@@ -640,6 +767,23 @@ def to_query_params(sel: Selection, page: str | None = None) -> dict[str, str | 
         if v == getattr(dpost, name) or v is None:
             continue
         out[key] = ",".join(str(i) for i in v) if name == "remove" else _fmt(v)
+    if page in (None, "train"):
+        out.update(_spec_params(sel.train, TrainSpec(), TRAIN_KEYS))
+    if page in (None, "attention") and sel.drift is not None:
+        out["drift"] = "1"
+        out.update(_spec_params(sel.drift, DriftSpec(), DRIFT_KEYS))
+    return out
+
+
+def _spec_params(spec, default, keys: dict[str, str]) -> dict[str, str]:
+    """The fields of a form's spec (TrainSpec, DriftSpec) that differ from its defaults, as URL params."""
+    out = {}
+    for key, name in keys.items():
+        v = getattr(spec, name)
+        if v == getattr(default, name) or v is None:
+            continue
+        out[key] = url_ident(v) if name == "corpus" else ",".join(_fmt(float(x)) for x in v) \
+            if isinstance(v, tuple) else _fmt(v)
     return out
 
 
@@ -663,7 +807,11 @@ def _parse(name: str, raw: str | list[str]):
     s = raw[-1] if isinstance(raw, list) else raw
     if name == "typed_dims":
         return parse_dims(s)
-    if name in LIMITS:
+    if name in _LISTS:
+        if len(s) > 2000:
+            raise ValueError("too long")
+        return tuple(x.strip() for x in s.split(",") if x.strip())
+    if name in LIMITS or name == "paper_tokens":
         if len(s.strip()) > 30:
             raise ValueError("not a number")
         return int(s)
@@ -671,12 +819,17 @@ def _parse(name: str, raw: str | list[str]):
         return float(s)
     if name in ("reference", "drop_outliers", "ablation", "chain_ablation", "logit_lens"):
         return _parse_bool(s)
-    if name in ("text_column", "focus", "focus_corpus"):
+    if name in ("text_column", "focus", "focus_corpus", "outliers_section") or name in _DEPENDENT:
         return s or None
     if name == "device" and s not in DEVICES or name == "dtype" and s not in DTYPES \
             or name == "special_tokens" and s not in SPECIAL_POLICIES:
         raise ValueError(f"{s!r} is not one of the allowed values")
     return s
+
+
+def _raw_shown(raw) -> str:
+    """A URL value as a message shows it (quoted, shortened, control characters visible)."""
+    return _shown(raw[-1] if isinstance(raw, list) and len(raw) == 1 else ",".join(raw) if isinstance(raw, list) else raw)
 
 
 def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection, list[str]]:
@@ -686,8 +839,7 @@ def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection,
     for key, name in _KEYS.items():
         if key in params:
             raw = params[key]
-            shown = _shown(raw[-1] if isinstance(raw, list) and len(raw) == 1 else ",".join(raw)
-                           if isinstance(raw, list) else raw)
+            shown = _raw_shown(raw)
             try:
                 value = _parse(name, raw)
             except (ValueError, TypeError) as e:
@@ -734,14 +886,96 @@ def from_query_params(params: Mapping[str, str | list[str]]) -> tuple[Selection,
         kw["post"] = PostProcess(**pkw)
     except ValueError as e:
         problems.append(f"post-processing from the URL ignored: {e}")
+    train = _spec_from_params(params, TrainSpec(), TRAIN_KEYS, TRAIN_LIMITS, problems)
+    if train.text_column is not None:  # a column only for a table corpus: said for its own key
+        try:
+            DEFAULT.replace(train=train)
+        except InputError as e:
+            problems.append(f"URL parameter tcol={_shown(train.text_column)} ignored: {e}")
+            train = train.replace(text_column=None)
+    if train != TrainSpec():
+        kw["train"] = train
+    if "drift" in params or any(k in params for k in DRIFT_KEYS):
+        raw = params.get("drift", "1")
+        try:
+            shown = _parse_bool(raw[-1] if isinstance(raw, list) else raw)
+        except ValueError as e:
+            problems.append(f"URL parameter drift={_shown(raw)} ignored: {e}")
+            shown = True
+        if shown:
+            kw["drift"] = _spec_from_params(params, DriftSpec(), DRIFT_KEYS, DRIFT_LIMITS, problems)
     # Validate field by field so one bad value does not discard the others.
+    keys = {name: key for key, name in _KEYS.items()}
     sel = DEFAULT
     for name, value in kw.items():
         try:
             sel = sel.replace(**{name: value})
         except (InputError, ValueError, TypeError) as e:
-            problems.append(f"URL value for {name} ignored: {e}")
+            key = keys.get(name)  # (the message quotes the value)
+            problems.append(f"URL parameter {key} ignored: {e}" if key in params else f"URL value for {name} ignored: {e}")
+            continue
+        if name in _DEPENDENT and getattr(sel, name) is None and value is not None:
+            problems.append(f"URL parameter {keys[name]}={_shown(value)} ignored: {_DEPENDENT[name]}.")
     return sel, problems
+
+
+def _spec_value(name: str, s: str, limits: dict, default):
+    """One URL value of a form's spec -> the field's type (ValueError on a bad value); bounds are checked apart."""
+    if isinstance(default, tuple):  # alphas, taus: numbers separated by commas
+        if len(s) > 2000:
+            raise ValueError("too long")
+        vals = tuple(float(x) for x in s.replace(";", ",").split(",") if x.strip())
+        if len(vals) > MAX_GRID:
+            raise ValueError(f"at most {MAX_GRID} values")
+        return vals
+    if name in limits:
+        if len(s.strip()) > 30:
+            raise ValueError("not a number")
+        v = float(s) if isinstance(default, float) else int(s)
+        if not math.isfinite(v):
+            raise ValueError("not a finite number")
+        return v
+    if name == "text_column":
+        return s or None
+    return s
+
+
+def _spec_from_params(params, default, keys: dict[str, str], limits: dict, problems: list[str]):
+    """A form's spec (TrainSpec, DriftSpec) from its URL keys: each value parsed and bounded (clamped and said),
+    the spec's own checks applied to all of them at once, then, when they fail together, one by one (each
+    refused value is said and ignored)."""
+    got: dict[str, tuple[str, object]] = {}
+    for key, name in keys.items():
+        if key not in params:
+            continue
+        raw = params[key]
+        s = raw[-1] if isinstance(raw, list) else raw
+        try:
+            v = _spec_value(name, str(s), limits, getattr(default, name))
+            if name == "corpus":
+                v = check_corpus(v)
+        except (InputError, ValueError) as e:
+            problems.append(f"URL parameter {key}={_shown(s)} ignored: {e}")
+            continue
+        if name in limits:
+            lo, hi = limits[name]
+            if not lo <= v <= hi:
+                clamped = type(v)(min(max(v, lo), hi))
+                problems.append(f"URL parameter {key}={_shown(s)} is out of range [{lo:g}, {hi:g}]; using {clamped:g}.")
+                v = clamped
+        got[name] = (key, v)
+    try:
+        return dataclasses.replace(default, **{n: v for n, (_, v) in got.items()})
+    except (InputError, ValueError, TypeError):
+        pass
+    spec = default
+    for name, (key, v) in got.items():
+        try:
+            spec = dataclasses.replace(spec, **{name: v})
+        except (InputError, ValueError, TypeError) as e:
+            problems.append(f"URL parameter {key}={_shown(params[key][-1] if isinstance(params[key], list) else params[key])} "
+                            f"ignored: {e}")
+    return spec
 
 
 def field_names() -> list[str]:

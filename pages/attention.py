@@ -5,7 +5,7 @@ import streamlit as st
 
 from core.drift import DriftSpec
 from core.errors import InputError
-from core.selection import ATTN_KEYS
+from core.selection import ATTN_KEYS, DRIFT_LIMITS, MAX_GRID
 from core.views import attention as AV
 from ui import data, page, state
 from ui import run as ui_run
@@ -20,28 +20,32 @@ def drift_section() -> None:
     st.caption("Godey et al.'s mechanism without trained weights: a random pre-norm Transformer block reads isotropic "
                "Gaussian tokens plus one shared drift vector of norm alpha; the attention logits are divided by a "
                "temperature tau. Seeded and cached; about a second on CPU.")
-    lg = state.log()
-    cur = lg.drift or DriftSpec()
+    shown = state.selection().drift  # the experiment on show is in the selection (and the URL: drift, dr_*)
+    cur = shown or DriftSpec()
+    lim = DRIFT_LIMITS
     with st.form("drift"):
         c1, c2, c3, c4 = st.columns(4)
-        d = c1.number_input("width d", 8, 1024, cur.d, step=8, key="dr_d")
-        heads = c2.number_input("heads", 1, 64, cur.heads, key="dr_heads")
-        seq = c3.number_input("tokens per sequence", 2, 512, cur.seq_len, key="dr_seq")
-        seed = c4.number_input("seed", 0, 2**31 - 1, cur.seed, key="dr_seed")
+        d = c1.number_input("width d", *lim["d"], cur.d, step=8, key="dr_d")
+        heads = c2.number_input("heads", *lim["heads"], cur.heads, key="dr_heads")
+        seq = c3.number_input("tokens per sequence", *lim["seq_len"], cur.seq_len, key="dr_seq")
+        seed = c4.number_input("seed", *lim["seed"], cur.seed, key="dr_seed")
         c5, c6 = st.columns(2)
         alphas = c5.text_input("drift norms alpha", ", ".join(f"{a:g}" for a in cur.alphas), key="dr_alphas")
         taus = c6.text_input("temperatures tau", ", ".join(f"{t:g}" for t in cur.taus), key="dr_taus")
         go = st.form_submit_button("Run experiment", type="primary")
     if go:
         try:
-            lg.drift = DriftSpec(d=int(d), heads=int(heads), seq_len=int(seq), n_seq=cur.n_seq,
-                                 alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed))
+            spec = DriftSpec(d=int(d), heads=int(heads), seq_len=int(seq), n_seq=cur.n_seq,
+                             alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed))
+            if max(len(spec.alphas), len(spec.taus)) > MAX_GRID:
+                raise InputError(f"At most {MAX_GRID} alphas and {MAX_GRID} taus.")
         except (InputError, ValueError) as e:
             st.error(f"Experiment not run: {page.md(str(e))}")
             return
-    if lg.drift is not None:
+        shown = state.update(drift=spec).drift
+    if shown is not None:
         with st.spinner("Running the block…"):
-            res = data.drift(lg.drift)
+            res = data.drift(shown)
         a, b = st.columns(2)
         with a:
             page.show(AV.drift_heatmap(res, "output_mean_cosine"), "drift_cos")

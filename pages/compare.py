@@ -27,10 +27,13 @@ def _by_depth(sel, runs, results) -> None:
     page.definition(sel.metric)
     if len(runs) >= 2:
         st.subheader("Is the difference real? Mean cosine of A minus B")
+        # A and B are in the selection (and the URL: ca, cb), so a link draws the same difference, sign included.
+        want_a, want_b = page.compare_pair(sel, runs)
         d1, d2 = st.columns(2)
-        ia = d1.selectbox("Run A", range(len(runs)), index=0, format_func=lambda j: runs[j].label, key="c_run_a")
-        ib = d2.selectbox("Run B", range(len(runs)), index=1 if ia != 1 else 0, format_func=lambda j: runs[j].label,
-                          key="c_run_b")
+        ia = d1.selectbox("Run A", range(len(runs)), index=want_a, format_func=lambda j: runs[j].label, key="c_run_a")
+        ib = d2.selectbox("Run B", range(len(runs)), index=want_b, format_func=lambda j: runs[j].label, key="c_run_b")
+        if (ia, ib) != (want_a, want_b):
+            sel = page.choose_pair(sel, runs, ia, ib)
         if ia == ib:
             st.caption("Pick two different runs.")
         else:
@@ -42,13 +45,15 @@ def _by_depth(sel, runs, results) -> None:
         page.show(views.lens_curves(results, "depth"), "c_lens")
 
 
-def _attention(runs) -> None:
+def _attention(sel, runs) -> None:
     """Per-block attention means by relative depth, for the runs whose attention is computed."""
     pairs = [(r.results, data.attention(r.spec)) for r in runs if data.attention_cached(r.spec)]
     if pairs:
-        stat = st.selectbox("Attention statistic (mean over heads)", list(AV.CURVE_STATS),
+        stats = list(AV.CURVE_STATS)
+        stat = st.selectbox("Attention statistic (mean over heads)", stats, index=stats.index(sel.compare_attn_stat),
                             format_func=lambda k: AV.ATTN_STATS[k][0], key="c_attn_stat")
-        page.show(AV.attention_curves(pairs, stat, "depth"), "c_attn")
+        sel = state.update(compare_attn_stat=stat)  # in the URL: cattn
+        page.show(AV.attention_curves(pairs, sel.compare_attn_stat, "depth"), "c_attn")
     missing = [r.label for r in runs if not data.attention_cached(r.spec)]
     if missing:
         st.caption(f"No attention statistics yet for {', '.join(missing)}: compute them on the Attention page.")
@@ -101,7 +106,7 @@ if page.need_runs(runs):
     results = [r.results for r in runs]
     # One section at a time: only the open one is computed and drawn; the open one is in the URL (ctab).
     tabs = page.lazy_tabs(SECTIONS, "compare_section", SECTIONS[COMPARE_SECTIONS.index(sel.compare_section)])
-    sel = state.update(compare_section=next(c for c, t in zip(COMPARE_SECTIONS, tabs) if t.open))
+    sel = state.update(compare_section=page.open_section(tabs, COMPARE_SECTIONS))
     depth_tab, outliers_tab, attention_tab, projection_tab = tabs
     if depth_tab.open:
         with depth_tab:
@@ -113,7 +118,7 @@ if page.need_runs(runs):
             page.show(views.compare_summary(results), "c_summary")
     if attention_tab.open:
         with attention_tab:
-            _attention(runs)
+            _attention(sel, runs)
     if projection_tab.open:
         with projection_tab:
             _projections(sel, runs)

@@ -4,7 +4,7 @@ checkpoints of runs trained on the Train page (each checkpoint cached like any r
 import streamlit as st
 
 from core.errors import InputError
-from core.selection import METRICS
+from core.selection import LIMITS, MAX_DYNAMICS_RUNS, METRICS
 from core.views import chain as C
 from core.views import dynamics as D
 from ui import page, state, training
@@ -19,7 +19,7 @@ with st.expander("A hub model's revisions as a series (e.g. Pythia's step0, step
         add = st.form_submit_button("Add and analyse", icon=":material/cloud_download:")
     if add:
         try:  # offline, only revisions already in the local hub cache (HF_HOME) are accepted
-            hub_run = training.add_hub_series(hub_id, hub_revs, max_tokens=int(st.session_state.get("dyn_tokens", 20_000)))
+            hub_run = training.add_hub_series(hub_id, hub_revs, max_tokens=state.selection().dyn_tokens)
         except InputError as e:  # a bad id or revision, the hub unreachable
             st.error(page.md(str(e)), icon=":material/error:")
         except OSError as e:  # the series record or the queue could not be written
@@ -33,9 +33,14 @@ if not runs:
     st.info("No trained run yet: train one (or a preset) on the **Train** page.", icon=":material/arrow_back:")
     st.stop()
 lg = state.log()
-default = [r for r in lg.dynamics_runs if r in runs] or runs[:1]
+sel = state.selection()
 # A preset's runs reach the disk one after the other: the box follows them (all of them once trained) until
-# the set to open on changes no more; the user's own pick stays otherwise.
+# the set to open on changes no more; the user's own pick stays otherwise. Without a preset of this session, the
+# box opens on the selection's runs (a link's druns), else on the first run.
+missing = [r for r in sel.dyn_runs if r not in runs]
+if missing:
+    st.caption(f":material/link_off: Not on this server: {page.md(', '.join(missing))} (this link's runs).")
+default = [r for r in lg.dynamics_runs if r in runs] or [r for r in sel.dyn_runs if r in runs] or runs[:1]
 if st.session_state.get("_dyn_default") != default:
     st.session_state["_dyn_default"] = default
     st.session_state["dyn_pick"] = default
@@ -46,11 +51,16 @@ def _name(run: str) -> str:
     return f"{lg.dynamics_labels[run]} · {run}" if run in lg.dynamics_labels else run
 
 
-chosen = st.multiselect("Runs (two to compare)", runs, max_selections=4, key="dyn_pick", format_func=_name)
+chosen = st.multiselect("Runs (two to compare)", runs, max_selections=MAX_DYNAMICS_RUNS, key="dyn_pick",
+                        format_func=_name)
 c1, c2 = st.columns(2)
-max_tokens = c1.number_input("Tokens analysed per checkpoint", 500, 1_000_000, 20_000, step=1000, key="dyn_tokens")
-metric = c2.selectbox("Metric of the heatmap", list(METRICS), format_func=lambda k: METRICS[k][0], key="dyn_metric")
-kw = {"max_tokens": int(max_tokens)}
+max_tokens = c1.number_input("Tokens analysed per checkpoint", *LIMITS["dyn_tokens"], sel.dyn_tokens, step=1000,
+                             key="dyn_tokens")
+metric = c2.selectbox("Metric of the heatmap", list(METRICS), index=list(METRICS).index(sel.metric),
+                      format_func=lambda k: METRICS[k][0], key="dyn_metric")
+# what is drawn is in the selection (and the URL: druns, dtokens, metric)
+sel = state.update(dyn_runs=tuple(chosen), dyn_tokens=int(max_tokens), metric=metric)
+kw = {"max_tokens": sel.dyn_tokens}
 
 series = {}
 for run in chosen:
@@ -73,7 +83,7 @@ if series:
         page.show(D.compare_runs(series, "mean_cosine"), "dyn_cmp")
     for run, ser in series.items():
         st.subheader(run)
-        page.show(D.metric_heatmap(ser, metric), f"dyn_heat_{run}")
+        page.show(D.metric_heatmap(ser, sel.metric), f"dyn_heat_{run}")
         page.show(D.cosine_curves(ser), f"dyn_curves_{run}")
         page.show(D.metric_heatmap(ser, "intrinsic_dim_twonn"), f"dyn_id_{run}")
         page.show(D.cka_to_final(ser), f"dyn_cka_{run}")

@@ -6,7 +6,7 @@ decile; the logit lens of causal LMs."""
 import streamlit as st
 
 from core import views
-from core.selection import METRICS, SAMPLE_METRICS
+from core.selection import LAYERS_SECTIONS, METRICS, SAMPLE_METRICS
 from ui import data, page, state
 
 SECTIONS = ("Curves", "Numbers", "At one layer", "Logit lens")
@@ -17,7 +17,10 @@ if page.need_runs(runs):
     # Only the open section is computed and drawn (as on Outliers and Compare): the curves, the table
     # and the two one-layer figures together were 3 figures and a grid per visit (one user's browser:
     # 0.87 s of CPU per visit, 0.41 s for the curves alone; python -m bench.load measures 8 users).
-    curves_tab, numbers_tab, one_tab, lens_tab = page.lazy_tabs(SECTIONS, "layers_section")
+    # The open one is in the URL (ltab).
+    tabs = page.lazy_tabs(SECTIONS, "layers_section", SECTIONS[LAYERS_SECTIONS.index(sel.layers_section)])
+    sel = state.update(layers_section=page.open_section(tabs, LAYERS_SECTIONS))
+    curves_tab, numbers_tab, one_tab, lens_tab = tabs
     if curves_tab.open:
         with curves_tab:
             c1, c2, c3 = st.columns([3, 2, 2], vertical_alignment="bottom")

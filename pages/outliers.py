@@ -8,7 +8,7 @@ import streamlit as st
 from core import views
 from core.errors import InputError
 from core.escape import markdown_text
-from core.selection import MAX_TYPED_DIMS, parse_dims
+from core.selection import MAX_TYPED_DIMS, OUTLIERS_SECTIONS, parse_dims
 from core.views import chain as chain_views
 from ui import data, page, state
 from ui import run as ui_run
@@ -97,8 +97,13 @@ if page.need_runs(runs):
     # Only the open section is computed and drawn: the whole page was 7 figures and 5 tables, about
     # 2 s of one core in the browser per visit (the at-one-layer and across-layers figures apart too:
     # 0.87 -> 0.7-0.8 s, one user). A link with a dim or the ablation opens on that section.
-    dims_tab, across_tab, defs_tab, freq_tab, drill_tab, ablation_tab = page.lazy_tabs(
-        SECTIONS, "outliers_section", "Drill into a dimension" if sel.dim is not None else "Ablation" if sel.ablation else None)
+    # The open one is in the URL (otab).
+    first = sel.outliers_section or ("dimension" if sel.dim is not None else "ablation" if sel.ablation else "dims")
+    tabs = page.lazy_tabs(SECTIONS, "outliers_section", SECTIONS[OUTLIERS_SECTIONS.index(first)])
+    opened = page.open_section(tabs, OUTLIERS_SECTIONS)
+    if opened != first or sel.outliers_section is not None:
+        sel = state.update(outliers_section=opened)
+    dims_tab, across_tab, defs_tab, freq_tab, drill_tab, ablation_tab = tabs
     if dims_tab.open:
         with dims_tab:
             here, _ = views.outlier_set(res, "layer", layer)

@@ -5,26 +5,32 @@ import streamlit as st
 
 from core.errors import InputError
 from core.views import papers as PV
-from ui import page
+from ui import page, state
 from ui import papers as ui_papers
 
 page.title("Papers", "Each reproduction is one job that runs every model the paper needs (one process: documents read "
                      "and tokenized once, images and audio decoded once), then computes the paper's claims from the "
                      "numbers. Runs and records are cached: reopening a reproduction is instant, and every run also "
                      "opens on the other pages.")
+# The paper, its budget and its runs are in the selection (and the URL: paper, pbudget, pruns).
+sel = state.selection()
 names = list(ui_papers.PAPER_NAMES)
-name = st.segmented_control("Paper", names, default=ui_papers.current(), key="paper_pick",
-                            format_func=ui_papers.paper_label) or ui_papers.current()
-ui_papers.remember(name)
+name = st.segmented_control("Paper", names, default=sel.paper, key="paper_pick",
+                            format_func=ui_papers.paper_label) or sel.paper
+if name != sel.paper:  # another paper: its own runs (all of them)
+    sel = state.update(paper=name, paper_runs=None)
 info = ui_papers.paper(name)
 st.markdown(f"**{page.md(info.title)}** · {page.md(info.citation)}  \n{page.md(info.what)}.")
-tokens = st.radio("Positions per run", list(ui_papers.BUDGETS), format_func=ui_papers.BUDGETS.get, horizontal=True,
-                  key="paper_tokens")
+budgets = list(ui_papers.BUDGETS)
+tokens = st.radio("Positions per run", budgets, index=budgets.index(sel.paper_tokens), format_func=ui_papers.BUDGETS.get,
+                  horizontal=True, key="paper_tokens")
 every = [p.model for p in info.parts]
-picked = st.multiselect("Runs (all by default; fewer for a quick look)", every, default=every, key=f"paper_models_{name}",
+picked = st.multiselect("Runs (all by default; fewer for a quick look)", every, default=list(sel.paper_runs or every),
+                        key=f"paper_models_{name}",
                         format_func=lambda m: m + next((" (random-init control)" for p in info.parts
                                                          if p.model == m and p.role == "control"), ""))
-s = ui_papers.settings(tokens, None if set(picked) == set(every) or not picked else tuple(m for m in every if m in picked))
+sel = state.update(paper_tokens=int(tokens), paper_runs=tuple(picked) or None)
+s = ui_papers.settings(sel.paper_tokens, sel.paper_runs)
 rec = ui_papers.record(name, s)
 if rec is None:
     if ui_papers.active(name, s):

@@ -7,7 +7,7 @@ import streamlit as st
 from core.corpora import BUILTIN_CORPORA
 from core.errors import InputError
 from core.modalities import corpus_modality
-from core.selection import check_corpus, split_corpus
+from core.selection import TRAIN_LIMITS, check_corpus, split_corpus
 from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
 from core.trained import ident_of
 from core.uploads import display_name
@@ -18,13 +18,18 @@ page.title("Train a model from scratch",
            "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. The default "
            "2,000 steps train in about 2 minutes on 2 quiet CPU cores (BENCHMARKS.md, Training).")
 
-d = TrainSpec()
+sel = state.selection()
+d = sel.train  # the form shows the selection's training (a link's: tcorpus, tarch, ...; see core.selection)
+lim = TRAIN_LIMITS
 with st.form("train_form"):
     c1, c2, c3 = st.columns(3)
-    # The built-in text corpora, then the sidebar's own text corpora (uploads, data-directory files) by their names
-    own = [e for e in dict.fromkeys(state.selection().corpora)
+    # The built-in text corpora, then the sidebar's own text corpora (uploads, data-directory files) by their names,
+    # and the selection's training corpus when it is none of them
+    own = [e for e in dict.fromkeys(sel.corpora)
            if split_corpus(e)[0] not in BUILTIN_CORPORA and corpus_modality(split_corpus(e)[0]) == "text"]
-    corpus = c1.selectbox("Corpus", list(BUILTIN_CORPORA)[:4] + own, key="t_corpus",
+    chosen = d.corpus + (f"#{d.text_column}" if d.text_column else "")
+    options = list(dict.fromkeys(list(BUILTIN_CORPORA)[:4] + own + [chosen]))
+    corpus = c1.selectbox("Corpus", options, index=options.index(chosen), key="t_corpus",
                           format_func=lambda e: BUILTIN_CORPORA[e].label if e in BUILTIN_CORPORA
                           else display_name(*split_corpus(e)),
                           help="Your own corpus: upload it (or name it) in the sidebar first; it is listed here.")
@@ -32,22 +37,25 @@ with st.form("train_form"):
                          help="The same rule as the sidebar: built-in and uploaded corpora, and files in the "
                               "server's data directory (ANISO_DATA_DIR). Any other file: `python -m core train "
                               "--corpus PATH`.")
-    arch = c1.selectbox("Architecture", list(ARCHS), format_func=ARCHS.get, key="t_arch")
-    tok = c2.selectbox("Tokenisation", list(TOKENIZERS), format_func=TOKENIZERS.get, key="t_tok")
-    vocab = c2.number_input("BPE vocabulary size", 512, 50_000, d.vocab_size, step=512, key="t_vocab")
-    seed = c2.number_input("Seed", 0, 2**31 - 1, d.seed, key="t_seed")
-    layers = c3.number_input("Layers", 1, 48, d.n_layers, key="t_layers")
-    width = c3.number_input("Width (d_model)", 16, 4096, d.d_model, step=16, key="t_width")
-    heads = c3.number_input("Heads", 1, 64, d.n_heads, key="t_heads")
+    arch = c1.selectbox("Architecture", list(ARCHS), index=list(ARCHS).index(d.arch), format_func=ARCHS.get,
+                        key="t_arch")
+    tok = c2.selectbox("Tokenisation", list(TOKENIZERS), index=list(TOKENIZERS).index(d.tokenizer),
+                       format_func=TOKENIZERS.get, key="t_tok")
+    vocab = c2.number_input("BPE vocabulary size", *lim["vocab_size"], d.vocab_size, step=512, key="t_vocab")
+    seed = c2.number_input("Seed", *lim["seed"], d.seed, key="t_seed")
+    layers = c3.number_input("Layers", *lim["n_layers"], d.n_layers, key="t_layers")
+    width = c3.number_input("Width (d_model)", *lim["d_model"], d.d_model, step=16, key="t_width")
+    heads = c3.number_input("Heads", *lim["n_heads"], d.n_heads, key="t_heads")
     e1, e2, e3, e4 = st.columns(4)
-    steps = e1.number_input("Steps", 1, 1_000_000, d.steps, key="t_steps")
-    batch = e2.number_input("Batch size", 1, 4096, d.batch_size, key="t_batch")
-    seq = e3.number_input("Sequence length", 8, 8192, d.seq_len, key="t_seq")
-    lr = e4.number_input("Learning rate", 1e-6, 1.0, d.lr, format="%.0e", key="t_lr")
+    steps = e1.number_input("Steps", *lim["steps"], d.steps, key="t_steps")
+    batch = e2.number_input("Batch size", *lim["batch_size"], d.batch_size, key="t_batch")
+    seq = e3.number_input("Sequence length", *lim["seq_len"], d.seq_len, key="t_seq")
+    lr = e4.number_input("Learning rate", *lim["lr"], float(d.lr), format="%.0e", key="t_lr")
     b1, b2 = st.columns(2)
     go = b1.form_submit_button("Train", type="primary", icon=":material/model_training:")
     preset = b2.selectbox("Preset (same budget and seed, one setting changed)", list(PRESETS),
-                          format_func=lambda k: PRESETS[k]["title"], key="t_preset")
+                          index=list(PRESETS).index(sel.train_preset), format_func=lambda k: PRESETS[k]["title"],
+                          key="t_preset")
     go_preset = b2.form_submit_button("Train and analyse the preset", icon=":material/science:")
 
 if go or go_preset:
@@ -59,6 +67,8 @@ if go or go_preset:
                          n_layers=int(layers), d_model=int(width), n_heads=int(heads), seq_len=int(seq),
                          batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
         runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}
+        # what was queued is the form's state in the selection (and the URL): a link opens the form on it
+        state.update(train=spec, train_preset=preset)
         names = training.submit_training(runs, analyse=bool(go_preset))
     except InputError as e:  # a bad setting, an unknown corpus or file: say why
         st.error(page.md(str(e)), icon=":material/error:")

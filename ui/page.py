@@ -101,6 +101,13 @@ def title(text: str, caption: str = "") -> None:
     st.title(text)
     if caption:
         st.caption(caption)
+    url_warnings()
+
+
+def url_warnings() -> None:
+    """What the link asked for that was ignored or clamped (from_query_params' problems), one warning each."""
+    for p in state.log().url_problems:
+        st.warning(markdown_text(p), icon=":material/link_off:")
 
 
 def job_panel() -> None:
@@ -118,8 +125,7 @@ def status(sel) -> None:
         st.warning(markdown_text(degraded), icon=":material/warning:")
     for note in jobs.notes():  # the job queue set aside (corrupted) or read-only
         st.warning(markdown_text(note), icon=":material/warning:")
-    for p in lg.url_problems:
-        st.warning(markdown_text(p), icon=":material/link_off:")
+    url_warnings()
     if lg.corpus_problem:
         st.error(f"{markdown_text(lg.corpus_problem)} Shown below: the results for the previous corpus, "
                  f"**{md(views.corpus_display(sel.corpus, sel.text_column))}**.", icon=":material/error:")
@@ -312,6 +318,36 @@ def focus_picker(sel, runs: list[Loaded], key: str) -> Loaded:
     return runs[choice]
 
 
+def compare_pair(sel, runs: list[Loaded]) -> tuple[int, int]:
+    """The indices in `runs` of Compare's runs A and B: the selection's (compare_a/_b and their corpora), else the
+    first two runs (a choice whose run is not computed here falls back too, and is said)."""
+    keys = [(r.spec.model, r.corpus) for r in runs]
+    out = []
+    for which, default in (("a", 0), ("b", 1 if len(runs) > 1 else 0)):
+        model = getattr(sel, f"compare_{which}")
+        if model is None:
+            out.append(default)
+            continue
+        want = (model, getattr(sel, f"compare_{which}_corpus") or sel.corpus)
+        if want in keys:
+            out.append(keys.index(want))
+        else:
+            st.caption(f"Run {which.upper()} of this view ({md(want[0])} · {md(want[1])}) is not computed: showing "
+                       f"{md(runs[default].label)} instead.")
+            out.append(default)
+    return out[0], out[1]
+
+
+def choose_pair(sel, runs: list[Loaded], ia: int, ib: int):
+    """Compare's A and B picked: into the selection (and the URL)."""
+    kw = {}
+    for which, i in (("a", ia), ("b", ib)):
+        r = runs[i]
+        kw[f"compare_{which}"] = r.spec.model
+        kw[f"compare_{which}_corpus"] = None if r.corpus == sel.corpus else r.corpus
+    return state.update(**kw)
+
+
 def x_axis_picker(sel, runs: list[Loaded], container, key: str, note=None) -> str | None:
     """Layer index or relative depth for the layer curves; auto (depth when the models' depths differ
     or published curves are overlaid) until the user picks one. Returns the explicit choice, if any.
@@ -404,6 +440,11 @@ def lazy_tabs(labels, key: str, default: str | None = None) -> list:
     can choose the section through st.session_state[key] without a warning."""
     st.session_state.setdefault(key, default if default is not None else labels[0])
     return st.tabs(labels, key=key, on_change="rerun")
+
+
+def open_section(tabs, names: Sequence[str]) -> str:
+    """The URL name of the open tab of `lazy_tabs` (names: the page's sections as written in the URL)."""
+    return next((n for n, t in zip(names, tabs) if t.open), names[0])
 
 
 def definition(metric: str) -> None:

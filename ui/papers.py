@@ -1,4 +1,4 @@
-"""The Papers page's state and jobs: which paper is open, its stored record, the "reproduce" job with live
+"""The Papers page's jobs: its stored record, the "reproduce" job with live
 progress, Cancel and Retry (the same panel widgets as every run's)."""
 
 from __future__ import annotations
@@ -8,15 +8,16 @@ import streamlit as st
 from core import jobs
 from core.escape import markdown_text as md
 from core.papers import run as R
+from core.selection import PAPER_BUDGETS
 
 from . import state
 from .jobs_panel import failed, progress, start_worker
 
 PAPER_NAMES = R.NAMES
-DEFAULT = "godey"
 POLL_S = 1.0
 # Positions per run: the findings' setting (runs shared with docs/findings.md and the CLI's default), or a quick look
-BUDGETS = {R.DEFAULT_MAX_TOKENS: f"{R.DEFAULT_MAX_TOKENS:,} (as in the paper tables here)", 1000: "1,000 (a quick look)"}
+BUDGETS = dict(zip(PAPER_BUDGETS, (f"{PAPER_BUDGETS[0]:,} (as in the paper tables here)",
+                                   f"{PAPER_BUDGETS[1]:,} (a quick look)")))
 _LABELS = {"ethayarajh": "Ethayarajh 2019", "godey": "Godey et al. 2023", "puccetti": "Puccetti et al. 2022",
            "chain": "The outlier chain"}
 
@@ -27,15 +28,6 @@ def paper(name: str) -> R.Paper:
 
 def paper_label(name: str) -> str:
     return _LABELS.get(name, name)
-
-
-def current() -> str:
-    got = st.session_state.get("paper_pick")
-    return got if got in PAPER_NAMES else DEFAULT
-
-
-def remember(name: str) -> None:
-    st.session_state["_paper_open"] = name
 
 
 def settings(tokens: int, models: tuple[str, ...] | None = None) -> R.Settings:

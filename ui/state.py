@@ -30,7 +30,6 @@ class RunLog:
     # what they show (escaped where shown)
     jobs_active: bool = False  # a job of the selection is queued or running (set by the jobs panel)
     ablations: dict[str, list] = field(default_factory=dict)  # run id -> the dim sets this session asked to ablate
-    drift: object | None = None  # the DriftSpec of the controlled experiment last shown
     dynamics_runs: list[str] = field(default_factory=list)  # the runs Dynamics opens with (a preset, a hub series)
     dynamics_labels: dict[str, str] = field(default_factory=dict)  # run -> the name a preset gave it ("BPE", "bytes")
     no_models: bool = False  # the sidebar's models box is empty: the pages show no run (the selection keeps the last)

@@ -6,10 +6,12 @@ from pathlib import Path
 
 import pytest
 
+from core.drift import DriftSpec
 from core.errors import InputError
 from core.postprocess import PostProcess
 from core.selection import DEFAULT, MAX_MODELS, METRICS, Selection, from_query_params, to_query_params
 from core.spec import RunSpec
+from core.train import TrainSpec
 
 
 def _as_url(params: dict) -> dict:
@@ -32,10 +34,23 @@ def test_round_trip_of_every_field(tmp_path, monkeypatch):
                     post=PostProcess(center=True, zscore=True, abtt=2, whiten=True, whiten_k=10, remove=(9, 3)),
                     drop_outliers=True, proj_method="umap", proj_color="search", n_neighbors=30, min_dist=0.3,
                     search="the", outlier_set="layer", attn_stat="q_drift", attn_keys="included",
-                    attn_summary="strongest", attn_window=17, attn_block=3, attn_head=2, compare_section="projections")
+                    attn_summary="strongest", attn_window=17, attn_block=3, attn_head=2, compare_section="projections",
+                    more_corpora=("wiki-fr",), compare_a="untrained-bert-base", compare_a_corpus="wiki-fr",
+                    compare_b="minilm-l6", compare_attn_stat="mean_term_share", layers_section="numbers",
+                    outliers_section="across", drift=DriftSpec(d=32, heads=2, alphas=(0.0, 1.5), taus=(2.0,), seed=4),
+                    paper="ethayarajh", paper_tokens=1000, paper_runs=("minilm-l6",),
+                    train=TrainSpec(corpus="wiki-fr", arch="llama", tokenizer="bytes", vocab_size=1024, n_layers=3,
+                                    d_model=96, n_heads=6, steps=50, batch_size=8, seq_len=32, lr=3e-4, seed=5),
+                    train_preset="natural-vs-uniform", dyn_runs=("run-a", "run-b"), dyn_tokens=5000)
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
     assert params["pp_drop"] == "3,9" and params["ref"] == "1"
+    assert params["ca"] == "untrained-bert-base" and params["ca_corpus"] == "wiki-fr" and params["cb"] == "minilm-l6"
+    assert params["drift"] == "1" and params["dr_alphas"] == "0,1.5" and params["tlr"] == "0.0003"
+    assert params["pruns"] == "minilm-l6" and params["druns"] == "run-a,run-b"
+    for name in ("compare_a", "compare_a_corpus", "compare_b", "compare_attn_stat", "layers_section", "outliers_section",
+                 "drift", "paper", "paper_tokens", "paper_runs", "train", "train_preset", "dyn_runs", "dyn_tokens"):
+        assert getattr(sel, name) != getattr(DEFAULT, name), name  # every new field is tried away from its default
     assert params["corpus"] == "data:x/abc.csv"  # the server's path of the data directory stays out of the URL
     assert sel.corpus == str(tmp_path.resolve() / "x" / "abc.csv")
     back, problems = from_query_params(_as_url(params))
@@ -56,10 +71,24 @@ def test_models_accept_a_comma_list_and_drop_duplicates():
     ("head", "", "attn_head"), ("ctab", "Attention", "compare_section"), ("odims", "8, x", "typed_dims"),
     ("odims", ",".join(map(str, range(65))), "typed_dims"), ("odims", "70000", "typed_dims"),
     ("color", "meta:", "proj_color"), ("color", "meta:a\x00b", "proj_color"), ("color", "topic", "proj_color"),
+    ("ca", "gpt2", "compare_a"), ("cb", "[x](y)", "compare_b"), ("ca_corpus", "wiki-fr", "compare_a_corpus"),
+    ("cattn", "nope", "compare_attn_stat"), ("ltab", "Curves", "layers_section"), ("otab", "../x", "outliers_section"),
+    ("focus", "untrained-gpt2", "focus"), ("paper", "godey2", "paper"), ("pbudget", "5000", "paper_tokens"),
+    ("pbudget", "1e3", "paper_tokens"), ("pruns", "gpt2", "paper_runs"), ("tpreset", "x", "train_preset"),
+    ("druns", "../etc/passwd", "dyn_runs"), ("druns", ",".join(f"r{i}" for i in range(5)), "dyn_runs"),
+    ("dtokens", "lots", "dyn_tokens"), ("tarch", "rnn", "train"), ("ttok", "words", "train"),
+    ("tcorpus", "/etc/passwd", "train"), ("tcorpus", "upload:../x.csv", "train"), ("tlr", "nan", "train"),
+    ("tlr", "fast", "train"), ("tlayers", "2.5", "train"), ("dr_d", "x", "drift"), ("dr_alphas", "1,two", "drift"),
+    ("dr_taus", ",".join(["1"] * 33), "drift"), ("drift", "maybe", "drift"),
 ])
 def test_a_bad_value_is_reported_and_falls_back_to_its_default(key, value, field):
     sel, problems = from_query_params({key: [value], "sample": ["700"]})
-    assert getattr(sel, field) == getattr(DEFAULT, field)
+    if field == "drift" and key != "drift":  # a drift key shows the experiment: with that value at its default
+        assert sel.drift == DriftSpec(), sel.drift
+    elif field == "drift":
+        assert sel.drift == DriftSpec()  # drift=maybe is said, and the experiment shown (the link asked for it)
+    else:
+        assert getattr(sel, field) == getattr(DEFAULT, field)
     assert sel.sample == 700  # the other, good values are kept
     assert len(problems) == 1 and (key in problems[0] or field in problems[0])
 
@@ -305,7 +334,10 @@ def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, short_
     existing = [str(outside), str(outside / "a.png"), str(outside / "a.wav"), str(outside / "a.zip"),
                 str(outside / "a.txt"), str(outside / "sub"), "/usr", "data:../outside"]
     tried = 0
-    for key, name in list(_KEYS.items()) + [(k, None) for k in _PP_KEYS]:
+    from core.selection import DRIFT_KEYS, TRAIN_KEYS
+
+    spec_keys = [(k, None) for k in list(TRAIN_KEYS) + list(DRIFT_KEYS) if k != "tcol"]  # tcol: a column name
+    for key, name in list(_KEYS.items()) + [(k, None) for k in _PP_KEYS] + spec_keys:
         if name in TEXT_FIELDS:
             continue
         for there in existing:
@@ -314,11 +346,13 @@ def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, short_
             for value in (there, missing):
                 sel, problems = from_query_params({key: [value]})
                 for f in ("models", "corpus", "image_corpus", "audio_corpus", "more_corpora", "focus",
-                          "focus_corpus", "metric"):
+                          "focus_corpus", "metric", "compare_a", "compare_b", "paper_runs", "dyn_runs"):
                     assert getattr(sel, f) == getattr(DEFAULT, f), (key, value, f)
                 answers.append([p.replace(value, "PATH") for p in problems])
             assert answers[0] == answers[1], (key, answers)
             tried += 1
+        if key == "tcorpus":
+            assert sel.train.corpus == "wiki-en" and problems, problems  # the form keeps its default corpus
     assert tried >= 8 * 25
     for f in ("image_corpus", "audio_corpus", "corpus"):
         for p in (str(outside), str(outside / "a.zip"), "/usr"):
@@ -342,9 +376,15 @@ def test_the_url_of_a_page_leaves_out_the_keys_of_the_others():
     """Issue 28 item 2: Outliers' dim=308&ablate=1 stays on Outliers; each page's link carries its own keys."""
     from core.selection import PAGE_KEYS
 
-    sel = DEFAULT.replace(dim=308, ablation=True, attn_stat="q_drift", compare_section="outliers", metric="isoscore")
-    assert {"dim", "ablate", "astat", "ctab", "metric"} <= set(to_query_params(sel))  # no page: everything
-    for page in ("layers", "outliers", "attention", "compare", "projection"):
+    sel = DEFAULT.replace(dim=308, ablation=True, attn_stat="q_drift", compare_section="outliers", metric="isoscore",
+                          models=("minilm-l6", "untrained-minilm-l6"), compare_a="untrained-minilm-l6",
+                          layers_section="lens", outliers_section="across", drift=DriftSpec(d=32), paper="puccetti",
+                          train=TrainSpec(steps=10), dyn_runs=("r",), chain_ablation=True)
+    every = set(to_query_params(sel))
+    assert {"dim", "ablate", "astat", "ctab", "metric", "ca", "ltab", "otab", "drift", "dr_d", "paper", "tsteps",
+            "druns", "cabl"} <= every  # no page: everything
+    assert {k for keys in PAGE_KEYS.values() for k in keys} & every == every - {"models", "metric"}
+    for page in ("layers", "outliers", "attention", "compare", "projection", "chain", "papers", "train", "dynamics"):
         got = to_query_params(sel, page)
         assert got["metric"] == "isoscore"  # shared keys stay
         for other, keys in PAGE_KEYS.items():
@@ -352,10 +392,11 @@ def test_the_url_of_a_page_leaves_out_the_keys_of_the_others():
 
 
 def test_the_attention_choices_are_the_views():
-    from core.selection import ATTN_STATS, ATTN_SUMMARIES
+    from core.selection import ATTN_CURVE_STATS, ATTN_STATS, ATTN_SUMMARIES
     from core.views import attention as AV
 
     assert ATTN_STATS == AV.HEATMAP_STATS and ATTN_SUMMARIES == tuple(AV.LINK_SUMMARIES)
+    assert ATTN_CURVE_STATS == AV.CURVE_STATS
 
 
 def test_typed_dims_and_a_metadata_colour_round_trip():
