@@ -151,7 +151,7 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
         "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
     }
     if spec.logit_lens:  # only then: the keys of runs without the lens stay what they were
-        parts["lens_code"] = code_version(("core.lens",))
+        parts["lens_code"] = code_version(("core.lens", "core.anatomy"))
     return "stats:" + stable_hash(parts), parts
 
 
