@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("kernels", ("core.metrics", "core.postprocess", "core.dimension", "core.reference", "core.batching",
                  "core.cache", "core.figures", "core.convert", "core.convert.*", "core.geometry", "core.papers",
                  "core.papers.claims")),
-    ("inputs", ("core.trained", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
+    ("inputs", ("core.trained", "core.hub_fetch", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
     # the registry and the outlier rules (with the outlier chain's)
