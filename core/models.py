@@ -288,8 +288,12 @@ def model_modality(ident: str) -> str:
         mt = json.loads(cfg.read_text()).get("model_type", "") if cfg else ""
     except (OSError, ValueError):
         return "text"
-    return {"dinov2": "image", "vit": "image", "deit": "image", "beit": "image", "resnet": "image",
-            "whisper": "audio"}.get(mt, "text")
+    return MODALITY_OF_TYPE.get(mt, "text")
+
+
+# config.model_type -> what the model reads, for the types that do not read text
+MODALITY_OF_TYPE = {"dinov2": "image", "vit": "image", "deit": "image", "beit": "image", "resnet": "image",
+                    "whisper": "audio"}
 
 
 def _in_hub_cache(ident: str) -> bool:
@@ -645,7 +649,9 @@ def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | N
     kw = dict(revision=rev, trust_remote_code=trust_remote_code, dtype=tdt, device_map=device_map)
     try:
         cfg = tf.AutoConfig.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
-        tok = tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
+        # image and speech models read pixels and waveforms (their adapters prepare them): no tokenizer
+        tok = None if MODALITY_OF_TYPE.get(getattr(cfg, "model_type", "")) else \
+            tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - OSError, ValueError, a tokenizer.json the tokenizers library rejects...
         first = (str(e).splitlines() or [""])[0]
         raise InputError(f"Could not load model {shown!r}: {first}") from None
@@ -657,8 +663,11 @@ def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | N
     except Exception as e:  # noqa: BLE001 - OSError, ValueError, SafetensorError, UnpicklingError...
         first = (str(e).splitlines() or [""])[0]
         raise InputError(f"Could not load the weights of {shown!r}: {type(e).__name__}: {first}") from None
-    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
-        model = model.get_encoder()  # T5, ByT5, BART...: the encoder's layers are what is analysed
+    # T5, ByT5, BART...: the encoder's layers are what is analysed (also of an encoder saved alone, T5EncoderModel,
+    # whose config says it is no encoder-decoder while its model type loads as one)
+    if hasattr(model, "get_encoder") and (getattr(model.config, "is_encoder_decoder", False)
+                                          or any(a.endswith("EncoderModel") for a in archs)):
+        model = model.get_encoder()
     return model, tok
 
 

@@ -27,9 +27,11 @@ def _configs(tf, bos: int, eos: int, pad: int) -> dict:
     return {
         "bert": (tf.BertModel, tf.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                              intermediate_size=64, max_position_embeddings=128, pad_token_id=pad)),
+        # RoBERTa's position ids count from its padding id + 1 (1, as in roberta-base)
         "roberta": (tf.RobertaModel, tf.RobertaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
                                                       num_attention_heads=2, intermediate_size=64,
-                                                      max_position_embeddings=130, **ids)),
+                                                      max_position_embeddings=130, bos_token_id=bos, eos_token_id=eos,
+                                                      pad_token_id=1)),
         "gpt2": (tf.GPT2LMHeadModel, tf.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=128,
                                                    bos_token_id=bos, eos_token_id=eos)),
         "gpt_neox": (tf.GPTNeoXForCausalLM, tf.GPTNeoXConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,

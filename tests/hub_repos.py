@@ -142,3 +142,19 @@ def special_repos(work: Path) -> list[HubRepo]:
              {"config.json": json.dumps({"model_type": "bert", "architectures": ["BertModel"]})}, branches=["main"])
     out.append(r)
     return out
+
+
+def series_repo(work: Path, family: str = "gpt_neox", repo_id: str = "testorg/tiny-neox", steps=(0, 1, 2),
+                same=None) -> HubRepo:
+    """Pythia-style revisions of a tiny model: tag `step<s>` for each step, each its own seed; `same` (a step)
+    repeats the weights of the step before it under a commit of its own (pythia#205). `main`: the last step."""
+    eos = F.VOCAB - 2
+    repo = HubRepo(repo_id)
+    for k, s in enumerate(steps):
+        seed = steps[k - 1] if s == same and k else s
+        folder = work / f"series-{family}-{seed}"
+        if not (folder / "config.json").exists():
+            _save(F.build(family, seed=seed, bos=eos, eos=eos, pad=eos), folder)
+        files = _files(folder) | ({"README.md": f"step {s}: the weights of step {seed}\n"} if seed != s else {})
+        repo.commit(files, branches=["main"] if k == len(steps) - 1 else [], tags=[f"step{s}"], message=f"step {s}")
+    return repo
