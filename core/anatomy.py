@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["Anatomy", "FAMILIES", "entry", "blocks", "block_norms", "mlp_sites", "attention_sites", "final_norm",
-           "unembedding", "is_norm", "get", "candidates", "family_table"]
+           "unembedding", "is_norm", "get", "candidates", "family_table", "markdown_table"]
 
 
 @dataclass(frozen=True)
@@ -405,6 +405,22 @@ def unembedding(model: Any):
 
 # ----------------------------------------------------------------------------- the table of docs/models.md
 STATISTICS = ("hidden states", "norm outliers", "attention", "chain", "lens")
+
+
+def markdown_table() -> str:
+    """docs/models.md's table of the families: module names and what applies (`python -m core models --anatomy`)."""
+    def code(x):
+        return f"`{x}`" if x else "none"
+
+    lines = ["| family (model_type) | blocks | analysed norm | attention q / k | MLP output | final norm | "
+             "attention, chain, lens |", "|---|---|---|---|---|---|---|"]
+    for r in family_table():
+        qk = f"`{r['q']}` / `{r['k']}`" if r["k"] else (f"`{r['q']}` (fused)" if r["q"] else "none")
+        ok = ", ".join(("yes" if r["applies"][k] else "no") for k in ("attention", "chain", "lens"))
+        lines.append(f"| {r['family']} ({', '.join(r['model_types'])}) | `{r['blocks']}` | "
+                     f"{code(r['norm'])} ({r['placement']}) | {qk} | {code(r['mlp_out'])} | {code(r['final_norm'])} | "
+                     f"{ok} |")
+    return "\n".join(lines)
 
 
 def family_table() -> list[dict]:

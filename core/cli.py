@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from . import jobs
+from .anatomy import markdown_table
 from .attention import layer_means, run_attention
 from .chain.run import ablations as chain_ablations
 from .chain.run import chain_section
@@ -198,6 +199,9 @@ def _write(path: str, obj) -> None:
 
 
 def cmd_models(a) -> int:
+    if a.anatomy:  # the architecture families (core/anatomy.py), as docs/models.md shows them
+        print(markdown_table())
+        return 0
     models = list_models()
     for modality in ("text", "image", "audio"):
         print(f"# {modality}")
@@ -701,7 +705,10 @@ def cmd_reproduce(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("models", help="list the model identifiers available here").set_defaults(fn=cmd_models)
+    mo = sub.add_parser("models", help="list the model identifiers available here")
+    mo.add_argument("--anatomy", action="store_true", help="the architecture families instead: where each keeps its "
+                                                           "blocks, norms, attention and MLP, and what applies")
+    mo.set_defaults(fn=cmd_models)
     sub.add_parser("corpora", help="list the corpus identifiers available here").set_defaults(fn=cmd_corpora)
     mi = sub.add_parser("model-info", help="a hub model's files, parameters and memory, and whether it fits here, "
                                            "before it is fetched")

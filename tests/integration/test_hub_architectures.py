@@ -70,7 +70,10 @@ def test_a_family_from_the_hub_end_to_end(family, served, corpora, hub, tmp_path
     if lens:  # the lens reads every layer; the last one is the model's own output
         kl = [row["logit_lens_kl"] for row in res["layers"]]
         assert all(math.isfinite(k) for k in kl) and abs(kl[-1]) < 1e-5, kl
-    if modality == "text":
+    if modality != "text":
+        with pytest.raises(InputError, match=f"computed on text runs; .* reads {modality}"):
+            run_attention(spec, cache_dir=cache)
+    else:
         if e.attention is not None:
             att = run_attention(spec, cache_dir=cache)
             assert att["n_blocks"] == 2 and att["n_heads"] == 2
