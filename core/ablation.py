@@ -15,118 +15,30 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 import numpy as np
 
+from .anatomy import block_norms, hidden_size, is_norm
 from .config import CONFIG
 from .outliers import check_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-# Per block, the norm whose parameters are analysed, by relative name, in order of preference,
-# with where it sits: "post" norms produce the block output (hidden layer b + 1), "pre" norms
-# read the block input (hidden layer b). Used by `norm_modules`; unknown layouts fall back to
-# the first norm of the block in module order.
-NORM_PREFERENCE: tuple[tuple[str, str], ...] = (
-    ("output.LayerNorm", "post"),  # BERT / RoBERTa / ELECTRA: the block's final LayerNorm
-    ("ln_1", "pre"),  # GPT-2 / GPT-J / GPT-Neo: the norm in front of attention
-    ("input_layernorm", "pre"),  # LLaMA / Mistral / Qwen / Gemma / Phi (RMSNorm)
-    ("layernorm_before", "pre"),  # ViT / DeiT
-    ("layer_norm1", "pre"),  # CLIP / SigLIP
-    ("norm1", "pre"),  # DINOv2 / timm-style blocks
-    ("attention_norm", "pre"),  # Falcon-style naming
-    ("self_attn_layer_norm", "post"),  # BART / Whisper / OPT (OPT-350m is post-norm)
-)
-
-
 # ------------------------------------------------------------------------- model: norm modules
-
-
-def _is_norm(module: Any) -> bool:
-    """A normalisation layer: class name mentions Norm and it has a 1-D weight."""
-    w = getattr(module, "weight", None)
-    return "norm" in type(module).__name__.lower() and w is not None and w.ndim == 1
-
-
-def _hidden_size(model: Any) -> int | None:
-    cfg = getattr(model, "config", None)
-    if hasattr(cfg, "get_text_config"):  # multimodal configs nest the text model's
-        cfg = cfg.get_text_config()
-    for key in ("hidden_size", "n_embd", "d_model", "dim"):
-        v = getattr(cfg, key, None)
-        if isinstance(v, int):
-            return v
-    return None
-
-
-def _blocks(model: Any) -> tuple[str, list]:
-    """(qualified name, children) of the block list: the longest ModuleList whose every item
-    contains a norm (so MoE expert lists and head lists are not mistaken for blocks)."""
-    # lazy: keeps torch out of a cache hit
-    import torch.nn as nn
-
-    best: tuple[int, int, str, list] | None = None
-    for name, mod in model.named_modules():
-        if not isinstance(mod, nn.ModuleList) or len(mod) == 0:
-            continue
-        items = list(mod)
-        if not all(any(_is_norm(m) for m in it.modules()) for it in items):
-            continue
-        key = (len(items), -name.count("."))  # longest, then shallowest
-        if best is None or key > best[:2]:
-            best = (*key, name, items)
-    if best is None:
-        raise ValueError(
-            f"{type(model).__name__}: no list of transformer blocks with normalisation layers "
-            "found (looked for an nn.ModuleList whose items contain a *Norm module)"
-        )
-    return best[2], best[3]
-
-
-def _norms_in(block: Any, d: int | None) -> list[tuple[str, Any]]:
-    return [
-        (n, m)
-        for n, m in block.named_modules()
-        if _is_norm(m) and (d is None or m.weight.shape[0] == d)
-    ]
-
-
-def _pick_norm(norms: list[tuple[str, Any]]) -> tuple[str, Any, str]:
-    by_name = dict(norms)
-    for rel, placement in NORM_PREFERENCE:
-        if rel in by_name:
-            return rel, by_name[rel], placement
-    rel, mod = norms[0]
-    return rel, mod, "unknown"
-
-
-def _select(model: Any) -> list[tuple[int, str, Any, str]]:
-    list_name, blocks = _blocks(model)
-    d = _hidden_size(model)
-    out = []
-    for b, block in enumerate(blocks):
-        norms = _norms_in(block, d)
-        if not norms:
-            raise ValueError(
-                f"{type(model).__name__}: block {b} ({list_name}.{b}) has no norm module "
-                f"of width {d}"
-            )
-        rel, mod, placement = _pick_norm(norms)
-        prefix = f"{list_name}.{b}." if list_name else f"{b}."
-        out.append((b, prefix + rel, mod, placement))
-    return out
+# Which norm of each block is analysed, and where it sits, is the architecture's entry in core/anatomy.py.
 
 
 def norm_modules(model: "torch.nn.Module") -> list[tuple[int, str, "torch.nn.Module"]]:
     """Per transformer block b, the norm module whose parameters Puccetti et al. analyse.
 
-    Blocks are the longest ``nn.ModuleList`` whose items contain a *Norm module; within a block
-    the norm is chosen by `NORM_PREFERENCE`: BERT/RoBERTa ``output.LayerNorm`` (post-norm, the
-    block's final LayerNorm, as in Puccetti et al. and Kovaleva et al. 2021), GPT-2 ``ln_1``
-    (pre-norm: the gain applied to the residual stream as the block reads it), LLaMA-style
-    ``input_layernorm`` (RMSNorm, weight only), else the block's first norm of width d_model.
+    Blocks and the norm of each are the architecture's entry in core/anatomy.py: BERT/RoBERTa
+    ``output.LayerNorm`` (post-norm, the block's final LayerNorm, as in Puccetti et al. and Kovaleva
+    et al. 2021), GPT-2 ``ln_1`` (pre-norm: the gain applied to the residual stream as the block reads
+    it), LLaMA-style ``input_layernorm`` (RMSNorm, weight only); without an entry, the longest
+    ``nn.ModuleList`` whose items contain a *Norm module, and the first of the entries' names a block
+    has, else its first norm of width d_model.
 
     Returns ``[(block, qualified name, module), ...]``; raises ValueError when none is found.
     """
-    return [(b, name, mod) for b, name, mod, _ in _select(model)]
+    return [(b, name, mod) for b, name, mod, _ in block_norms(model)]
 
 
 def norm_parameters(model: "torch.nn.Module") -> dict:
@@ -140,7 +52,7 @@ def norm_parameters(model: "torch.nn.Module") -> dict:
     # lazy: keeps torch out of a cache hit
     import torch
 
-    sel = _select(model)
+    sel = block_norms(model)
     with torch.no_grad():
         weights = np.stack([m.weight.detach().float().cpu().double().numpy() for _, _, m, _ in sel])
         has_bias = all(getattr(m, "bias", None) is not None for _, _, m, _ in sel)
@@ -173,10 +85,10 @@ def ablation_modules(model: "torch.nn.Module") -> list[tuple[str, "torch.nn.Modu
     norm (``ln_f``, ``model.norm``) and an embedding norm where the architecture has one.
     Norms of another width (per-head q/k norms) are left alone.
     """
-    d = _hidden_size(model)
+    d = hidden_size(model)
     if d is None:
-        d = int(_select(model)[0][2].weight.shape[0])
-    return [(n, m) for n, m in model.named_modules() if _is_norm(m) and m.weight.shape[0] == d]
+        d = int(block_norms(model)[0][2].weight.shape[0])
+    return [(n, m) for n, m in model.named_modules() if is_norm(m) and m.weight.shape[0] == d]
 
 
 @functools.lru_cache(maxsize=None)

@@ -29,7 +29,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from . import pipeline as P
-from .ablation import _blocks, ablation_modules, zeroed_dims
+from .ablation import ablation_modules, zeroed_dims
+from .anatomy import blocks
 from .attention import eager_attention
 from .config import CONFIG, code_version
 from .errors import InputError
@@ -56,7 +57,7 @@ def weight_matrix(model: Any, block: int, module: str):
     try:
         mod = model.get_submodule(module)
     except AttributeError:
-        mod = _blocks(model)[1][int(block)].get_submodule(module)
+        mod = blocks(model)[1][int(block)].get_submodule(module)
     w = getattr(mod, "weight", None)
     if w is None or w.ndim != 2:
         raise ValueError(f"{module!r} of block {block} has no 2-D weight")
@@ -90,7 +91,7 @@ def zeroed_residual(model: Any, dims: list[int], from_block: int) -> Iterator[No
     # lazy: keeps torch out of a cache hit
     import torch
 
-    blocks = _blocks(model)[1]
+    block_list = blocks(model)[1]
     idx = torch.as_tensor(sorted(int(d) for d in dims), dtype=torch.long)
 
     def hook(_mod, _inp, out):
@@ -100,7 +101,7 @@ def zeroed_residual(model: Any, dims: list[int], from_block: int) -> Iterator[No
         return (h, *out[1:]) if isinstance(out, tuple) else h
 
     # prepend: before the hooks with which transformers records hidden_states, so that they record the change
-    handles = [b.register_forward_hook(hook, prepend=True) for b in blocks[max(0, int(from_block)):]]
+    handles = [b.register_forward_hook(hook, prepend=True) for b in block_list[max(0, int(from_block)):]]
     try:
         yield
     finally:
@@ -328,7 +329,7 @@ def mark_conv1d(model: Any) -> None:
 MASSIVE_RATIO = 100.0  # a layer is massive when its top-1 |x| is > 100x the median |x| (Sun et al. 2024)
 MAX_MASSIVE_DIMS = 4
 MAX_ITEMS = 8  # images or clips the ablations of an image or audio run are measured on
-CODE_MODULES = ("core.chain_ablation", "core.ablation", "core.attention.arch", "core.config")
+CODE_MODULES = ("core.chain_ablation", "core.ablation", "core.anatomy", "core.attention.arch", "core.config")
 
 
 def default_targets(res: dict) -> dict:

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from . import jobs
+from .anatomy import markdown_table
 from .attention import layer_means, run_attention
 from .chain.run import ablations as chain_ablations
 from .chain.run import chain_section
@@ -39,9 +40,10 @@ from .corpora import list_corpora
 from .distributed import RankFailed, group_from_env, rank_from_env, world_size_from_env
 from .drift import DriftSpec, drift_experiment
 from .errors import Cancelled, InputError
+from .hub_fetch import fmt_bytes, plan_of, size_report
 from .hub_series import register
 from .modalities import list_modal_corpora
-from .models import list_models
+from .models import BUILTIN_MODELS, check_model_ident, is_hub_model, list_models
 from .papers.run import DEFAULT_MAX_TOKENS as P_TOKENS
 from .papers.run import DEFAULT_SAMPLE as P_SAMPLE
 from .papers.run import NAMES as PAPER_NAMES
@@ -153,7 +155,7 @@ class _Bar:
         if self.quiet:
             return
         now = time.monotonic()
-        if p.stage == "forward" and p.done < p.total and now - self.last < 0.5:
+        if p.stage in ("forward", "download") and p.done < p.total and now - self.last < 0.5:
             return
         self.last = now
         if p.stage == "forward" and p.total:
@@ -161,11 +163,15 @@ class _Bar:
             bar = "#" * int(30 * frac)
             eta = f"{p.eta_s:5.0f}s" if p.eta_s is not None else "  ?  "
             msg = f"\r[{bar:<30}] {p.done:>9,}/{p.total:,} tokens  {p.rate:8.0f} tok/s  ETA {eta}"
+        elif p.stage == "download" and p.total:  # bytes, rate and ETA of the whole download; the file in hand
+            eta = f"{p.eta_s:.0f}s" if p.eta_s is not None else "?"
+            msg = (f"\rdownload [{'#' * int(30 * p.done / p.total):<30}] {fmt_bytes(p.done)}/{fmt_bytes(p.total)} "
+                   f"{fmt_bytes(p.rate)}/s ETA {eta}: {p.message}")[:160].ljust(100)
         else:
             msg = f"\r{p.stage}: {p.message}".ljust(80)
         sys.stderr.write(msg)
         _Bar.open_line = True
-        if p.stage == "forward" and p.done >= p.total:
+        if p.stage in ("forward", "download") and p.total and p.done >= p.total:
             sys.stderr.write("\n")
             _Bar.open_line = False
         sys.stderr.flush()
@@ -193,6 +199,9 @@ def _write(path: str, obj) -> None:
 
 
 def cmd_models(a) -> int:
+    if a.anatomy:  # the architecture families (core/anatomy.py), as docs/models.md shows them
+        print(markdown_table())
+        return 0
     models = list_models()
     for modality in ("text", "image", "audio"):
         print(f"# {modality}")
@@ -202,6 +211,28 @@ def cmd_models(a) -> int:
     print("(also: a local model folder, or a hub identifier[@revision] where the hub is reachable, e.g. "
           "google/byt5-small (its encoder) or google/canine-s)")
     return 0
+
+
+def cmd_model_info(a) -> int:
+    """A hub model's size before anything but its config and weight headers is fetched: files, bytes,
+    parameters, memory at --dtype, whether this machine (and ANISO_MAX_MODEL_GB) holds it."""
+    check_model_ident(a.model)
+    if not is_hub_model(a.model):
+        raise InputError(f"{a.model!r} is not a hub model id: model-info sizes a hub model before it is fetched "
+                         f"(built-in models: `python -m core models`).")
+    spec = RunSpec(model=a.model, device=a.device, dtype=a.dtype)
+    device = spec.resolved_device()
+    plan = plan_of(a.model, trust_remote_code=a.trust_remote_code, suggest=BUILTIN_MODELS)
+    rep = size_report(plan, spec.resolved_dtype(device), device)
+    if a.json:
+        print(json.dumps(rep, indent=1))
+    else:
+        print(f"{rep['id']} at {rep['commit'][:12]}: {rep['summary'][len('found: '):]}")
+        print(f"  {len(rep['files'])} files, {fmt_bytes(rep['bytes'])} ({fmt_bytes(rep['download_bytes'])} to download); "
+              f"weights {rep['weight_format']} {fmt_bytes(rep['weight_bytes'])}, "
+              + ", ".join(f"{k} {v:,}" for k, v in rep["stored_dtypes"].items()))
+        print(f"  {rep['reason']}")
+    return 0 if rep["fits"] else 1
 
 
 def cmd_corpora(a) -> int:
@@ -674,8 +705,20 @@ def cmd_reproduce(a) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("models", help="list the model identifiers available here").set_defaults(fn=cmd_models)
+    mo = sub.add_parser("models", help="list the model identifiers available here")
+    mo.add_argument("--anatomy", action="store_true", help="the architecture families instead: where each keeps its "
+                                                           "blocks, norms, attention and MLP, and what applies")
+    mo.set_defaults(fn=cmd_models)
     sub.add_parser("corpora", help="list the corpus identifiers available here").set_defaults(fn=cmd_corpora)
+    mi = sub.add_parser("model-info", help="a hub model's files, parameters and memory, and whether it fits here, "
+                                           "before it is fetched")
+    mi.add_argument("model", help="hub id, org/name[@revision]")
+    mi.add_argument("--dtype", default="auto", choices=DTYPES, help="the dtype it would run at (auto: float32 on CPU)")
+    mi.add_argument("--device", default="auto", choices=DEVICES)
+    mi.add_argument("--trust-remote-code", action="store_true", help="size a repository that ships its own code")
+    mi.add_argument("--json", action="store_true", help="one JSON object (id, commit, files, bytes, n_params, dtype, "
+                                                       "memory_bytes, fits, reason, ...)")
+    mi.set_defaults(fn=cmd_model_info)
     an = sub.add_parser("analyze", help="per-layer anisotropy metrics -> results.json")
     _add_run_args(an)
     an.add_argument("--attention", action="store_true",

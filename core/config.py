@@ -30,11 +30,11 @@ STATS_MODULES = ("core.extract", "core.batching", "core.corpora", "core.config",
                  "core.convert.mobilenet", "core.convert.ct2")
 # ... and those that turn statistics into results (results.json, what-ifs, baselines).
 RESULTS_MODULES = ("core.analysis", "core.statistics", "core.metrics", "core.outliers", "core.chainstats", "core.ablation",
-                   "core.postprocess",
+                   "core.anatomy", "core.postprocess",
                    "core.config", "core.dimension", "core.geometry")
 # ... the attention statistics (their own pass over the corpus) and the controlled drift experiment.
-ATTENTION_MODULES = ("core.attention.arch", "core.attention.stats", "core.attention.summary", "core.attention.run",
-                     "core.attention.viewer", "core.batching", "core.corpora", "core.config")
+ATTENTION_MODULES = ("core.anatomy", "core.attention.arch", "core.attention.stats", "core.attention.summary",
+                     "core.attention.run", "core.attention.viewer", "core.batching", "core.corpora", "core.config")
 DRIFT_MODULES = ("core.drift", "core.config")
 
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from . import settings
+from . import hub, settings
 from .config import cache_identity
 from .errors import InputError
 from .hub import hub_reachable, local_commit, local_weight_shas, remote_weight_shas  # noqa: F401 - local_commit is public
-from .integrity import duplicate_notes, weights_digest
+from .integrity import duplicate_notes, is_weight_file, weights_digest
 from .settings import hub_series_dir
 from .trained import read_record, write_record
 
@@ -97,10 +97,13 @@ def register(name: str, revisions: str | list[str], cache_dir=None) -> str:
 
 def revision_digest(name: str, revision: str, offline: bool) -> str | None:
     """The weights digest of `name@revision` (core/integrity.py): from the local hub cache when it holds
-    the revision, else from the sha256 the hub lists for its weight files; None when neither answers."""
+    the revision, else from the sha256 the hub lists for its weight files (nothing downloaded); None when
+    neither says. Online, a revision the hub does not have is refused here (InputError naming its branches
+    and tags), before any checkpoint is analysed."""
     shas = local_weight_shas(name, revision)
     if shas is None and not offline:
-        shas = remote_weight_shas(name, revision)
+        rev = hub.resolve(f"{name}@{revision}")
+        shas = {f.path: f.sha256 for f in rev.files or () if is_weight_file(f.path) and f.sha256} or None
     return weights_digest(shas) if shas else None
 
 

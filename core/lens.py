@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .anatomy import candidates, final_norm, hidden_size, unembedding
 from .geometry import cka_positions
 from .statistics import LENS_POSITIONS
 
@@ -28,30 +29,6 @@ __all__ = ["LENS_POSITIONS", "LENS_TOP", "final_norm", "unembedding", "lens_logi
 # LENS_POSITIONS (core.statistics): positions of the sample read by the lens (a seeded subset, the same in every layer)
 LENS_TOP = 10  # most frequent lens top-1 tokens kept per layer
 LENS_CHUNK = 64  # positions per product with the unembedding (memory: chunk x vocabulary floats)
-NORM_NAMES = ("norm", "ln_f", "final_layer_norm", "final_layernorm")
-
-
-def final_norm(model: Any):
-    """The final norm module of a causal LM (LLaMA's `model.norm`, GPT-2's `transformer.ln_f`), or None."""
-    # lazy: keeps torch out of a cache hit
-    import torch.nn as nn
-
-    base = getattr(model, "base_model", model) or model
-    for name in NORM_NAMES:
-        m = getattr(base, name, None)
-        if isinstance(m, nn.Module):
-            return m
-    return None
-
-
-def unembedding(model: Any):
-    """The LM head (unembedding) of a causal LM, or None."""
-    # lazy: keeps torch out of a cache hit
-    import torch.nn as nn
-
-    get = getattr(model, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    return head if isinstance(head, nn.Module) else None
 
 
 def not_applicable(model: Any, modality: str = "text") -> str | None:
@@ -62,7 +39,10 @@ def not_applicable(model: Any, modality: str = "text") -> str | None:
     if not (cls.endswith("ForCausalLM") or cls.endswith("LMHeadModel")) or unembedding(model) is None:
         return f"{cls} has no LM head (the lens reads hidden states with a causal LM's own unembedding)"
     if final_norm(model) is None:
-        return f"{cls}: no final norm module found ({', '.join(NORM_NAMES)})"
+        return f"{cls}: no final norm module found ({', '.join(candidates()['final_norm'])})"
+    d, d_in = hidden_size(model), getattr(unembedding(model), "in_features", None)
+    if d and d_in and d_in != d:  # OPT-350m: a projection between the last hidden state and its unembedding
+        return f"{cls}'s unembedding reads {d_in} dimensions, its hidden states have {d}"
     return None
 
 

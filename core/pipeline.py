@@ -28,6 +28,7 @@ from .corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
 from .distributed import job_torchrun
 from .errors import Cancelled, InputError
 from .extract import Progress, extract_stats
+from .hub import known_commit, split
 from .lens import logit_lens
 from .lens import not_applicable as lens_not_applicable
 from .modalities import corpus_modality, modal_fingerprint
@@ -37,6 +38,8 @@ from .modalities.items import FRAME_SECONDS
 from .models import (
     check_model_ident,
     describe_model,
+    hub_fingerprint,
+    is_hub_model,
     load_model,
     model_fingerprint,
     model_modality,
@@ -108,23 +111,29 @@ class ResolvedRun:
     spec: RunSpec
     key: str
     parts: dict = field(hash=False, compare=False)
+    model_commit: str | None = field(default=None, compare=False)  # a hub model's commit (its fingerprint's source)
 
     def to_params(self) -> dict:
-        return {"key": self.key, "parts": self.parts}
+        return {"key": self.key, "parts": self.parts, **({"model_commit": self.model_commit} if self.model_commit else {})}
 
     @classmethod
     def from_params(cls, spec: RunSpec, d) -> "ResolvedRun | None":
         """The resolution a job carries, or None when it does not hold together: its key is not the
         hash of its parts, its spec is not `spec` as resolved here (another device under "auto"), or
         its extraction code is not this process's (a worker older or newer than the submitter).
-        Cheap (no hub call, no file hashed): the fingerprints are what is carried."""
+        Cheap (no hub call, no file hashed): the fingerprints are what is carried. A hub model's commit
+        is kept only when it is the one its fingerprint was made from."""
         try:
             key, parts = str(d["key"]), dict(d["parts"])
             ok = (key == "stats:" + stable_hash(parts) and _same(parts.get("spec"), _keyed_spec(spec))
                   and _same(parts.get("stats_code"), cache_identity("stats")))
-        except (KeyError, TypeError, ValueError):
+            commit = d.get("model_commit")
+            if commit is not None and (not isinstance(commit, str) or not is_hub_model(spec.model)
+                                       or hub_fingerprint(spec.model, commit) != parts.get("model_fingerprint")):
+                commit = None
+        except (KeyError, TypeError, ValueError, AttributeError):
             return None
-        return cls(spec, key, parts) if ok else None
+        return cls(spec, key, parts, commit) if ok else None
 
 
 def _same(a, b) -> bool:
@@ -151,7 +160,7 @@ def _spec_key(spec: RunSpec, cache_dir) -> tuple[str, dict]:
         "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
     }
     if spec.logit_lens:  # only then: the keys of runs without the lens stay what they were
-        parts["lens_code"] = code_version(("core.lens",))
+        parts["lens_code"] = code_version(("core.lens", "core.anatomy"))
     return "stats:" + stable_hash(parts), parts
 
 
@@ -161,7 +170,11 @@ def resolve(spec: RunSpec | ResolvedRun, cache_dir=None) -> ResolvedRun:
     if isinstance(spec, ResolvedRun):
         return spec
     key, parts = _spec_key(spec, cache_dir)
-    return ResolvedRun(spec, key, parts)
+    name, rev = split(spec.model)
+    commit = known_commit(name, rev or "main") if is_hub_model(spec.model) else None
+    if commit is not None and hub_fingerprint(spec.model, commit) != parts["model_fingerprint"]:
+        commit = None  # the branch moved between the two look-ups: the worker resolves it again
+    return ResolvedRun(spec, key, parts, commit)
 
 
 def _versions() -> dict:
@@ -207,7 +220,7 @@ def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[P
             return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
                             events=store.events[n_events:])
         manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel, memo=memo,
-                                          partial=_partial_hook(partial, key, spec, parts))
+                                          partial=_partial_hook(partial, key, spec, parts), commit=run.model_commit)
         store.put(key, {"manifest": manifest, "meta": meta}, arrays)
     return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
 
@@ -262,17 +275,17 @@ def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpe
 
 
 def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
-             partial=None):
+             partial=None, commit: str | None = None):
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
-        return _compute_items(spec, parts, cache_dir, progress, cancel, partial)
+        return _compute_items(spec, parts, cache_dir, progress, cancel, partial, commit)
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     if group is not None:
         device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
                    corpus_sha=parts["corpus_sha256"], fingerprint=parts["model_fingerprint"], progress=progress,
-                   cancel=cancel)
+                   cancel=cancel, commit=commit)
     # lazy: keeps torch out of a cache hit
     import torch
 
@@ -352,12 +365,12 @@ def _corpus_warnings(documents: list[str]) -> list[str]:
     return []
 
 
-def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, partial=None):
+def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, partial=None, commit: str | None = None):
     """An image or audio run: the same extraction on items laid out by a modality adapter."""
 
     device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, fingerprint=parts["model_fingerprint"],
-                   progress=progress, cancel=cancel)
+                   progress=progress, cancel=cancel, commit=commit)
     # lazy: keeps torch out of a cache hit
     import torch
 
@@ -583,7 +596,7 @@ def prepare_for_ablation(spec: RunSpec, res: dict, cache_dir, progress, purpose:
     m = res["manifest"]
     return prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir, device_map=spec.device_map,
                    fingerprint=m["model"].get("fingerprint"), progress=progress,
-                   load_message=loading_message(spec.model, purpose))
+                   load_message=loading_message(spec.model, purpose), commit=m["model"].get("commit"))
 
 
 def held_out_batches(prep, held_out_tokens: int, device=None) -> tuple[list[dict], object]:

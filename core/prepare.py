@@ -16,10 +16,11 @@ from typing import Callable
 from .corpora import TokenWindows, load_documents, tokenize_budget
 from .errors import Cancelled, InputError
 from .extract import Progress
+from .hub_fetch import fetch
 from .modalities import corpus_modality
 from .modalities import run as modal
 from .modalities.adapters import adapter_for
-from .models import describe_model, load_model, model_modality
+from .models import BUILTIN_MODELS, describe_model, is_hub_model, load_model, model_modality
 from .spec import RunSpec, stable_hash
 
 
@@ -65,21 +66,23 @@ def read_documents(spec: RunSpec, memo: dict | None = None, corpus_sha: str | No
 def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_map: str | None = None,
             memo: dict | None = None, corpus_sha: str | None = None, fingerprint: str | None = None,
             progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None,
-            load_message: str | None = None) -> Prepared:
+            load_message: str | None = None, commit: str | None = None) -> Prepared:
     """Decode `spec`'s documents, load its model once (on `device`, in `dtype`) and plan its windows.
 
     Bad input fails before torch is imported (corpus) or before any forward pass (layers beyond the
     model, token ids beyond its embeddings). `memo`: see `read_documents`; the windows are kept in it
     too (same tokenizer, same windows). `fingerprint`: the model's, from the run's resolution (see
-    `pipeline.resolve`), so that loading asks no hub again. `progress` hears "load" then "tokenize"; `cancel` is polled
-    between the steps.
+    `pipeline.resolve`), so that loading asks no hub again; `commit`: a hub model's, from the same resolution.
+    `progress` hears "read", "download" (a hub model whose files the local hub cache does not hold whole: bytes,
+    rate and ETA per file), "load" then "tokenize"; `cancel` is polled between the steps and during a download.
     """
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
-        return _prepare_items(spec, device, dtype, cache_dir, progress, fingerprint)
+        return _prepare_items(spec, device, dtype, cache_dir, progress, fingerprint, cancel, commit)
     progress = progress or (lambda p: None)
     progress(Progress("read", message="reading the corpus"))
     documents = read_documents(spec, memo, corpus_sha)  # a bad corpus fails before importing torch
     progress(Progress("read", len(documents), len(documents), message=f"{len(documents):,} documents read"))
+    commit = fetch_model(spec, device, dtype, cache_dir, progress, cancel, commit)  # a refusal before torch too
     # lazy: keeps torch out of a cache hit
     import torch
 
@@ -87,8 +90,13 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
         raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
     progress(Progress("load", 0, 1, message=load_message or loading_message(spec.model)))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code, device_map=device_map, fingerprint=fingerprint)
+                    trust_remote_code=spec.trust_remote_code, device_map=device_map, fingerprint=fingerprint,
+                    commit=commit)
     check_cancel(cancel)
+    got = adapter_for(lm.base).modality
+    if got != "text":  # a hub model's modality is known once its config is here
+        raise InputError(f"{spec.model} reads {got}, but the corpus {spec.corpus!r} holds text: pick "
+                         f"{'an image' if got == 'image' else 'a speech'} corpus (python -m core corpora lists them).")
     progress(Progress("tokenize", 0, 1, message="tokenizing"))
     n_hidden = int(lm.info["n_layers"]) + 1
     if spec.layers is not None and spec.layers[-1] >= n_hidden:
@@ -105,9 +113,22 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
     return Prepared(spec, lm, device, dtype, documents, windows, seq_len)
 
 
-def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, fingerprint) -> Prepared:
+def fetch_model(spec: RunSpec, device: str, dtype: str, cache_dir, progress, cancel, commit: str | None = None):
+    """A hub model's files into the local hub cache (the "download" stage; nothing for other models). Returns its
+    commit (None for other models)."""
+    if not is_hub_model(spec.model):
+        return None
+    got = fetch(spec.model, dtype=dtype, device=device, trust_remote_code=spec.trust_remote_code,
+                progress=progress, cancel=cancel, cache_dir=cache_dir, suggest=BUILTIN_MODELS, commit=commit)
+    check_cancel(cancel)
+    return got.commit
+
+
+def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, fingerprint, cancel=None,
+                   commit: str | None = None) -> Prepared:
     """An image or audio run: payloads read (before torch), the model loaded, items laid out by its adapter."""
 
+    commit = fetch_model(spec, device, dtype, cache_dir, progress, cancel, commit)  # its modality is in its config
     info = describe_model(spec.model)
     modality = modal.check_pairing(info["modality"], spec.corpus, info["label"])
     if progress:
@@ -123,7 +144,7 @@ def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, 
     if progress:
         progress(Progress("load", 0, 1, message=f"loading {spec.model}"))
     lm = load_model(spec.model, device=device, dtype=dtype, cache_dir=Path(cache_dir) if cache_dir else None,
-                    trust_remote_code=spec.trust_remote_code, fingerprint=fingerprint)
+                    trust_remote_code=spec.trust_remote_code, fingerprint=fingerprint, commit=commit)
     adapter = adapter_for(lm.base)
     items = modal.build_items(modality, payloads, adapter, lm.base, spec.max_tokens, spec.seed)
     return Prepared(spec, lm, device, dtype, None, items, modality=modality, adapter=adapter)

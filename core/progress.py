@@ -2,8 +2,8 @@
 
     Progress(Stage.FORWARD, done=1_200, total=20_000, rate=3_100.0)
 
-A counted stage (forward and attention passes in tokens, ablation passes, training steps, series
-checkpoints) fills a bar: `fraction` is done / total. The other stages (start, wait, load, tokenize,
+A counted stage (forward and attention passes in tokens, a hub model's download in bytes, ablation passes,
+training steps, series checkpoints) fills a bar: `fraction` is done / total. The other stages (start, wait, load, tokenize,
 metrics, done) are one line of text. The record travels through the job queue as JSON (`to_dict`,
 `from_dict`), so the CLI, the app's job panel and a test read the same fields.
 """
@@ -19,6 +19,7 @@ class Stage(str, Enum):
     START = "start"  # nothing reported yet
     WAIT = "wait"  # another process is doing the same work
     READ = "read"  # the corpus's documents read (done = total = documents, once read)
+    DOWNLOAD = "download"  # a hub model's files fetched (bytes; the message names the file, its bytes and the rate)
     LOAD = "load"
     TOKENIZE = "tokenize"
     FORWARD = "forward"  # the extraction's forward pass
@@ -37,6 +38,7 @@ class Stage(str, Enum):
 # steps and its rate is in tokens.
 UNITS: dict[Stage, tuple[str, str, str]] = {
     Stage.READ: ("reading the corpus", "documents", "documents"),
+    Stage.DOWNLOAD: ("downloading the model", "bytes", "bytes"),
     Stage.FORWARD: ("forward pass", "tokens", "tokens"),
     Stage.ATTENTION: ("attention pass", "tokens", "tokens"),
     Stage.ABLATION: ("ablation", "passes", "passes"),
@@ -47,7 +49,8 @@ UNITS: dict[Stage, tuple[str, str, str]] = {
 
 # The steps of a run's first computation, each with its own line in the job panel: the documents read, the
 # model loaded, the windows tokenized, then the pass over the tokens (an analysis' or the attention's).
-RUN_STEPS: dict[Stage, int] = {Stage.READ: 1, Stage.LOAD: 2, Stage.TOKENIZE: 3, Stage.FORWARD: 4, Stage.ATTENTION: 4}
+RUN_STEPS: dict[Stage, int] = {Stage.READ: 1, Stage.DOWNLOAD: 2, Stage.LOAD: 2, Stage.TOKENIZE: 3, Stage.FORWARD: 4,
+                               Stage.ATTENTION: 4}
 N_RUN_STEPS = 4
 
 

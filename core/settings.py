@@ -25,6 +25,11 @@ ANISO_EXPORT_TIMEOUT_S         60         how long a static image export (PNG, S
 ANISO_ALLOW_REMOTE_CODE        0          1: the job worker may run a job that asks for a model
                                           folder's own Python code (trust_remote_code); the CLI's
                                           --trust-remote-code is not a job and is not affected
+ANISO_ALLOW_PICKLE             0          1: a hub model whose weights are pickled (pytorch_model.bin,
+                                          no safetensors) may be loaded (unpickling can run code);
+                                          always 0 on a shared server (ANISO_SHARED=1)
+ANISO_MAX_MODEL_GB             (unset)    the largest hub model fetched: its weight files and its
+                                          memory at the run's dtype, each at most this many GB
 ANISO_CACHE_SIZE_GB            20         disk cache size; least recently stored entries go first
 ANISO_HUB_TIMEOUT_S            2          how long to wait for the model hub before calling it
                                           unreachable
@@ -51,6 +56,8 @@ ANISO_WORKER_WARM              0: the app starts its worker on Run only, and tha
                                once; default 1: when a page opens, and the worker first imports what
                                an analysis needs and loads the default model (the first curve sooner)
 HF_HUB_OFFLINE, HF_ENDPOINT    the model hub: offline when 1; its address
+HF_HUB_CACHE, HF_HOME          the local hub cache (default ~/.cache/huggingface/hub), as huggingface_hub
+                               reads them
 RANK, WORLD_SIZE, LOCAL_RANK,  what torchrun sets for each process of a distributed run
 LOCAL_WORLD_SIZE, MASTER_*
 =============================  =====================================================================
@@ -122,6 +129,8 @@ class Settings:
     max_clip_seconds: float = 3600.0
     export_timeout_s: float = 60.0
     allow_remote_code: bool = False
+    allow_pickle: bool = False
+    max_model_bytes: int | None = None  # None: no cap
     cache_size_bytes: int = 20 * 2**30
     hub_timeout_s: float = 2.0
     torchrun_nproc: int = 0
@@ -148,6 +157,8 @@ def current() -> Settings:
         max_clip_seconds=_number("ANISO_MAX_CLIP_SECONDS", 3600.0, 1),
         export_timeout_s=_number("ANISO_EXPORT_TIMEOUT_S", 60.0, 1),
         allow_remote_code=_flag("ANISO_ALLOW_REMOTE_CODE", False),
+        allow_pickle=_flag("ANISO_ALLOW_PICKLE", False) and not shared,
+        max_model_bytes=int(_number("ANISO_MAX_MODEL_GB", 0, 0) * 1e9) or None,
         cache_size_bytes=int(_number("ANISO_CACHE_SIZE_GB", 20, 0.001) * 2**30),
         hub_timeout_s=_number("ANISO_HUB_TIMEOUT_S", 2.0, 0.1),
         torchrun_nproc=_count("ANISO_TORCHRUN_NPROC", 0),
@@ -328,7 +339,17 @@ def hub_offline() -> bool:
 
 def hub_endpoint() -> str:
     """The hub's address (HF_ENDPOINT, default https://huggingface.co)."""
-    return os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def hub_cache_dir() -> Path:
+    """The local hub cache, read as huggingface_hub reads it (HF_HUB_CACHE, else HF_HOME/hub, else
+    $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub), at call time."""
+    got = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
+    if got:
+        return Path(os.path.expandvars(got)).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(os.path.expandvars(home)).expanduser() / "hub"
 
 
 # ----------------------------------------------------------------------------- torchrun

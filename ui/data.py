@@ -7,6 +7,8 @@ widget change ever starts an extraction: that happens in a job (ui.run queues it
 
 from __future__ import annotations
 
+from concurrent.futures import Future, ThreadPoolExecutor
+
 import numpy as np
 import streamlit as st
 
@@ -17,6 +19,8 @@ from core import projection as P
 from core.chain.job import cached_chain_section
 from core.drift import DriftSpec, drift_experiment
 from core.errors import InputError
+from core.hub_fetch import plan_of, size_report
+from core.models import BUILTIN_MODELS
 from core.postprocess import PostProcess
 from core.spec import RunSpec
 
@@ -217,3 +221,23 @@ def _stored_maps(spec: RunSpec, window: int) -> dict:
 @st.cache_data(max_entries=8, show_spinner=False)
 def drift(dspec: DriftSpec) -> dict:
     return drift_experiment(dspec)
+
+
+_HUB_LOOKUPS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hub-size")  # a page never waits on the hub
+
+
+@st.cache_resource(max_entries=64, ttl=120, show_spinner=False)
+def hub_size(ident: str, dtype: str, device: str) -> Future:
+    """A hub model's size line, looked up in the background (core.hub_fetch: its listing, config and weight
+    headers; nothing else is fetched): (text, fits). Kept two minutes per model, dtype and device."""
+    return _HUB_LOOKUPS.submit(_hub_size_line, ident, dtype, device)
+
+
+def _hub_size_line(ident: str, dtype: str, device: str) -> tuple[str, bool]:
+    try:
+        rep = size_report(plan_of(ident, suggest=BUILTIN_MODELS), dtype, device)
+    except InputError as e:
+        return str(e), False
+    except Exception as e:  # noqa: BLE001 - a look-up in the background: whatever broke is said on the line
+        return f"could not be looked up ({type(e).__name__}: {(str(e).splitlines() or [''])[0]})", False
+    return (rep["summary"] if rep["fits"] else f"{rep['summary']}; not fetched here: {rep['reason']}"), rep["fits"]

@@ -11,6 +11,7 @@ import streamlit as st
 from core import jobs, settings
 from core.errors import InputError
 from core.escape import markdown_text
+from core.hub_fetch import fmt_bytes
 from core.progress import Stage
 
 from . import state
@@ -56,6 +57,10 @@ def progress_text(job) -> str:
         return f"{step}{p.message or 'reading the corpus'}" + ("…" if not p.counted else "")
     if p.counted and p.done == 0:
         return f"{step}starting the {p.title} ({p.total:,} {p.unit})…"
+    if p.stage == Stage.DOWNLOAD and p.counted:  # bytes as MB/GB; the message names the file in hand and its bytes
+        rate = f" · {fmt_bytes(p.rate)}/s" if p.rate else ""
+        return (f"{step}{p.title}: {fmt_bytes(p.done)} of {fmt_bytes(p.total)}{rate} · ETA {jobs.fmt_seconds(p.eta_s)}"
+                + (f" · {p.message.split(' · ')[0]}" if p.message else ""))
     if p.counted:
         rate = f" · {p.rate:,.0f} {p.rate_unit}/s" if p.rate else ""
         # what the ablation's pass zeroes, which checkpoint of the series: the others' notes repeat the count

@@ -16,9 +16,9 @@ from core.escape import markdown_code, markdown_text
 from core.modalities import MODAL_CORPORA
 from core.modalities.audio import AUDIO_SUFFIXES
 from core.modalities.images import IMAGE_SUFFIXES
-from core.models import BUILTIN_MODELS, describe_model
+from core.models import BUILTIN_MODELS, describe_model, is_hub_model
 from core.selection import FULL_LOOK_TOKENS, LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS, UI_MAX_TOKENS
-from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES
+from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
 from core.uploads import (
     bundle_files,
     delete_uploads,
@@ -68,7 +68,30 @@ def _models(sel) -> tuple[str, ...]:
         note = describe_model(m).get("note")
         if note:
             st.caption(f":material/warning: {_model_label(m)}: {note}")
+        if is_hub_model(m) and settings.current().allow_hub:
+            _hub_size(m, sel)
     return tuple(chosen)
+
+
+def _hub_size(ident: str, sel) -> None:
+    """A hub model's size as soon as it is typed ("found: 124M parameters, 548 MB safetensors, needs ~0.6 GB at
+    float32"), looked up in the background: until it is there, a line that polls for it."""
+    spec = RunSpec(model=ident, device=sel.device, dtype=sel.dtype)
+    device = spec.resolved_device()
+    fut = data.hub_size(ident, spec.resolved_dtype(device), device)
+    if fut.done():
+        text, fits = fut.result()
+        st.caption(f"{':material/cloud_done:' if fits else ':material/error:'} {markdown_text(ident)}: "
+                   f"{markdown_text(text)}")
+        return
+
+    @st.fragment(run_every=1.0)
+    def wait():
+        if fut.done():
+            st.rerun()  # the whole page once, which then draws the line above and polls no more
+        st.caption(f":material/cloud_sync: {markdown_text(ident)}: looking it up on the hub…")
+
+    wait()
 
 
 def _preview(uid: str, col: str | None) -> None:

@@ -111,6 +111,9 @@ def _attention_section(spec, m: dict, dims: list[int], cache_dir, progress, canc
     prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, memo=memo,
                    corpus_sha=m["corpus"].get("sha256"), fingerprint=m["model"].get("fingerprint"), progress=progress,
                    load_message=f"loading {spec.model} for attention statistics")
+    if prep.modality != "text":  # the pass reads token windows (queries, keys, special tokens of a text run)
+        raise InputError(f"Attention statistics are computed on text runs; {m['model']['label']} reads "
+                         f"{prep.modality} (the chain pass reads its attention to the first position: its sink rate).")
     lm, docs, windows = prep.lm, prep.documents, prep.windows
     d = int(m["model"].get("hidden_size") or 0) or int(lm.info["hidden_size"])
     outl, rand = pick_dims(dims, d, n_random, spec.seed)

@@ -2,16 +2,9 @@
 channels (super weights), the LLM.int8 counts on the inputs of the attention and MLP projections,
 and alpha_1 (attention to the first position) per head.
 
-Per-architecture module names, relative to a block (`mlp_modules`):
-
-| architecture | MLP output projection | attention input | MLP input |
-|---|---|---|---|
-| LLaMA-type (SmolLM2) | `mlp.down_proj` | `self_attn.q_proj` | `mlp.up_proj` |
-| GPT-2 | `mlp.c_proj` (Conv1D: weight is in x out) | `attn.c_attn` | `mlp.c_fc` |
-| GPT-NeoX (Pythia) | `mlp.dense_4h_to_h` | `attention.query_key_value` | `mlp.dense_h_to_4h` |
-| BERT (MiniLM) | `output.dense` | `attention.self.query` | `intermediate.dense` |
-| ViT / DINOv2 (`Dinov2Layer`) | `mlp.fc2` | `attention.q_proj` (older transformers: `attention.attention.query`) | `mlp.fc1` |
-| Whisper encoder | `fc2` | `self_attn.q_proj` | `fc1` |
+Where each architecture keeps these modules (the MLP output projection, the attention and MLP inputs) is its
+entry in core/anatomy.py (`mlp_modules`): LLaMA-type `mlp.down_proj`, GPT-2 `mlp.c_proj` (Conv1D: weight is
+in x out), GPT-NeoX `mlp.dense_4h_to_h`, BERT `output.dense`, ViT / DINOv2 `mlp.fc2`, Whisper and OPT `fc2`.
 
 Blocks are numbered from 0 as the model's module list numbers them: block b reads hidden_states[b]
 and writes hidden_states[b + 1] (layer 0 = embeddings). Hooks never outlive `ChainHooks.hooks()`.
@@ -20,68 +13,16 @@ and writes hidden_states[b + 1] (layer 0 = embeddings). Hooks never outlive `Cha
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Iterator
 
+from ..anatomy import MlpSites, mlp_sites
 from ..attention.arch import hook_handles, probabilities
 
-# Relative names, tried in order (the first one a block has is used).
-OUT_PROJ = ("mlp.down_proj", "mlp.c_proj", "mlp.dense_4h_to_h", "output.dense", "mlp.fc2", "fc2")
-ATTN_IN = ("self_attn.q_proj", "attn.c_attn", "attention.query_key_value", "attention.self.query",
-           "attention.q_proj", "attention.attention.query", "attention.query")
-MLP_IN = ("mlp.up_proj", "mlp.c_fc", "mlp.dense_h_to_4h", "intermediate.dense", "mlp.fc1", "fc1")
 
-
-@dataclass
-class BlockModules:
-    """One block's modules of the chain pass (`out_name`: the MLP output projection's name in the model)."""
-
-    block: int
-    out_proj: object
-    out_name: str
-    out_rel: str  # its name relative to the block ("mlp.down_proj")
-    attn_in: object | None
-    mlp_in: object | None
-
-
-def _get(module, path: str):
-    for part in path.split("."):
-        module = getattr(module, part, None)
-        if module is None:
-            return None
-    return module
-
-
-def _blocks(model) -> tuple[str, list]:
-    """(name, modules) of the model's list of Transformer blocks: the longest ModuleList whose
-    items have one of the MLP output projections (an encoder-decoder's encoder only)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
-    best: tuple[str, list] = ("", [])
-    for name, m in model.named_modules():
-        if "decoder" in name.split("."):
-            continue
-        if isinstance(m, torch.nn.ModuleList) and len(m) > len(best[1]):
-            if all(any(_get(b, p) is not None for p in OUT_PROJ) for b in m):
-                best = (name, list(m))
-    return best
-
-
-def mlp_modules(model) -> list[BlockModules]:
-    """Every block's MLP output projection and the first projections reading the residual stream.
-    Raises ValueError when the model has no recognised blocks."""
-    name, blocks = _blocks(model)
-    if not blocks:
-        raise ValueError(f"{type(model).__name__}: no block with an MLP output projection among "
-                         + ", ".join(OUT_PROJ))
-    out = []
-    for b, blk in enumerate(blocks):
-        rel = next(p for p in OUT_PROJ if _get(blk, p) is not None)
-        out.append(BlockModules(b, _get(blk, rel), f"{name}.{b}.{rel}" if name else f"{b}.{rel}", rel,
-                                next((_get(blk, p) for p in ATTN_IN if _get(blk, p) is not None), None),
-                                next((_get(blk, p) for p in MLP_IN if _get(blk, p) is not None), None)))
-    return out
+def mlp_modules(model) -> list[MlpSites]:
+    """Every block's MLP output projection and the first projections reading the residual stream
+    (core.anatomy.mlp_sites). Raises ValueError when the model has no recognised blocks."""
+    return mlp_sites(model)
 
 
 def out_proj_weight(mod):

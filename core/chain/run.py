@@ -36,7 +36,7 @@ from .hooks import ChainHooks, out_proj_weight
 from .summary import high_norm_section, massive_section
 
 CODE_MODULES = ("core.chain.run", "core.chain.hooks", "core.chain.summary", "core.chainstats", "core.attention.arch",
-                "core.config")
+                "core.anatomy", "core.config")
 # Yu et al. 2024 find super weights with any prompt; this one is fixed so that runs compare.
 PROBE_PROMPT = "Apple Inc. is a worldwide tech company. Summer is warm, and winter is cold."
 MAX_PASS_BATCH = 8  # windows per forward of the chain pass (eager attention holds B x H x T x T per layer)

@@ -43,3 +43,6 @@ def pytest_collection_modifyitems(config, items):
     browser = [i for i, it in enumerate(items) if it.get_closest_marker("browser")]
     if first and browser and first[0] != browser[0]:
         items.insert(browser[0], items.pop(first[0]))
+
+
+from tests.hub_fixtures import hub_server, hub_work  # noqa: E402,F401 - the loopback hub (test_hub_flow)

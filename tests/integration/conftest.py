@@ -11,3 +11,6 @@ def varied_txt(tmp_path_factory) -> Path:
     """Eight documents of 3 to 90 words: several longer than a 24-token window."""
     d = tmp_path_factory.mktemp("corpus")
     return write_txt(d / "varied.txt", make_documents([12, 3, 90, 40, 25, 7, 60, 18], seed=1))
+
+
+from tests.hub_fixtures import hub, hub_server, hub_work  # noqa: E402,F401 - the loopback hub's fixtures

@@ -1,69 +1,75 @@
 """Resolve once, key once: one analysis run through the job path computes the run key at most once
-per process and asks the hub at most once (core.pipeline.resolve, carried in the job's parameters).
+per process and asks the hub at most once per process (core.pipeline.resolve, carried in the job's parameters),
+counted at the loopback hub (tests/hub_server.py) that serves the model.
 
 The app's side is what ui/run.py does on Run (resolve, look up the cache, submit the job) and what
 the pages do afterwards (read the results); the worker's side runs the queued job's function with
-the job's stored parameters, here in this process, its counters read apart from the app's.
+the job's stored parameters, here in this process, its counters read apart from the app's (and what this
+process remembers of the hub forgotten in between, as a worker process would not have it).
 """
 
 from __future__ import annotations
 
 import pytest
 
-import core.models as M
 from core import jobs, pipeline
 from core.spec import RunSpec
+from tests.hub_fixtures import forget
+from tests.hub_server import HubRepo
 
 HUB_ID = "test-org/tiny-bert"
 
 
 @pytest.fixture
-def counted(monkeypatch, tiny_bert_dir, tmp_path):
-    """Counters of key computations and hub calls; HUB_ID loads `tiny_bert_dir` as if from the hub."""
-    n = {"keys": 0, "hub": 0}
-    real_key, real_external = pipeline._spec_key, M._load_external
+def counted(monkeypatch, tiny_bert_dir, tmp_path, hub):
+    """Counters of key computations; HUB_ID is `tiny_bert_dir` on the loopback hub."""
+    n = {"keys": 0}
+    real_key = pipeline._spec_key
 
     def spec_key(*a, **kw):
         n["keys"] += 1
         return real_key(*a, **kw)
 
-    def hub_commit(name, rev):
-        n["hub"] += 1
-        return "c0ffee"
-
-    def load_external(ident, *a, **kw):
-        return real_external(str(tiny_bert_dir) if ident == HUB_ID else ident, *a, **kw)
-
+    repo = HubRepo(HUB_ID)
+    n["commit"] = repo.commit({p.name: p for p in tiny_bert_dir.iterdir() if p.is_file()}, branches=["main"])
+    hub.server.add(repo)
     monkeypatch.setattr(pipeline, "_spec_key", spec_key)
-    monkeypatch.setattr(M, "_hub_commit", hub_commit)
-    monkeypatch.setattr(M, "_in_hub_cache", lambda ident: ident == HUB_ID)
-    monkeypatch.setattr(M, "_load_external", load_external)
     monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     monkeypatch.setenv("ANISO_TORCHRUN_NPROC", "1")
+    n["server"] = hub.server
     return n
+
+
+def _api(n) -> list[dict]:
+    """The hub's API calls since the last look (model info: the resolutions and listings)."""
+    got = [r for r in n["server"].requests if r["kind"] == "api"]
+    n["server"].clear()
+    return got
 
 
 def _one_run_through_the_job_path(spec: RunSpec, n: dict) -> dict:
     got = {}
+    _api(n)
     # the app, on Run (ui/run.py): resolve, look the run up, queue it
     run = pipeline.resolve(spec)
     assert not pipeline.is_cached(run)
     jid = jobs.submit("analyze", pipeline.analyze_params(run), label="key-once")
-    got["app_submit"], got["hub_app"] = n["keys"], n["hub"]
+    got["app_submit"], got["hub_app"] = n["keys"], _api(n)
     # the worker (another process): the queued job's function on the job's stored parameters
-    n["keys"] = n["hub"] = 0
+    n["keys"] = 0
+    forget()  # a worker process does not share the app's memory of the hub
     job = jobs.status(jid)
     fn = jobs._resolve(jobs._kind(job.kind).run)
     out = fn(dict(job.params), lambda *a, **kw: None, lambda: False)
     assert out["layers"] > 0 and not out["cache_hit"]
-    got["worker"], got["hub_worker"] = n["keys"], n["hub"]
+    got["worker"], got["hub_worker"] = n["keys"], _api(n)
     # the app again, drawing the results with the run it resolved (ui/data.py keeps it per spec)
-    n["keys"] = n["hub"] = 0
+    n["keys"] = 0
     assert pipeline.is_cached(run)
     res = pipeline.analyze(run)
-    assert res["manifest"]["cache_key"] == run.key
-    got["app_read"], got["hub_read"] = n["keys"], n["hub"]
+    assert res["manifest"]["cache_key"] == run.key and res["manifest"]["model"]["commit"] == n["commit"]
+    got["app_read"], got["hub_read"] = n["keys"], _api(n)
     return got
 
 
@@ -73,7 +79,11 @@ def test_a_run_through_the_job_path_keys_once_per_process(counted, varied_txt):
     got = _one_run_through_the_job_path(spec, counted)
     assert got["app_submit"] + got["app_read"] <= 1, got  # the app process: one key computation for the run
     assert got["worker"] <= 1, got  # the worker process: at most one (none: the key travels in the job)
-    assert got["hub_app"] + got["hub_worker"] + got["hub_read"] <= 1, got  # one hub call per run
+    # the app asks the hub once (the revision's commit and listing); the worker, which gets the commit with the
+    # job, once for the listing at that commit (the files to fetch), never for the revision; the read none
+    assert [r["revision"] for r in got["hub_app"]] == ["main"], got["hub_app"]
+    assert [r["revision"] for r in got["hub_worker"]] == [counted["commit"]], got["hub_worker"]
+    assert got["hub_read"] == []
     # the job's id is the run key: the queue computes none of its own
     assert jobs.job_id("analyze", pipeline.analyze_params(pipeline.resolve(spec))).startswith("analyze-")
 

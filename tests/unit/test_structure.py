@@ -18,11 +18,11 @@ HEAVY = ("torch", "transformers", "umap")  # what a cache hit and the app's firs
 # Floors of the import graph, lowest first: a module imports only from its own floor or below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("foundation", ("core", "core.errors", "core.settings", "core.escape", "core.procfs", "core.config",
-                    "core.definitions", "core.spec", "core.integrity", "core.hub", "core.progress")),
+                    "core.definitions", "core.spec", "core.integrity", "core.hub", "core.progress", "core.anatomy")),
     ("kernels", ("core.metrics", "core.postprocess", "core.dimension", "core.reference", "core.batching",
                  "core.cache", "core.figures", "core.convert", "core.convert.*", "core.geometry", "core.papers",
                  "core.papers.claims")),
-    ("inputs", ("core.trained", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
+    ("inputs", ("core.trained", "core.hub_fetch", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
                 "core.modalities.*")),
     ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
     # the registry and the outlier rules (with the outlier chain's)
