@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -195,12 +196,19 @@ def _files_sha(folder: Path) -> str:
     return h.hexdigest()
 
 
+_VOLATILE_CONFIG = ("architectures", "transformers_version", "_name_or_path", "name_or_path", "_commit_hash", "dtype",
+                    "torch_dtype", "_attn_implementation_autoset")
+
+
 def _weights_sha(model) -> str:
     """sha256 of the model's config and every tensor of its state dict (name, dtype, shape, bytes)."""
     # lazy: torch is already loaded when a loaded model is given; the import only names it
     import torch
 
-    h = hashlib.sha256(model.config.to_json_string(use_diff=False).encode())
+    # The config without what saving or loading writes into it (the class name, versions, where it came from,
+    # the dtype: the tensors' own dtypes are hashed below)
+    config = {k: v for k, v in model.config.to_dict().items() if k not in _VOLATILE_CONFIG}
+    h = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode())
     for name, t in sorted(model.state_dict().items()):
         t = t.detach().to("cpu").contiguous()
         h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
@@ -226,7 +234,7 @@ def save_loaded_model(model, tokenizer) -> Path:
         fp = hashlib.sha256((_weights_sha(model) + _files_sha(tok_dir)).encode()).hexdigest()
         base = _NAME_RE.sub("-", Path(str(getattr(model.config, "_name_or_path", "") or "")).name
                             or type(model).__name__).strip("-.")[:40] or "model"
-        out = root / f"{base}-{fp[:16]}"
+        out = root / (base if base.endswith(fp[:16]) else f"{base}-{fp[:16]}")  # a model loaded from such a folder
         if (out / "DONE").exists():
             return out
         stage = Path(tmp) / "model"
@@ -382,6 +390,7 @@ class _TqdmProgress:
         self.bar = None
         self.stage = None
         self.finished = None
+        self.shown = 0.0
 
     def __call__(self, p: Progress) -> None:
         if p.counted:
@@ -390,8 +399,13 @@ class _TqdmProgress:
             if self.bar is None or self.stage != p.stage or self.bar.total != p.total:
                 self.close()
                 self.bar = self.tqdm(total=p.total, desc=p.title, leave=True,
-                                     bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt} {postfix}")
+                                     bar_format="{desc}: {percentage:3.0f}%|{bar}| {n_fmt}/{total_fmt}{postfix}")
                 self.stage = p.stage
+                self.shown = 0.0
+            now = time.monotonic()
+            if p.done < p.total and now - self.shown < 0.5:
+                return  # a bar redrawn twice a second at most (a notebook keeps every redraw of a text bar)
+            self.shown = now
             self.bar.n = min(p.done, p.total)
             eta = f", ETA {p.eta_s:.0f} s" if p.eta_s is not None and p.done < p.total else ""
             self.bar.set_postfix_str(f"{p.unit}, {p.rate:,.0f} {p.rate_unit}/s{eta}" if p.rate else p.unit,
@@ -402,23 +416,37 @@ class _TqdmProgress:
         elif p.message and self.bar is not None:
             self.bar.set_postfix_str(p.message[:60], refresh=True)
 
-    def close(self) -> None:
+    def close(self, complete: bool = False) -> None:
+        """Close the open bar; `complete`: the call it showed has finished (an ablation reports the pass it starts,
+        so its last report is one short of the total)."""
         if self.bar is not None:
+            if complete:
+                self.bar.n = self.bar.total
+                self.bar.refresh()
             self.bar.close()
         self.bar = None
         self.stage = None
 
+    def finish(self, ok: bool) -> None:
+        self.close(complete=ok)
 
-def _progress(progress) -> tuple[Callable[[Progress], None] | None, Callable[[], None]]:
-    if progress is True:
-        bar = _TqdmProgress()
-        return bar, bar.close
-    if progress in (False, None):
-        return None, lambda: None
-    if callable(progress):
-        return progress, lambda: None
-    raise InputError(f"progress must be True (a bar), False or a function of a core.progress.Progress, "
-                     f"got {progress!r}.")
+
+@contextlib.contextmanager
+def _progress(progress):
+    """The progress callback of `progress` (True: a tqdm bar, False/None: none, a function: itself) for a block;
+    a bar is completed when the block ends well, left where it stopped when it raises."""
+    bar = _TqdmProgress() if progress is True else None
+    if bar is None and progress not in (False, None) and not callable(progress):
+        raise InputError(f"progress must be True (a bar), False or a function of a core.progress.Progress, "
+                         f"got {progress!r}.")
+    try:
+        yield bar if bar is not None else (progress or None)
+    except BaseException:
+        if bar is not None:
+            bar.finish(False)
+        raise
+    if bar is not None:
+        bar.finish(True)
 
 
 # ----------------------------------------------------------------------------- runs
@@ -523,7 +551,10 @@ class Run:
 
     @property
     def spec(self) -> RunSpec:
-        return self._resolved().spec if self._run is not None else RunSpec.from_dict(self.manifest["spec"])
+        try:
+            return self._resolved().spec
+        except InputError:  # a loaded file whose model or corpus is not here: the spec as its manifest says
+            return RunSpec.from_dict(self.manifest["spec"])
 
     @property
     def key(self) -> str:
@@ -553,7 +584,10 @@ class Run:
             m = self.manifest
             parts = {"spec": m["spec"], "model_fingerprint": m["model"].get("fingerprint"),
                      "corpus_sha256": m["corpus"].get("sha256"), "stats_code": m.get("stats_code")}
-            self._run = ResolvedRun.from_params(spec, {"key": m.get("cache_key"), "parts": parts})
+            carried = {"key": m.get("cache_key"), "parts": parts}
+            # device and dtype as they were asked ("auto") when that is what they resolve to here
+            self._run = (ResolvedRun.from_params(spec.replace(device="auto", dtype="auto"), carried)
+                         or ResolvedRun.from_params(spec, carried))
             if self._run is None:
                 with self._cache():
                     self._run = resolve(spec, self.cache_dir)
@@ -688,24 +722,16 @@ class Run:
         for name, v in (("n_random", n_random), ("held_out_tokens", held_out_tokens)):
             if v is not None and (not _is_int(v) or v < 1):
                 raise InputError(f"{name} must be a positive whole number, got {v!r}.")
-        bar, done = _progress(progress)
-        try:
-            with self._cache():
-                got = run_ablation(self._resolved(), dims=dims, n_random=n_random, held_out_tokens=held_out_tokens,
-                                   cache_dir=self.cache_dir, progress=bar)
-        finally:
-            done()
+        with _progress(progress) as bar, self._cache():
+            got = run_ablation(self._resolved(), dims=dims, n_random=n_random, held_out_tokens=held_out_tokens,
+                               cache_dir=self.cache_dir, progress=bar)
         return Ablation(got, self.results)
 
     def attention(self, progress=True) -> dict:
         """The attention section (entropy, sinks, query/key drift, the outlier link per block and head): stored
         under the key the Attention page reads, computed here when it is not (the model is loaded once)."""
-        bar, done = _progress(progress)
-        try:
-            with self._cache():
-                return run_attention(self._resolved(), cache_dir=self.cache_dir, progress=bar)
-        finally:
-            done()
+        with _progress(progress) as bar, self._cache():
+            return run_attention(self._resolved(), cache_dir=self.cache_dir, progress=bar)
 
     def attention_cached(self) -> bool:
         with self._cache():
@@ -714,12 +740,8 @@ class Run:
     def chain(self, progress=True) -> dict:
         """The outlier chain (super weights, massive activations, high-norm tokens, sink rate, LLM.int8
         outliers): stored under the key the Chain page reads, computed here when it is not."""
-        bar, done = _progress(progress)
-        try:
-            with self._cache():
-                return chain_section(self._resolved(), cache_dir=self.cache_dir, progress=bar)
-        finally:
-            done()
+        with _progress(progress) as bar, self._cache():
+            return chain_section(self._resolved(), cache_dir=self.cache_dir, progress=bar)
 
     # ------------------------------------------------------------------ links and files
     def link(self, port: int = DEFAULT_PORT, page: str | None = None, host: str = "127.0.0.1") -> str:
@@ -857,19 +879,15 @@ def analyze(model=DEFAULT_MODEL, corpus=DEFAULT_CORPUS, *, tokenizer=None, text_
     if not isinstance(force, bool):
         raise InputError(f"force must be True or False, got {force!r}.")
     cache_dir = None if cache_dir is None else str(Path(cache_dir).expanduser().resolve())
-    bar, done = _progress(progress)
-    try:
-        with settings.use_cache_dir(cache_dir):
-            spec = run_spec(model, corpus, tokenizer=tokenizer, text_column=text_column, corpus_name=corpus_name,
-                            max_tokens=max_tokens, max_seq_len=max_seq_len, batch_size=batch_size, device=device,
-                            dtype=dtype, special_tokens=special_tokens, sample=sample, seed=seed, layers=layers,
-                            encoding=encoding, logit_lens=logit_lens, trust_remote_code=trust_remote_code,
-                            device_map=device_map)
-            run = resolve(spec, cache_dir)
-            res = run_analysis(run, cache_dir=cache_dir, progress=bar, force=force, attention=attention,
-                               chain=chain)
-    finally:
-        done()
+    with _progress(progress) as bar, settings.use_cache_dir(cache_dir):
+        spec = run_spec(model, corpus, tokenizer=tokenizer, text_column=text_column, corpus_name=corpus_name,
+                        max_tokens=max_tokens, max_seq_len=max_seq_len, batch_size=batch_size, device=device,
+                        dtype=dtype, special_tokens=special_tokens, sample=sample, seed=seed, layers=layers,
+                        encoding=encoding, logit_lens=logit_lens, trust_remote_code=trust_remote_code,
+                        device_map=device_map)
+        run = resolve(spec, cache_dir)
+        res = run_analysis(run, cache_dir=cache_dir, progress=bar, force=force, attention=attention,
+                           chain=chain)
     return Run(res, run, cache_dir)
 
 
