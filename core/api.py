@@ -164,8 +164,10 @@ def _corpus(corpus, text_column: str | None, corpus_name: str | None) -> tuple[s
     got = _python_corpus(corpus, text_column)
     if got is not None:
         rows, text_column, what = got
-        path = uploads.save_upload(_documents_jsonl(rows), "corpus.jsonl", name=corpus_name or f"Python {what}")
+        name = corpus_name or f"Python {what}"
+        path = uploads.save_upload(_documents_jsonl(rows), "corpus.jsonl", name=name)
         corpus = uploads.upload_id(path)
+        uploads.rename(corpus, name, text_column)  # shown as named, without the "[text column]" of a file's name
     corpus = str(corpus).strip()
     if uploads.is_upload_id(corpus):
         return str(uploads.resolve(corpus)), text_column  # as Selection.spec: the run reads the saved file

@@ -51,7 +51,7 @@ def with_parameters(nb, params: dict):
     return nb
 
 
-def execute(nb, env: dict[str, str] | None = None, timeout: int = 600):
+def execute(nb, env: dict[str, str] | None = None, timeout: int | None = 600):
     """Run every cell in a fresh ipykernel (this interpreter), in docs/, with `env` added to this environment and
     the repository importable (`import aniso`)."""
     from nbclient import NotebookClient
@@ -109,7 +109,7 @@ def write_in_place() -> None:
     """Execute the notebook at its own parameters and save it with its outputs and the sources hash."""
     import nbformat
 
-    nb = execute(read())
+    nb = execute(read(), timeout=None)  # the full budget: SmolLM2 takes minutes on 2 cores
     nb.metadata[META_KEY] = {"sources_sha256": sources_sha(nb)}
     bad = errors(nb)
     if bad:
