@@ -1,5 +1,6 @@
 """Headless interface (stable: scripts and CI depend on it).
 
+    python -m core serve [--port 8501]       # the dashboard (installed: `aniso serve`; every command is `aniso ...`)
     python -m core models
     python -m core corpora
     python -m core analyze --model M --corpus C [...] --out results.json
