@@ -1,5 +1,6 @@
 """Headless interface (stable: scripts and CI depend on it).
 
+    python -m core serve [--port 8501]       # the dashboard (installed: `aniso serve`; every command is `aniso ...`)
     python -m core models
     python -m core corpora
     python -m core analyze --model M --corpus C [...] --out results.json
@@ -22,22 +23,20 @@ Errors print one clear line and exit non-zero, without a traceback.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from . import jobs
+from . import api, jobs
 from .anatomy import markdown_table
 from .attention import layer_means, run_attention
 from .chain.run import ablations as chain_ablations
 from .chain.run import chain_section
-from .chain_ablation import cached_chain_ablation, default_targets
 from .config import CONFIG
 from .corpora import list_corpora
-from .distributed import RankFailed, group_from_env, rank_from_env, world_size_from_env
+from .distributed import RankFailed, rank_from_env, world_size_from_env
 from .drift import DriftSpec, drift_experiment
 from .errors import Cancelled, InputError
 from .hub_fetch import fmt_bytes, plan_of, size_report
@@ -48,10 +47,9 @@ from .papers.run import DEFAULT_MAX_TOKENS as P_TOKENS
 from .papers.run import DEFAULT_SAMPLE as P_SAMPLE
 from .papers.run import NAMES as PAPER_NAMES
 from .papers.run import Settings, reproduce
-from .pipeline import analyze, analyze_params, cached_ablation, get_store, resolve, run_ablation
-from .progress import Stage
-from .selection import Selection, to_query_params
+from .pipeline import analyze, analyze_params, get_store, resolve, run_ablation
 from .series import SERIES_MAX_TOKENS, SERIES_SAMPLE, analyze_series
+from .serve import serve
 from .settings import use_cache_dir
 from .spec import (
     DEFAULT_BATCH_SIZE,
@@ -105,11 +103,13 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _spec(a) -> RunSpec:
-    return RunSpec(model=a.model, corpus=a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
-                   max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
-                   special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
-                   trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers,
-                   encoding=a.encoding, logit_lens=a.logit_lens)
+    # The Python API's spec (core/api.py): identifiers written as the dashboard writes them, so that a run of
+    # the CLI, of a notebook and of the dashboard is one cache entry.
+    return api.run_spec(a.model, a.corpus, text_column=a.text_column, max_tokens=a.max_tokens,
+                        max_seq_len=a.max_seq_len, batch_size=a.batch_size, device=a.device, dtype=a.dtype,
+                        special_tokens=a.special_tokens, sample=a.sample, seed=a.seed,
+                        trust_remote_code=a.trust_remote_code, device_map=a.device_map, layers=a.layers,
+                        encoding=a.encoding, logit_lens=a.logit_lens)
 
 
 def _check_out(path: str) -> None:
@@ -253,54 +253,17 @@ def cmd_corpora(a) -> int:
 def _wait_for_job(kind: str, params: dict, a) -> None:
     """When the worker is computing (or about to compute) this very thing, wait for its job
     instead of starting a second computation; the result is then read from the cache."""
+    if not a.force:
+        api.wait_for_job(kind, params, a.cache_dir, progress=_Bar(a.quiet), say=_say)
+        _Bar.end_line()
 
-    if a.force:
-        return
-    try:
-        jid = jobs.job_id(kind, params)
-        job = jobs.status(jid, a.cache_dir)
-        worker = jobs.worker_pid(a.cache_dir)
-    except InputError:
-        raise
-    except Exception:  # noqa: BLE001 - an unreadable queue must not stop a headless run
-        return
-    if job is None or not job.active or (job.status == jobs.QUEUED and worker is None):
-        return
-    bar = _Bar(a.quiet)
-    print(f"waiting for job {jid} ({job.status} in the worker, pid {worker}): the same computation",
-          file=sys.stderr)
 
-    seen = [None]
-
-    def show(j):
-        if j.status == jobs.RUNNING and j.progress.stage != Stage.START and j.progress != seen[0]:
-            seen[0] = j.progress
-            bar(j.progress)
-
-    job = jobs.wait(jid, a.cache_dir, on_update=show)
+def _say(msg: str) -> None:
     _Bar.end_line()
-    if job.status != jobs.DONE:
-        print(f"job {jid} ended {job.status}{': ' + job.error if job.error else ''}; computing here",
-              file=sys.stderr)
+    print(msg, file=sys.stderr)
 
 
-def _group(spec):
-    """The torchrun job this process is a rank of (None for a plain run); see core/distributed.py."""
-    if world_size_from_env() <= 1:
-        return None
-
-    return group_from_env(spec)
-
-
-@contextlib.contextmanager
-def _ranks(spec):
-    """The torchrun job this process is a rank of, for the duration (None for a plain run)."""
-    group = _group(spec)
-    try:
-        yield group
-    finally:
-        if group is not None:
-            group.close()
+_ranks = api.ranks  # the torchrun job this process is a rank of, for the duration (None for a plain run)
 
 
 def _quiet(a, group) -> bool:
@@ -335,28 +298,12 @@ def _warnings(m: dict) -> None:
 
 def cmd_analyze(a) -> int:
     spec = _validate(a)
-    run = resolve(spec, a.cache_dir)  # identifiers resolved and the key computed once for the command
     t0 = time.perf_counter()
-    if world_size_from_env() <= 1:
-        _wait_for_job("analyze", analyze_params(run), a)
-    with _ranks(spec) as group:
-        res = _analyze(a, run, group)
-        if a.attention:  # under torchrun the ranks share the attention statistics' batches too
-            att = run_attention(run, cache_dir=a.cache_dir, progress=_Bar(_quiet(a, group)), force=a.force,
-                                group=group)
+    # The Python API's path (core/api.py: aniso.analyze is the same call)
+    res = api.run_analysis(spec, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force, attention=a.attention,
+                           chain=a.chain, say=_say)
     if res is None:  # a rank other than 0 of a torchrun job: rank 0 writes
         return 0
-
-    ab = cached_ablation(run, cache_dir=a.cache_dir)
-    if ab is not None:  # an ablation computed for this run (app or `outliers --ablate`) is part of its results
-        res["ablation"] = ab
-    if a.attention:
-        res["attention"] = att
-    if a.chain:
-        res["chain"] = chain_section(run, cache_dir=a.cache_dir, progress=_Bar(a.quiet), force=a.force)
-    cab = cached_chain_ablation(run, default_targets(res), cache_dir=a.cache_dir)
-    if cab is not None:  # so are its chain ablations (the Chain page's job, `chain --ablate`)
-        res["chain_ablations"] = cab
     _write(a.out, res)
     _Bar.end_line()
     m = res["manifest"]
@@ -405,20 +352,11 @@ def cmd_outliers(a) -> int:
 
 def dashboard_link(results: dict, port: int = 8501) -> str:
     """The dashboard URL that opens the run of a results.json (computed anywhere: on a cluster too)."""
-    from urllib.parse import urlencode
-
     try:
-        spec = RunSpec.from_dict(results["manifest"]["spec"])
+        RunSpec.from_dict(results["manifest"]["spec"])
     except (KeyError, TypeError) as e:
         raise InputError(f"not a results.json of `python -m core analyze` (no manifest spec: {e})") from None
-    if spec.layers is not None or spec.trust_remote_code:
-        raise InputError("runs with --layers or --trust-remote-code are not shown in the dashboard: read the "
-                         "results.json itself")
-    sel = Selection(models=(spec.model,), corpus=spec.corpus, text_column=spec.text_column,
-                    max_tokens=spec.max_tokens, max_seq_len=spec.max_seq_len, batch_size=spec.batch_size,
-                    device=spec.device, dtype=spec.dtype, special_tokens=spec.special_tokens, sample=spec.sample,
-                    seed=spec.seed)
-    return f"http://127.0.0.1:{port}/?" + urlencode(to_query_params(sel), doseq=True)
+    return api.Run(results, None).link(port)
 
 
 def cmd_link(a) -> int:
@@ -702,9 +640,19 @@ def cmd_reproduce(a) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m core", description="Anisotropy workbench, headless.")
+def cmd_serve(a) -> int:
+    return serve(a.port, a.address, a.cache_dir, headless=not a.browser)
+
+
+def build_parser(prog: str = "python -m core") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description="Anisotropy workbench, headless.")
     sub = p.add_subparsers(dest="cmd", required=True)
+    sv = sub.add_parser("serve", help="open the dashboard (streamlit run app.py; `aniso serve`)")
+    sv.add_argument("--port", type=int, default=8501)
+    sv.add_argument("--address", default="127.0.0.1", help="the address to listen on (default: this machine only)")
+    sv.add_argument("--cache-dir", default=None, help="cache directory (default: the usual one)")
+    sv.add_argument("--browser", action="store_true", help="also open a browser tab")
+    sv.set_defaults(fn=cmd_serve)
     mo = sub.add_parser("models", help="list the model identifiers available here")
     mo.add_argument("--anatomy", action="store_true", help="the architecture families instead: where each keeps its "
                                                            "blocks, norms, attention and MLP, and what applies")
@@ -850,8 +798,8 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, prog: str = "python -m core") -> int:
+    args = build_parser(prog).parse_args(argv)
     # --cache-dir is this command's cache everywhere, also where no cache_dir is passed down (trained
     # checkpoints named by a model identifier); in-process callers (tests, scripts) keep their own afterwards
     with use_cache_dir(getattr(args, "cache_dir", None)):

@@ -418,3 +418,47 @@ def report_zip(views: Sequence, results: Sequence[dict], selection: dict | None 
                                                 "selection": selection or {}, "views": index,
                                                 "runs": [json_safe(r["manifest"]) for r in results]}, indent=1))
     return buf.getvalue()
+
+
+# ----------------------------------------------------------------------------- tables to files (the Python API)
+TABLE_SUFFIXES = (".parquet", ".csv")
+PARQUET_MANIFEST_KEY = b"aniso.manifest"  # the sidecar's JSON (title, caption, columns, manifest) in the file
+
+
+def parquet_bytes(view) -> bytes:
+    """The view's data as Parquet, the sidecar's JSON (`sidecar_bytes`: manifest, title, caption, columns) in
+    the file's key-value metadata under `aniso.manifest` (pyarrow.parquet.read_schema(f).metadata)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(view.data, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[PARQUET_MANIFEST_KEY] = sidecar_bytes(view, "parquet")
+    buf = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(meta), buf)
+    return buf.getvalue()
+
+
+def write_table(view, path) -> list:
+    """Write the view's data to `path` (.parquet: the manifest inside; .csv: the manifest beside it as
+    <path>.manifest.json), each file whole or not at all. Returns the paths written."""
+    from pathlib import Path
+
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in TABLE_SUFFIXES:
+        raise InputError(f"{path.name}: write a table as {' or '.join(TABLE_SUFFIXES)}, not {suffix or '(none)'}.")
+    if path.is_dir() or not path.parent.is_dir():
+        raise InputError(f"{str(path)!r}: give a file name in an existing folder.")
+    files = {path: parquet_bytes(view)} if suffix == ".parquet" else \
+        {path: data_bytes(view, "csv"), path.with_name(path.name + ".manifest.json"): sidecar_bytes(view, "csv")}
+    for p, data in files.items():
+        tmp = p.with_name(f".{p.name}.tmp")
+        try:
+            tmp.write_bytes(data)
+            tmp.replace(p)
+        except OSError as e:
+            raise InputError(f"Could not write {str(p)!r}: {e.strerror or e}.") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+    return list(files)

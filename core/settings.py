@@ -58,6 +58,8 @@ ANISO_WORKER_WARM              0: the app starts its worker on Run only, and tha
 HF_HUB_OFFLINE, HF_ENDPOINT    the model hub: offline when 1; its address
 HF_HUB_CACHE, HF_HOME          the local hub cache (default ~/.cache/huggingface/hub), as huggingface_hub
                                reads them
+XDG_CACHE_HOME                 the user's cache folder (default ~/.cache): the default cache of an
+                               installed package is aniso/ in it (a checkout's is its cache/)
 RANK, WORLD_SIZE, LOCAL_RANK,  what torchrun sets for each process of a distributed run
 LOCAL_WORLD_SIZE, MASTER_*
 =============================  =====================================================================
@@ -174,10 +176,16 @@ _cache_dir: Path | None = None  # given to this process explicitly (set_cache_di
 
 def default_cache_dir() -> Path:
     """The cache directory of this process: the one it was given (`set_cache_dir`, a worker's or
-    the CLI's `--cache-dir`), else ANISO_CACHE_DIR, else `cache/` in the repository."""
+    the CLI's `--cache-dir`), else ANISO_CACHE_DIR, else `cache/` in the repository (a checkout, or
+    `pip install -e .`), else, for a package installed with `pip install .` (it ships no cache folder),
+    `aniso/` in the user's cache folder (XDG_CACHE_HOME, default ~/.cache)."""
     if _cache_dir is not None:
         return _cache_dir
-    return Path(os.environ.get(CACHE_ENV) or REPO_ROOT / "cache")
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV])
+    if (REPO_ROOT / "cache").is_dir():
+        return REPO_ROOT / "cache"
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser() / "aniso"
 
 
 def cache_root(cache_dir: str | Path | None = None) -> Path:
@@ -252,6 +260,12 @@ def models_dir(cache_dir: str | Path | None = None) -> Path:
 def corpora_dir(cache_dir: str | Path | None = None) -> Path:
     """Corpora generated once (synthetic speech)."""
     return _under("corpora", cache_dir)
+
+
+def saved_models_dir(cache_dir: str | Path | None = None) -> Path:
+    """Models handed to the Python API loaded (`aniso.analyze(model, corpus, tokenizer=...)`), saved once as
+    model folders named by the hash of their config, weights and tokenizer (core/api.py)."""
+    return _under("saved-models", cache_dir)
 
 
 def child_env(cache_dir: str | Path | None = None, **extra: str) -> dict[str, str]:

@@ -12,7 +12,7 @@ import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("core", "ui", "pages", "bench")
+PACKAGES = ("core", "ui", "pages", "bench", "aniso")
 HEAVY = ("torch", "transformers", "umap")  # what a cache hit and the app's first page must not import
 
 # Floors of the import graph, lowest first: a module imports only from its own floor or below.
@@ -32,7 +32,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "core.train", "core.drift", "core.results", "core.selection", "core.chain", "core.chain.*",
               "core.papers.run")),
     ("views", ("core.views", "core.views.*", "core.export", "core.report")),
-    ("entry points", ("core.jobs", "core.cli", "core.__main__")),
+    # the Python API beside the CLI (which calls it) and the job queue (whose jobs it waits for), then its public
+    # name, the installed package's import name and console command
+    ("entry points", ("core.jobs", "core.api", "core.serve", "core.cli", "core.__main__")),
+    ("public API", ("aniso", "aniso.*")),
     ("ui state", ("ui", "ui.state", "ui.data")),
     ("ui jobs", ("ui.jobs_panel", "ui.run", "ui.training", "ui.papers")),
     ("ui page", ("ui.page", "ui.sidebar")),
