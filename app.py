@@ -6,10 +6,11 @@ the Run button hands over to ui.run, every page reads the selection and calls co
 
 import streamlit as st
 
-from ui import data, jobs_panel, sidebar, state
+from ui import data, jobs_panel, page, sidebar, state
 
+page.entered()  # this run goes through the entrypoint: a page run alone (Streamlit's pages/ mode) reruns through it
 st.set_page_config(page_title="Anisotropy workbench", page_icon=":material/scatter_plot:", layout="wide")
-data.warmup()  # a process of its own compiles umap's kernels now and fits every UMAP (core.projection)
+data.warmup()  # a process of its own compiles umap's kernels now and fits every UMAP (core.compute.projection)
 jobs_panel.prestart_worker()  # the job worker imports torch and loads the default model before the first Run
 
 nav = st.navigation([
@@ -22,6 +23,7 @@ nav = st.navigation([
     st.Page("pages/compare.py", title="Compare", icon=":material/compare_arrows:", url_path="compare"),
     st.Page("pages/train.py", title="Train", icon=":material/model_training:", url_path="train"),
     st.Page("pages/dynamics.py", title="Dynamics", icon=":material/timeline:", url_path="dynamics"),
+    st.Page("pages/lab.py", title="Lab", icon=":material/science:", url_path="lab"),
     st.Page("pages/attention.py", title="Attention", icon=":material/visibility:", url_path="attention"),
     st.Page("pages/papers.py", title="Papers", icon=":material/menu_book:", url_path="papers"),
 ])

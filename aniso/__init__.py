@@ -8,16 +8,17 @@
     run.outliers(), run.ablation(), run.attention(), run.chain(), run.link()
     aw.load("results.json")
 
-`aniso` is the stable public name of the workbench's API (core/api.py): the modules under core/ may move, these
+`aniso` is the stable public name of the workbench's API (core/entry/api.py): the modules under core/ may move, these
 names stay. The same cache and run keys as the dashboard and `aniso analyze`: what one computed, the others read.
-Every function raises `aniso.InputError` (core.errors.InputError) with a message a person can act on.
+Every function raises `aniso.InputError` (core.base.errors.InputError) with a message a person can act on.
 """
 
 from ._paths import ensure_core
 
 _core = ensure_core()
 
-from core.api import (  # noqa: E402
+from core.base.errors import InputError  # noqa: E402
+from core.entry.api import (  # noqa: E402
     DEFAULT_PORT,
     Ablation,
     Comparison,
@@ -28,8 +29,7 @@ from core.api import (  # noqa: E402
     compare,
     load,
 )
-from core.errors import InputError  # noqa: E402
-from core.models import list_models  # noqa: E402
+from core.inputs.models import list_models  # noqa: E402
 
 __version__ = _core.__version__
 
@@ -42,8 +42,8 @@ def models() -> list[dict]:
 def corpora() -> list[dict]:
     """The built-in corpus identifiers (text, images, speech), as `aniso corpora` lists them."""
     # lazy: the corpus registries only when they are listed
-    from core.corpora import list_corpora
-    from core.modalities import list_modal_corpora
+    from core.inputs.corpora import list_corpora
+    from core.inputs.modalities import list_modal_corpora
 
     return [{**c, "modality": "text"} for c in list_corpora()] + list_modal_corpora()
 

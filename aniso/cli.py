@@ -11,7 +11,7 @@ from ._paths import ensure_core
 def main(argv: list[str] | None = None) -> int:
     ensure_core()
     # lazy: core only once its folder is on sys.path (ensure_core)
-    from core.cli import main as core_main
+    from core.entry.cli import main as core_main
 
     return core_main(argv, prog="aniso")
 

@@ -8,7 +8,9 @@ post-processing. See `python -m bench --help`; `--quick` runs every section at t
 
 Modules:
     __main__   argument parsing, the run, the markdown file
-    common     machine facts, timing, subprocess runner (per-run peak RSS), profiles
+    common     machine and process figures (psutil), A B B A timing, fresh-process timings (pyperf),
+               the subprocess runner (per-run peak RSS), profiles, and the markdown every module
+               writes: the one table renderer and the marked-section writer of BENCHMARKS.md
     peers      the naive peer (one forward per document, hidden states to numpy, sklearn cosine)
     worker     `python -m bench.worker TASK JSON`: the tasks run in a fresh process
     sections   one function per section, each returning a dict of numbers

@@ -6,6 +6,8 @@
     python -m bench --device cuda         # the GPU section (refuses without CUDA); updates BENCHMARKS.md in place
     python -m bench --godey               # Godey et al.'s 14 models: one `core reproduce` vs 14 commands (~30 min)
     python -m bench --godey --one-only    # the one `core reproduce godey` alone (the goal; ~10 min on 2 cores)
+    python -m bench lab-lr                # the learning rate per family and optimizer (bench/lab_lr.py; ~5-15 min)
+    python -m bench lab [--default]       # the quick lab (< 10 min) or the default grid (< 90 min) -> BENCHMARKS.md
 
 Run it on a quiet machine: the file records the load average and the CPU steal share and warns
 when the machine was busy. Each run uses its own empty cache directory (deleted at the end unless
@@ -24,18 +26,36 @@ import time
 import traceback
 from pathlib import Path
 
-from core import settings
+from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
-from bench.common import ROOT, cpu_share, cpu_times, link_converted_models, loadavg, log, machine_info  # noqa: E402
-from bench.live import keep_live_section  # noqa: E402
-from bench.load import keep_load_section  # noqa: E402
-from bench.papers import keep_papers_section  # noqa: E402
-from bench.report import merge_gpu, render, render_gpu, replace_gpu  # noqa: E402
+from bench.busy import BUSY_END, BUSY_START  # noqa: E402
+from bench.common import (  # noqa: E402
+    ROOT,
+    cpu_share,
+    cpu_times,
+    keep_section,
+    link_converted_models,
+    loadavg,
+    log,
+    machine_info,
+    put_section,
+)
+from bench.lab import markers  # noqa: E402
+from bench.lab_lr import END as LAB_LR_END  # noqa: E402
+from bench.lab_lr import START as LAB_LR_START  # noqa: E402
+from bench.live import LIVE_END, LIVE_START  # noqa: E402
+from bench.load import LOAD_END, LOAD_START  # noqa: E402
+from bench.papers import END as PAPERS_END  # noqa: E402
+from bench.papers import START as PAPERS_START  # noqa: E402
+from bench.report import GPU_END, GPU_START, merge_gpu, render, render_gpu  # noqa: E402
 
+# The sections other modules measure (python -m bench.load, .live, --godey, .busy): a rewrite keeps them.
+KEPT = ((LOAD_START, LOAD_END), (LIVE_START, LIVE_END), (PAPERS_START, PAPERS_END), (BUSY_START, BUSY_END),
+        (LAB_LR_START, LAB_LR_END), markers("quick"), markers("default"))
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
                  "attention", "chain", "geometry"]
 
@@ -82,6 +102,14 @@ def _command(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["lab-lr"]:  # a mode of its own: the learning-rate sweep behind the lab (core/data/lab_lr.json)
+        from bench.lab_lr import main as lab_lr_main  # lazy: only this mode trains
+
+        return lab_lr_main(argv[1:])
+    if argv[:1] == ["lab"]:  # the lab's budget (issue 41): a mode of its own, minutes to an hour
+        from bench.lab import main as lab_main  # lazy: only this mode imports the lab
+
+        return lab_main(argv[1:])
     if "--godey" in argv:  # a mode of its own (tens of minutes): Godey et al.'s 14 models, one process vs 14
         from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
 
@@ -159,8 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
         existing = out.read_text() if out.exists() else None
-        out.write_text(keep_papers_section(existing, keep_live_section(existing, keep_load_section(
-            existing, merge_gpu(existing, md)))))
+        md = merge_gpu(existing, md)
+        for start, end in KEPT:
+            md = keep_section(existing, md, start, end)
+        out.write_text(md)
         log(f"wrote {out}")
     else:
         sys.stdout.write(md + "\n")
@@ -196,16 +226,7 @@ def apply_overrides(sizes, items: list[str]) -> dict:
 
 
 def _jsonable(o):
-    try:
-        import numpy as np
-
-        if isinstance(o, np.ndarray):
-            return o.tolist()
-        if isinstance(o, np.generic):
-            return o.item()
-    except ImportError:
-        pass
-    return str(o)
+    return o.tolist() if hasattr(o, "tolist") else str(o)  # numpy arrays and scalars; anything else as text
 
 
 def _sizes_summary(sizes, only) -> dict:
@@ -243,7 +264,7 @@ def run_gpu(a, argv: list[str]) -> int:
                  "transformers": transformers.__version__, "command": _command(argv)}
     out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
     existing = out.read_text() if out.exists() else None
-    out.write_text(replace_gpu(existing, render_gpu(g, ""), "# Benchmarks"))
+    out.write_text(put_section(existing, render_gpu(g, ""), GPU_START, GPU_END))
     if a.json:
         Path(a.json).write_text(json.dumps(g, indent=1, default=_jsonable))
     log(f"wrote the GPU section of {out}")

@@ -6,7 +6,7 @@
 Each revision is exported (`git archive`) to a temporary folder and measured in its own fresh
 processes, alternating base, head, head, base, ... (`--rounds` pairs). Every process loads the model,
 tokenizes the same corpus with its own code, warms up, then times the bare forward and that
-revision's `core.extract.extract_stats` alternately on the same windows and batches. The figure is
+revision's `core.compute.extract.extract_stats` alternately on the same windows and batches. The figure is
 each revision's tool/bare throughput ratio, so the machine's speed cancels out: the median of its
 processes' ratios (each the ratio of that process's median times), and the best-of ratio (fastest
 bare / fastest tool over all its repetitions), which a transient load on a shared machine disturbs
@@ -18,27 +18,26 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import ROOT, loadavg, log
-from core import settings
+from bench.common import ROOT, loadavg, log, median, table
+from core.base import settings
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
 CHILD = r'''
 import json, sys, time
 import numpy as np
 import torch
-from core.models import load_model
-from core.corpora import load_documents, tokenize_budget
-from core.extract import extract_stats
+from core.inputs.models import load_model
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.compute.extract import extract_stats
 try:
-    from core.batching import plan_batches
+    from core.stats.batching import plan_batches
 except ImportError:  # older revisions
-    from core.extract import plan_batches
+    from core.compute.extract import plan_batches
 a = json.loads(sys.argv[1])
 torch.set_num_threads(a["threads"])
 lm = load_model(a["model"], device="cpu", dtype="float32", cache_dir=a["cache"])
@@ -47,7 +46,7 @@ batches = plan_batches(w, 16)
 pad = int(lm.tokenizer.pad_token_id or 0)
 n = int(sum(int((~s).sum()) for s in w.special))
 
-def bare():  # pads by hand, not with core.batching.pad_batch: identical in both revisions (older ones lack it)
+def bare():  # pads by hand, not with core.stats.batching.pad_batch: identical in both revisions (older ones lack it)
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in batches:
@@ -131,25 +130,23 @@ def main(argv=None) -> int:
     for r in range(a.rounds):
         for which in (("base", "head") if r % 2 == 0 else ("head", "base")):
             res = measure(trees[which], args)
-            ratio = statistics.median(res["bare_s"]) / statistics.median(res["tool_s"])
+            ratio = median(res["bare_s"]) / median(res["tool_s"])
             log(f"round {r + 1} {which}: {res['n']:,} tokens, bare {res['bare_s']}, tool {res['tool_s']}, "
                 f"ratio {ratio:.3f}")
             runs[which].append({**res, "ratio": ratio})
-    ratio = {k: statistics.median(x["ratio"] for x in v) for k, v in runs.items()}
+    ratio = {k: median(x["ratio"] for x in v) for k, v in runs.items()}
     best = {k: min(b for x in v for b in x["bare_s"]) / min(t for x in v for t in x["tool_s"]) for k, v in runs.items()}
     cost = 1 - ratio["head"] / ratio["base"]
     cost_best = 1 - best["head"] / best["base"]
     out = {"base": a.base, "head": a.head, "model": a.model, "tokens": a.tokens, "rounds": a.rounds, "reps": a.reps,
            "threads": a.threads, "loadavg_start": load0, "loadavg_end": loadavg(), "runs": runs, "ratio": ratio,
            "best": best, "cost": cost, "cost_best": cost_best}
-    rows = [f"| {k} ({a.base if k == 'base' else a.head}) | {runs[k][0]['n']:,} | "
-            f"{', '.join(f'{x:.3f}' for x in (y['ratio'] for y in runs[k]))} | **{ratio[k]:.3f}** | **{best[k]:.3f}** |"
-            for k in runs]
+    rows = [[f"{k} ({a.base if k == 'base' else a.head})", f"{runs[k][0]['n']:,}",
+             ", ".join(f"{y['ratio']:.3f}" for y in runs[k]), f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]
     print("\n".join([f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} "
                      f"--rounds {a.rounds} --reps {a.reps} --threads {a.threads}`; load average {load0} at the start, "
                      f"{out['loadavg_end']} at the end.", "",
-                     "| revision | tokens analysed | tool/bare per process | median | best-of |", "|---|---|---|---|---|",
-                     *rows, "",
+                     table(["revision", "tokens analysed", "tool/bare per process", "median", "best-of"], rows), "",
                      f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of "
                      f"throughput (medians); best-of: 1 - {best['head']:.3f} / {best['base']:.3f} = "
                      f"**{cost_best:.1%}**."]))

@@ -18,7 +18,8 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from core import jobs, settings
+from core.base import settings
+from core.entry import worker
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -62,7 +63,7 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
                 time.sleep(0.5)
         yield url, proc
     finally:
-        jobs.stop_worker(cache)  # the app may have started a worker process for this cache
+        worker.stop_worker(cache)  # the app may have started a worker process for this cache
         proc.terminate()
         try:
             proc.wait(timeout=20)

@@ -1,17 +1,9 @@
 """Section "chain" (issue 24): what the outlier chain's extra per-layer statistics cost the extraction.
 
-Three variants on the same windows and batches, alternating A B C C B A ...:
-- base: `extract_stats` with `core.extract.TRACK_MAX_POSITION` off (max |x_d| only, as before issue 24);
-- chain: `extract_stats` with it on (where each max |x_d| sits), then the chain's per-layer sections
-  computed from the statistics (massive activations with their tokens and position classes, Otsu's
-  high-norm split with where the tokens sit, and the registry's massive_ratio / massive_count_*);
-- chain + hooks: the same with `core.chain.hooks.ChainHooks` attached during the extraction (the
-  super-weight maxima of every MLP output projection and the LLM.int8 counts on the projection inputs):
-  what those would cost if they were part of the extraction (`core chain` runs them in a pass of its own).
-
-Goal: chain throughput >= 0.95 x base (the extra statistics cost at most 5%). Each variant's wall time and
-its process CPU time (all threads) are recorded: on a shared, overloaded machine the CPU time is the steadier
-measure of the work done, and both ratios are reported.
+Three variants on the same windows and batches, alternating: base (`core.compute.extract.TRACK_MAX_POSITION` off),
+chain (on, plus the chain's per-layer sections as results.json gets them), chain + hooks (also
+`core.studies.chain.hooks.ChainHooks` attached); each with its wall and process CPU time. What each variant is
+and the goal (chain >= 0.95 x base) are stated once, in the section's text (bench.report.render_chain).
 """
 
 from __future__ import annotations
@@ -20,16 +12,16 @@ import time
 
 import numpy as np
 
-from bench.common import log, median
-from core import chainstats as C
-from core import extract as E
-from core import statistics as S
-from core.batching import plan_batches
-from core.chain.hooks import ChainHooks
-from core.chain.summary import high_norm_section, massive_section
-from core.pipeline import RunStats
-from core.spec import DEFAULT_BATCH_SIZE as BATCH
-from core.spec import DEFAULT_SAMPLE as SAMPLE
+from bench.common import alternate, log, median, n_analysed
+from core.base.spec import DEFAULT_BATCH_SIZE as BATCH
+from core.base.spec import DEFAULT_SAMPLE as SAMPLE
+from core.compute import extract as E
+from core.compute.pipeline import RunStats
+from core.stats import chain_rules as C
+from core.stats import registry as S
+from core.stats.batching import plan_batches
+from core.stats.chain_summary import high_norm_section, massive_section
+from core.studies.chain.hooks import ChainHooks
 
 GOAL = 0.95
 
@@ -38,8 +30,8 @@ def _stats(arrays: dict, meta: dict) -> RunStats:
     return RunStats("bench", {"model": {"label": "bench"}, "tokens": {}}, meta, arrays)
 
 
-def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, dict, float]:
-    """Wall and CPU seconds of the variant, its arrays, and the seconds of the sections alone (0 for base)."""
+def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, float]:
+    """Wall and CPU seconds of the variant, and the seconds of the sections alone (0 for base)."""
     pad = int(lm.tokenizer.pad_token_id or 0)
     E.TRACK_MAX_POSITION = track
     t0, c0 = time.perf_counter(), time.process_time()
@@ -66,7 +58,7 @@ def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, dict, float
     finally:
         E.TRACK_MAX_POSITION = True
     t1 = time.perf_counter()
-    return t1 - t0, time.process_time() - c0, arrays, t1 - t_sec
+    return t1 - t0, time.process_time() - c0, t1 - t_sec
 
 
 def section_chain(ctx) -> dict:
@@ -77,22 +69,15 @@ def section_chain(ctx) -> dict:
             continue
         lm = ctx.model(ident)
         w = ctx.windows(ident, n_tok)
-        n = int(sum(int((~s).sum()) for s in w.special))
+        n = n_analysed(w)
         reps = ctx.sizes.chain_reps
         log(f"chain: {ident}, {n:,} analysed tokens in {len(w.ids)} windows, {len(plan_batches(w, BATCH))} batches")
         _extract(lm, w, True, True)  # untimed warm-up of every path
-        times: dict = {"base": [], "chain": [], "hooks": []}
-        cpu: dict = {"base": [], "chain": [], "hooks": []}
-        sections: list[float] = []
-        variants = [("base", False, False), ("chain", True, False), ("hooks", True, True)]
-        for r in range(reps):
-            for name, track, hooks in (variants if r % 2 == 0 else variants[::-1]):
-                s, c, _, sec = _extract(lm, w, track, hooks)
-                if name == "chain":
-                    sections.append(sec)
-                times[name].append(s)
-                cpu[name].append(c)
-                log(f"  rep {r + 1} {name}: {s:.2f} s wall, {c:.2f} s CPU")
+        runs = alternate(reps, {"base": lambda: _extract(lm, w, False, False), "chain": lambda: _extract(lm, w, True, False),
+                                "hooks": lambda: _extract(lm, w, True, True)})
+        times = {k: [x[0] for x in v] for k, v in runs.items()}
+        cpu = {k: [x[1] for x in v] for k, v in runs.items()}
+        sections = [x[2] for x in runs["chain"]]
         med = {k: median(v) for k, v in times.items()}
         mcpu = {k: median(v) for k, v in cpu.items()}
         out["models"].append({

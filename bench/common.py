@@ -1,13 +1,18 @@
-"""Shared helpers: machine facts, timing, the subprocess runner, RSS sampling and profiles."""
+"""Shared helpers: machine and process figures (psutil), timing, the subprocess runner, profiles, and the
+markdown every bench module writes: one table renderer (`table`) and one marked-section writer."""
 
 from __future__ import annotations
 
+import cProfile
 import datetime as _dt
 import importlib.metadata as md
 import io
 import json
+import math
 import os
 import platform
+import pstats
+import re
 import signal
 import statistics
 import subprocess
@@ -17,18 +22,20 @@ import threading
 import time
 from pathlib import Path
 
-from core import settings
-from core.procfs import meminfo, status_bytes
+import psutil
+
+from core.base import settings
+from core.base.procfs import status_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "BENCH_RESULT "
+HEADER = "# Benchmarks"
 _T0 = time.monotonic()
 
 
 def log(msg: str) -> None:
     """Progress on stderr, with the time since the bench started."""
-    el = time.monotonic() - _T0
-    sys.stderr.write(f"[bench {el:7.1f}s] {msg}\n")
+    sys.stderr.write(f"[bench {time.monotonic() - _T0:7.1f}s] {msg}\n")
     sys.stderr.flush()
 
 
@@ -37,18 +44,100 @@ def median(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def gib(nbytes: float) -> float:
-    return float(nbytes) / 2**30
+def alternate(reps: int, runs: dict, log_as: str = "") -> dict[str, list]:
+    """Call each of `runs` (name -> function returning seconds, or a tuple whose first item is the seconds)
+    `reps` times, in the order given, then reversed, and so on (A B B A ...: slow drift of a shared machine
+    falls on every side); name -> the list of what the calls returned."""
+    out: dict[str, list] = {k: [] for k in runs}
+    names = list(runs)
+    for r in range(reps):
+        for name in names if r % 2 == 0 else names[::-1]:
+            out[name].append(runs[name]())
+            got = out[name][-1]
+            log(f"  {log_as}rep {r + 1} {name}: {got[0] if isinstance(got, tuple) else got:.2f} s")
+    return out
 
 
-def mib(nbytes: float) -> float:
-    return float(nbytes) / 2**20
+# ----------------------------------------------------------------------------- markdown
+def finite(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-# ----------------------------------------------------------------------------- machine facts
-def _cpu_model() -> str:
+def fs(x, nd: int = 2) -> str:
+    """Seconds."""
+    if not finite(x):
+        return "n/a"
+    return f"{x:.{nd}f} s" if x < 100 else f"{x:.0f} s"
+
+
+def fr(x, nd: int = 3) -> str:
+    """A ratio."""
+    return f"{x:.{nd}f}" if finite(x) else "n/a"
+
+
+def fb(n) -> str:
+    """Bytes, binary units."""
+    if not finite(n):
+        return "n/a"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+def fi(n) -> str:
+    return f"{int(n):,}" if finite(n) else "n/a"
+
+
+def ftps(x) -> str:
+    return f"{x:,.0f}" if finite(x) else "n/a"
+
+
+def met(flag) -> str:
+    return "n/a" if flag is None else "met" if flag else "**MISSED**"
+
+
+def table(header: list, rows: list[list]) -> str:
+    """The one markdown table of bench/: a header row, its rule, then one row per list; a cell's `|` is
+    escaped and a newline becomes a space."""
+    cell = lambda c: str(c).replace("|", "\\|").replace("\n", " ")  # noqa: E731
+    lines = ["| " + " | ".join(map(cell, header)) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    return "\n".join(lines + ["| " + " | ".join(map(cell, r)) + " |" for r in rows])
+
+
+def code(text: str) -> str:
+    return "```\n" + (text or "").rstrip() + "\n```"
+
+
+def section_of(text: str | None, start: str, end: str) -> str | None:
+    """The block between the markers `start` and `end` of `text` (markers included), or None."""
+    if not text or start not in text or end not in text:
+        return None
+    return text[text.index(start):text.index(end) + len(end)]
+
+
+def put_section(text: str | None, block: str, start: str, end: str) -> str:
+    """`text` with its marked section replaced by `block` (which holds the markers), or with `block` appended
+    when it has none (a new file: under the header)."""
+    if section_of(text, start, end) is not None:
+        return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
+    return (text or HEADER + "\n").rstrip() + "\n\n" + block + "\n"
+
+
+def write_section(md: str, path: Path, start: str, end: str) -> None:
+    """Replace the section between the markers `start` and `end` of a markdown file with `md` (which holds
+    them), or append it when the file has none."""
+    path.write_text(put_section(path.read_text() if path.exists() else None, md, start, end))
+
+
+def keep_section(existing: str | None, new_doc: str, start: str, end: str) -> str:
+    """`python -m bench` rewrites BENCHMARKS.md: the marked section of `existing` (measured by another module)
+    appended to `new_doc`, unless `new_doc` has one."""
+    block = section_of(existing, start, end)
+    return new_doc if block is None or start in new_doc else new_doc.rstrip() + "\n\n" + block + "\n"
+
+
+# ----------------------------------------------------------------------------- machine and process figures
+def cpu_model() -> str:
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
+        for line in Path("/proc/cpuinfo").read_text().splitlines():  # psutil does not name the CPU
             if line.lower().startswith("model name"):
                 return line.split(":", 1)[1].strip()
     except OSError:
@@ -56,43 +145,68 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _mem_total() -> int:
-    return meminfo("MemTotal")
+def usable_cores() -> int:
+    try:
+        return len(psutil.Process().cpu_affinity())
+    except (AttributeError, psutil.Error):
+        return psutil.cpu_count() or 1
 
 
 def vm_hwm() -> int:
-    """Peak resident set size of this process image (VmHWM), bytes."""
+    """Peak resident set size of this process image (VmHWM), bytes: the one figure psutil does not give."""
     return status_bytes("VmHWM")
 
 
 def mem_available() -> int:
-    return meminfo("MemAvailable")
+    return psutil.virtual_memory().available
 
 
 def loadavg() -> list[float]:
+    """The 1, 5 and 15-minute load averages ([] where the platform has none)."""
     try:
-        return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
+        return [float(x) for x in psutil.getloadavg()]
     except OSError:
         return []
 
 
 def cpu_times() -> dict:
-    """Aggregate jiffies from /proc/stat (user..steal), to compute steal and busy shares."""
-    try:
-        parts = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
-        names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
-        return {n: int(v) for n, v in zip(names, parts)}
-    except (OSError, IndexError, ValueError):
-        return {}
+    """The whole machine's CPU seconds so far (all cores) by kind: user, nice, system, idle, iowait, steal..."""
+    return psutil.cpu_times()._asdict()
 
 
 def cpu_share(before: dict, after: dict) -> dict:
     """Shares of CPU time between two cpu_times() readings (whole machine, all cores)."""
     if not before or not after:
         return {}
-    d = {k: after[k] - before[k] for k in before}
+    d = {k: after[k] - before[k] for k in before if k not in ("guest", "guest_nice")}  # counted in user / nice
     tot = sum(d.values()) or 1
     return {"steal": d.get("steal", 0) / tot, "idle": (d.get("idle", 0) + d.get("iowait", 0)) / tot}
+
+
+def proc_cpu_s(pid: int | None, tree: bool = False) -> float:
+    """User + system CPU seconds so far of process `pid` (0 when it does not run); with `tree`, of its
+    descendants too."""
+    try:
+        p = psutil.Process(pid) if pid and pid > 0 else None
+        procs = ([p] + (p.children(recursive=True) if tree else [])) if p else []
+    except psutil.Error:
+        return 0.0
+    total = 0.0
+    for q in procs:
+        try:
+            t = q.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass
+    return total
+
+
+def rss(pid: int | None = None) -> int:
+    """Resident set size of process `pid` (this one by default), bytes; 0 when it does not run."""
+    try:
+        return psutil.Process(pid).memory_info().rss if pid is None or pid > 0 else 0
+    except psutil.Error:
+        return 0
 
 
 def versions() -> dict:
@@ -106,17 +220,10 @@ def versions() -> dict:
 
 
 def machine_info() -> dict:
-    info = {
-        "cpu_model": _cpu_model(),
-        "logical_cores": os.cpu_count(),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "ram_bytes": _mem_total(),
-        "ram_available_bytes": mem_available(),
-        "os": platform.platform(),
-        "versions": versions(),
-        "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "loadavg_start": loadavg(),
-    }
+    info = {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(), "usable_cores": usable_cores(),
+            "ram_bytes": psutil.virtual_memory().total, "ram_available_bytes": mem_available(),
+            "os": platform.platform(), "versions": versions(),
+            "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "loadavg_start": loadavg()}
     try:
         # lazy: torch only in the sections that run a model
         import torch
@@ -150,15 +257,30 @@ def link_converted_models(cache_dir: Path) -> list[str]:
     if src.is_dir():
         settings.models_dir(cache_dir).mkdir(parents=True, exist_ok=True)
         for p in sorted(src.glob("smollm2-135m-*")):
-            if (p / "DONE").exists() and (p / "model.safetensors").exists():
-                dst = settings.models_dir(cache_dir) / p.name
-                if not dst.exists():
-                    os.symlink(p.resolve(), dst)
-                    linked.append(p.name)
+            dst = settings.models_dir(cache_dir) / p.name
+            if (p / "DONE").exists() and (p / "model.safetensors").exists() and not dst.exists():
+                os.symlink(p.resolve(), dst)
+                linked.append(p.name)
     return linked
 
 
-# ----------------------------------------------------------------------------- subprocess tasks
+# ----------------------------------------------------------------------------- fresh processes
+def fresh_process_times(cmd: list[str], processes: int, env: dict, cwd: Path = ROOT, timeout: float = 1800) -> list[float]:
+    """Wall seconds of `cmd` (interpreter start included), once in each of `processes` fresh processes,
+    timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
+    with tempfile.TemporaryDirectory(prefix="aniso-pyperf-") as d:
+        out = Path(d) / "times.json"
+        p = subprocess.run([sys.executable, "-m", "pyperf", "command", "--processes", str(processes), "--values", "1",
+                            "--warmups", "0", "--loops", "1", "--copy-env", "--quiet", "--output", str(out), "--", *cmd],
+                           cwd=str(cwd), env=env, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0 or not out.exists():
+            raise RuntimeError(f"pyperf command failed ({p.returncode}): {(p.stderr or p.stdout)[-600:]}")
+        # lazy: pyperf only where a fresh-process timing is made
+        import pyperf
+
+        return list(pyperf.Benchmark.load(str(out)).get_values())
+
+
 def run_task(task: str, args: dict, *, cache_dir=None, env_extra: dict | None = None,
              timeout: float = 1800) -> dict:
     """Run `python -m bench.worker TASK ARGS` in a fresh process and return its result dict.
@@ -191,29 +313,17 @@ def run_task(task: str, args: dict, *, cache_dir=None, env_extra: dict | None = 
         wall = time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
-        stdout = out.read().decode(errors="replace")
-        stderr = err.read().decode(errors="replace")
-    res = None
-    for line in reversed(stdout.splitlines()):
-        if line.startswith(RESULT_TAG):
-            res = json.loads(line[len(RESULT_TAG):])
-            break
+        stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
+    res = next((json.loads(x[len(RESULT_TAG):]) for x in reversed(stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
     # The child's own high-water mark of THIS process image (VmHWM, reported by the worker) is the
     # per-run peak; rusage's ru_maxrss also counts the parent's pages at fork, so it is only an
     # upper bound, used when the child could not report (killed).
-    fork_bound = ru.ru_maxrss * 1024  # kB on Linux
     if res is None:
-        if timed_out.is_set():
-            st = "timeout"
-        elif p.returncode in (-9, 137):
-            st = "killed"
-        else:
-            st = "error"
-        tail = "\n".join(stderr.strip().splitlines()[-6:])
-        res = {"status": st, "returncode": p.returncode, "error": tail}
+        st = "timeout" if timed_out.is_set() else "killed" if p.returncode in (-9, 137) else "error"
+        res = {"status": st, "returncode": p.returncode, "error": "\n".join(stderr.strip().splitlines()[-6:])}
     res.setdefault("status", "ok")
     if "peak_rss_bytes" not in res:
-        res["peak_rss_bytes"] = fork_bound
+        res["peak_rss_bytes"] = ru.ru_maxrss * 1024  # kB on Linux
         res["peak_rss_source"] = "ru_maxrss upper bound (includes the parent's pages at fork)"
     res["wall_s"] = wall
     if res["status"] not in ("ok", "oom"):
@@ -225,37 +335,26 @@ class RssSampler:
     """Samples this process's RSS every `interval` s; keeps the maximum per stage label."""
 
     def __init__(self, interval: float = 0.02):
-        self.interval = interval
-        self.stage = "start"
+        self.interval, self.stage = interval, "start"
         self.by_stage: dict[str, int] = {}
         self.seconds: dict[str, float] = {}  # wall time spent in each stage
         self._since = time.perf_counter()
         self._stop = threading.Event()
-        self._page = os.sysconf("SC_PAGE_SIZE")
         self._t = threading.Thread(target=self._run, daemon=True)
 
-    def rss(self) -> int:
-        try:
-            with open("/proc/self/statm") as f:
-                return int(f.read().split()[1]) * self._page
-        except OSError:
-            return 0
+    def _sample(self) -> None:
+        self.by_stage[self.stage] = max(self.by_stage.get(self.stage, 0), rss())
 
     def _run(self):
         while not self._stop.is_set():
-            r = self.rss()
-            if r > self.by_stage.get(self.stage, 0):
-                self.by_stage[self.stage] = r
+            self._sample()
             self._stop.wait(self.interval)
 
     def set(self, stage: str) -> None:
-        r = self.rss()
-        if r > self.by_stage.get(self.stage, 0):
-            self.by_stage[self.stage] = r
+        self._sample()
         now = time.perf_counter()
         self.seconds[self.stage] = self.seconds.get(self.stage, 0.0) + now - self._since
-        self._since = now
-        self.stage = stage
+        self._since, self.stage = now, stage
 
     def __enter__(self):
         self._t.start()
@@ -275,19 +374,14 @@ def torch_profile_ops(fn) -> dict[str, tuple[float, int]]:
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    out = {}
-    for e in prof.key_averages():
-        out[e.key] = (e.self_cpu_time_total / 1000.0, int(e.count))
-    return out
+    return {e.key: (e.self_cpu_time_total / 1000.0, int(e.count)) for e in prof.key_averages()}
 
 
 def profile_diff_table(bare: dict, tool: dict, top: int = 15) -> dict:
     """Top ops by extra self CPU time of the tool over the bare forward (same windows)."""
-    names = set(bare) | set(tool)
     rows = []
-    for n in names:
-        b = bare.get(n, (0.0, 0))
-        t = tool.get(n, (0.0, 0))
+    for n in set(bare) | set(tool):
+        b, t = bare.get(n, (0.0, 0)), tool.get(n, (0.0, 0))
         rows.append({"op": n, "bare_ms": b[0], "tool_ms": t[0], "extra_ms": t[0] - b[0],
                      "bare_calls": b[1], "tool_calls": t[1]})
     rows.sort(key=lambda r: -r["extra_ms"])
@@ -297,9 +391,6 @@ def profile_diff_table(bare: dict, tool: dict, top: int = 15) -> dict:
 
 def cprofile_table(fn, top: int = 15) -> str:
     """Run fn() under cProfile; the top functions by cumulative time, as text."""
-    import cProfile
-    import pstats
-
     pr = cProfile.Profile()
     pr.enable()
     try:
@@ -309,43 +400,43 @@ def cprofile_table(fn, top: int = 15) -> str:
     s = io.StringIO()
     pstats.Stats(pr, stream=s).strip_dirs().sort_stats("cumulative").print_stats(top)
     lines = s.getvalue().splitlines()
-    # Drop pstats' preamble up to the column header.
-    for i, line in enumerate(lines):
-        if line.strip().startswith("ncalls"):
-            lines = lines[i:]
-            break
-    return "\n".join(l.rstrip() for l in lines if l.strip())
+    head = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)  # pstats' preamble
+    return "\n".join(l.rstrip() for l in lines[head:] if l.strip())
 
 
 # ----------------------------------------------------------------------------- token windows
+def n_analysed(windows) -> int:
+    """Analysed (non-special) tokens of a corpus's windows."""
+    return int(sum(int((~s).sum()) for s in windows.special))
+
+
 def subset_windows(windows, n_tokens: int):
     """The first windows of `windows` holding about n_tokens analysed tokens (for profiles)."""
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.corpora import TokenWindows
+    import numpy as np
 
-    ids, special, doc = [], [], []
-    content = 0
-    for i, (w, s) in enumerate(zip(windows.ids, windows.special)):
-        if content >= n_tokens:
-            break
-        ids.append(w)
-        special.append(s)
-        doc.append(windows.doc[i])
-        content += int((~s).sum())
-    return TokenWindows(ids, special, __import__("numpy").asarray(doc), len(set(doc)),
-                        sum(len(w) for w in ids), content)
+    from core.inputs.corpora import TokenWindows
+
+    k, content = 0, 0
+    while k < len(windows.ids) and content < n_tokens:
+        content += int((~windows.special[k]).sum())
+        k += 1
+    doc = list(windows.doc[:k])
+    return TokenWindows(list(windows.ids[:k]), list(windows.special[:k]), np.asarray(doc), len(set(doc)),
+                        sum(len(w) for w in windows.ids[:k]), content)
 
 
 def padded_batch(windows, b, pad_id: int):
     """(input_ids, attention_mask) int64 numpy arrays of one batch, right-padded by the tool's own function."""
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.batching import pad_batch
+    from core.stats.batching import pad_batch
 
     return pad_batch([windows.ids[i] for i in b], pad_id)
 
 
-def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None) -> float:
-    """Seconds for the bare forward pass over `batches`: no hidden states kept, no metrics."""
+def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None, **kw) -> float:
+    """Seconds for the bare forward pass over `batches`: no hidden states kept, no metrics (`kw`: passed to
+    the model, e.g. output_attentions=True)."""
     # lazy: torch only in the sections that run a model
     import torch
 
@@ -353,8 +444,7 @@ def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync
     with torch.inference_mode():
         for b in batches:
             ids, att = padded_batch(windows, b, pad_id)
-            out = model(input_ids=torch.as_tensor(ids).to(device), attention_mask=torch.as_tensor(att).to(device))
-            del out
+            model(input_ids=torch.as_tensor(ids).to(device), attention_mask=torch.as_tensor(att).to(device), **kw)
         if sync:
             sync()
     return time.perf_counter() - t0

@@ -1,13 +1,15 @@
 """Bench section "geometry": what the statistics of issue 25 (intrinsic dimension, matrix entropy,
 linear CKA between layers) add to a run at the app's default size (8,000 tokens, sample 5,000).
 
-Run = `core.pipeline.analyze` of the default spec on an empty cache of its own, in this process
+Run = `core.compute.pipeline.analyze` of the default spec on an empty cache of its own, in this process
 (corpus read, model load, tokenize, forward, every statistic, the isotropic baseline, cache write;
 imports excluded). New = the same run's new statistics timed on its own statistics, as
 `build_results` computes them: every layer's intrinsic dimension (duplicates, neighbours, TwoNN,
 GRIDE and its scales) and matrix entropy, the layers x layers CKA section, and their isotropic
 baselines (computed once per sample size and width). Ratio = new / (run - new): the share they add
 to a run without them; also in CPU seconds of the process (less sensitive to a busy machine).
+Registry = every per-layer statistic of core/stats/registry.py at every layer, as `build_results` computes a layer's
+row (`registry_s`, beside the figures above: a new statistic is timed there without an edit of this file).
 The opt-in logit lens (causal LMs: SmolLM2) is timed the same way on the run's sample with the
 loaded model: its ratio to the run says why it is opt-in.
 """
@@ -19,15 +21,15 @@ import time
 import numpy as np
 
 from bench.common import log, median
-from core import geometry as G
-from core import statistics as S
-from core.config import CONFIG
-from core.lens import logit_lens
-from core.pipeline import analyze, get_stats
-from core.spec import DEFAULT_CORPUS as CORPUS
-from core.spec import DEFAULT_SAMPLE as SAMPLE
-from core.spec import RunSpec
-from core.statistics import LENS_POSITIONS
+from core.base.config import CONFIG
+from core.base.spec import DEFAULT_CORPUS as CORPUS
+from core.base.spec import DEFAULT_SAMPLE as SAMPLE
+from core.base.spec import RunSpec
+from core.compute.lens import logit_lens
+from core.compute.pipeline import analyze, get_stats
+from core.stats import geometry as G
+from core.stats import registry as S
+from core.stats.registry import LENS_POSITIONS
 
 NEW_KEYS = ("intrinsic_dim_twonn", "intrinsic_dim_gride", "matrix_entropy", "intrinsic_dim_duplicates",
             "intrinsic_dim_gride_scales")
@@ -66,6 +68,17 @@ def new_statistics(stats) -> dict:
     return t
 
 
+def registry_seconds(stats) -> float:
+    """Seconds of every per-layer statistic of the registry at every layer, as build_results computes a layer's row
+    (`statistics.layer_row`, fresh kernel inputs, no isotropic baseline): a statistic added to core/stats/registry.py is
+    timed here without an edit."""
+    run = S.Run(stats)
+    t0 = time.perf_counter()
+    for l in range(stats.n_layers):
+        S.layer_row(run, l)
+    return time.perf_counter() - t0
+
+
 def section_geometry(ctx) -> dict:
     # numpy was imported before --threads could reach OpenBLAS: hold its pool to torch's thread count here, so
     # the run and the new statistics use as many threads as the forward (2 BLAS threads spinning against a busy
@@ -86,7 +99,7 @@ def _section_geometry(ctx) -> dict:
         if reps <= 0:
             continue
         spec = RunSpec(model=ident, corpus=CORPUS, max_tokens=sizes.geometry_tokens, sample=SAMPLE)
-        runs, cpus, parts, lens = [], [], [], []
+        runs, cpus, parts, lens, registry = [], [], [], [], []
         for r in range(reps):
             cache = ctx.fresh_dir(f"geometry-{ident}")
             c0, t0 = time.process_time(), time.perf_counter()
@@ -96,14 +109,15 @@ def _section_geometry(ctx) -> dict:
             stats = get_stats(spec, cache_dir=cache)  # a cache hit: the run's own statistics
             p = new_statistics(stats)
             parts.append(p)
-            msg = ""
+            registry.append(registry_seconds(stats))
+            msg = f", every registry statistic {registry[-1]:.2f} s"
             if res["manifest"]["model"].get("causal_lm"):
                 lm = ctx.model(ident)
                 t0 = time.perf_counter()
                 logit_lens(lm.model, lm.tokenizer, stats.arrays["sample"], stats.arrays["layer_index"],
                            int(lm.info["n_layers"]) + 1, seed=0)
                 lens.append(time.perf_counter() - t0)
-                msg = f", logit lens {lens[-1]:.2f} s"
+                msg += f", logit lens {lens[-1]:.2f} s"
             log(f"geometry: {ident} rep {r + 1}: run {runs[-1]:.2f} s ({cpus[-1]:.2f} s CPU), new statistics "
                 f"{p['total']:.2f} s ({p['cpu']:.2f} s CPU; "
                 f"{', '.join(f'{k} {v:.2f}' for k, v in p.items() if k not in ('total', 'cpu'))}){msg}")
@@ -114,7 +128,8 @@ def _section_geometry(ctx) -> dict:
         row = {"model": ident, "tokens_analysed": n_tok, "n_layers": n_layers, "sample": K, "reps": reps,
                "run_s": runs, "run_cpu_s": cpus, "new_s": news, "new_cpu_s": new_cpu,
                "parts_s": {k: median([p[k] for p in parts]) for k in parts[0]},
-               "ratio": ratio, "ratio_cpu": median(new_cpu) / (median(cpus) - median(new_cpu)), "met": ratio <= GOAL}
+               "ratio": ratio, "ratio_cpu": median(new_cpu) / (median(cpus) - median(new_cpu)), "met": ratio <= GOAL,
+               "registry_s": registry, "registry_keys": [st.key for st in S.STATISTICS]}
         if lens:
             row.update(lens_s=lens, lens_ratio=median(lens) / (median(runs) - median(news)),
                        lens_positions=LENS_POSITIONS)

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import time
 
-from bench.common import ROOT, bare_forward, child_env, log, median, subset_windows
+from bench.common import ROOT, alternate, bare_forward, child_env, log, median, n_analysed, subset_windows
 from bench.peers import run_peer
-from core.batching import plan_batches
-from core.cache import CacheStore
-from core.distributed import spec_args, torchrun_command
-from core.extract import analysed_masks, extract_stats
-from core.models import _gpt2_tokenizer, minilm_folder, untrained_config
-from core.spec import RunSpec
-from core.statistics import report_keys
+from core.base.cache import CacheStore
+from core.base.spec import RunSpec
+from core.compute.distributed import spec_args, torchrun_command
+from core.compute.extract import analysed_masks, extract_stats
+from core.inputs.models import gpt2_tokenizer, minilm_folder, untrained_config
+from core.stats.batching import plan_batches
+from core.stats.registry import report_keys
 
 # Dense (no sparsity) bf16 tensor-core peaks, TFLOP/s, from the vendors' data sheets.
 BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH200", 989.0), ("A100", 312.0),
@@ -53,7 +53,7 @@ def _tokenizer(kind: str):
 
         return AutoTokenizer.from_pretrained(str(minilm_folder()))
 
-    return _gpt2_tokenizer()
+    return gpt2_tokenizer()
 
 
 def build_model(cfg, device: str, dtype):
@@ -74,7 +74,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
     # lazy: torch only in the sections that run a model
     import torch
 
-    from core.corpora import load_documents, tokenize_budget
+    from core.inputs.corpora import load_documents, tokenize_budget
 
     tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     is_cuda = device.startswith("cuda")
@@ -100,7 +100,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
             max_len = min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512))
             w = tokenize_budget(docs, tok, tokens, max_len, 0, "wiki-en")
             batches = plan_batches(w, batch_size)
-            n_an = int(sum(int((~s).sum()) for s in w.special))
+            n_an = n_analysed(w)
             warm = subset_windows(w, min(n_an, 4 * batch_size * 128))
             bare_forward(model, warm, plan_batches(warm, batch_size), pad, device, sync)
 
@@ -114,13 +114,8 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
             tool(warm)
             if is_cuda:
                 torch.cuda.reset_peak_memory_stats()
-            bare_s, tool_s = [], []
-            for r in range(reps):
-                for which in (("bare", "tool") if r % 2 == 0 else ("tool", "bare")):
-                    if which == "bare":
-                        bare_s.append(bare_forward(model, w, batches, pad, device, sync))
-                    else:
-                        tool_s.append(tool(w))
+            runs = alternate(reps, {"bare": lambda: bare_forward(model, w, batches, pad, device, sync), "tool": lambda: tool(w)})
+            bare_s, tool_s = runs["bare"], runs["tool"]
             fed = int(w.n_tokens_total)
             tb = median(bare_s)
             row.update(n_params=int(n_params), n_params_non_embedding=int(n_params - emb),

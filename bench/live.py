@@ -7,7 +7,7 @@
 1. Cost of publishing: the default model's extraction (MiniLM, wiki-en) with and without partial results,
    in one process, alternating A B B A, each run with the same windows and batches. "With" is the job's
    path: after the first batch and then every few seconds, the sums so far become partial results
-   (`core.analysis.partial_results`: every streaming statistic with its bootstrap interval) written into
+   (`core.stats.assemble.partial_results`: every streaming statistic with its bootstrap interval) written into
    the job queue's store as JSON. The ratio of tokens/s (goal: >= 0.98), and the loop's own account of the
    time spent publishing (`timing["partial_s"]` / forward time).
 2. First curve in a real browser: `streamlit run app.py` on 127.0.0.1 (its own port), Debian's chromium via
@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import platform
 import signal
 import sys
@@ -35,16 +34,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from core import settings
+import psutil
+
+from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server  # noqa: E402
-from bench.common import loadavg, log, machine_info  # noqa: E402
-from core import jobs  # noqa: E402
-from core.pipeline import get_store  # noqa: E402
-from core.procfs import stat_fields  # noqa: E402
+from bench.common import loadavg, log, machine_info, median, met, n_analysed, proc_cpu_s, table, write_section  # noqa: E402
+from core.base.cache import get_store  # noqa: E402
+from core.entry import jobs, worker  # noqa: E402
 
 LIVE_START = "<!-- bench:live:start -->"
 LIVE_END = "<!-- bench:live:end -->"
@@ -56,11 +56,11 @@ GOAL_WARM_S, GOAL_FRESH_S = 10.0, 30.0
 def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
     """Tokens/s of the extraction without and with partial results published (A B B A ...)."""
     # lazy: torch only here
-    from core.corpora import load_documents, tokenize_budget
-    from core.extract import extract_stats
-    from core.models import load_model
-    from core.pipeline import _PartialHook, resolve
-    from core.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MODEL, DEFAULT_SAMPLE, RunSpec
+    from core.base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MODEL, DEFAULT_SAMPLE, RunSpec
+    from core.compute.extract import extract_stats
+    from core.compute.pipeline import PartialHook, resolve
+    from core.inputs.corpora import load_documents, tokenize_budget
+    from core.inputs.models import load_model
 
     lm = load_model(DEFAULT_MODEL, device="cpu", dtype="float32", cache_dir=cache)
     w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)
@@ -76,7 +76,7 @@ def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
     def once(with_partial: bool) -> tuple[float, dict]:
         hook = None
         if with_partial:
-            hook = _PartialHook(publish, run.key, spec, run.parts)
+            hook = PartialHook(publish, run.key, spec, run.parts)
             hook.start(lm, {"id": DEFAULT_CORPUS})
         t0 = time.perf_counter()
         _, timing = extract_stats(lm.base, w, batch_size=DEFAULT_BATCH_SIZE, sample_size=DEFAULT_SAMPLE, seed=0,
@@ -95,12 +95,11 @@ def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
                 n_pub.append(len(published))
             else:
                 plain.append(t)
-    med = lambda xs: sorted(xs)[len(xs) // 2] if len(xs) % 2 else sum(sorted(xs)[len(xs) // 2 - 1:len(xs) // 2 + 1]) / 2  # noqa: E731
-    n = int(sum(int(m.sum()) for m in (~s for s in w.special)))
+    n = n_analysed(w)
     return {"model": lm.info.get("label", DEFAULT_MODEL), "tokens": n, "batches": -(-len(w.ids) // DEFAULT_BATCH_SIZE),
-            "reps": reps, "plain_tok_s": n / med(plain), "live_tok_s": n / med(live),
-            "ratio": med(plain) / med(live), "pair_ratios": [p / q for p, q in zip(plain, live)],
-            "share_median": med(shares), "share_max": max(shares), "publishes": n_pub,
+            "reps": reps, "plain_tok_s": n / median(plain), "live_tok_s": n / median(live),
+            "ratio": median(plain) / median(live), "pair_ratios": [p / q for p, q in zip(plain, live)],
+            "share_median": median(shares), "share_max": max(shares), "publishes": n_pub,
             "plain_s": plain, "live_s": live}
 
 
@@ -110,32 +109,21 @@ FIRST_CURVE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'
     .map(el => ((el.layout || {}).title || {}).text || '')"""
 
 
-def _stat_cpu_s(st: list[str]) -> float:
-    """User + system CPU seconds in a process's /proc stat fields (`core.procfs.stat_fields`)."""
-    return (int(st[11]) + int(st[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _cpu_s(pid: int | None) -> float:
-    """User + system CPU seconds of process `pid` so far (0 when it does not run)."""
-    st = stat_fields(pid) if pid and pid > 0 else None
-    return _stat_cpu_s(st) if st else 0.0
+_cpu_s = proc_cpu_s  # user + system CPU seconds of a process so far (0 when it does not run)
 
 
 def _others_cpu_s(server_pid: int, exclude: set) -> float:
     """CPU seconds so far of the app server's other child processes (the UMAP process that compiles umap's
     kernels when the app starts), the job worker left out."""
-    total = 0.0
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) in exclude:
-            continue
-        st = stat_fields(d.name)
-        if st and int(st[1]) == server_pid:
-            total += _stat_cpu_s(st)
-    return total
+    try:
+        kids = psutil.Process(server_pid).children()
+    except psutil.Error:
+        return 0.0
+    return sum(proc_cpu_s(k.pid) for k in kids if k.pid not in exclude)
 
 
 def _warmed(cache: Path) -> bool:
-    """Whether the worker's log says its warm-up is over (core.jobs.run_worker(warm=True))."""
+    """Whether the worker's log says its warm-up is over (core.entry.worker.run_worker(warm=True))."""
     try:
         return "warmed up in" in (cache / "jobs" / "worker.log").read_text(errors="replace")
     except OSError:
@@ -160,7 +148,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         run.wait_for(timeout=120_000)
         page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
         page.evaluate("() => { window.__no_reload = true; }")
-        worker0 = jobs.worker_pid(cache)
+        worker0 = worker.worker_pid(cache)
         warmed0 = _warmed(cache)
         server0, wcpu0 = _cpu_s(server_pid), _cpu_s(worker0)
         others0 = _others_cpu_s(server_pid, {worker0})
@@ -172,7 +160,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         steps: list[dict] = []
 
         def step(what: str, at: float | None = None) -> None:
-            wpid = jobs.worker_pid(cache)
+            wpid = worker.worker_pid(cache)
             steps.append({"step": what, "s": round(time.monotonic() - t0 if at is None else at, 2),
                           "server_cpu_s": round(_cpu_s(server_pid) - server0, 2),
                           "worker_cpu_s": round(_cpu_s(wpid) - (wcpu0 if wpid == worker0 else 0.0), 2),
@@ -203,8 +191,8 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
                     step("run stored, job done", job.finished - wall0)
             if titles and first is None:
                 first, first_title = now, titles[0]
-                cpu_first = _cpu_s(server_pid) - server0 + _cpu_s(jobs.worker_pid(cache)) - (
-                    wcpu0 if jobs.worker_pid(cache) == worker0 else 0.0)
+                cpu_first = _cpu_s(server_pid) - server0 + _cpu_s(worker.worker_pid(cache)) - (
+                    wcpu0 if worker.worker_pid(cache) == worker0 else 0.0)
                 step("first figure drawn")
             if any("partial" not in t for t in titles):
                 final = now
@@ -261,7 +249,6 @@ def _s(x) -> str:
 
 
 def render(cost: dict, curve: dict, meta: dict) -> str:
-    met = lambda ok: "met" if ok else "**MISSED**"  # noqa: E731
     lines = [LIVE_START, "## Live curves: partial results while a run computes (`python -m bench.live`)", "",
              f"Measured {meta['date']} on {meta['machine']} (load average at start {meta['load_start']}, at end "
              f"{meta['load_end']}; {meta['cores']} usable cores). What a partial curve is: docs/pages.md.", ""]
@@ -270,28 +257,24 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
             "**Cost of publishing** (one process, the same windows and batches, alternating A B B A): the extraction "
             f"of {cost['model']} on wiki-en, {cost['tokens']:,} tokens in {cost['batches']} batches, without and with "
             f"partial results written to the job queue's store ({cost['reps']} runs each).", "",
-            "| Without tok/s | With tok/s | Ratio (per-pair range) | Loop's own account: time publishing / forward "
-            "(median, max) | Partial results per run | Goal: cost <= 2% |",
-            "|---|---|---|---|---|---|",
-            f"| {cost['plain_tok_s']:,.0f} | {cost['live_tok_s']:,.0f} | **{cost['ratio']:.3f}** "
-            f"({min(cost['pair_ratios']):.3f}-{max(cost['pair_ratios']):.3f}) | {cost['share_median']:.2%}, "
-            f"{cost['share_max']:.2%} | {', '.join(map(str, cost['publishes']))} | "
-            f"{met(cost['ratio'] >= 1 - GOAL_SHARE)} |", ""]
+            table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Loop's own account: time publishing / "
+                   "forward (median, max)", "Partial results per run", "Goal: cost <= 2%"],
+                  [[f"{cost['plain_tok_s']:,.0f}", f"{cost['live_tok_s']:,.0f}", f"**{cost['ratio']:.3f}** ("
+                    f"{min(cost['pair_ratios']):.3f}-{max(cost['pair_ratios']):.3f})",
+                    f"{cost['share_median']:.2%}, {cost['share_max']:.2%}", ", ".join(map(str, cost["publishes"])),
+                    met(cost["ratio"] >= 1 - GOAL_SHARE)]]), ""]
     if curve:
         rows = []
         for name, goal in (("fresh", GOAL_FRESH_S), ("warm", GOAL_WARM_S)):
             r = curve.get(name) or {}
             ok = r.get("first_s") is not None and r["first_s"] <= goal
             miss = "" if ok or r.get("first_s") is None else f" (over by {r['first_s'] - goal:.1f} s)"
-            rows.append(f"| {name} | {_s(r.get('first_s'))} | {'partial' if r.get('first_partial') else 'final'} | "
-                        f"{_s(r.get('final_s'))} | {'yes' if r.get('reloaded') else 'no'} | "
-                        f"{_s(r.get('cpu_to_first_s'))} | {'yes' if r.get('worker_warm_at_click') else 'no'} | "
-                        f"<= {goal:.0f} s: {met(ok)}{miss} |")
-        steps = []
-        for name in ("fresh", "warm"):
-            for x in (curve.get(name) or {}).get("steps", []):
-                steps.append(f"| {name} | {x['step']} | {x['s']:.1f} s | {x['server_cpu_s']:.1f} | {x['worker_cpu_s']:.1f} "
-                             f"| {x.get('other_cpu_s', 0.0):.1f} |")
+            rows.append([name, _s(r.get("first_s")), "partial" if r.get("first_partial") else "final",
+                         _s(r.get("final_s")), "yes" if r.get("reloaded") else "no", _s(r.get("cpu_to_first_s")),
+                         "yes" if r.get("worker_warm_at_click") else "no", f"<= {goal:.0f} s: {met(ok)}{miss}"])
+        steps = [[name, x["step"], f"{x['s']:.1f} s", f"{x['server_cpu_s']:.1f}", f"{x['worker_cpu_s']:.1f}",
+                  f"{x.get('other_cpu_s', 0.0):.1f}"] for name in ("fresh", "warm")
+                 for x in (curve.get(name) or {}).get("steps", [])]
         lines += [
             f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}, Debian "
             f"chromium via Playwright; selection {curve['query']}: MiniLM on wiki-en, the UI's default budget). From "
@@ -304,37 +287,16 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
             "up to 2 threads, whose spin-waits count as CPU on a busy machine)."
             + (f" The worker ran at niceness {curve['worker_nice']} (the app's default is 10)."
                if curve.get("worker_nice") is not None else ""), "",
-            "| Run | First curve | It was | Final curve | Page reloaded | CPU to the first curve | Worker warm at the "
-            "click | Goal |",
-            "|---|---|---|---|---|---|---|---|",
-            *rows, ""]
+            table(["Run", "First curve", "It was", "Final curve", "Page reloaded", "CPU to the first curve",
+                   "Worker warm at the click", "Goal"], rows), ""]
         if steps:
             lines += ["Where the seconds went, as the benchmark's 0.1 s poll saw the job (the times of 'queued', 'taken', "
                       "'published' and 'done' are the job record's own; each step's CPU seconds since the click, of the "
                       "server, the worker and the server's other processes (the UMAP process, which compiles umap's "
                       "kernels after the server starts), are read when the poll saw it):", "",
-                      "| Run | Step | Since the click | Server CPU-s | Worker CPU-s | Other CPU-s |",
-                      "|---|---|---|---|---|---|",
-                      *steps, ""]
+                      table(["Run", "Step", "Since the click", "Server CPU-s", "Worker CPU-s", "Other CPU-s"], steps), ""]
     lines += meta.get("notes", [])
     return "\n".join(lines + [LIVE_END])
-
-
-def keep_live_section(existing: str | None, new_doc: str) -> str:
-    """`python -m bench` rewrites BENCHMARKS.md: keep the measured live section."""
-    if not existing or LIVE_START not in existing or LIVE_END not in existing or LIVE_START in new_doc:
-        return new_doc
-    block = existing[existing.index(LIVE_START):existing.index(LIVE_END) + len(LIVE_END)]
-    return new_doc.rstrip() + "\n\n" + block + "\n"
-
-
-def write_section(path: Path, block: str) -> None:
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    if LIVE_START in text and LIVE_END in text:
-        text = text[:text.index(LIVE_START)] + block + text[text.index(LIVE_END) + len(LIVE_END):]
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    path.write_text(text)
 
 
 def main(argv=None) -> int:
@@ -376,7 +338,7 @@ def main(argv=None) -> int:
     if a.quick and not a.out:
         print(block)
         return 0
-    write_section(Path(a.out) if a.out else ROOT / "BENCHMARKS.md", block)
+    write_section(block, Path(a.out) if a.out else ROOT / "BENCHMARKS.md", LIVE_START, LIVE_END)
     log(f"wrote {a.out or 'BENCHMARKS.md'}")
     return 0
 

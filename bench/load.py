@@ -23,7 +23,6 @@ import datetime as dt
 import os
 import platform
 import random
-import re
 import signal
 import sys
 import tempfile
@@ -31,11 +30,14 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
+
 from bench.appserver import CHROMIUM, ROOT, app_server
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from core import jobs, settings
-from core.procfs import stat_fields, status_bytes
-from core.spec import RunSpec
+from bench.common import cpu_times, loadavg, proc_cpu_s, rss, table, write_section
+from core.base import settings
+from core.base.spec import RunSpec
+from core.entry import jobs, worker
 
 # page -> the figures of its first section (the one open on a visit) for the browsed run: all of them
 # must be drawn before the view counts as shown
@@ -50,10 +52,6 @@ THINK_MEAN_S = 7.0  # TPC-W's think time: exponential with this mean, cut at 10 
 STRESS_S = 40.0  # phase 3 (no think time) lasts at most this long
 
 
-def _rss(pid: int | None) -> int:
-    return status_bytes("VmRSS", pid) if pid else 0
-
-
 class MemoryProbe:
     """Peak RSS of the server and of the worker, sampled on a thread."""
 
@@ -65,9 +63,8 @@ class MemoryProbe:
 
     def _run(self):
         while not self.stop.wait(0.25):
-            self.peak_server = max(self.peak_server, _rss(self.server_pid))
-            w = jobs.worker_pid(self.cache)
-            self.peak_worker = max(self.peak_worker, _rss(w if w and w > 0 else None))
+            self.peak_server = max(self.peak_server, rss(self.server_pid))
+            self.peak_worker = max(self.peak_worker, rss(worker.worker_pid(self.cache) or 0))
 
     def reset(self):
         self.peak_server = self.peak_worker = 0
@@ -186,7 +183,7 @@ class _Barrier:
         await self.event.wait()
 
 
-async def _phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S,
+async def run_phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S,
                  server_pid: int | None = None) -> tuple[list, list, list, dict | None]:
     """The users' views (name, seconds), errors, slow views, and (given the server's pid) the CPU used
     during the timed browsing: seconds per kind over its wall time."""
@@ -218,7 +215,7 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
-def _summary(times: list, errors: list, slow: list, cpu: dict | None = None) -> dict:
+def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) -> dict:
     nav = [t for name, t in times if name != "open"]
     return {"cpu": cpu, "n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
             "open_p50": _pct([t for n, t in times if n == "open"], 0.5),
@@ -230,8 +227,8 @@ def _summary(times: list, errors: list, slow: list, cpu: dict | None = None) -> 
 
 def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.pipeline import analyze
-    from core.selection import from_query_params
+    from core.compute.pipeline import analyze
+    from core.studies.selection import from_query_params
 
     users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
     think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
@@ -242,7 +239,7 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
     print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
     analyze(sel.spec(sel.models[0]))
     out = {"users": users, "seconds": seconds, "think_mean": think_mean, "stress_seconds": stress_seconds,
-           "load_before": os.getloadavg()}
+           "load_before": loadavg()}
     with app_server(cache, cache / "streamlit.log", env=env) as (url, proc):
         probe = MemoryProbe(proc.pid, cache)
         try:
@@ -254,67 +251,41 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
 
 def _warm_up(url: str, server_pid: int) -> None:
     """One user browses every page for 10 s (the app's first visit starts its UMAP process, which
-    compiles umap's numba kernels: core.projection.start_warmup), then wait until the server's
+    compiles umap's numba kernels: core.compute.projection.start_warmup), then wait until the server's
     processes are idle. Waiting for fast page views instead never ended in one run: one browser's
     Projection view takes 1.5-2 s on this machine, most of it drawing in chromium."""
-    times, _, _, _ = asyncio.run(_phase(url, 1, 10.0, think_mean=0.0))
+    times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
     print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
     _wait_idle(server_pid)
 
 
-def _proc_stats() -> dict[int, list[str]]:
-    """pid -> the fields of /proc/<pid>/stat, for every process now."""
-
-    stats = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            f = stat_fields(int(entry))
-            if f:
-                stats[int(entry)] = f
-    return stats
-
-
-def _tree_cpu_s(root: int, stats: dict | None = None) -> float:
+def _tree_cpu_s(root: int) -> float:
     """CPU seconds used so far by a process and its descendants (the server and its UMAP process)."""
-    stats = _proc_stats() if stats is None else stats
-    tree, grew = {root}, True
-    while grew:
-        more = {pid for pid, f in stats.items() if int(f[1]) in tree} - tree
-        tree |= more
-        grew = bool(more)
-    return sum(int(stats[p][11]) + int(stats[p][12]) for p in tree if p in stats) / os.sysconf("SC_CLK_TCK")
+    return proc_cpu_s(root, tree=True)
 
 
 def _cpu_s(server_pid: int) -> dict:
     """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
-    (this process and Playwright's driver), and the whole machine from /proc/stat (busy; niced, which is
-    the job's worker and the UMAP process; stolen by the host)."""
-    stats = _proc_stats()
-    tck = os.sysconf("SC_CLK_TCK")
-    browsers = harness = 0
-    for pid, f in stats.items():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                cmd = fh.read(300)
-        except OSError:
+    (this process and Playwright's driver), and the whole machine (busy; niced, which is the job's worker
+    and the UMAP process; stolen by the host)."""
+    browsers = harness = 0.0
+    for p in psutil.process_iter(["cmdline", "cpu_times"]):
+        cmd, t = " ".join(p.info["cmdline"] or []), p.info["cpu_times"]
+        if t is None:
             continue
-        if b"chromium" in cmd:
-            browsers += int(f[11]) + int(f[12])
-        elif b"playwright" in cmd or pid == os.getpid():  # Playwright's driver and this process
-            harness += int(f[11]) + int(f[12])
-    try:
-        with open("/proc/stat") as fh:
-            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fh.readline().split()[1:9])
-    except (OSError, ValueError):
-        user = nice = system = irq = softirq = steal = 0
-    return {"server": _tree_cpu_s(server_pid, stats), "browsers": browsers / tck, "harness": harness / tck,
-            "busy": (user + nice + system + irq + softirq) / tck, "niced": nice / tck, "stolen": steal / tck,
-            "t": time.monotonic()}
+        if "chromium" in cmd:
+            browsers += t.user + t.system
+        elif "playwright" in cmd or p.pid == os.getpid():  # Playwright's driver and this process
+            harness += t.user + t.system
+    ct = cpu_times()  # the machine's CPU seconds, all cores
+    return {"server": _tree_cpu_s(server_pid), "browsers": browsers, "harness": harness,
+            "busy": sum(ct[k] for k in ("user", "nice", "system", "irq", "softirq")), "niced": ct["nice"],
+            "stolen": ct.get("steal", 0.0), "t": time.monotonic()}
 
 
 def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
     """Until the server's processes use under 10% of a core for `window_s`: a fresh server compiles
-    umap's kernels in its UMAP process for minutes (core.projection.start_warmup), niced but in the
+    umap's kernels in its UMAP process for minutes (core.compute.projection.start_warmup), niced but in the
     server's scheduling group, so it takes CPU from the browsers; a phase measured meanwhile measured
     that (p50 4.4 s instead of 0.3 s in one run, while one user's browsing already looked warm)."""
     t0 = time.monotonic()
@@ -337,12 +308,12 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     _warm_up(url, probe.server_pid)
     probe.reset()
     print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
-    out["idle"] = _summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"], probe.server_pid)))
-    out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, os.getloadavg()
+    out["idle"] = summarize(*asyncio.run(run_phase(url, users, seconds, out["think_mean"], probe.server_pid)))
+    out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, loadavg()
     probe.reset()
     spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
     jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
-    jobs.ensure_worker()
+    worker.ensure_worker()
     t1 = time.time()
     while time.time() - t1 < 300 and not (jobs.status(jid).progress.stage == "forward" and jobs.status(jid).progress.done > 0):
         time.sleep(0.5)
@@ -351,15 +322,15 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     def with_job(summary: dict) -> dict:  # a phase's views, the peaks and the job's progress at its end
         j = jobs.status(jid)
         return {**summary, "peak_server": probe.peak_server, "peak_worker": probe.peak_worker,
-                "load": os.getloadavg(), "job_status": j.status, "job_tokens_per_s": j.progress.rate,
+                "load": loadavg(), "job_status": j.status, "job_tokens_per_s": j.progress.rate,
                 "job_done": j.progress.done}
 
-    out["job"] = with_job(_summary(*asyncio.run(_phase(url, users, seconds, out["think_mean"], probe.server_pid))))
+    out["job"] = with_job(summarize(*asyncio.run(run_phase(url, users, seconds, out["think_mean"], probe.server_pid))))
     if out["stress_seconds"] > 0 and jobs.status(jid).active:
         probe.reset()
         print(f"phase 3: {users} users, {out['stress_seconds']:.0f} s, job {jid} running, no think time",
               file=sys.stderr)
-        out["stress"] = with_job(_summary(*asyncio.run(_phase(url, users, out["stress_seconds"], 0.0, probe.server_pid))))
+        out["stress"] = with_job(summarize(*asyncio.run(run_phase(url, users, out["stress_seconds"], 0.0, probe.server_pid))))
     if jobs.status(jid).active:
         jobs.cancel(jid)
         jobs.wait(jid, timeout=120)
@@ -372,10 +343,10 @@ def _s(v: float) -> str:
 def render(r: dict, command: str) -> str:
     def row(name, s, job=False):
         worker = f"{s.get('peak_worker', 0) / 2**20:,.0f} MiB" if job else "(no job)"
-        return (f"| {name} | {s['n']} | {s['p50']:.2f} | {s['p95']:.2f} | {s['max']:.2f} | {len(s['errors'])} | "
-                f"{s['peak_server'] / 2**20:,.0f} MiB | {worker} |")
+        return [name, s["n"], f"{s['p50']:.2f}", f"{s['p95']:.2f}", f"{s['max']:.2f}", len(s["errors"]),
+                f"{s['peak_server'] / 2**20:,.0f} MiB", worker]
 
-    cores = os.cpu_count()
+    cores = psutil.cpu_count()
     think = r.get("think_mean", 0.0)
     phases = [("idle", "no job"), ("job", "job running")] + ([("stress", "job running, no think time")]
                                                               if "stress" in r else [])
@@ -398,9 +369,8 @@ def render(r: dict, command: str) -> str:
                 if "stress" in r else "")
              + f" Measured {dt.date.today().isoformat()} on this project's machine: {cores} cores, Python "
                f"{platform.python_version()}; the browsers run on the same cores as the server and the job.", "",
-             "| phase | page views | p50 (s) | p95 (s) | max (s) | errors | server peak RSS | worker peak RSS |",
-             "|---|---|---|---|---|---|---|---|"]
-    lines += [row(label, r[key], job=key != "idle") for key, label in phases]
+             table(["phase", "page views", "p50 (s)", "p95 (s)", "max (s)", "errors", "server peak RSS",
+                    "worker peak RSS"], [row(label, r[key], job=key != "idle") for key, label in phases])]
     lines += ["", f"First loads ({r['users']} users opening at once, not counted above): "
               + "; ".join(f"{phase}: p50 {_s(r[key]['open_p50'])}, max {_s(r[key]['open_max'])}"
                           for key, phase in phases) + ".",
@@ -440,23 +410,6 @@ def render(r: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def write(md: str, path: Path) -> None:
-    old = path.read_text() if path.exists() else ""
-    if LOAD_START in old and LOAD_END in old:
-        new = re.sub(re.escape(LOAD_START) + ".*?" + re.escape(LOAD_END), lambda _: md, old, flags=re.S)
-    else:
-        new = old.rstrip() + "\n\n" + md + "\n"
-    path.write_text(new)
-
-
-def keep_load_section(existing: str | None, new_doc: str) -> str:
-    """`python -m bench` rewrites BENCHMARKS.md: keep the measured load section at its end."""
-    if not existing or LOAD_START not in existing or LOAD_END not in existing or LOAD_START in new_doc:
-        return new_doc
-    block = existing[existing.index(LOAD_START):existing.index(LOAD_END) + len(LOAD_END)]
-    return new_doc.rstrip() + "\n\n" + block + "\n"
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.load", description=__doc__.splitlines()[0])
     p.add_argument("--users", type=int, default=8)
@@ -483,7 +436,7 @@ def main(argv=None) -> int:
           (f" --stress-seconds {a.stress_seconds:g}" if a.stress_seconds != STRESS_S else "")
     md = render(r, cmd)
     print(md)
-    write(md, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
+    write_section(md, Path(a.out) if a.out else ROOT / "BENCHMARKS.md", LOAD_START, LOAD_END)
     return 0
 
 

@@ -1,21 +1,18 @@
 """Bench section "modalities": extraction vs bare forward for the ViT-S (DINOv2) and the Whisper
-tiny.en encoder on CPU, the same items, batches and input preparation for both.
-
-Bare = pixels / log-mel features prepared as the adapter does, then `model(...)` under
-`torch.inference_mode()` with no hidden states kept; tool = `core.extract.extract_stats` with the
-modality adapter (every streaming accumulator, the shared sample, metadata).
+tiny.en encoder on CPU, the same items, batches and input preparation for both (the method is stated
+in the section's text, bench.report.render_modalities).
 """
 
 from __future__ import annotations
 
 import time
 
-from bench.common import log, median
-from core.batching import plan_batches
-from core.convert.whisper import log_mel
-from core.extract import extract_stats
-from core.modalities.adapters import _pixels, adapter_for
-from core.modalities.run import build_items, load_payloads
+from bench.common import alternate, log, median
+from core.compute.extract import extract_stats
+from core.inputs.convert.whisper import log_mel
+from core.inputs.modalities.adapters import adapter_for, pixel_array
+from core.inputs.modalities.run import build_items, load_payloads
+from core.stats.batching import plan_batches
 
 MODELS = (("dinov2-vits14", "images-crops"), ("whisper-tiny-en", "speech-human"))
 BATCH = 8
@@ -31,7 +28,7 @@ def _bare(model, adapter, items, batches) -> float:
     with torch.inference_mode():
         for b in batches:
             if adapter.modality == "image":
-                model(pixel_values=torch.as_tensor(_pixels([items.payload[i] for i in b])))
+                model(pixel_values=torch.as_tensor(pixel_array([items.payload[i] for i in b])))
             else:
                 feats = [log_mel(c.load()[int(s * 16000):int((s + 30) * 16000)]) for c, s in (items.payload[i] for i in b)]
                 model(input_features=torch.as_tensor(np.stack(feats)))
@@ -59,14 +56,9 @@ def section_modalities(ctx) -> dict:
         log(f"modalities: {ident} on {corpus}, {n:,} analysed positions in {len(items.ids)} items, {reps} reps")
         _bare(lm.base, adapter, items, batches[:1])  # warm-up, untimed
         _tool(lm.base, adapter, items, 500)
-        bare_s, tool_s = [], []
-        for r in range(reps):
-            for which in (("bare", "tool") if r % 2 == 0 else ("tool", "bare")):
-                if which == "bare":
-                    bare_s.append(_bare(lm.base, adapter, items, batches))
-                else:
-                    tool_s.append(_tool(lm.base, adapter, items, 5000))
-                log(f"  rep {r + 1} {which}: {(bare_s if which == 'bare' else tool_s)[-1]:.2f} s")
+        runs = alternate(reps, {"bare": lambda: _bare(lm.base, adapter, items, batches),
+                                "tool": lambda: _tool(lm.base, adapter, items, 5000)})
+        bare_s, tool_s = runs["bare"], runs["tool"]
         ratio = median(bare_s) / median(tool_s)
         pair = [b / t for b, t in zip(bare_s, tool_s)]
         out["models"].append({"model": ident, "label": lm.info.get("label", ident), "corpus": corpus,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -23,8 +22,10 @@ import threading
 import time
 from pathlib import Path
 
-from bench.common import ROOT, _cpu_model, child_env, log
-from core.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
+import psutil
+
+from bench.common import ROOT, child_env, cpu_model, loadavg, log, table, usable_cores, write_section
+from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
 
 START, END = "<!-- bench-papers:start -->", "<!-- bench-papers:end -->"
 GOAL_S = 600.0
@@ -36,10 +37,6 @@ def _uptime() -> str:
         return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return ""
-
-
-def _load() -> list[float]:
-    return [float(x) for x in Path("/proc/loadavg").read_text().split()[:3]]
 
 
 def _run(argv: list[str], cache: Path, timeout: float, log_to: Path | None = None) -> tuple[float, int, str]:
@@ -55,27 +52,27 @@ def _run(argv: list[str], cache: Path, timeout: float, log_to: Path | None = Non
 
 def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, timeout: float,
          log_to: Path | None = None) -> None:
-    out["uptime_before_one"], out["load_before_one"] = _uptime(), _load()
+    out["uptime_before_one"], out["load_before_one"] = _uptime(), loadavg()
     log(f"godey: one `python -m core reproduce godey` ({out['uptime_before_one']})")
     argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(cache),
             "--formats", "json", "--out", str(root / "repro")]
     if models is not None:
         argv += ["--models", ",".join(out["models"])]
-    r0 = os.times()
+    r0 = psutil.Process().cpu_times()
     s, rc, msg = _run(argv, cache, timeout, log_to or root / "one.log")
-    r1 = os.times()
+    r1 = psutil.Process().cpu_times()
     # The process's own CPU seconds (every thread), steadier than its wall time on a shared machine. Its
     # children's account: only exact when the 14 separate commands do not run at the same time (--sequential,
     # --one-only); with both at once it counts theirs too.
     out.update(one_s=s, one_rc=rc, one_last=msg,
                one_cpu_s=None if out.get("parallel") else (r1.children_user + r1.children_system
                                                            - r0.children_user - r0.children_system))
-    out["uptime_after_one"], out["load_after_one"] = _uptime(), _load()
+    out["uptime_after_one"], out["load_after_one"] = _uptime(), loadavg()
     log(f"  one process: {s:.1f} s (rc {rc}): {msg}")
 
 
 def _separate(out: dict, parts, tokens: int, sample: int, cache: Path, root: Path, timeout: float) -> None:
-    out["uptime_before_separate"], out["load_before_separate"] = _uptime(), _load()
+    out["uptime_before_separate"], out["load_before_separate"] = _uptime(), loadavg()
     log(f"godey: {len(parts)} separate `python -m core analyze` commands ({out['uptime_before_separate']})")
     t0 = time.perf_counter()
     for p in parts:
@@ -86,7 +83,7 @@ def _separate(out: dict, parts, tokens: int, sample: int, cache: Path, root: Pat
         log(f"  separate {p.model}: {s:.1f} s (rc {rc})")
         out["separate"].append({"model": p.model, "corpus": p.corpus, "wall_s": s, "rc": rc, "last": msg})
     out["separate_s"] = time.perf_counter() - t0
-    out["uptime_after_separate"], out["load_after_separate"] = _uptime(), _load()
+    out["uptime_after_separate"], out["load_after_separate"] = _uptime(), loadavg()
 
 
 def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, timeout: float = 7200,
@@ -139,42 +136,27 @@ def render(r: dict, machine: str, date: str, command: str) -> str:
              *([] if r.get("one_only") else
                [f"- 14 separate commands: before `{r['uptime_before_separate']}`, after `{r['uptime_after_separate']}`"]),
              f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`", "",
-             "| | wall time | CPU time | goal |", "|---|---|---|---|",
-             *([] if r.get("one_only") else
-               [f"| {len(r['separate'])} separate `python -m core analyze` | {r['separate_s']:.0f} s "
-                f"({r['separate_s'] / 60:.1f} min) | | |"]),
-             f"| one `python -m core reproduce godey` | {r['one_s']:.0f} s ({r['one_s'] / 60:.1f} min) | "
-             + (f"{r['one_cpu_s']:.0f} CPU-s" if r.get("one_cpu_s") is not None else "")
-             + f" | < {GOAL_S / 60:.0f} min: {'met' if r['met'] else 'NOT met'} |",
-             *([] if r.get("one_only") else [f"| ratio (separate / one) | {r['ratio']:.2f}x | | |"]), "",
+             table(["", "wall time", "CPU time", "goal"],
+                   ([] if r.get("one_only") else [[f"{len(r['separate'])} separate `python -m core analyze`",
+                                                   f"{r['separate_s']:.0f} s ({r['separate_s'] / 60:.1f} min)", "", ""]])
+                   + [["one `python -m core reproduce godey`", f"{r['one_s']:.0f} s ({r['one_s'] / 60:.1f} min)",
+                       f"{r['one_cpu_s']:.0f} CPU-s" if r.get("one_cpu_s") is not None else "",
+                       f"< {GOAL_S / 60:.0f} min: {'met' if r['met'] else 'NOT met'}"]]
+                   + ([] if r.get("one_only") else [["ratio (separate / one)", f"{r['ratio']:.2f}x", "", ""]])), "",
              ("The 14 separate commands were not run (`--one-only`)." if r.get("one_only") else
               f"Same numbers on both sides (every run's per-layer mean cosine): {'yes' if r['same_numbers'] else 'NO'}."),
-             "", "| run | separate command (s) | inside the reproduction (s) |", "|---|---|---|"]
+             ""]
     inside = {x["model"]: x["wall_s"] for x in r.get("per_run_s", [])}
     sep = {x["model"]: x for x in r["separate"]}
-    for m in r["models"]:
-        x = sep.get(m)
-        t = inside.get(m, float("nan"))
-        corpus = x["corpus"] if x else next((p.corpus for p in PAPERS["godey"].parts if p.model == m), "")
-        alone = f"{x['wall_s']:.1f}" if x else "not run"
-        lines.append(f"| {m} on {corpus} | {alone} | {t:.1f} |")
+    corpus = {p.model: p.corpus for p in PAPERS["godey"].parts}
+    lines.append(table(["run", "separate command (s)", "inside the reproduction (s)"],
+                       [[f"{m} on {sep[m]['corpus'] if m in sep else corpus.get(m, '')}",
+                         f"{sep[m]['wall_s']:.1f}" if m in sep else "not run", f"{inside.get(m, float('nan')):.1f}"]
+                        for m in r["models"]]))
     lines += ["", "The separate commands each import torch and transformers, read (or decode) their corpus, hash it "
               "for the cache key, and tokenize; the reproduction does each once per process, corpus and tokenizer "
-              "(the pipeline's memo, `core.modalities.shared_decoding`).", END]
+              "(the pipeline's memo, `core.inputs.modalities.shared_decoding`).", END]
     return "\n".join(lines)
-
-
-def replace_block(existing: str | None, block: str) -> str:
-    if existing and START in existing and END in existing:
-        return existing[:existing.index(START)] + block + existing[existing.index(END) + len(END):]
-    return (existing or "# Benchmarks\n").rstrip() + "\n\n" + block + "\n"
-
-
-def keep_papers_section(existing: str | None, new_doc: str) -> str:
-    """`python -m bench` rewrites BENCHMARKS.md: keep this mode's block."""
-    if not existing or START not in existing or END not in existing or START in new_doc:
-        return new_doc
-    return new_doc.rstrip() + "\n\n" + existing[existing.index(START):existing.index(END) + len(END)] + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -202,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{_cpu_model()}, {len(os.sched_getaffinity(0))} usable cores"
+    machine = f"{cpu_model()}, {usable_cores()} usable cores"
     cmd = "python -m bench --godey" + (" --quick" if a.quick else "") + (" --one-only" if a.one_only else "") + (
         " --sequential" if a.sequential and not a.one_only else "")
     md = render(r, machine, date, cmd)
@@ -212,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(md)
         return 0
     out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
-    out.write_text(replace_block(out.read_text() if out.exists() else None, md))
+    write_section(md, out, START, END)
     log(f"wrote {out}")
     return 0 if r["one_rc"] == 0 else 1
 

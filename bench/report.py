@@ -6,63 +6,11 @@ existing BENCHMARKS.md (and a later CPU run keeps a measured GPU section).
 
 from __future__ import annotations
 
-import math
-import re
+from bench.common import code, fb, fi, finite, fr, fs, ftps, median, met, put_section, section_of, table
 
 GPU_START = "<!-- bench:gpu:start -->"
 GPU_END = "<!-- bench:gpu:end -->"
 GPU_MEASURED = "<!-- bench:gpu:measured -->"
-
-
-# ----------------------------------------------------------------------------- formatting
-def _num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
-
-
-def fs(x, nd: int = 2) -> str:
-    """Seconds."""
-    if not _num(x):
-        return "n/a"
-    return f"{x:.{nd}f} s" if x < 100 else f"{x:.0f} s"
-
-
-def fr(x, nd: int = 3) -> str:
-    """A ratio."""
-    return f"{x:.{nd}f}" if _num(x) else "n/a"
-
-
-def fb(n) -> str:
-    """Bytes, binary units."""
-    if not _num(n):
-        return "n/a"
-    if n >= 2**30:
-        return f"{n / 2**30:.2f} GiB"
-    return f"{n / 2**20:.0f} MiB"
-
-
-def fi(n) -> str:
-    return f"{int(n):,}" if _num(n) else "n/a"
-
-
-def ftps(x) -> str:
-    return f"{x:,.0f}" if _num(x) else "n/a"
-
-
-def met(flag) -> str:
-    if flag is None:
-        return "n/a"
-    return "met" if flag else "**MISSED**"
-
-
-def table(header: list[str], rows: list[list]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    for r in rows:
-        lines.append("| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in r) + " |")
-    return "\n".join(lines)
-
-
-def code(text: str) -> str:
-    return "```\n" + (text or "").rstrip() + "\n```"
 
 
 def _status(r: dict) -> str:
@@ -131,13 +79,13 @@ def summary_rows(sec: dict) -> list[list]:
         rows.append([f"Tool end to end vs per-document peer, speed ({fi(r['tokens'])} tokens)", ">= 1.0",
                      fr(sp, 2) if sp else _status(r["sampled"]) if r["sampled"].get("status") != "ok" else _status(r["tool"]),
                      met(sp >= 1.0) if sp else "n/a"])
-    exact = [r for r in p.get("rows", []) if _num(r["allpairs"].get("max_abs_err_vs_exact"))]
+    exact = [r for r in p.get("rows", []) if finite(r["allpairs"].get("max_abs_err_vs_exact"))]
     if exact:
         r = exact[-1]
         rows.append([f"Tool's streamed mean cosine vs the all-pairs N x N computation ({fi(r['tokens'])} tokens), "
                      "max abs difference over layers", "exact", f"{r['allpairs']['max_abs_err_vs_exact']:.1e}",
                      met(r["allpairs"]["max_abs_err_vs_exact"] < 1e-6)])
-    samp = [r for r in p.get("rows", []) if _num(r["sampled"].get("max_abs_err_vs_exact"))]
+    samp = [r for r in p.get("rows", []) if finite(r["sampled"].get("max_abs_err_vs_exact"))]
     if samp:
         rows.append([f"Sampled-pairs peer's error vs the tool's exact value ({fi(p.get('pairs'))} pairs), max over "
                      "layers and sizes", "(the peer samples)", f"{max(r['sampled']['max_abs_err_vs_exact'] for r in samp):.1e}",
@@ -182,10 +130,10 @@ def summary_rows(sec: dict) -> list[list]:
 
 def render_overhead(o: dict) -> str:
     out = ["## 1. Extraction overhead: the tool vs the bare forward pass", "",
-           "Same model, same token windows (`core.corpora.tokenize_budget`, seed 0, max_seq_len 512), same "
-           "batches (`core.extract.plan_batches`, batch 16), CPU, float32. Bare = `model(input_ids, "
+           "Same model, same token windows (`core.inputs.corpora.tokenize_budget`, seed 0, max_seq_len 512), same "
+           "batches (`core.compute.extract.plan_batches`, batch 16), CPU, float32. Bare = `model(input_ids, "
            "attention_mask)` under `torch.inference_mode()`, no hidden states kept, no metrics. Tool = "
-           "`core.extract.extract_stats` (every streaming accumulator in float64, the shared 5000-token "
+           "`core.compute.extract.extract_stats` (every streaming accumulator in float64, the shared 5000-token "
            f"sample, metadata). Repetitions {o.get('order')}; one untimed warm-up of both first. "
            "Ratio = median bare time / median tool time (= tool tokens/s over bare tokens/s); the range is "
            "that of the per-pair ratios.", ""]
@@ -221,7 +169,7 @@ def render_overhead(o: dict) -> str:
 
 def render_peers(p: dict) -> str:
     out = ["## 2. The tool end to end vs a naive per-document peer", "",
-           "MiniLM-L6 on Wikipedia. Tool = `core.pipeline.analyze` on an empty cache (read corpus, load model, "
+           "MiniLM-L6 on Wikipedia. Tool = `core.compute.pipeline.analyze` on an empty cache (read corpus, load model, "
            "tokenize, extract, all metrics, cache write). Peer = what papers' scripts do: one forward per "
            "document with `output_hidden_states=True`, every analysed token's hidden states copied to numpy "
            "and kept, then per layer the mean cosine on sampled pairs "
@@ -237,7 +185,7 @@ def render_peers(p: dict) -> str:
             x = r[key]
             if x.get("status") == "ok":
                 err = x.get("max_abs_err_vs_exact")
-                err_s = "0 (reference)" if key == "tool" else (f"{err:.2e}" if _num(err) else "n/a")
+                err_s = "0 (reference)" if key == "tool" else (f"{err:.2e}" if finite(err) else "n/a")
                 speed = r.get(f"tool_vs_{key}_speed")
                 rows.append([fi(r["tokens"]), name, "ok", fs(x["seconds"]), ftps(x.get("tokens_per_s")),
                              fb(x["peak_rss_bytes"]), err_s, fr(speed, 2) if speed else ""])
@@ -306,7 +254,7 @@ def _stage_times(r: dict) -> str:
 
 def render_memory(m: dict) -> str:
     out = ["## 3. Memory: peak RSS does not grow with the corpus", "",
-           f"`core.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size in "
+           f"`core.compute.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size in "
            "its own fresh process (peak = the process's high-water RSS, `VmHWM`).", ""]
     rows = []
     for r in m.get("rows", []):
@@ -321,7 +269,8 @@ def render_memory(m: dict) -> str:
 def render_cache(c: dict) -> str:
     out = ["## 4. Cache hits", "",
            "A repeated `python -m core analyze ... --out r.json` on this run's own cache directory, timed end to "
-           "end from outside (interpreter start included); the first call computes. Whether torch/transformers "
+           "end from outside (interpreter start included; each repeat a fresh process, timed by pyperf's "
+           "`python -m pyperf command`); the first call computes. Whether torch/transformers "
            "were imported is checked by running the same command in a fresh interpreter and reading `sys.modules`.", ""]
     rows = []
     for r in c.get("runs", []):
@@ -366,7 +315,7 @@ def render_cache(c: dict) -> str:
 def render_projection(p: dict) -> str:
     out = ["## 5. Projections", "",
            f"{fi(p.get('n_points'))} points at d={p.get('d')} ({p.get('source')}). UMAP through "
-           "`core.projection.umap_2d` (cosine metric, 15 neighbours, seeded); every UMAP figure comes from a fresh "
+           "`core.compute.projection.umap_2d` (cosine metric, 15 neighbours, seeded); every UMAP figure comes from a fresh "
            "process, so that 'cold' really includes importing umap and numba's JIT compilation.", ""]
     rows = []
     cold = p.get("cold") or {}
@@ -375,26 +324,22 @@ def render_projection(p: dict) -> str:
                      f"import {fs(cold['import_s'])}, first fit {fs(cold['fit_s'])}"])
     else:
         rows.append(["UMAP cold: fresh process, empty numba cache", _status(cold), ""])
-    fresh = p.get("fresh") or {}
-    if fresh.get("status") == "ok":
-        rows.append(["UMAP in a fresh process, numba's default disk cache as found", fs(fresh["total_s"]),
-                     f"import {fs(fresh['import_s'])}, first fit {fs(fresh['fit_s'])}"])
     if p.get("warm_s"):
         rows.append(["UMAP warm (same process, kernels compiled)", fs(p.get("warm_median_s")),
                      "runs: " + " / ".join(fs(t) for t in p["warm_s"])])
-    rows.append(["PCA (`core.projection.pca_2d`)", fs(p.get("pca_median_s"), 3), "median of 5"])
+    rows.append(["PCA (`core.compute.projection.pca_2d`)", fs(p.get("pca_median_s"), 3), "median of 5"])
     for method in ("umap", "pca"):
         pr = p.get(f"project_{method}") or {}
         if pr:
-            rows.append([f"`core.projection.project(..., '{method}')`, first call in a fresh process",
+            rows.append([f"`core.compute.projection.project(..., '{method}')`, first call in a fresh process",
                          fs(pr["first_s"]), f"computes and stores (cached={pr['first_cached']}); "
                          f"the {method} itself {fs(pr.get('fit_s'))}; {fi(pr['n_points'])} points"
                          + ("; numba's disk cache filled by the cold run"
                             if method == "umap" and cold.get("status") == "ok" else "")])
-            rows.append([f"`core.projection.project(..., '{method}')`, cache hit", fs(pr["hit_median_s"], 3),
+            rows.append([f"`core.compute.projection.project(..., '{method}')`, cache hit", fs(pr["hit_median_s"], 3),
                          "runs: " + " / ".join(fs(t, 3) for t in pr["hit_s"]) + f" (cached={pr['hit_cached']})"])
     if (p.get("project_status") or {}).get("status") not in (None, "ok"):
-        rows.append(["`core.projection.project`", _status(p["project_status"]), ""])
+        rows.append(["`core.compute.projection.project`", _status(p["project_status"]), ""])
     out.append(table(["What", "Time", "Detail"], rows))
     if p.get("project_profile"):
         out += ["", "cProfile of a cached `project()` call (cumulative):", "", code(p["project_profile"])]
@@ -403,9 +348,9 @@ def render_projection(p: dict) -> str:
 
 def render_batching(b: dict) -> str:
     out = ["## 6. Batch size and padding", "",
-           f"`core.extract.extract_stats`, MiniLM-L6, {fi(b.get('tokens_analysed'))} analysed tokens in "
+           f"`core.compute.extract.extract_stats`, MiniLM-L6, {fi(b.get('tokens_analysed'))} analysed tokens in "
            f"{fi(b.get('n_windows'))} windows, {b.get('reps')} alternating repetition(s), median. Padding fraction = "
-           "`core.extract.padding_fraction` (padded positions / all positions) for the tool's length-sorted "
+           "`core.compute.extract.padding_fraction` (padded positions / all positions) for the tool's length-sorted "
            "batches; the last column is the same for batches in corpus order (no sorting), for comparison.", ""]
     rows = [[f"{r['batch_size']}" + (" (default)" if r["default"] else ""), r["n_batches"], ftps(r["tokens_per_s"]),
              fr(r["speedup_vs_1"], 2) if r.get("speedup_vs_1") else "n/a", f"{r['padding_fraction']:.1%}",
@@ -417,7 +362,7 @@ def render_batching(b: dict) -> str:
 
 def render_postproc(p: dict) -> str:
     out = ["## 7. Post-processing what-ifs", "",
-           f"`core.analysis.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral "
+           f"`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral "
            f"metrics, IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the "
            f"post-processing; X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer "
            f"{p.get('layer')}. Median of {p.get('reps')} runs after a warm-up.", ""]
@@ -431,7 +376,7 @@ def render_postproc(p: dict) -> str:
 
 def render_attention(a: dict) -> str:
     out = ["## 8. Attention statistics", "",
-           "`core.attention.extract_attention` (eager attention; hooks reduce each layer's probabilities and the "
+           "`core.studies.attention.extract_attention` (eager attention; hooks reduce each layer's probabilities and the "
            "pre-rotary q/k projections per head, in float32 per row or column, into float64 sums: entropy, sinks, "
            "received attention and the outlier "
            "link for 10 dims, query/key geometry) against the bare forward with the model's default SDPA attention "
@@ -452,7 +397,7 @@ def render_attention(a: dict) -> str:
 
 def render_chain(a: dict) -> str:
     out = ["## 10. The outlier chain's extra statistics (issue 24)", "",
-           "`core.extract.extract_stats` on the same windows and batches (batch 16, CPU, float32): base = without "
+           "`core.compute.extract.extract_stats` on the same windows and batches (batch 16, CPU, float32): base = without "
            "recording where each max |x_d| sits (`TRACK_MAX_POSITION` off), chain = with it, plus the chain's "
            "per-layer sections computed from the statistics (massive activations with token, position and position "
            "class; Otsu's high-norm split and where the tokens sit; top-1/median and the 100x/1000x counts); chain + "
@@ -503,7 +448,7 @@ def render_gpu(g: dict | None, reason: str) -> str:
         if r.get("status") != "ok":
             rows.append([r["model"], _status(r), "", "", "", "", "", ""])
             continue
-        mfu = f"{r['mfu']:.1%}" if _num(r.get("mfu")) else "n/a"
+        mfu = f"{r['mfu']:.1%}" if finite(r.get("mfu")) else "n/a"
         rows.append([r["model"], f"{r['n_params'] / 1e6:,.0f}M", fi(r["tokens_analysed"]), ftps(r["bare_tokens_per_s"]),
                      ftps(r["tool_tokens_per_s"]), f"**{fr(r['ratio'])}**",
                      f"{r['tflops']:.1f} ({r['tflops_non_embedding']:.1f} non-emb.)", mfu,
@@ -532,23 +477,10 @@ def render_gpu(g: dict | None, reason: str) -> str:
     return "\n".join(out)
 
 
-def merge_gpu(existing: str | None, new_doc: str, keep_measured: bool = True) -> str:
+def merge_gpu(existing: str | None, new_doc: str) -> str:
     """new_doc with its GPU block replaced by the one in `existing` when that one was measured."""
-    if not existing or GPU_START not in existing or GPU_END not in existing:
-        return new_doc
-    old_block = existing[existing.index(GPU_START):existing.index(GPU_END) + len(GPU_END)]
-    if keep_measured and GPU_MEASURED not in old_block:
-        return new_doc
-    return re.sub(re.escape(GPU_START) + ".*?" + re.escape(GPU_END), lambda _: old_block, new_doc, flags=re.S)
-
-
-def replace_gpu(existing: str | None, gpu_block: str, header: str) -> str:
-    """Put a measured GPU block into an existing BENCHMARKS.md (or a new one with just a header)."""
-    if existing and GPU_START in existing and GPU_END in existing:
-        return re.sub(re.escape(GPU_START) + ".*?" + re.escape(GPU_END), lambda _: gpu_block, existing, flags=re.S)
-    if existing:
-        return existing.rstrip() + "\n\n" + gpu_block + "\n"
-    return header + "\n\n" + gpu_block + "\n"
+    old = section_of(existing, GPU_START, GPU_END)
+    return put_section(new_doc, old, GPU_START, GPU_END) if old and GPU_MEASURED in old else new_doc
 
 
 def render_modalities(o: dict) -> str:
@@ -557,7 +489,7 @@ def render_modalities(o: dict) -> str:
            "windows of 1500 frames, frames past the end of a clip not analysed), same batches (8 items), same "
            "input preparation (pixels / log-mel features), CPU, float32. Bare = `model(pixel_values | "
            "input_features)` under `torch.inference_mode()`, no hidden states kept. Tool = "
-           "`core.extract.extract_stats` with the modality adapter (every streaming accumulator in float64, "
+           "`core.compute.extract.extract_stats` with the modality adapter (every streaming accumulator in float64, "
            f"the shared 5000-position sample). Repetitions {o.get('order')}, after one untimed warm-up. Ratio = "
            "median bare time / median tool time.", ""]
     rows = [[m["label"], m["corpus"], f"{fi(m['positions_analysed'])} ({fi(m['positions_fed'])} fed)", m["items"],
@@ -572,35 +504,27 @@ def render_modalities(o: dict) -> str:
 def render_geometry(o: dict) -> str:
     out = ["## Geometry statistics (issue 25): their cost at the default size", "",
            f"The app's default run (wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}, CPU, "
-           "float32): `core.pipeline.analyze` on an empty cache of its own, in the bench process (corpus read, "
+           "float32): `core.compute.pipeline.analyze` on an empty cache of its own, in the bench process (corpus read, "
            "model load, tokenize, forward, every statistic, isotropic baselines, cache write; imports excluded). "
            "New = the new statistics of that run timed on its own statistics as `build_results` computes them: "
            "intrinsic dimension (duplicates, neighbours, TwoNN, GRIDE and its scales) and matrix entropy of every "
            "layer, the layers x layers CKA section, and their isotropic baselines. Ratio = median new / "
            "(median run - median new): what they add to a run without them (wall clock; in CPU seconds of the "
-           "process beside it). Logit lens (opt-in, causal LMs) = `core.lens.logit_lens` on the same run's "
+           "process beside it). Logit lens (opt-in, causal LMs) = `core.compute.lens.logit_lens` on the same run's "
            "sample with the loaded model, over the run without it.", ""]
     rows = []
     for m in o.get("models", []):
         p = m.get("parts_s", {})
-        lens = (f"{fs(median_of(m['lens_s']))} on {m['lens_positions']} positions: **{fr(m['lens_ratio'])}**"
+        lens = (f"{fs(median(m['lens_s']))} on {m['lens_positions']} positions: **{fr(m['lens_ratio'])}**"
                 if m.get("lens_s") else "n/a (no LM head)")
         rows.append([m["model"], fi(m["tokens_analysed"]), m["n_layers"], fi(m["sample"]), m["reps"],
-                     f"{fs(median_of(m['run_s']))} ({fs(median_of(m.get('run_cpu_s', [])))} CPU)",
-                     f"{fs(median_of(m['new_s']))} ({fs(median_of(m.get('new_cpu_s', [])))} CPU)",
+                     f"{fs(median(m['run_s']))} ({fs(median(m.get('run_cpu_s', [])))} CPU)",
+                     f"{fs(median(m['new_s']))} ({fs(median(m.get('new_cpu_s', [])))} CPU)",
                      f"per layer {fs(p.get('per_layer'))}, CKA {fs(p.get('cka'))}, baselines {fs(p.get('isotropic'))}",
                      f"**{fr(m['ratio'])}** (CPU {fr(m.get('ratio_cpu'))})", met(m["met"]), lens])
     out.append(table(["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
                       f"Ratio (goal <= {o.get('goal')})", "Status", "Logit lens (opt-in): time, ratio"], rows))
     return "\n".join(out)
-
-
-def median_of(xs) -> float:
-    xs = sorted(float(x) for x in xs)
-    if not xs:
-        return float("nan")
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else 0.5 * (xs[m - 1] + xs[m])
 
 
 RENDERERS = {

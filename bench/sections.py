@@ -20,33 +20,35 @@ import numpy as np
 
 from bench.common import (
     ROOT,
+    alternate,
     bare_forward,
     child_env,
     cprofile_table,
+    fresh_process_times,
     log,
     median,
     mem_available,
-    padded_batch,
+    n_analysed,
     profile_diff_table,
     run_task,
     subset_windows,
     torch_profile_ops,
 )
-from core.attention import eager_attention, extract_attention
-from core.batching import padding_fraction, plan_batches
-from core.corpora import load_documents, tokenize_budget
-from core.extract import extract_stats
-from core.models import load_model
-from core.outliers import activation_outliers, persistent_activation_outliers
-from core.pipeline import get_stats
-from core.postprocess import PostProcess
-from core.projection import pca_2d, project
-from core.selection import UI_MAX_TOKENS, Selection
-from core.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
-from core.spec import DEFAULT_CORPUS as CORPUS
-from core.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
-from core.spec import DEFAULT_SAMPLE as SAMPLE
-from core.spec import RunSpec
+from core.base.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
+from core.base.spec import DEFAULT_CORPUS as CORPUS
+from core.base.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
+from core.base.spec import DEFAULT_SAMPLE as SAMPLE
+from core.base.spec import RunSpec
+from core.compute.extract import extract_stats
+from core.compute.pipeline import get_stats
+from core.compute.projection import pca_2d, project
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.inputs.models import load_model
+from core.stats.batching import padding_fraction, plan_batches
+from core.stats.outliers import activation_outliers, persistent_activation_outliers
+from core.stats.postprocess import PostProcess
+from core.studies.attention import eager_attention, extract_attention
+from core.studies.selection import UI_MAX_TOKENS, Selection
 
 SEED = 0
 
@@ -127,8 +129,7 @@ class Ctx:
         return tokenize_budget(self.docs(), self.model(ident).tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
 
     def fresh_dir(self, name: str) -> Path:
-        d = Path(tempfile.mkdtemp(prefix=name + "-", dir=self.cache.parent))
-        return d
+        return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.cache.parent))
 
     def task(self, task: str, args: dict, memo_key=None, **kw) -> dict:
         if memo_key is not None and memo_key in self.memo:
@@ -160,24 +161,21 @@ def section_overhead(ctx: Ctx) -> dict:
         w = ctx.windows(ident, tokens)
         batches = plan_batches(w, BATCH)
         pad = _pad_id(lm)
-        n = int(sum(int((~s).sum()) for s in w.special))
+        n = n_analysed(w)
         reps = int(ctx.sizes.overhead_reps.get(ident, 2))
         log(f"overhead: {ident}, {n:,} analysed tokens in {len(w.ids)} windows, {len(batches)} batches, {reps} reps")
         # Warm-up (allocator, oneDNN primitives) on the first batches, untimed, for both.
         warm = subset_windows(w, min(n, 1500))
         bare_forward(lm.base, warm, plan_batches(warm, BATCH), pad)
         _tool(lm, warm)
-        bare_s, tool_s = [], []
-        arrays = None
-        for r in range(reps):
-            order = ("bare", "tool") if r % 2 == 0 else ("tool", "bare")
-            for which in order:
-                if which == "bare":
-                    bare_s.append(bare_forward(lm.base, w, batches, pad))
-                else:
-                    s, arrays = _tool(lm, w)
-                    tool_s.append(s)
-                log(f"  rep {r + 1} {which}: {(bare_s if which == 'bare' else tool_s)[-1]:.2f} s")
+        last = {}
+
+        def tool():
+            s, last["arrays"] = _tool(lm, w)  # the last run's arrays only (SmolLM2's sample is 360 MB)
+            return s
+
+        runs = alternate(reps, {"bare": lambda: bare_forward(lm.base, w, batches, pad), "tool": tool})
+        bare_s, tool_s, arrays = runs["bare"], runs["tool"], last.pop("arrays", None)
         ratio = median(bare_s) / median(tool_s)
         pair = [b / t for b, t in zip(bare_s, tool_s)]
         row = {"model": ident, "label": lm.info.get("label", ident), "n_params": lm.info.get("n_params"),
@@ -189,7 +187,8 @@ def section_overhead(ctx: Ctx) -> dict:
                "tool_tokens_per_s": n / median(tool_s), "ratio": ratio,
                "pair_ratio_min": min(pair), "pair_ratio_max": max(pair), "met": ratio >= 0.90}
         if ident == "smollm2-135m" and arrays is not None:
-            _stash_smollm(ctx, arrays)
+            _stash_smollm(ctx, arrays, arrays["sample"].shape[0] // 2,
+                          f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)")
         del arrays
         if not row["met"]:
             sub = subset_windows(w, min(n, ctx.sizes.profile_tokens))
@@ -202,13 +201,12 @@ def section_overhead(ctx: Ctx) -> dict:
     return out
 
 
-def _stash_smollm(ctx: Ctx, arrays: dict) -> None:
-    L1 = arrays["sample"].shape[0]
-    layer = L1 // 2
+def _stash_smollm(ctx: Ctx, arrays: dict, layer: int, source: str) -> dict:
+    """SmolLM2's sample at `layer` and its persistent outlier dims, for the post-processing section."""
     flags = activation_outliers(arrays["sum_abs"] / arrays["n"])
-    ctx.stash["smollm_sample"] = {"X": np.array(arrays["sample"][layer]), "layer": layer,
-                                  "outliers": persistent_activation_outliers(flags),
-                                  "source": f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)"}
+    ctx.stash["smollm_sample"] = {"X": np.array(arrays["sample"][layer]), "layer": layer, "source": source,
+                                  "outliers": persistent_activation_outliers(flags)}
+    return ctx.stash["smollm_sample"]
 
 
 # ----------------------------------------------------------------------------- 2. peers
@@ -327,10 +325,8 @@ def section_cache(ctx: Ctx) -> dict:
         if rc != 0:
             out["runs"].append({"model": model, "tokens": tokens, "status": "error", "error": msg})
             continue
-        times = []
-        for _ in range(s.cache_reps):
-            t, rc, msg = _time_cli(argv, ctx)
-            times.append(t)
+        # the repeats: one per fresh process, timed from outside by pyperf (interpreter start included)
+        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, child_env(ctx.cache))
         mods = run_task("cli_modules", {"argv": argv}, cache_dir=ctx.cache)
         res = json.loads(out_json.read_text())
         tok = res["manifest"]["tokens"]
@@ -353,21 +349,10 @@ def section_cache(ctx: Ctx) -> dict:
 
 
 def _page_render(ctx: Ctx) -> dict:
-    app = ROOT / "app.py"
-    pages = sorted((ROOT / "pages").glob("*.py")) if (ROOT / "pages").is_dir() else []
-    if not app.exists() or not pages:
-        return {"status": "skipped", "reason": "app.py and pages/*.py did not exist when the bench ran"}
-    layer_pages = [p for p in pages if "layer" in p.name.lower()]
-    page = layer_pages[0] if layer_pages else None
-    if page is None:
-        return {"status": "skipped", "reason": f"no Layers page among {[p.name for p in pages]}"}
-    override = None
-    try:
-        if ctx.quick:  # the app's default (20k tokens) is too slow for --quick: a smaller selection
-            override = {"max_tokens": ctx.sizes.cache_minilm_tokens}
-        specs = Selection(**(override or {})).specs()
-    except Exception:  # noqa: BLE001 - older/newer core: fall back to the default run
-        specs = [RunSpec()]
+    app, page = ROOT / "app.py", ROOT / "pages" / "layers.py"
+    # --quick: the app's default (its first-look budget) is too slow; a smaller selection through its session state
+    override = {"max_tokens": ctx.sizes.cache_minilm_tokens} if ctx.quick else None
+    specs = Selection(**(override or {})).specs()
     log(f"cache: computing the app's default selection ({len(specs)} run(s), untimed)")
     pre = run_task("analyze_specs", {"specs": [sp.to_dict() for sp in specs], "cache_dir": str(ctx.cache)},
                    cache_dir=ctx.cache, timeout=3600)
@@ -418,7 +403,7 @@ def section_projection(ctx: Ctx) -> dict:
         pca_2d(Xd)
         pca.append(time.perf_counter() - t0)
     out["pca_median_s"] = median(pca)
-    log("projection: core.projection.project in a fresh process: first call, then cache hits")
+    log("projection: core.compute.projection.project in a fresh process: first call, then cache hits")
     pr = run_task("project", {"model": "minilm-l6", "tokens": s.cache_minilm_tokens, "layer": layer,
                               "cache_dir": str(ctx.cache), "hit_reps": 3,
                               "warm_x_path": str(xp) if warm_from is None else None, "warm_reps": s.umap_reps},
@@ -441,16 +426,10 @@ def section_batching(ctx: Ctx) -> dict:
     s = ctx.sizes
     lm = ctx.model("minilm-l6")
     w = ctx.windows("minilm-l6", s.batching_tokens)
-    n = int(sum(int((~sp).sum()) for sp in w.special))
+    n = n_analysed(w)
     sizes = list(s.batch_sizes)
-    times: dict[int, list[float]] = {b: [] for b in sizes}
     _tool(lm, subset_windows(w, min(n, 1000)))  # warm-up
-    for r in range(s.batching_reps):
-        order = sizes if r % 2 == 0 else sizes[::-1]
-        for b in order:
-            t, _ = _tool(lm, w, batch_size=b)
-            times[b].append(t)
-            log(f"batching: batch {b}: {t:.2f} s")
+    times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in sizes}, "batch size, ")
     rows = []
     base = median(times[1]) if 1 in times else None
     for b in sizes:
@@ -469,21 +448,15 @@ def section_batching(ctx: Ctx) -> dict:
 def _smollm_sample(ctx: Ctx) -> dict:
     if "smollm_sample" in ctx.stash:
         return ctx.stash["smollm_sample"]
-
     spec = RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens)
     log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
     st = get_stats(spec, cache_dir=ctx.cache)
-    layer = st.n_layers // 2
-    flags = activation_outliers(st.arrays["sum_abs"] / st.arrays["n"])
-    ctx.stash["smollm_sample"] = {"X": np.array(st.sample(layer)), "layer": layer,
-                                  "outliers": persistent_activation_outliers(flags),
-                                  "source": f"SmolLM2-135M sample of a {st.n_tokens:,}-token run"}
-    return ctx.stash["smollm_sample"]
+    return _stash_smollm(ctx, st.arrays, st.n_layers // 2, f"SmolLM2-135M sample of a {st.n_tokens:,}-token run")
 
 
 def section_postproc(ctx: Ctx) -> dict:
     # lazy: plotly and pandas only for the commands that report a series
-    from core.analysis import sample_metrics
+    from core.stats.assemble import sample_metrics
 
     smp = _smollm_sample(ctx)
     X = smp["X"]
@@ -515,20 +488,12 @@ def section_postproc(ctx: Ctx) -> dict:
 def _eager_forward(model, windows, batches, pad_id: int) -> float:
     """Seconds for the bare forward with eager attention and output_attentions=True (every layer's
     probabilities returned, nothing computed from them)."""
-    # lazy: torch only in the sections that run a model
-    import torch
-
-    t0 = time.perf_counter()
-    with eager_attention(model), torch.inference_mode():
-        for b in batches:
-            ids, att = padded_batch(windows, b, pad_id)
-            out = model(input_ids=torch.as_tensor(ids), attention_mask=torch.as_tensor(att), output_attentions=True)
-            del out
-    return time.perf_counter() - t0
+    with eager_attention(model):
+        return bare_forward(model, windows, batches, pad_id, output_attentions=True)
 
 
 def section_attention(ctx: Ctx) -> dict:
-    """Attention statistics (core.attention.extract_attention) vs the bare SDPA forward and vs the bare
+    """Attention statistics (core.studies.attention.extract_attention) vs the bare SDPA forward and vs the bare
     forward with output_attentions=True, same windows and batches; the model's attention afterwards."""
     out = {"goal": 0.80, "order": "alternating: sdpa, eager+output_attentions, tool, then reversed", "models": []}
     for ident in ("minilm-l6", "smollm2-135m"):
@@ -540,7 +505,7 @@ def section_attention(ctx: Ctx) -> dict:
         w = ctx.windows(ident, tokens)
         batches = plan_batches(w, BATCH)
         pad = _pad_id(lm)
-        n = int(sum(int((~s).sum()) for s in w.special))
+        n = n_analysed(w)
         impl_before = getattr(lm.base.config, "_attn_implementation", None)
         dims = list(range(10))  # the link's cost depends on how many dims, not which
         log(f"attention: {ident}, {n:,} analysed tokens, {len(batches)} batches, {ctx.sizes.attention_reps} reps")
@@ -555,14 +520,9 @@ def section_attention(ctx: Ctx) -> dict:
         bare_forward(lm.base, warm, wb, pad)
         _eager_forward(lm.base, warm, wb, pad)
         extract_attention(lm.base, warm, dims, batch_size=BATCH, pad_id=pad)
-        times = {"sdpa": [], "eager": [], "tool": []}
-        for r in range(int(ctx.sizes.attention_reps)):
-            order = ("sdpa", "eager", "tool") if r % 2 == 0 else ("tool", "eager", "sdpa")
-            for which in order:
-                s = (bare_forward(lm.base, w, batches, pad) if which == "sdpa" else
-                     _eager_forward(lm.base, w, batches, pad) if which == "eager" else tool())
-                times[which].append(s)
-                log(f"  rep {r + 1} {which}: {s:.2f} s")
+        times = alternate(int(ctx.sizes.attention_reps), {"sdpa": lambda: bare_forward(lm.base, w, batches, pad),
+                                                         "eager": lambda: _eager_forward(lm.base, w, batches, pad),
+                                                         "tool": tool})
         med = {k: median(v) for k, v in times.items()}
         row = {"model": ident, "label": lm.info.get("label", ident), "tokens_analysed": n, "n_windows": len(w.ids),
                "n_batches": len(batches), "batch_size": BATCH, "times": times,

@@ -1,9 +1,9 @@
 """`python -m bench.training`: the training benchmark (prints a BENCHMARKS.md section).
 
-1. Training throughput: `core.train.train` (transformers Trainer, checkpoints and held-out loss
+1. Training throughput: `core.studies.training.train` (transformers Trainer, checkpoints and held-out loss
    included) against a bare PyTorch loop of the same model, batches, optimizer and schedule, and
    against that loop with the tool's malloc setting; every run in a fresh interpreter.
-2. A series of 12 checkpoints analysed with `core.series.analyze_series` (corpus read and
+2. A series of 12 checkpoints analysed with `core.studies.series.analyze_series` (corpus read and
    tokenized once) against 12 separate `pipeline.analyze` calls (each reads and tokenizes).
 
     python -m bench.training            # default model size (2 layers, d=128, batch 16 x 64)
@@ -13,14 +13,16 @@
 from __future__ import annotations
 
 import argparse
-import os
 import platform
 import shutil
 import tempfile
 import time
 from pathlib import Path
 
-from core import settings
+import psutil
+
+from bench.common import loadavg, median, run_task, table
+from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
 settings.env_default(TOKENIZERS_PARALLELISM="false")
@@ -32,7 +34,7 @@ def bare_loop(spec, data, steps: int) -> float:
     import torch
     import transformers as tf
 
-    from core.train import Collator, build_model
+    from core.studies.training import Collator, build_model
 
     tf.set_seed(spec.seed)
     model = build_model(spec, data.vocab_size, data.eos_id, data.eos_id)
@@ -60,10 +62,10 @@ def bare_loop(spec, data, steps: int) -> float:
 
 
 def one_run(spec, which: str) -> dict:
-    """One timed run in this process: "tool" (core.train.train), "bare" (the plain loop) or
-    "bare-steady" (the plain loop after the tool's malloc setting, core.train.steady_malloc)."""
+    """One timed run in this process: "tool" (core.studies.training.train), "bare" (the plain loop) or
+    "bare-steady" (the plain loop after the tool's malloc setting, core.studies.training.steady_malloc)."""
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.train import build_data, make_tokenizer, steady_malloc, train
+    from core.studies.training import build_data, make_tokenizer, steady_malloc, train
 
     tokens = spec.steps * spec.batch_size * spec.seq_len
     if which == "tool":
@@ -84,23 +86,17 @@ def one_run(spec, which: str) -> dict:
 def throughput(spec, reps: int) -> dict:
     """Every run in a fresh interpreter (what one run of the tool or of a user's script sees: no
     allocator or thread state left by the previous run), alternating the order between reps."""
-    import json
-    import subprocess
-    import sys
-
     runs: dict[str, list] = {"tool": [], "bare": [], "bare-steady": []}
     parts = []
     for r in range(reps):  # alternate: drift of a shared machine falls on all sides
         for which in (("tool", "bare", "bare-steady") if r % 2 == 0 else ("bare-steady", "bare", "tool")):
-            cmd = [sys.executable, "-m", "bench.training", "--one", which, "--spec", json.dumps(spec.to_dict())]
-            out = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
-            if out.returncode:
-                raise RuntimeError(f"bench run {which} failed: {out.stderr[-2000:]}")
-            got = json.loads(out.stdout.strip().splitlines()[-1])
+            got = run_task("train_one", {"which": which, "spec": spec.to_dict()}, timeout=7200)
+            if got["status"] != "ok":
+                raise RuntimeError(f"bench run {which} failed: {got.get('error')}")
             runs[which].append(got)
             if which == "tool":
                 parts.append(got["timing"])
-    med = lambda xs: sorted(xs)[len(xs) // 2]  # noqa: E731
+    med = median
     tool = {k: med([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
     bare, steady = med([g["bare"] for g in runs["bare"]]), med([g["bare-steady"] for g in runs["bare-steady"]])
     tokens = spec.steps * spec.batch_size * spec.seq_len
@@ -113,9 +109,9 @@ def throughput(spec, reps: int) -> dict:
 
 def series_cost(spec, max_tokens: int) -> dict:
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core import pipeline
-    from core.series import analyze_series, series_specs
-    from core.train import train
+    from core.compute import pipeline
+    from core.studies.series import analyze_series, series_specs
+    from core.studies.training import train
 
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-series-"))
     settings.set_cache_dir(root / "a")
@@ -138,27 +134,27 @@ def series_cost(spec, max_tokens: int) -> dict:
 
 
 def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
-    load = os.getloadavg()
+    load = loadavg()
     lines = [
         "## Training (`" + cmd + "`)", "",
-        f"Machine: {platform.machine()}, {os.cpu_count()} cores, load average at the end "
+        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end "
         f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: see the note), torch threads "
         f"{settings.env_value('OMP_NUM_THREADS') or 'default'}.", "",
         f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} "
         f"vocabulary {spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, "
         f"median of {thr['reps']} alternating runs.", "",
-        "| | tokens/s | ratio to the bare loop |", "|---|---|---|",
-        f"| bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping) | {thr['bare']:,.0f} | 1 |",
-        f"| the same bare loop after the tool's malloc setting (`core.train.steady_malloc`) | {thr['bare_steady']:,.0f} | "
-        f"{thr['bare_steady'] / thr['bare']:.2f} |",
-        f"| `core.train.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss) | {thr['tool']:,.0f} | "
-        f"**{thr['ratio']:.2f}** (goal >= 0.9) |",
-        f"| the same without the log-spaced checkpoints (saves + held-out loss) | {thr['tool_without_checkpoints']:,.0f} | "
-        f"{thr['ratio_without_checkpoints']:.2f} |",
-        f"| the Trainer's steps alone (also without its resumable checkpoints) | {thr['tool_loop']:,.0f} | "
-        f"{thr['ratio_loop']:.2f} |", "",
+        table(["", "tokens/s", "ratio to the bare loop"], [
+            ["bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping)", f"{thr['bare']:,.0f}", 1],
+            ["the same bare loop after the tool's malloc setting (`core.studies.training.steady_malloc`)",
+             f"{thr['bare_steady']:,.0f}", f"{thr['bare_steady'] / thr['bare']:.2f}"],
+            ["`core.studies.training.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss)", f"{thr['tool']:,.0f}",
+             f"**{thr['ratio']:.2f}** (goal >= 0.9)"],
+            ["the same without the log-spaced checkpoints (saves + held-out loss)",
+             f"{thr['tool_without_checkpoints']:,.0f}", f"{thr['ratio_without_checkpoints']:.2f}"],
+            ["the Trainer's steps alone (also without its resumable checkpoints)", f"{thr['tool_loop']:,.0f}",
+             f"{thr['ratio_loop']:.2f}"]]), "",
         f"Against the bare loop with the same malloc setting, the tool reaches {thr['ratio_steady']:.2f}. "
-        "Every run is a fresh interpreter (`--one`), in alternating order; tokens/s of each run: tool "
+        "Every run is a fresh interpreter (`python -m bench.worker train_one`), in alternating order; tokens/s of each run: tool "
         + ", ".join(f"{x:,.0f}" for x in thr["all_tool"]) + "; bare " + ", ".join(f"{x:,.0f}" for x in thr["all_bare"])
         + "; bare with the malloc setting " + ", ".join(f"{x:,.0f}" for x in thr["all_bare_steady"]) + ".", "",
         "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
@@ -170,10 +166,10 @@ def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
         return "\n".join(lines)
     return "\n".join(lines + [
         f"Series: {ser['checkpoints']} checkpoints analysed on {ser['max_tokens']:,} tokens of the training corpus each.",
-        "", "| | seconds |", "|---|---|",
-        f"| `analyze_series` (corpus read and tokenized once) | {ser['series_s']:.1f} |",
-        f"| {ser['checkpoints']} separate `pipeline.analyze` calls (each reads and tokenizes) | {ser['separate_s']:.1f} |",
-        f"| ratio | **{ser['ratio']:.2f}** ({ser['saved_per_checkpoint_s']:.2f} s saved per checkpoint after the first) |",
+        "", table(["", "seconds"], [
+            ["`analyze_series` (corpus read and tokenized once)", f"{ser['series_s']:.1f}"],
+            [f"{ser['checkpoints']} separate `pipeline.analyze` calls (each reads and tokenizes)", f"{ser['separate_s']:.1f}"],
+            ["ratio", f"**{ser['ratio']:.2f}** ({ser['saved_per_checkpoint_s']:.2f} s saved per checkpoint after the first)"]]),
     ])
 
 
@@ -183,17 +179,9 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--reps", type=int, default=2)
     p.add_argument("--no-series", action="store_true", help="measure the training throughput only")
-    p.add_argument("--one", choices=("tool", "bare", "bare-steady"), help=argparse.SUPPRESS)  # one run, JSON out
-    p.add_argument("--spec", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.train import TrainSpec
-
-    if a.one:
-        import json
-
-        print(json.dumps(one_run(TrainSpec.from_dict(json.loads(a.spec)), a.one)))
-        return 0
+    from core.studies.train_spec import TrainSpec
 
     if a.quick:
         spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,

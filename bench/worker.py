@@ -13,8 +13,10 @@ import sys
 import time
 import traceback
 
+import psutil
+
 from bench.common import RESULT_TAG, RssSampler, cprofile_table, vm_hwm
-from core import settings
+from core.base import settings
 
 
 def _preimport():
@@ -24,24 +26,17 @@ def _preimport():
     import torch  # noqa: F401
     import transformers  # noqa: F401
 
-    import core.analysis  # noqa: F401
-    import core.pipeline  # noqa: F401
-
-
-def _vm_size() -> int:
-    # lazy: each task measures its own imports in a fresh process
-    from core.procfs import status_bytes
-
-    return status_bytes("VmSize")
+    import core.compute.pipeline  # noqa: F401
+    import core.stats.assemble  # noqa: F401
 
 
 # ----------------------------------------------------------------------------- tasks
 def task_tool_e2e(a: dict) -> dict:
-    """core.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
+    """core.compute.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
     _preimport()
     # lazy: each task measures its own imports in a fresh process
-    from core.pipeline import analyze
-    from core.spec import RunSpec
+    from core.base.spec import RunSpec
+    from core.compute.pipeline import analyze
 
     spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]),
                    batch_size=int(a.get("batch_size", 16)), sample=int(a.get("sample", 5000)),
@@ -73,9 +68,9 @@ def task_peer(a: dict) -> dict:
     import torch
 
     from bench.peers import run_peer
-    from core.corpora import load_documents, tokenize_budget
-    from core.extract import analysed_masks
-    from core.models import load_model
+    from core.compute.extract import analysed_masks
+    from core.inputs.corpora import load_documents, tokenize_budget
+    from core.inputs.models import load_model
 
     cap = a.get("mem_cap_bytes")
     out: dict = {"mode": a["mode"], "mem_cap_bytes": cap}
@@ -100,7 +95,8 @@ def task_peer(a: dict) -> dict:
                 # ...and BLAS's work buffers (OpenBLAS aborts the process, instead of raising, when it
                 # cannot allocate them under the cap).
                 sklearn.metrics.pairwise.cosine_similarity(np.ones((512, 64), dtype=np.float32))
-                resource.setrlimit(resource.RLIMIT_AS, (_vm_size() + int(cap), resource.RLIM_INFINITY))
+                vm_size = psutil.Process().memory_info().vms  # VmSize: the address space in use
+                resource.setrlimit(resource.RLIMIT_AS, (vm_size + int(cap), resource.RLIM_INFINITY))
             got = run_peer(lm.base, windows, analysed, a["mode"], n_pairs=int(a.get("pairs", 10_000)),
                            seed=int(a.get("seed", 0)), stage=rs.set)
             out.update(got)
@@ -129,24 +125,20 @@ def task_umap_fit(a: dict) -> dict:
 
     t1 = time.perf_counter()
     # lazy: each task measures its own imports in a fresh process
-    from core.projection import umap_2d
+    from core.compute.projection import umap_2d
 
     xy = umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
     t2 = time.perf_counter()
-    warm = []
-    for _ in range(int(a.get("warm_reps", 0))):
-        t = time.perf_counter()
-        umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
-        warm.append(time.perf_counter() - t)
+    warm = _warm_fits(a["x_path"], int(a.get("warm_reps", 0)), int(a.get("n_neighbors", 15)))
     return {"import_s": t1 - t0, "fit_s": t2 - t1, "total_s": t2 - t0, "warm_s": warm, "n_points": int(len(X)),
             "finite": bool(np.isfinite(xy).all()), "numba_cache_dir": settings.env_value("NUMBA_CACHE_DIR")}
 
 
 def task_project(a: dict) -> dict:
-    """core.projection.project in a fresh process: first call (computes and stores), then cache hits."""
+    """core.compute.projection.project in a fresh process: first call (computes and stores), then cache hits."""
     # lazy: each task measures its own imports in a fresh process
-    from core.projection import project
-    from core.spec import RunSpec
+    from core.base.spec import RunSpec
+    from core.compute.projection import project
 
     spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]))
     out = {}
@@ -162,24 +154,29 @@ def task_project(a: dict) -> dict:
         out[method] = {"first_s": t_first, "first_cached": bool(first["cached"]), "fit_s": first.get("seconds"),
                        "hit_s": hits, "hit_cached": bool(r["cached"]), "n_points": int(r["n_points"])}
     if a.get("warm_x_path"):  # warm UMAP fits in this process (kernels compiled by the first call)
-        # lazy: each task measures its own imports in a fresh process
-        import numpy as np
+        out["warm_s"] = _warm_fits(a["warm_x_path"], int(a.get("warm_reps", 1)))
+    return out
 
-        from core.projection import umap_2d
 
-        X = np.load(a["warm_x_path"]).astype(np.float32)
-        out["warm_s"] = []
-        for _ in range(int(a.get("warm_reps", 1))):
-            t0 = time.perf_counter()
-            umap_2d(X)
-            out["warm_s"].append(time.perf_counter() - t0)
+def _warm_fits(x_path: str, reps: int, n_neighbors: int = 15) -> list[float]:
+    """Seconds of `reps` UMAP fits of the points saved at x_path, in this process (kernels compiled)."""
+    # lazy: each task measures its own imports in a fresh process
+    import numpy as np
+
+    from core.compute.projection import umap_2d
+
+    X, out = np.load(x_path).astype(np.float32), []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        umap_2d(X, n_neighbors=n_neighbors)
+        out.append(time.perf_counter() - t0)
     return out
 
 
 def task_cli_modules(a: dict) -> dict:
     """Run `python -m core ARGV` in this process; report whether torch/transformers got imported."""
     # lazy: each task measures its own imports in a fresh process
-    from core.cli import main
+    from core.entry.cli import main
 
     t0 = time.perf_counter()
     rc = main(a["argv"])
@@ -191,7 +188,7 @@ def task_cli_modules(a: dict) -> dict:
 
 def task_cprofile_cli(a: dict) -> dict:
     # lazy: each task measures its own imports in a fresh process
-    from core.cli import main
+    from core.entry.cli import main
 
     return {"table": cprofile_table(lambda: main(a["argv"]), top=int(a.get("top", 18)))}
 
@@ -210,7 +207,7 @@ def task_apptest(a: dict) -> dict:
     if a.get("selection"):
         # Only for --quick: a smaller run than the app's default, through the app's session key.
         # lazy: each task measures its own imports in a fresh process
-        from core.selection import Selection
+        from core.studies.selection import Selection
         from ui.state import KEY
 
         at.session_state[KEY] = Selection(**a["selection"])
@@ -226,13 +223,13 @@ def task_apptest(a: dict) -> dict:
         out["page_first_render_s"] = time.perf_counter() - t0
     try:
         # lazy: each task measures its own imports in a fresh process
-        from core import projection
+        from core.compute import projection
 
         t0 = time.perf_counter()
         if float(a.get("warmup_wait", 240)) > 0:
-            projection._warm.wait(timeout=float(a.get("warmup_wait", 240)))
+            projection.umap_warm.wait(timeout=float(a.get("warmup_wait", 240)))
         out["umap_warmup_wait_s"] = time.perf_counter() - t0
-        out["umap_warm"] = projection._warm.is_set()
+        out["umap_warm"] = projection.umap_warm.is_set()
     except (ImportError, AttributeError):
         pass
     times = []
@@ -250,10 +247,10 @@ def task_apptest(a: dict) -> dict:
 
 
 def task_analyze_specs(a: dict) -> dict:
-    """core.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
+    """core.compute.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
     # lazy: each task measures its own imports in a fresh process
-    from core.pipeline import analyze
-    from core.spec import RunSpec
+    from core.base.spec import RunSpec
+    from core.compute.pipeline import analyze
 
     t0 = time.perf_counter()
     for d in a["specs"]:
@@ -261,7 +258,42 @@ def task_analyze_specs(a: dict) -> dict:
     return {"seconds": time.perf_counter() - t0}
 
 
+def task_attention_memory(a: dict) -> dict:
+    """core.studies.attention.extract_attention on `tokens` wiki-en tokens; this process's VmHWM before it (after
+    loading and tokenizing); the parent reads the peak at the end (peak_rss_bytes)."""
+    # lazy: each task measures its own imports in a fresh process
+    import torch
+
+    torch.set_num_threads(int(a.get("threads", 2)))
+    # lazy: imported once the thread count is set, as the task's own imports in a fresh process
+    from core.base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN
+    from core.inputs.corpora import load_documents, tokenize_budget
+    from core.inputs.models import load_model
+    from core.studies.attention import extract_attention
+
+    lm = load_model(a["model"], device="cpu", dtype="float32")
+    w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, int(a["tokens"]), DEFAULT_MAX_SEQ_LEN, 0,
+                        DEFAULT_CORPUS)
+    before, t0 = vm_hwm() / 2**20, time.perf_counter()
+    pad = lm.tokenizer.pad_token_id
+    extract_attention(lm.base, w, list(range(10)), batch_size=DEFAULT_BATCH_SIZE, pad_id=int(pad if pad is not None else 0))
+    return {"model": a["model"], "tokens": int(a["tokens"]), "tokens_fed": int(sum(len(i) for i in w.ids)),
+            "n_windows": len(w.ids), "seconds": time.perf_counter() - t0, "hwm_before_mib": before}
+
+
+def task_train_one(a: dict) -> dict:
+    """One timed training run of bench.training (the tool, the bare loop or the bare loop after the tool's
+    malloc setting) in this fresh interpreter."""
+    # lazy: each task measures its own imports in a fresh process
+    from bench.training import one_run
+    from core.studies.train_spec import TrainSpec
+
+    return one_run(TrainSpec.from_dict(a["spec"]), a["which"])
+
+
 TASKS = {
+    "train_one": task_train_one,
+    "attention_memory": task_attention_memory,
     "tool_e2e": task_tool_e2e,
     "peer": task_peer,
     "umap_fit": task_umap_fit,

@@ -3,9 +3,9 @@ window's attention map beside its ablated twin, and the controlled drift experim
 
 import streamlit as st
 
-from core.drift import DriftSpec
-from core.errors import InputError
-from core.selection import ATTN_KEYS, DRIFT_LIMITS, MAX_GRID
+from core.base.errors import InputError
+from core.studies.drift import DriftSpec
+from core.studies.selection import ATTN_KEYS, DRIFT_LIMITS, MAX_GRID
 from core.views import attention as AV
 from ui import data, page, state
 from ui import run as ui_run
@@ -16,10 +16,12 @@ def _numbers(text: str) -> tuple[float, ...]:
 
 
 def drift_section() -> None:
-    st.subheader("Controlled experiment: input drift vs attention temperature")
+    st.subheader("Controlled experiment: query/key drift vs input drift, at a temperature")
     st.caption("Godey et al.'s mechanism without trained weights: a random pre-norm Transformer block reads isotropic "
-               "Gaussian tokens plus one shared drift vector of norm alpha; the attention logits are divided by a "
-               "temperature tau. Seeded and cached; about a second on CPU.")
+               "Gaussian tokens. Isolated: only the queries and keys receive a shared direction of relative norm "
+               "alpha (inputs and values stay isotropic). Baseline, input drift: the shared vector is added to the "
+               "inputs, which are then anisotropic themselves. The attention logits are divided by a temperature "
+               "tau. Seeded and cached; seconds on CPU.")
     shown = state.selection().drift  # the experiment on show is in the selection (and the URL: drift, dr_*)
     cur = shown or DriftSpec()
     lim = DRIFT_LIMITS
@@ -29,14 +31,17 @@ def drift_section() -> None:
         heads = c2.number_input("heads", *lim["heads"], cur.heads, key="dr_heads")
         seq = c3.number_input("tokens per sequence", *lim["seq_len"], cur.seq_len, key="dr_seq")
         seed = c4.number_input("seed", *lim["seed"], cur.seed, key="dr_seed")
-        c5, c6 = st.columns(2)
+        c5, c6, c7 = st.columns([2, 2, 1])
         alphas = c5.text_input("drift norms alpha", ", ".join(f"{a:g}" for a in cur.alphas), key="dr_alphas")
         taus = c6.text_input("temperatures tau", ", ".join(f"{t:g}" for t in cur.taus), key="dr_taus")
+        biases = c7.checkbox("block biases", cur.biases, key="dr_bias",
+                             help="PyTorch's default bias init: a vector shared by every token, which makes the "
+                                  "output anisotropic with no drift at all (off: a bias-free block)")
         go = st.form_submit_button("Run experiment", type="primary")
     if go:
         try:
             spec = DriftSpec(d=int(d), heads=int(heads), seq_len=int(seq), n_seq=cur.n_seq,
-                             alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed))
+                             alphas=_numbers(alphas), taus=_numbers(taus), seed=int(seed), biases=bool(biases))
             if max(len(spec.alphas), len(spec.taus)) > MAX_GRID:
                 raise InputError(f"At most {MAX_GRID} alphas and {MAX_GRID} taus.")
         except (InputError, ValueError) as e:
@@ -46,11 +51,9 @@ def drift_section() -> None:
     if shown is not None:
         with st.spinner("Running the block…"):
             res = data.drift(shown)
-        a, b = st.columns(2)
-        with a:
-            page.show(AV.drift_heatmap(res, "output_mean_cosine"), "drift_cos")
-        with b:
-            page.show(AV.drift_heatmap(res, "attention_entropy"), "drift_ent")
+        page.show(AV.drift_findings(res), "drift_findings", static=True)
+        for key in ("output_mean_cosine", "output_within_sequence_cosine", "attention_entropy"):
+            page.show(AV.drift_heatmap(res, key), f"drift_{key}")
 
 
 sel, runs = page.header("Attention")

@@ -3,8 +3,9 @@ one depth axis, a sentence per link from the numbers, and the ablations link by 
 
 import streamlit as st
 
-from core.errors import InputError
-from core.escape import markdown_text
+from core.base.errors import InputError
+from core.base.escape import markdown_text
+from core.studies.selection import METRICS
 from core.views import chain as C
 from ui import data, page, state
 from ui import run as ui_run
@@ -26,18 +27,27 @@ if page.need_runs(runs):
                 st.rerun()
             except InputError as e:
                 st.error(markdown_text(str(e)))
-    view = C.chain_view(res, att, ab)
+    stats = C.statistics_of(res)  # the last panel: any per-layer statistic of the registry
+    stat = st.selectbox("Last panel", stats, index=stats.index("mean_cosine") if "mean_cosine" in stats else 0,
+                        format_func=lambda k: METRICS[k][0], key="chain_stat") if stats else "mean_cosine"
+    view = C.chain_view(res, att, ab, stat)
     page.show(view, "chain")
+    for extra, key in ((C.candidates_view(res), "chain_candidates"), (C.high_norm_view(res), "chain_high_norm"),
+                       (C.int8_view(res), "chain_int8")):
+        if extra is not None:  # the chain section's candidates, high-norm tokens and LLM.int8 sets
+            page.show(extra, key, static=extra.figure is None)
     st.subheader("Ablations, link by link")
     targets = data.chain_targets(run.spec)
     sw = targets["super_weights"]
     m = targets["massive"]
     weights = ", ".join(f"block {s['block']} {s['module']}[{s['row']}, {s['col']}]" for s in sw) or "none found"
+    alone = ", ".join(f"block {s['block']} [{s['row']}, {s['col']}]" for s in targets.get("single") or []) or "none"
     massive = f"{m['dims']} in the residual stream from block {m['from_block']} on" if m else \
         "none (no layer over 100x its median)"
     st.caption(markdown_text(
-        f"Zero the super weight(s) {weights} (controls: as many random weights of the same matrix, and its largest "
-        f"other weights); the massive dim(s) {massive} (control: random dims); the outlier dims "
+        f"Zero the super-weight candidates {weights} together (controls: as many random weights of the same matrix, "
+        f"and its largest other weights), and each of {alone} alone (controls: one random weight of its matrix, and "
+        f"its largest non-candidate weight); the massive dim(s) {massive} (control: random dims); the outlier dims "
         f"{targets['outlier_dims'] or 'none'} in every norm (control: random dims). Before and after each: loss, "
         f"mean cosine, outlier count, top-1/median and sink share per layer. "
         f"Runs as a job (progress above); keep browsing meanwhile."))
@@ -45,6 +55,9 @@ if page.need_runs(runs):
         if not sel.chain_ablation:
             state.update(chain_ablation=True)  # the URL now restores this view
         page.show(C.ablation_curves(ab, res), "chain_ablations")
+        alone_view = C.single_ablations(ab, res)
+        if alone_view is not None:
+            page.show(alone_view, "chain_single_ablations")
     elif ui_run.job_active("chain-ablation", run.spec):
         st.caption(":material/hourglass_top: The chain ablations are running: their progress is shown at the top of "
                    "the page; the curves appear here when they end.")

@@ -6,9 +6,9 @@ their modality (Godey et al. 2023's all-modalities figure is a preset)."""
 import streamlit as st
 
 from core import views
-from core.escape import markdown_text
-from core.postprocess import PostProcess
-from core.selection import COMPARE_SECTIONS, GODEY_PRESET, METRICS
+from core.base.escape import markdown_text
+from core.stats.postprocess import PostProcess
+from core.studies.selection import COMPARE_SECTIONS, GODEY_PRESET, METRICS
 from core.views import attention as AV
 from ui import data, page, state
 

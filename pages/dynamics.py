@@ -3,8 +3,8 @@ checkpoints of runs trained on the Train page (each checkpoint cached like any r
 
 import streamlit as st
 
-from core.errors import InputError
-from core.selection import LIMITS, MAX_DYNAMICS_RUNS, METRICS
+from core.base.errors import InputError
+from core.studies.selection import LIMITS, MAX_DYNAMICS_RUNS, METRICS
 from core.views import chain as C
 from core.views import dynamics as D
 from ui import page, state, training
@@ -56,7 +56,7 @@ chosen = st.multiselect("Runs (two to compare)", runs, max_selections=MAX_DYNAMI
 c1, c2 = st.columns(2)
 max_tokens = c1.number_input("Tokens analysed per checkpoint", *LIMITS["dyn_tokens"], sel.dyn_tokens, step=1000,
                              key="dyn_tokens")
-metric = c2.selectbox("Metric of the heatmap", list(METRICS), index=list(METRICS).index(sel.metric),
+metric = c2.selectbox("Metric of the heatmap and the comparison", list(METRICS), index=list(METRICS).index(sel.metric),
                       format_func=lambda k: METRICS[k][0], key="dyn_metric")
 # what is drawn is in the selection (and the URL: druns, dtokens, metric)
 sel = state.update(dyn_runs=tuple(chosen), dyn_tokens=int(max_tokens), metric=metric)
@@ -80,7 +80,7 @@ if series:
     for line in D.compare_findings(summaries) if len(summaries) > 1 else next(iter(summaries.values()))["findings"]:
         st.markdown(f"- {line}")
     if len(series) > 1:
-        page.show(D.compare_runs(series, "mean_cosine"), "dyn_cmp")
+        page.show(D.compare_runs(series, sel.metric), "dyn_cmp")  # the chosen statistic of the registry
     for run, ser in series.items():
         st.subheader(run)
         page.show(D.metric_heatmap(ser, sel.metric), f"dyn_heat_{run}")

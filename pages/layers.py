@@ -6,7 +6,7 @@ decile; the logit lens of causal LMs."""
 import streamlit as st
 
 from core import views
-from core.selection import LAYERS_SECTIONS, METRICS, SAMPLE_METRICS
+from core.studies.selection import LAYERS_SECTIONS, METRICS, SAMPLE_METRICS
 from ui import data, page, state
 
 SECTIONS = ("Curves", "Numbers", "At one layer", "Logit lens")

@@ -6,9 +6,9 @@ the ablation (behind a button)."""
 import streamlit as st
 
 from core import views
-from core.errors import InputError
-from core.escape import markdown_text
-from core.selection import MAX_TYPED_DIMS, OUTLIERS_SECTIONS, parse_dims
+from core.base.errors import InputError
+from core.base.escape import markdown_text
+from core.studies.selection import MAX_TYPED_DIMS, OUTLIERS_SECTIONS, parse_dims
 from core.views import chain as chain_views
 from ui import data, page, state
 from ui import run as ui_run

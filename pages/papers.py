@@ -3,10 +3,21 @@ offline models: the paper's figure redrawn, the published values beside ours, th
 
 import streamlit as st
 
-from core.errors import InputError
+from core.base.errors import InputError
+from core.studies.selection import METRICS
+from core.views import lab as LV
 from core.views import papers as PV
+from ui import lab as ui_lab
 from ui import page, state
 from ui import papers as ui_papers
+
+
+def lab_claims() -> None:
+    """Beside Godey et al.'s claims: the same question answered by controlled training (the Lab page's labs)."""
+    st.subheader("Is anisotropy inherent to Transformers? (the lab)")
+    page.show(LV.papers_claims(ui_lab.labs()[0]), "paper_lab_claims", static=True)
+    st.caption("The grid, the curves over training and the main effects of each lab: the **Lab** page.")
+
 
 page.title("Papers", "Each reproduction is one job that runs every model the paper needs (one process: documents read "
                      "and tokenized once, images and audio decoded once), then computes the paper's claims from the "
@@ -24,7 +35,7 @@ st.markdown(f"**{page.md(info.title)}** · {page.md(info.citation)}  \n{page.md(
 budgets = list(ui_papers.BUDGETS)
 tokens = st.radio("Positions per run", budgets, index=budgets.index(sel.paper_tokens), format_func=ui_papers.BUDGETS.get,
                   horizontal=True, key="paper_tokens")
-every = [p.model for p in info.parts]
+every = list(dict.fromkeys(p.model for p in info.parts))  # a model may run on two corpora
 picked = st.multiselect("Runs (all by default; fewer for a quick look)", every, default=list(sel.paper_runs or every),
                         key=f"paper_models_{name}",
                         format_func=lambda m: m + next((" (random-init control)" for p in info.parts
@@ -44,12 +55,16 @@ if rec is None:
         except InputError as e:
             st.error(page.md(str(e)))
     ui_papers.panel(name, s)
+    if name == "godey":
+        lab_claims()
 else:
     views = PV.paper_views(rec)
     st.success(PV.headline(rec), icon=":material/task_alt:")
     st.subheader("The claims")
     for v in views["claims"]:
         page.show(v, f"paper_{name}_claims", static=True)  # a short table drawn whole: verdicts and reasons wrapped
+    if name == "godey":
+        lab_claims()
     st.subheader("The paper's figure, redrawn on the offline models")
     for i, v in enumerate(views["figures"]):
         page.show(v, f"paper_{name}_fig{i}")
@@ -60,3 +75,8 @@ else:
     with st.expander("The runs"):
         for v in views["runs"]:
             page.show(v, f"paper_{name}_runs")
+    keys = PV.statistics_of(rec)
+    if keys:  # every per-layer statistic of the registry, for the paper's runs
+        with st.expander("Any statistic of these runs"):
+            key = st.selectbox("Statistic", keys, format_func=lambda k: METRICS[k][0], key=f"paper_{name}_stat")
+            page.show(PV.statistic_view(rec, key), f"paper_{name}_stat")

@@ -5,7 +5,7 @@ what-if side by side. The parameters are in a form: a projection is computed on 
 import streamlit as st
 
 from core import views
-from core.postprocess import PostProcess
+from core.stats.postprocess import PostProcess
 from ui import data, page, state
 
 sel, runs = page.header("Projection of the token sample")

@@ -4,22 +4,34 @@ presets that put the papers' questions to the data. Every checkpoint becomes a m
 
 import streamlit as st
 
-from core.corpora import BUILTIN_CORPORA
-from core.errors import InputError
-from core.modalities import corpus_modality
-from core.selection import TRAIN_LIMITS, check_corpus, split_corpus
-from core.train import ARCHS, PRESETS, TOKENIZERS, TrainSpec, preset_specs
-from core.trained import ident_of
-from core.uploads import display_name
+from core.base.errors import InputError
+from core.inputs.access import check_corpus, split_corpus
+from core.inputs.checkpoints import ident_of
+from core.inputs.corpora import BUILTIN_CORPORA
+from core.inputs.modalities import corpus_modality
+from core.inputs.uploads import display_name
+from core.studies.selection import TRAIN_LIMITS
+from core.studies.train_spec import (
+    ARCHS,
+    OPTIMIZERS,
+    PRESETS,
+    TOKENIZERS,
+    TrainSpec,
+    default_lr,
+    learned_note,
+    matched_spec,
+    preset_specs,
+)
 from ui import page, state, training
 
 page.title("Train a model from scratch",
-           "A small GPT-2-, LLaMA- or BERT-style Transformer trained with transformers' Trainer (seeded; bf16 on a "
-           "GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a model of the registry. The default "
+           "A small GPT-2-, LLaMA- or BERT-style Transformer, or a Mamba-2, RWKV or LSTM language model, trained with "
+           "transformers' Trainer (seeded; bf16 on a GPU), checkpoints at steps 0, 1, 2, 4, … and the last, each a "
+           "model of the registry. The default GPT-2's "
            "2,000 steps train in about 2 minutes on 2 quiet CPU cores (BENCHMARKS.md, Training).")
 
 sel = state.selection()
-d = sel.train  # the form shows the selection's training (a link's: tcorpus, tarch, ...; see core.selection)
+d = sel.train  # the form shows the selection's training (a link's: tcorpus, tarch, ...; see core.studies.selection)
 lim = TRAIN_LIMITS
 with st.form("train_form"):
     c1, c2, c3 = st.columns(3)
@@ -46,11 +58,25 @@ with st.form("train_form"):
     layers = c3.number_input("Layers", *lim["n_layers"], d.n_layers, key="t_layers")
     width = c3.number_input("Width (d_model)", *lim["d_model"], d.d_model, step=16, key="t_width")
     heads = c3.number_input("Heads", *lim["n_heads"], d.n_heads, key="t_heads")
-    e1, e2, e3, e4 = st.columns(4)
+    e1, e2, e3, e4, e5 = st.columns(5)
     steps = e1.number_input("Steps", *lim["steps"], d.steps, key="t_steps")
     batch = e2.number_input("Batch size", *lim["batch_size"], d.batch_size, key="t_batch")
     seq = e3.number_input("Sequence length", *lim["seq_len"], d.seq_len, key="t_seq")
-    lr = e4.number_input("Learning rate", *lim["lr"], float(d.lr), format="%.0e", key="t_lr")
+    opt = e4.selectbox("Optimizer", list(OPTIMIZERS), index=list(OPTIMIZERS).index(d.optimizer), key="t_opt",
+                       help="; ".join(f"{o}: {what}" for o, what in OPTIMIZERS.items()) + " (docs/training.md).")
+    rates = "; ".join(f"{o} {r:g} ({'swept' if 'swept' in src else src})"
+                      for o in OPTIMIZERS for r, src in [default_lr(d.arch, o)])
+    lr = e5.number_input("Learning rate", *lim["lr"], float(d.lr), format="%.0e", key="t_lr",
+                         help=f"The lab's rates for {d.arch} (`python -m bench lab-lr`, BENCHMARKS.md): {rates}.")
+    f1, f2, f3 = st.columns(3)
+    untied = f1.checkbox("Untied embeddings", not d.tied, key="t_untied",
+                         help="A separate output matrix instead of the input embeddings (tie_word_embeddings=False).")
+    gate = f2.checkbox("Attention output gate", d.attn_gate, key="t_gate",
+                       help="LLaMA only: a sigmoid gate on each head's attention output (Qiu et al. 2025, G1).")
+    matched = f3.checkbox("Match GPT-2's parameter counts", d.d_inner is not None,
+                          key="t_matched", help="The family's inner width (MLP, RWKV channel mix, Mamba-2 expansion, "
+                                                "LSTM MLP) chosen so that the total and non-embedding parameter counts "
+                                                "are within 10% of the GPT-2 of the same depth and width.")
     b1, b2 = st.columns(2)
     go = b1.form_submit_button("Train", type="primary", icon=":material/model_training:")
     preset = b2.selectbox("Preset (same budget and seed, one setting changed)", list(PRESETS),
@@ -65,7 +91,9 @@ if go or go_preset:
             name, column = check_corpus(path), None
         spec = TrainSpec(corpus=name, text_column=column, arch=arch, tokenizer=tok, vocab_size=int(vocab),
                          n_layers=int(layers), d_model=int(width), n_heads=int(heads), seq_len=int(seq),
-                         batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed))
+                         batch_size=int(batch), steps=int(steps), lr=float(lr), seed=int(seed),
+                         optimizer=opt, tied=not untied, attn_gate=bool(gate))
+        spec = matched_spec(spec) if matched else spec
         runs = preset_specs(preset, spec) if go_preset else {spec.run_name(): spec}
         # what was queued is the form's state in the selection (and the URL): a link opens the form on it
         state.update(train=spec, train_preset=preset)
@@ -98,10 +126,16 @@ for run in runs_here:
         st.caption(f"{ARCHS[s['arch']]}, {s['n_layers']} layers × d={s['d_model']}, {s['n_heads']} heads, "
                    f"{TOKENIZERS[s['tokenizer']]}, {s['steps']:,} steps of {s['batch_size']}×{s['seq_len']} tokens on "
                    f"{rec.get('data', {}).get('corpus', s['corpus'])}; "
-                   f"{rec.get('timing', {}).get('tokens_per_s', 0):,.0f} tokens/s on {rec.get('device')}")
+                   f"{rec.get('timing', {}).get('tokens_per_s', 0):,.0f} tokens/s on {rec.get('device')}"
+                   + (f"; {pc['total']:,} parameters ({pc['non_embedding']:,} non-embedding)"
+                      if (pc := rec.get("params")) else "")
+                   + ("; untied embeddings" if s.get("tied") is False else "")
+                   + ("; attention output gate" if s.get("attn_gate") else ""))
         st.dataframe([{"model": ident_of(run, c["step"]), "step": c["step"], "tokens seen": c["tokens_seen"],
                        "held-out loss": round(c["held_out_loss"], 4),
                        "training loss": None if c["train_loss"] is None else round(c["train_loss"], 4)}
                       for c in ck], hide_index=True, key=f"ck_{run}")
+        if note := learned_note(rec):  # a run that did not learn is not evidence: said where its losses are
+            st.warning(note, icon=":material/warning:")
         st.caption("Any of these identifiers works as a model in the sidebar (type it), in "
                    "`python -m core analyze --model …` and in Compare.")

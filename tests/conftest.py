@@ -21,11 +21,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # eigh or a torch index_add_ ~100x slower (6 s instead of 0.05 s). One thread each, unless set.
 for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
-# The job workers (and UMAP processes) that tests start run at niceness 0, not the app's 10: a niced worker
-# leads its own autogroup, and against the other pytest-xdist worker at full priority it gets about a tenth
-# of a core, so a test waiting on its job mostly waits (the default browser flow took 263 s in the suite
-# against 152 s alone). test_jobs checks the app's default niceness with ANISO_WORKER_NICE set to 10.
+# The job workers (and UMAP processes) that tests start run at niceness 0 (the worker's default; the UMAP
+# process's is 10): a niced worker leads its own autogroup, and against the other pytest-xdist worker at full
+# priority it gets about a tenth of a core, so a test waiting on its job mostly waits (the default browser flow
+# took 263 s in the suite against 152 s alone). test_jobs checks that ANISO_WORKER_NICE=10 is honoured.
 os.environ.setdefault("ANISO_WORKER_NICE", "0")
+os.environ.setdefault("ANISO_UMAP_NICE", "0")
 # The app's UMAP process compiles umap's kernels as the app starts (about a minute of CPU): in the tests each
 # pytest-xdist worker that runs an AppTest, and the browser tier's server, did it beside the other tests, mostly
 # for nothing. Off here: the tests that fit a UMAP compile what their fit needs when they fit.
@@ -51,7 +52,7 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from core.models import minilm_folder
+    from core.inputs.models import minilm_folder
 
     d = tmp_path_factory.mktemp("tiny-bert")
     torch.manual_seed(0)
@@ -68,13 +69,13 @@ def tiny_gpt2_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     d = tmp_path_factory.mktemp("tiny-gpt2")
     torch.manual_seed(0)
     cfg = GPT2Config(n_embd=32, n_layer=2, n_head=2, n_positions=128)
     GPT2LMHeadModel(cfg).save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     return d
 
 
@@ -82,14 +83,14 @@ def _tiny_llama(d: Path, seed: int, heads: int, kv_heads: int) -> Path:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     torch.manual_seed(seed)
     cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=heads,
                       num_key_value_heads=kv_heads, vocab_size=50257, max_position_embeddings=128,
                       bos_token_id=50256, eos_token_id=50256, pad_token_id=50256)
     LlamaForCausalLM(cfg).save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     return d
 
 
@@ -112,7 +113,7 @@ def tiny_neox_dir(tmp_path_factory) -> Path:
     import torch
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     d = tmp_path_factory.mktemp("tiny-neox")
     torch.manual_seed(2)
@@ -120,5 +121,5 @@ def tiny_neox_dir(tmp_path_factory) -> Path:
                         intermediate_size=64, max_position_embeddings=128, bos_token_id=50256, eos_token_id=50256,
                         pad_token_id=50256)
     GPTNeoXForCausalLM(cfg).save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     return d

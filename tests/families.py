@@ -1,4 +1,4 @@
-"""One tiny randomly initialised model of every architecture family of core/anatomy.py, built from its config.
+"""One tiny randomly initialised model of every architecture family of core/inputs/anatomy.py, built from its config.
 
     build("llama") -> a LlamaForCausalLM with 2 blocks of width 32 (seeded)
 
@@ -17,7 +17,7 @@ AUDIO = ("whisper",)
 FAMILIES = TEXT + IMAGE + AUDIO  # the 14 of the issue, and DINOv2 (the built-in image model's)
 NAMES = {"bert": "BERT", "roberta": "RoBERTa", "gpt2": "GPT-2", "gpt_neox": "GPT-NeoX", "llama": "LLaMA",
          "mistral": "Mistral", "qwen2": "Qwen2", "gemma": "Gemma", "phi": "Phi", "opt": "OPT", "t5": "T5 encoder",
-         "mamba": "Mamba", "vit": "ViT", "dinov2": "DINOv2", "whisper": "Whisper encoder"}  # core.anatomy's families
+         "mamba": "Mamba", "vit": "ViT", "dinov2": "DINOv2", "whisper": "Whisper encoder"}  # core.inputs.anatomy's families
 
 
 def _configs(tf, bos: int, eos: int, pad: int) -> dict:

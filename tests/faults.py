@@ -1,4 +1,4 @@
-"""Fault injection shared by the tests: a cache directory that cannot be written."""
+"""Fault injection shared by the tests: a cache directory that cannot be written, a small disk that fills up."""
 
 from __future__ import annotations
 
@@ -37,3 +37,21 @@ def read_only(path: Path):
     finally:
         for p, m in sorted(modes.items(), key=lambda kv: len(kv[0].parts)):
             p.chmod(m)
+
+
+@contextlib.contextmanager
+def small_disk(path: Path, size: str = "700k"):
+    """A real file system of `size` mounted at `path` (tmpfs; needs root, skipped elsewhere), unmounted after.
+
+    ENOSPC then comes from the kernel where it would on a full disk: mid-file, in SQLite's journal, on mkdir."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("mounting a small tmpfs needs root")
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
+    if r.returncode:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.decode(errors='replace').strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

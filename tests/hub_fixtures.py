@@ -4,7 +4,7 @@
                  ones (pickled weights, own code, no weights); tests add more (`hub_server.add(repo)`)
     hub          this process talks to it: HF_ENDPOINT, HF_HOME (a fresh local hub cache per test),
                  HF_HUB_OFFLINE unset (also huggingface_hub's constant, read at its import), the
-                 resolutions and reachability remembered by core.hub forgotten; `hub.env` for a child process
+                 resolutions and reachability remembered by core.inputs.hub forgotten; `hub.env` for a child process
 """
 
 from __future__ import annotations
@@ -44,11 +44,11 @@ class Hub:
 
 
 def forget() -> None:
-    """What core.hub remembers of resolutions and reachability, forgotten (another endpoint, another cache)."""
-    from core import hub
+    """What core.inputs.hub remembers of resolutions and reachability, forgotten (another endpoint, another cache)."""
+    from core.inputs import hub
 
     hub._RESOLVED.clear()
-    hub._HUB_PROBE.clear()
+    hub.HUB_PROBE.clear()
 
 
 @pytest.fixture

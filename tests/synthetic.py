@@ -1,4 +1,4 @@
-"""A synthetic RunStats (numpy only) with the layout core.extract produces, for view/figure tests.
+"""A synthetic RunStats (numpy only) with the layout core.compute.extract produces, for view/figure tests.
 
 Hidden states: isotropic Gaussian plus a shared offset that grows with depth (anisotropy rises
 with the layer) and one planted outlier dimension whose magnitude tracks log token frequency.
@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.config import CONFIG
-from core.pipeline import RunStats
+from core.base.config import CONFIG
+from core.compute.pipeline import RunStats
+from core.stats.sums import SUMS, Tokens, check_layout
 
 N_FREQ_BINS = CONFIG.freq_bins
 N_GROUPS = CONFIG.bootstrap_groups
@@ -35,9 +36,10 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
     sample_idx = np.sort(rng.choice(N, size=K, replace=False))
     common = rng.normal(size=d)
     L1 = n_layers
-    acc = {k: [] for k in ("group_sum_u", "group_u_sq", "sum_u_sq", "sum_doc_sq", "sum_norm", "sum_x", "sum_abs",
-                           "sum_abs2", "max_abs", "sum_f_abs", "intra_sum", "id_sum_u", "id_seq_sq", "bin_sum_u",
-                           "bin_u_sq")}
+    # The layout reads core.stats.sums: every forward sum of the declaration, from a naive formula here or, for a sum
+    # declared with an `add`, from that function on the whole layer (numpy); `check_layout` below checks the shapes.
+    forward = [s for s in SUMS if s.source == "forward" and not s.transient]
+    acc: dict[str, list] = {s.name: [] for s in forward}
     sample = np.zeros((L1, K, d), dtype=np.float32)
     for l in range(L1):
         X = rng.normal(size=(N, d)) + 0.6 * l * common
@@ -45,30 +47,38 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         norm = np.linalg.norm(X, axis=1, keepdims=True)
         u = X / norm
         ax = np.abs(X)
-        acc["group_sum_u"].append(np.stack([u[group_of[seq] == g].sum(0) for g in range(N_GROUPS)]))
-        acc["group_u_sq"].append(np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64))
-        acc["sum_u_sq"].append((u * u).sum(0))
         S = np.stack([u[seq == s].sum(0) for s in range(n_seq)])  # one window per document here
-        acc["sum_doc_sq"].append((S * S).sum())
-        acc["sum_norm"].append(norm.sum())
-        acc["sum_x"].append(X.sum(0))
-        acc["sum_abs"].append(ax.sum(0))
-        acc["sum_abs2"].append((ax * ax).sum(0))
-        acc["max_abs"].append(ax.max(0))
-        acc["sum_f_abs"].append(logf @ ax)
         M = np.stack([X[seq == s].mean(0) for s in range(n_seq)])
         M = M / np.linalg.norm(M, axis=1, keepdims=True)
         cos_t = (u * M[seq]).sum(1)
-        acc["intra_sum"].append(sum(cos_t[seq == s].mean() for s in range(n_seq)))
-        acc["id_sum_u"].append(np.stack([u[ids == t].sum(0) for t in tracked]))
-        acc["id_seq_sq"].append(np.asarray([sum(float(np.sum(u[(ids == t) & (seq == s_)].sum(0) ** 2))
-                                                for s_ in range(n_seq)) for t in tracked]))
-        acc["bin_sum_u"].append(np.stack([u[bins == b].sum(0) for b in range(N_FREQ_BINS)]))
-        acc["bin_u_sq"].append(np.bincount(bins, minlength=N_FREQ_BINS).astype(np.float64))
+        naive = {
+            "group_sum_u": lambda: np.stack([u[group_of[seq] == g].sum(0) for g in range(N_GROUPS)]),
+            "group_u_sq": lambda: np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64),
+            "sum_u_sq": lambda: (u * u).sum(0),
+            "sum_doc_sq": lambda: (S * S).sum(),
+            "sum_norm": lambda: norm.sum(),
+            "sum_x": lambda: X.sum(0),
+            "sum_abs": lambda: ax.sum(0),
+            "sum_abs2": lambda: (ax * ax).sum(0),
+            "max_abs": lambda: ax.max(0),
+            "sum_f_abs": lambda: logf @ ax,
+            "intra_sum": lambda: sum(cos_t[seq == s].mean() for s in range(n_seq)),
+            "intra_n": lambda: float(n_seq),
+            "id_sum_u": lambda: np.stack([u[ids == t].sum(0) for t in tracked]),
+            "id_seq_sq": lambda: np.asarray([sum(float(np.sum(u[(ids == t) & (seq == s_)].sum(0) ** 2))
+                                                 for s_ in range(n_seq)) for t in tracked]),
+            "bin_sum_u": lambda: np.stack([u[bins == b].sum(0) for b in range(N_FREQ_BINS)]),
+            "bin_u_sq": lambda: np.bincount(bins, minlength=N_FREQ_BINS).astype(np.float64),
+        }
+        tok = Tokens(X, norm[:, 0], np.ones(N, dtype=bool), d)
+        for s in forward:
+            if s.add is None and s.name not in naive:
+                raise KeyError(f"core.stats.sums declares {s.name!r}: give it a naive formula here (or an `add` there)")
+            acc[s.name].append(s.add(tok) if s.add is not None else naive[s.name]())
         sample[l] = X[sample_idx]
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in acc.items()}
     arrays.update(
-        n=np.float64(N), n_seq=np.float64(n_seq), intra_n=np.full(L1, float(n_seq)),
+        n=np.float64(N), n_seq=np.float64(n_seq),
         sum_doc_n_sq=np.float64(n_seq * seq_len ** 2),
         group_n=np.bincount(group_of[seq], minlength=N_GROUPS).astype(np.float64),
         sum_f=np.float64(logf.sum()), sum_f2=np.float64((logf ** 2).sum()),
@@ -79,6 +89,7 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
         sample_token_id=ids[sample_idx], sample_window=seq[sample_idx], sample_position=sample_idx % seq_len,
         sample_doc=seq[sample_idx], sample_freq=freq_lut[ids[sample_idx]],
     )
+    check_layout(arrays, {"L": L1, "d": d, "G": N_GROUPS, "I": len(tracked), "F": N_FREQ_BINS}, positions=False)
     meta = {"sample_tokens": [f"tok{t}" for t in ids[sample_idx]],
             "sample_context": [f"ctx before [tok{t}] after" for t in ids[sample_idx]]}
     if with_norms:
@@ -111,8 +122,8 @@ def synthetic_stats(n_layers: int = 5, d: int = 24, n_seq: int = 30, seq_len: in
 
 
 def synthetic_run(**kw) -> tuple[RunStats, dict]:
-    """(stats, results) with results built by the real core.analysis.build_results."""
-    from core.analysis import build_results
+    """(stats, results) with results built by the real core.stats.assemble.build_results."""
+    from core.stats.assemble import build_results
 
     st = synthetic_stats(**kw)
     return st, build_results(st)

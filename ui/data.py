@@ -1,28 +1,50 @@
 """Cached accessors of core results, keyed on small specs (never on arrays), all bounded.
 
-The disk cache (core.cache) already keeps every computed result; these in-memory caches only
+The disk cache (core.base.cache) already keeps every computed result; these in-memory caches only
 spare reruns the disk reads. `results` is called only for runs that are cached on disk, so no
 widget change ever starts an extraction: that happens in a job (ui.run queues it on Run).
 """
 
 from __future__ import annotations
 
+import functools
 from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import streamlit as st
 
-from core import analysis, corpora, pipeline, settings, trained, uploads, views
-from core import attention as A
-from core import chain_ablation as CA
-from core import projection as P
-from core.chain.job import cached_chain_section
-from core.drift import DriftSpec, drift_experiment
-from core.errors import InputError
-from core.hub_fetch import plan_of, size_report
-from core.models import BUILTIN_MODELS
-from core.postprocess import PostProcess
-from core.spec import RunSpec
+from core import views
+from core.base import settings
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute import pipeline
+from core.compute import projection as P
+from core.inputs import checkpoints, corpora, uploads
+from core.inputs.hub_fetch import plan_of, size_report
+from core.inputs.models import BUILTIN_MODELS
+from core.stats import assemble
+from core.stats.postprocess import PostProcess
+from core.studies import attention as A
+from core.studies.chain import ablate_links as CA
+from core.studies.chain.job import cached_chain_section
+from core.studies.drift import DriftSpec, drift_experiment
+
+
+def _viewer_key() -> str:
+    """Whose names a view shows: on a shared server each browser names its uploads its own way (core.inputs.uploads)."""
+    return (uploads.viewer() or "") if settings.current().shared else ""
+
+
+def per_viewer(cached):
+    """A cached view whose legends, titles or file names hold corpus names: cached per browser on a shared server
+    (its first argument, `viewer`, keys the cache; the wrapper passes it)."""
+
+    @functools.wraps(cached)
+    def call(*a, **k):
+        return cached(_viewer_key(), *a, **k)
+
+    call.clear = cached.clear
+    return call
 
 
 @st.cache_resource(max_entries=1, show_spinner=False)
@@ -32,8 +54,9 @@ def warmup():
     return P.start_warmup() if settings.umap_warm() else P.start_process()
 
 
+@per_viewer
 @st.cache_data(max_entries=16, show_spinner=False)
-def preview(corpus: str, text_column: str | None) -> uploads.Preview:
+def preview(viewer: str, corpus: str, text_column: str | None) -> uploads.Preview:
     """What an uploaded corpus holds (documents, estimated tokens, first rows, warnings)."""
     return uploads.preview(corpus, text_column)
 
@@ -48,7 +71,7 @@ def forget_labels() -> None:
 @st.cache_data(ttl=10, max_entries=1, show_spinner=False)
 def trained_checkpoints() -> list[str]:
     """Checkpoint identifiers of the runs trained here (trained/<run>@step-N)."""
-    return trained.list_checkpoints()
+    return checkpoints.list_checkpoints()
 
 
 @st.cache_data(ttl=30, max_entries=64, show_spinner=False)
@@ -128,34 +151,39 @@ def cached_ablation(spec: RunSpec, dims: tuple[int, ...] | None = None) -> dict 
 
 
 # Views that compute on the sample (seconds): cached on (specs, parameters).
+@per_viewer
 @st.cache_data(max_entries=32, show_spinner=False)
-def pairwise_histogram(specs: tuple[RunSpec, ...], layers: tuple[int, ...]) -> views.View:
+def pairwise_histogram(viewer: str, specs: tuple[RunSpec, ...], layers: tuple[int, ...]) -> views.View:
     return views.pairwise_histogram([stats(s) for s in specs], [results(s) for s in specs], layers)
 
 
+@per_viewer
 @st.cache_data(max_entries=16, show_spinner=False)
-def outlier_heatmap(spec: RunSpec) -> views.View:
+def outlier_heatmap(viewer: str, spec: RunSpec) -> views.View:
     return views.outlier_heatmap(stats(spec), results(spec))
 
 
+@per_viewer
 @st.cache_data(max_entries=32, show_spinner=False)
-def outlier_bars(spec: RunSpec, layer: int) -> views.View:
+def outlier_bars(viewer: str, spec: RunSpec, layer: int) -> views.View:
     return views.outlier_bars(stats(spec), results(spec), layer)
 
 
+@per_viewer
 @st.cache_data(max_entries=32, show_spinner=False)
-def cosine_contribution_bars(spec: RunSpec, layer: int) -> views.View:
+def cosine_contribution_bars(viewer: str, spec: RunSpec, layer: int) -> views.View:
     return views.cosine_contribution_bars(stats(spec), results(spec), layer)
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def frequency_r(spec: RunSpec) -> np.ndarray:
     """(L+1, d) Pearson r of log frequency vs |x_d| for every dim (from the stored sums)."""
-    return analysis.frequency_r(stats(spec))
+    return assemble.frequency_r(stats(spec))
 
 
+@per_viewer
 @st.cache_data(max_entries=16, show_spinner=False)
-def frequency_views(spec: RunSpec, which: str = "persistent", layer: int | None = None,
+def frequency_views(viewer: str, spec: RunSpec, which: str = "persistent", layer: int | None = None,
                     typed: tuple[int, ...] = ()) -> tuple[views.View, views.View]:
     """The frequency link of an outlier set (views.outlier_set): the chart and the per-dim table."""
     res, R = results(spec), frequency_r(spec)
@@ -164,8 +192,9 @@ def frequency_views(spec: RunSpec, which: str = "persistent", layer: int | None 
     return (views.frequency_correlation(res, R, dims, name, pos), views.frequency_r_table(res, R, dims, pos))
 
 
+@per_viewer
 @st.cache_data(max_entries=16, show_spinner=False)
-def dimension_views(spec: RunSpec, dim: int, layer: int) -> tuple[views.View, views.View, views.View]:
+def dimension_views(viewer: str, spec: RunSpec, dim: int, layer: int) -> tuple[views.View, views.View, views.View]:
     """The drill-down of one dim: top tokens and the frequency scatter at `layer`, r per layer."""
     res, R = results(spec), frequency_r(spec)
     x = stats(spec).sample(layer)[:, dim]
@@ -174,15 +203,17 @@ def dimension_views(spec: RunSpec, dim: int, layer: int) -> tuple[views.View, vi
             views.dimension_r(res, R, dim, views.ablation_dims(res)))
 
 
+@per_viewer
 @st.cache_data(max_entries=16, show_spinner=False)
-def difference(spec_a: RunSpec, spec_b: RunSpec, x_axis: str | None = None) -> views.View:
+def difference(viewer: str, spec_a: RunSpec, spec_b: RunSpec, x_axis: str | None = None) -> views.View:
     """Mean cosine of run A minus run B per layer, with the bootstrap interval (seconds)."""
     return views.mean_cosine_difference(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b),
                                         x_axis=x_axis)
 
 
+@per_viewer
 @st.cache_data(max_entries=8, show_spinner=False)
-def cka_across(spec_a: RunSpec, spec_b: RunSpec) -> views.View:
+def cka_across(viewer: str, spec_a: RunSpec, spec_b: RunSpec) -> views.View:
     """Linear CKA between the layers of two runs that read the same tokens (seconds)."""
     return views.cka_across(stats(spec_a), results(spec_a), stats(spec_b), results(spec_b))
 
@@ -228,7 +259,7 @@ _HUB_LOOKUPS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="hub-size") 
 
 @st.cache_resource(max_entries=64, ttl=120, show_spinner=False)
 def hub_size(ident: str, dtype: str, device: str) -> Future:
-    """A hub model's size line, looked up in the background (core.hub_fetch: its listing, config and weight
+    """A hub model's size line, looked up in the background (core.inputs.hub_fetch: its listing, config and weight
     headers; nothing else is fetched): (text, fits). Kept two minutes per model, dtype and device."""
     return _HUB_LOOKUPS.submit(_hub_size_line, ident, dtype, device)
 

@@ -4,23 +4,27 @@ form, the model and layer pickers. Each picker writes its choice into the one se
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import partial
 
 import streamlit as st
 
-from core import export, jobs, pipeline, views
-from core.errors import InputError
-from core.escape import markdown_text
-from core.figures import legend_below
-from core.postprocess import PostProcess
-from core.results import not_enough_data
-from core.selection import LAYER_BY, META_PREFIX, METRICS, PROJ_COLORS, strongest_dims
-from core.spec import RunSpec
-from core.statistics import DEFINITIONS, DOCS_PATH, docs_section
+from core import views
+from core.base.cache import get_store
+from core.base.errors import InputError
+from core.base.escape import markdown_text
+from core.base.spec import RunSpec
+from core.entry import jobs
+from core.stats.postprocess import PostProcess
+from core.stats.registry import DEFINITIONS, DOCS_PATH, docs_section
+from core.studies.selection import LAYER_BY, META_PREFIX, METRICS, PROJ_COLORS, strongest_dims
+from core.views import export
+from core.views.figures import legend_below
+from core.views.results import not_enough_data
 
-from . import data, run, state
+from . import data, jobs_panel, run, state
 
 PLOTLY_CONFIG = {"displaylogo": False, "toImageButtonOptions": {"format": "png", "scale": 2}}
 
@@ -65,17 +69,36 @@ def loaded(sel) -> list[Loaded]:
     return out
 
 
-def _through_entrypoint() -> None:
-    """Make a deep link on a fresh server go through app.py (sidebar, selection, navigation).
+_entry = threading.local()  # this script run went through app.py (`entered`): per script-runner thread
 
-    Until st.navigation has run once in the process, Streamlit treats a folder named pages/ as an
-    old-style multipage app and runs a linked page file alone. Switch that mode off and rerun:
-    the rerun executes app.py, whose st.navigation opens the linked page.
+
+def entered() -> None:
+    """app.py's first call: this script run goes through the entrypoint (sidebar, selection, navigation)."""
+    _entry.ran = True
+
+
+def _through_entrypoint() -> None:
+    """Make every page run go through app.py (sidebar, selection, navigation).
+
+    Until st.navigation has run once in the process, Streamlit treats a folder named pages/ as an old-style
+    multipage app: a session's run executes a page file alone, and the browser's sidebar lists the files
+    ("app", "attention", "chain"...) instead of the pages, with no sidebar widgets. Such a run is told by app.py
+    not having run in it (`entered`), not by Streamlit's process-wide flag: the sessions that opened at once on
+    a fresh server all start in that mode, and only the first of them saw the flag still set (the others, run
+    alone, kept the file list and no sidebar for good: bench.busy's 14 of 25 navigations that never found
+    their link). Switch the mode off and rerun, once: the rerun executes app.py, whose st.navigation opens the
+    page and sends the real navigation.
     """
     from streamlit.runtime.pages_manager import PagesManager
 
-    if PagesManager.uses_pages_directory:
-        PagesManager.uses_pages_directory = False
+    ran = getattr(_entry, "ran", False)
+    _entry.ran = False
+    if ran:
+        st.session_state.pop("_entry_rerun", None)
+        return
+    PagesManager.uses_pages_directory = False
+    if not st.session_state.get("_entry_rerun"):  # once: a page that still runs alone is drawn, never a loop
+        st.session_state["_entry_rerun"] = True
         st.rerun()
 
 
@@ -120,9 +143,9 @@ def job_panel() -> None:
 def status(sel) -> None:
     """URL problems, then one line per selected run: loaded / computing (progress) / failed / not computed."""
     lg = state.log()
-    degraded = pipeline.get_store().degraded
-    if degraded:
-        st.warning(markdown_text(degraded), icon=":material/warning:")
+    store = get_store()
+    for note in ([store.degraded] if store.degraded else []) + store.notes:  # unwritable; a damaged index set aside
+        st.warning(markdown_text(note), icon=":material/warning:")
     for note in jobs.notes():  # the job queue set aside (corrupted) or read-only
         st.warning(markdown_text(note), icon=":material/warning:")
     url_warnings()
@@ -190,7 +213,7 @@ def _partials(rows, kind: str, polling: bool) -> None:
                                  is_failed)
             if is_failed:
                 for _, j, p in group:
-                    st.error(f"The run failed at {views.partial_count(p)}: {markdown_text(j.error)}. The curve below "
+                    st.error(f"The run failed at {views.partial_count(p)}: {jobs_panel.job_error(j)}. The curve below "
                              "is its last partial result, not a result.", icon=":material/error:")
             else:
                 st.caption(":material/pending: **Partial results**: the sums over the tokens read so far, redrawn every "

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import jobs
-from core.escape import markdown_text as md
-from core.papers import run as R
-from core.selection import PAPER_BUDGETS
+from core.base.escape import markdown_text as md
+from core.entry import jobs
+from core.studies.papers import run as R
+from core.studies.selection import PAPER_BUDGETS
 
 from . import state
-from .jobs_panel import failed, progress, start_worker
+from .jobs_panel import failed, job_error, progress, start_worker
 
 PAPER_NAMES = R.NAMES
 POLL_S = 1.0
@@ -66,7 +66,7 @@ def panel(name: str, s: R.Settings) -> None:
     if job.active:
         _live(name, s)
     elif job.status == jobs.FAILED:
-        failed(job, f"{paper_label(name)}: the reproduction failed: {md(job.error)}")
+        failed(job, f"{paper_label(name)}: the reproduction failed: {job_error(job)}")
     elif job.status == jobs.CANCELLED:
         st.caption(":material/stop_circle: The last reproduction was cancelled; its record was not stored (runs that "
                    "had finished stay cached).")

@@ -1,7 +1,7 @@
 """Run and the jobs panel: Run queues one job per selected run that is not computed; every page
 shows the selection's jobs with live progress (tokens/s, ETA), Cancel and Retry.
 
-Jobs run in the worker process (core.jobs), never in a script run: navigating, any widget, a
+Jobs run in the worker process (core.entry.jobs), never in a script run: navigating, any widget, a
 reload or a closed tab leave them running. The panel is a fragment that polls the job records
 every second while one of them is queued or running; when one ends, it reruns the whole app so
 the pages draw the new results (no manual reload, no second Run).
@@ -13,14 +13,17 @@ import time
 
 import streamlit as st
 
-from core import jobs, pipeline, views
-from core.attention import maps_params
-from core.errors import InputError
-from core.escape import markdown_text as md
-from core.models import describe_model
+from core import views
+from core.base import settings
+from core.base.errors import InputError
+from core.base.escape import markdown_text as md
+from core.compute import pipeline
+from core.entry import jobs
+from core.inputs.models import describe_model
+from core.studies.attention import maps_params
 
 from . import data, state, training
-from .jobs_panel import failed, progress, start_worker
+from .jobs_panel import failed, job_error, progress, start_worker
 
 POLL_S = 1.0  # how often an active panel reads the job records
 ENSURE_WORKER_S = 5.0  # how often an active panel checks that a worker serves the queue
@@ -124,7 +127,7 @@ def attention_maps(spec, window: int) -> dict | None:
     start_worker()
     job = jobs.wait(jid, timeout=VIEWER_WAIT_S, poll_s=0.2)
     if job.status == jobs.FAILED:
-        raise InputError(job.error or "the attention map's job failed")
+        raise InputError(settings.without_server_paths(job.error or "the attention map's job failed"))
     return data.attention_maps(spec, window) if job.status == jobs.DONE else None
 
 
@@ -268,7 +271,7 @@ def _run_status(spec, job, lg, extra: str = "") -> None:
             how = f"computed in {job.finished - job.started:.1f} s"
         st.caption(f":material/check_circle: {name}: {how} · {n:,} tokens · {len(res['layers'])} layers{note}")
     elif job is not None and job.status == jobs.FAILED:
-        failed(job, f"{md(info['label'])}: the extraction failed: {md(job.error)}")
+        failed(job, f"{md(info['label'])}: the extraction failed: {job_error(job)}")
     elif job is not None and job.status == jobs.CANCELLED:
         st.caption(f":material/stop_circle: {name}: the last run was cancelled; nothing partial was stored. "
                    f"Press **Run** to start it again{note}")
@@ -282,7 +285,7 @@ def _ablation_status(spec, job) -> None:
     if job.active:
         progress(job, f"**Ablation** of {label}")
     elif job.status == jobs.FAILED and data.cached_ablation(spec, _dims_of(job)) is None:
-        failed(job, f"{label}: the ablation failed: {md(job.error)}")
+        failed(job, f"{label}: the ablation failed: {job_error(job)}")
 
 
 def _dims_of(job) -> tuple[int, ...] | None:
@@ -295,4 +298,4 @@ def _attention_status(spec, job) -> None:
     if job.active:
         progress(job, f"**Attention statistics** of {label}")
     elif job.status == jobs.FAILED and not data.attention_cached(spec):
-        failed(job, f"{label}: the attention statistics failed: {md(job.error)}")
+        failed(job, f"{label}: the attention statistics failed: {job_error(job)}")

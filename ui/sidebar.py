@@ -5,34 +5,35 @@ Changing a widget only changes the selection (and the URL); extraction starts on
 
 from __future__ import annotations
 
-from functools import partial
-
 import streamlit as st
 
-from core import pipeline, report, settings
-from core.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
-from core.errors import InputError
-from core.escape import markdown_code, markdown_text
-from core.modalities import MODAL_CORPORA
-from core.modalities.audio import AUDIO_SUFFIXES
-from core.modalities.images import IMAGE_SUFFIXES
-from core.models import BUILTIN_MODELS, describe_model, is_hub_model
-from core.selection import FULL_LOOK_TOKENS, LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS, UI_MAX_TOKENS
-from core.spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
-from core.uploads import (
+from core.base import settings
+from core.base.cache import get_store
+from core.base.errors import InputError
+from core.base.escape import markdown_code, markdown_text
+from core.base.spec import DEVICES, DTYPES, SPECIAL_POLICIES, RunSpec
+from core.inputs.corpora import BUILTIN_CORPORA, TABLE_SUFFIXES, TEXT_SUFFIXES, table_columns
+from core.inputs.modalities import MODAL_CORPORA
+from core.inputs.modalities.audio import AUDIO_SUFFIXES
+from core.inputs.modalities.images import IMAGE_SUFFIXES
+from core.inputs.models import BUILTIN_MODELS, describe_model, is_hub_model
+from core.inputs.uploads import (
     bundle_files,
     delete_uploads,
     detect_text_column,
     display_name,
     is_upload_id,
+    may_rename,
     rename,
     resolve,
     save_pasted_text,
     save_upload,
     upload_id,
 )
+from core.studies.selection import FULL_LOOK_TOKENS, LIMITS, MAX_CONTROL_SEEDS, MAX_CORPORA, MAX_MODELS, UI_MAX_TOKENS
 
 from . import data, run, state
+from . import report as report_ui
 from .page import lazy_expander, md
 
 SOURCES = ("Built-in corpus", "Upload a file", "Paste text")
@@ -118,11 +119,17 @@ def _preview(uid: str, col: str | None) -> None:
 
 def _rename(uid: str, col: str | None) -> None:
     cur = display_name(uid, col)
+    me = state.browser_token()
+    if not may_rename(uid, me):  # a shared server: names belong to the browsers that uploaded the file
+        st.text_input("Name in figures, tables and file names", cur, key=f"w_name_{uid}_{col or ''}", disabled=True,
+                      help="Only the browser that uploaded this file can rename it: upload the file yourself to give "
+                           "it your own name.")
+        return
     new = st.text_input("Name in figures, tables and file names", cur, key=f"w_name_{uid}_{col or ''}",
                         help="Defaults to the file's own name (and the text column). Leave empty to restore it.")
     if new.strip() != cur:
         try:
-            rename(uid, new, col)
+            rename(uid, new, col, owner=me)
         except InputError as e:
             st.error(markdown_text(str(e)))
             return
@@ -152,7 +159,7 @@ def _corpus(sel) -> tuple[str, str | None]:
             try:
                 if up.size > limit * 2**20:  # before reading it (the uploader enforces it too)
                     raise InputError(f"The file is larger than the upload limit of {limit} MiB.")
-                uid = state.remember_upload(upload_id(save_upload(up.getvalue(), up.name)))
+                uid = state.remember_upload(upload_id(save_upload(up.getvalue(), up.name, owner=state.browser_token())))
             except InputError as e:
                 st.error(markdown_text(str(e)))
                 lg.corpus_problem = f"The upload of {up.name} failed: {e}"
@@ -168,7 +175,7 @@ def _corpus(sel) -> tuple[str, str | None]:
             use = st.form_submit_button("Use this text")
         if use:
             try:
-                uid = state.remember_upload(upload_id(save_pasted_text(text)))
+                uid = state.remember_upload(upload_id(save_pasted_text(text, owner=state.browser_token())))
             except InputError as e:
                 st.error(markdown_text(str(e)))
                 lg.corpus_problem = str(e)
@@ -248,7 +255,8 @@ def _modal_corpora(sel, models) -> dict:
                 else:  # the files become one zip, saved like a zip upload (same files, same id)
                     data = bundle_files([(u.name, u.getvalue()) for u in ups], suffixes)
                     name = f"{len(ups)} {'images' if modality == 'image' else 'recordings'}.zip"
-                cid = state.remember_upload(upload_id(save_upload(data, name)))  # an id, like the text uploads
+                saved = save_upload(data, name, owner=state.browser_token())
+                cid = state.remember_upload(upload_id(saved))  # an id, like the text uploads
             except InputError as e:
                 st.error(markdown_text(str(e)))
         out[fieldname] = cid
@@ -346,12 +354,14 @@ def render(sel, page: str | None = None):
             new = state.update(**{k: getattr(new, k) for k in ("models", "corpus", "text_column", "more_corpora",
                                                                  "max_tokens", "image_corpus", "audio_corpus", *adv)})
         specs = new.specs()
-        n_cached = 0
+        cached = []
         for s in specs:
             try:
-                n_cached += bool(data.is_cached(s))
+                if data.is_cached(s):
+                    cached.append(s)
             except InputError:
                 pass
+        n_cached = len(cached)
         # The one place a Run click is handled, whatever the page: its jobs are queued before the page draws
         # (each page's job panel then shows them).
         if st.button("Run", type="primary", key="run", width="stretch", icon=":material/play_arrow:",
@@ -360,11 +370,7 @@ def render(sel, page: str | None = None):
         st.caption(f"{n_cached} of {len(specs)} selected run{'s' if len(specs) > 1 else ''} already computed "
                    "(shown at once).")
         if n_cached:
-            st.download_button("Export report (zip)", data=partial(report.build_report, new),
-                               file_name="anisotropy-report.zip", mime="application/zip", key="report_zip",
-                               on_click="ignore", width="stretch", icon=":material/folder_zip:",
-                               help="Every figure (PNG, SVG, PDF), its data (CSV, JSON), report.html and "
-                                    "results.json of each computed run, with manifests. Takes ~10-30 s.")
+            report_ui.export(new, cached)  # a job: its progress, Cancel, then the download
         _cache_panel()
     return new
 
@@ -379,7 +385,7 @@ def _size(n: float) -> str:
 
 def _cache_panel() -> None:
     """The disk cache: its size against the limit, and a button to clear it (entries and uploads)."""
-    store = pipeline.get_store()
+    store = get_store()
     box = lazy_expander("Cache", "cache_open", icon=":material/storage:")  # sizing walks the cache: only when open
     if box is None:
         return
@@ -395,12 +401,50 @@ def _cache_panel() -> None:
         if shared:
             if st.button("Clear my uploads", key="clear_cache", icon=":material/delete:"):
                 mine = state.my_uploads()
-                freed = delete_uploads(mine)
+                freed = delete_uploads(mine, owner=state.browser_token())  # shared bytes stay while owned
                 st.session_state["_my_uploads"] = set()
                 st.cache_data.clear()
+                _forget_gone_uploads()
                 st.toast(f"{len(mine)} upload(s) of this browser removed: {_size(freed)} freed.")
         elif st.button("Clear cache", key="clear_cache", icon=":material/delete:"):
-            freed = store.clear()
+            try:
+                freed = store.clear()
+            except InputError as e:  # a read-only cache: nothing was removed, and that is said
+                st.error(markdown_text(str(e)), icon=":material/error:")
+                return
             st.cache_data.clear()
             st.cache_resource.clear()
+            _forget_gone_uploads()
             st.toast(f"Cache cleared: {_size(freed)} freed.")
+
+
+def _forget_gone_uploads() -> None:
+    """After a clear: the selection's uploads that are gone give way to the defaults (the page drawn next would
+    otherwise fail on them)."""
+    sel, default = state.selection(), type(state.selection())()
+
+    def gone(entry: str) -> bool:
+        base = entry.partition("#")[0]
+        if not is_upload_id(base):
+            return False
+        try:
+            resolve(base)
+        except InputError:
+            return True
+        return False
+
+    fields = {}
+    if gone(sel.corpus):
+        fields.update(corpus=default.corpus, text_column=None)
+    for name in ("image_corpus", "audio_corpus"):
+        if gone(getattr(sel, name)):
+            fields[name] = getattr(default, name)
+    kept = tuple(c for c in sel.more_corpora if not gone(c))
+    if kept != sel.more_corpora:
+        fields["more_corpora"] = kept
+    if fields:
+        state.forget_widgets(("w_corpus_src", "w_upload", "w_text_col", "w_more_corpora", "w_image_corpus",
+                              "w_audio_corpus"))
+        state.update(**fields)
+        lg = state.log()
+        lg.uploads = [u for u in lg.uploads if not gone(u)]

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 import streamlit as st
 
-from core.errors import InputError
-from core.escape import markdown_text
-from core.selection import Selection, from_query_params, to_query_params
+from core.base.errors import InputError
+from core.base.escape import markdown_text
+from core.inputs import uploads
+from core.studies.selection import Selection, from_query_params, to_query_params
 
 KEY = "selection"
 LOG_KEY = "run_log"
@@ -51,6 +52,7 @@ def log() -> RunLog:
 
 
 def selection() -> Selection:
+    uploads.viewing_as(browser_token())  # every view of this run names uploads as this browser named them
     if KEY not in st.session_state:
         sel, problems = from_query_params(_url_params())
         st.session_state[KEY] = sel

@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import streamlit as st
 
-from core import hub_series, jobs, trained
-from core import series as S
-from core.chain.job import cached_chain_section
-from core.errors import InputError
-from core.escape import markdown_text as md
-from core.pipeline import resolve
-from core.selection import check_model
-from core.spec import RunSpec
-from core.train import TrainSpec
+from core.base.errors import InputError
+from core.base.escape import markdown_text as md
+from core.base.spec import RunSpec
+from core.compute.pipeline import resolve
+from core.entry import jobs
+from core.inputs import checkpoints, hub_series
+from core.inputs.access import check_model
+from core.studies import series as S
+from core.studies.chain.job import cached_chain_section
+from core.studies.train_spec import TrainSpec
 
 from . import jobs_panel, state
 
@@ -55,7 +56,7 @@ def job_row(job) -> None:
     if job.active:
         jobs_panel.progress(job, f"**{name}**")
     elif job.status == jobs.FAILED:
-        jobs_panel.failed(job, f"{name} failed: {md(job.error or '')}")
+        jobs_panel.failed(job, f"{name} failed: {jobs_panel.job_error(job)}")
     elif job.status == jobs.CANCELLED:
         st.caption(f":material/stop_circle: {name}: cancelled (a training resumes from its last checkpoint "
                    "when queued again)")
@@ -77,16 +78,16 @@ def _last_end() -> float:
 def runs_on_disk() -> list[str]:
     """The trained runs of the current cache directory (cached a few seconds, keyed on the folder
     and on the end of the last training job, so a finished training shows in every session)."""
-    return _runs_in(str(trained.trained_dir()), _last_end())
+    return _runs_in(str(checkpoints.trained_dir()), _last_end())
 
 
 def record(run: str) -> dict:
-    return _record_in(str(trained.trained_dir()), run, _last_end())
+    return _record_in(str(checkpoints.trained_dir()), run, _last_end())
 
 
 @st.cache_data(ttl=5, show_spinner=False)
 def _runs_in(folder: str, stamp: float) -> list[str]:
-    return trained.list_runs()
+    return checkpoints.list_runs()
 
 
 def series_on_disk() -> list[str]:
@@ -97,7 +98,7 @@ def series_on_disk() -> list[str]:
 def add_hub_series(name: str, revisions: str, **series_kw) -> str:
     """Keep a hub model's revisions as a series and queue its analysis (InputError: why not).
 
-    The id takes the sidebar's rule first (`selection.check_model`): no hub on a server that switched
+    The id takes the sidebar's rule first (`core.inputs.access.check_model`): no hub on a server that switched
     it off (ANISO_ALLOW_HUB=0, ANISO_SHARED=1), and no name that is a folder of the server."""
     check_model(str(name).strip())
     run = hub_series.register(name, revisions)
@@ -107,7 +108,7 @@ def add_hub_series(name: str, revisions: str, **series_kw) -> str:
 
 @st.cache_data(ttl=5, show_spinner=False)
 def _record_in(folder: str, run: str, stamp: float) -> dict:
-    return trained.read_run(run)
+    return checkpoints.read_run(run)
 
 
 def cached_series(run: str, **series_kw) -> dict | None:

@@ -4,7 +4,7 @@ One module per page (`layers`, `outliers`, `projection`, `compare`), plus `commo
 and run labels). A page calls one function per view and shows `view.figure` / `view.data`; the
 export module turns the same View into PNG/SVG/PDF/HTML/CSV/JSON with the manifest embedded.
 Inputs are what the pipeline returns (results dicts, RunStats, projection dicts), read through
-`core.results.Results`; no I/O, cheap to test on synthetic runs. Layer 0 is the embedding output.
+`core.views.results.Results`; no I/O, cheap to test on synthetic runs. Layer 0 is the embedding output.
 Everything is re-exported here, so `from core import views; views.layer_curves(...)` works.
 """
 
@@ -24,17 +24,6 @@ from .common import (
 from .compare import cka_across, compare_summary, comparison_sentence, outlier_counts, same_tokens
 from .controls import add_seed_bands
 from .difference import mean_cosine_difference
-from .dimension import (
-    FREQUENCY_COLUMNS,
-    dimension_r,
-    dimension_scatter,
-    dimension_tokens,
-    frequency_correlation,
-    frequency_r_table,
-    outlier_set,
-    position_for,
-    set_label,
-)
 from .layers import METRIC_COLUMNS, cka_heatmap, frequency_deciles, layer_curves, metric_table, pairwise_histogram
 from .lens import lens_curves, lens_tokens, lens_why
 from .outliers import (
@@ -49,6 +38,17 @@ from .outliers import (
 )
 from .partial import partial_count, partial_view, sample_wait_note
 from .projection import check_color, metadata_columns, projection
+from .single_dim import (
+                     FREQUENCY_COLUMNS,
+                     dimension_r,
+                     dimension_scatter,
+                     dimension_tokens,
+                     frequency_correlation,
+                     frequency_r_table,
+                     outlier_set,
+                     position_for,
+                     set_label,
+)
 
 __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name", "n_layers",
            "depth_of", "layer_at_depth", "post_for", "layer_curves", "metric_table", "pairwise_histogram", "cka_heatmap",

@@ -1,5 +1,5 @@
 """Views of the Attention page (and Compare's attention curves): results + attention section in,
-View (figure + data + manifest) out. No I/O; figures come from core.figures."""
+View (figure + data + manifest) out. No I/O; figures come from core.views.figures."""
 
 from __future__ import annotations
 
@@ -8,11 +8,12 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import figures as F
-from ..attention import head_matrix, layer_means, link_matrix
-from ..drift import grid
-from ..escape import shorten, visible
-from .common import View, _corpora, _fmt_n, _manifest, as_results, model_label, readable_token, run_name
+from ..base.escape import shorten, visible
+from ..studies.attention import head_matrix, layer_means, link_matrix
+from ..studies.drift import TARGET_NAMES, TARGET_WHAT, grid
+from ..studies.papers.claims import drift_claims, drift_experiments
+from . import figures as F
+from .common import View, as_results, corpora_text, fmt_n, model_label, readable_token, run_name, view_manifest
 
 # statistic -> (label, unit, diverging colour scale)
 ATTN_STATS: dict[str, tuple[str, str, bool]] = {
@@ -41,7 +42,7 @@ def _queries(res: dict, sec: dict) -> str:
 
 
 def _sec_manifest(view: str, params: dict, runs: Sequence[dict], secs: Sequence[dict]) -> dict:
-    m = _manifest(view, params, runs)
+    m = view_manifest(view, params, runs)
     m["attention"] = [{k: s.get(k) for k in ("code", "config", "run_key", "n_blocks", "n_heads", "n_kv_heads",
                                              "head_dim", "causal", "projections", "outlier_dims", "random_dims",
                                              "special_tokens")} for s in secs]
@@ -67,7 +68,7 @@ def head_heatmap(res: dict, sec: dict, key: str) -> View:
     hover = np.asarray([[f"block {l + 1}, head {h + 1}<br>{F.esc(label)} = {z[l, h]:.4g}" for h in range(H)]
                         for l in range(L)], dtype=object)
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
-    sub = (f"{F.esc(run_name(res))} · N = {_fmt_n(as_results(res).n_tokens)} analysed tokens · {_heads_label(sec)} · "
+    sub = (f"{F.esc(run_name(res))} · N = {fmt_n(as_results(res).n_tokens)} analysed tokens · {_heads_label(sec)} · "
            + F.esc(PRE_ROTARY if qk else _queries(res, sec)))
     fig = F.heat_panels([{"z": z, "title": "", "x_title": "head (1 = first)", "y_title": "block (1 = first)",
                           "y_labels": [str(l + 1) for l in range(L)], **_head_labels(H), "hover": hover}],
@@ -132,7 +133,7 @@ def link_grid(res: dict, sec: dict, key_set: str = "excluded", summary: str = "m
                                  "kind": name, "block": l + 1, "head": h + 1, "dim": d, "r": r[l, h, j]})
     n_keys = sec["layers"][0]["link"][key_set]["n_keys"] if sec["layers"] else 0
     sub = (f"{F.esc(run_name(res))} · Pearson r between |x_d| (residual stream the block reads) and the attention "
-           f"each key position receives · {_fmt_n(n_keys)} key positions, special tokens {key_set} · {how} "
+           f"each key position receives · {fmt_n(n_keys)} key positions, special tokens {key_set} · {how} "
            f"over each panel's dims")
     signed = summary != "mean_abs"
     fig = F.heat_panels(panels, title="Outlier link (Puccetti et al.): |x_d| vs received attention", subtitle=sub,
@@ -179,7 +180,7 @@ def attention_curves(pairs: Sequence[tuple[dict, dict]], key: str, x_axis: str =
         rows += [{"model": model_label(res), "block": b, "depth": b / L, key: y} for b, y in zip(blocks, ys)]
     runs = [p[0] for p in pairs]
     qk = key in ("cos_mu_qk", "q_drift", "k_drift", "q_mean_cosine", "k_mean_cosine", "mean_term_share")
-    sub = f"{F.esc(_corpora(runs))} · mean over heads · " + F.esc(
+    sub = f"{F.esc(corpora_text(runs))} · mean over heads · " + F.esc(
         PRE_ROTARY if qk else "queries: analysed positions, padding masked")
     fig = F.line_chart(series, title=f"{label} by {'relative depth' if depth else 'block'}", subtitle=sub,
                        x_title="relative depth (block / L)" if depth else "block (1 = first)", y_title=unit,
@@ -294,7 +295,7 @@ def attention_map_pair(res: dict, maps: dict, block: int, head: int) -> View:
              "key_text": toks[j], "attention": float(a[i, j]),
              "attention_zeroed": float(z[i, j]) if dims else None} for i in range(n) for j in range(n)]
     return View(f"attention_map_w{maps['window']}_b{block}_h{head}", "Attention map of one window", fig,
-                pd.DataFrame(rows), _manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
+                pd.DataFrame(rows), view_manifest("attention_map", {"window": maps["window"], "block": block, "head": head,
                                                                "zeroed_dims": dims}, [res]),
                 caption=f"Attention probabilities of {_where(maps)}, block {block}, head {head + 1}; right: "
                         f"the same with dims {dims} zeroed in every norm (the ablation).", notes=notes)
@@ -331,35 +332,83 @@ def attention_map_change(res: dict, maps: dict, block: int, head: int) -> View:
             for i in range(n) for j in range(n)]
     return View(f"attention_change_w{maps['window']}_b{block}_h{head}",
                 "Change in attention when the outlier dims are zeroed", fig, pd.DataFrame(rows),
-                _manifest("attention_change", {"window": maps["window"], "block": block, "head": head,
+                view_manifest("attention_change", {"window": maps["window"], "block": block, "head": head,
                                                "zeroed_dims": dims}, [res]),
                 caption=f"Attention with dims {dims} zeroed in every norm minus attention as computed, "
                         f"{_where(maps)}, block {block}, head {head + 1} (rows of a whole window sum to 0).",
                 notes=[] if dims else ["This run has no persistent outlier dims: there is nothing to zero."])
 
 
-DRIFT_STATS = {"output_mean_cosine": ("Output mean cosine", "mean cosine of the block output"),
+DRIFT_STATS = {"output_mean_cosine": ("Output mean cosine", "mean cosine of the block output, all token pairs"),
+               "output_within_sequence_cosine": ("Output mean cosine within a sequence",
+                                                 "mean cosine of the block output, pairs of one sequence"),
                "attention_entropy": ("Attention entropy", "H / log T"),
-               "input_mean_cosine": ("Input mean cosine", "mean cosine of g + alpha u")}
+               "input_mean_cosine": ("Input mean cosine", "mean cosine of the block's input")}
+DRIFT_PANELS = ("query_key", "input")  # the isolated experiment beside its named baseline
+
+
+def _drift_notes(result: dict, key: str) -> list[str]:
+    """What the other isolated targets show, from their numbers: key drift alone, query drift alone."""
+    exps = drift_experiments(result)
+    out = []
+    if "key" in exps and key in exps["key"]:
+        z = grid(result, key, "key")
+        out.append(f"Key drift alone (not drawn): {key.replace('_', ' ')} moves by at most {np.max(np.abs(z - z[0])):.1e} "
+                   "over the alphas: a vector added to every key adds the same number to each logit of a query, "
+                   "which the softmax removes.")
+    if "query" in exps and "query_key" in exps and key in exps["query"]:
+        diff = float(np.max(np.abs(grid(result, key, "query") - grid(result, key, "query_key"))))
+        out.append(f"Query drift alone (not drawn) gives the same {key.replace('_', ' ')} as query and key drift to "
+                   f"{diff:.1e}: only the queries' drift reaches the attention.")
+    return out
 
 
 def drift_heatmap(result: dict, key: str) -> View:
-    """The controlled experiment: alpha (rows) x tau (columns) heatmap of one measured quantity."""
+    """The controlled experiment: alpha (rows) x tau (columns) heatmaps of one measured quantity, the isolated
+    query/key drift beside the input-drift baseline (a result from before the isolated experiment: the
+    baseline alone, said so)."""
     label, unit = DRIFT_STATS[key]
     s = result["spec"]
-    z = grid(result, key)
     al, ta = s["alphas"], s["taus"]
-    hover = np.asarray([[f"alpha = {a:g}, tau = {t:g}<br>{F.esc(label)} = {z[i, j]:.4f}" for j, t in enumerate(ta)]
-                        for i, a in enumerate(al)], dtype=object)
-    sub = (f"random pre-norm block, d = {s['d']}, {s['heads']} heads, seed {s['seed']} · inputs g ~ N(0, I/d) + alpha u "
-           f"(||u|| = 1) · {_fmt_n(result['n_tokens'])} tokens in {s['n_seq']} sequences of {s['seq_len']}")
-    fig = F.heat_panels([{"z": z, "title": "", "x_title": "temperature tau (logits / tau)",
-                          "y_title": "drift norm alpha", "x_labels": [f"{t:g}" for t in ta],
-                          "y_labels": [f"{a:g}" for a in al], "hover": hover}],
-                        title=f"Controlled experiment: {label.lower()}", subtitle=sub, colorbar_title=unit,
+    exps = drift_experiments(result)
+    targets = [t for t in DRIFT_PANELS if t in exps and key in exps[t]]
+    panels, rows = [], []
+    for t in targets:
+        z = grid(result, key, t)
+        name = TARGET_NAMES[t]
+        hover = np.asarray([[f"{F.esc(name)}<br>alpha = {a:g}, tau = {tau:g}<br>{F.esc(label)} = {z[i, j]:.4f}"
+                             for j, tau in enumerate(ta)] for i, a in enumerate(al)], dtype=object)
+        panels.append({"z": z, "title": name, "x_title": "temperature tau (logits / tau)",
+                       "y_title": "drift norm alpha" if not panels else "", "x_labels": [f"{x:g}" for x in ta],
+                       "y_labels": [f"{a:g}" for a in al], "hover": hover, "x_angle": 0,
+                       **({"y_ticks": False} if panels else {})})
+        rows += [{"experiment": name, "target": t, "alpha": a, "tau": tau, key: z[i, j]}
+                 for i, a in enumerate(al) for j, tau in enumerate(ta)]
+    bias = "with PyTorch's default biases" if s.get("biases", True) else "bias-free"
+    sub = (f"random pre-norm block ({bias}), d = {s['d']}, {s['heads']} heads, seed {s['seed']} · inputs g ~ N(0, I/d); "
+           f"alpha = drift norm / RMS norm of what it is added to · {fmt_n(result['n_tokens'])} tokens in "
+           f"{s['n_seq']} sequences of {s['seq_len']}")
+    fig = F.heat_panels(panels, title=f"Controlled experiment: {label.lower()}", subtitle=sub, colorbar_title=unit,
                         height=460)
-    rows = [{"alpha": a, "tau": t, key: z[i, j]} for i, a in enumerate(al) for j, t in enumerate(ta)]
     m = {"app": "anisotropy-workbench", "view": "drift_experiment", "params": {"statistic": key}, "runs": [],
          "drift_spec": s, "code": result.get("code"), "config": result.get("config")}
+    notes = _drift_notes(result, key)
+    if "query_key" not in targets:
+        notes.insert(0, "This result has only the input-drift baseline (computed before the isolated query/key "
+                        "experiment existed): it cannot show the query/key mechanism. Run the experiment again.")
+    what = "; ".join(f"{TARGET_NAMES[t]}: {TARGET_WHAT[t]}" for t in targets)
     return View(f"drift_{key}", f"Controlled experiment: {label.lower()}", fig, pd.DataFrame(rows), m,
-                caption=f"{label} ({unit}) for each drift norm alpha and temperature tau; {result['block']}.")
+                caption=f"{label} ({unit}) for each drift norm alpha and temperature tau. {what}. {result['block']}.",
+                notes=notes)
+
+
+def drift_findings(result: dict) -> View:
+    """What the controlled experiment shows, as the claims table's rows (`core.studies.papers.claims.drift_claims`): Godey
+    et al.'s claims judged on the isolated query/key drift, the key-only control and the input-drift baseline."""
+    s = result["spec"]
+    rows = drift_claims({**result, "alphas": s["alphas"], "taus": s["taus"]})
+    m = {"app": "anisotropy-workbench", "view": "drift_findings", "params": {}, "runs": [], "drift_spec": s,
+         "code": result.get("code"), "config": result.get("config")}
+    return View("drift_findings", "What the controlled experiment shows", None, pd.DataFrame(rows), m,
+                caption="Verdicts computed from the grids below (rules in core/studies/papers/claims.py): the mechanism is "
+                        "judged on the isolated experiment only; input drift is a baseline.")

@@ -1,6 +1,6 @@
 """What every view shares: the View record, run labels and sizes, the manifest of a view.
 
-Runs are read through `core.results.Results` (one small typed accessor), never by string paths.
+Runs are read through `core.views.results.Results` (one small typed accessor), never by string paths.
 Layer 0 is the embedding output.
 """
 
@@ -13,14 +13,39 @@ import numpy as np
 import pandas as pd
 
 from .. import __version__
-from ..geometry import CKA_LEVEL
-from ..postprocess import PostProcess
-from ..results import Results, as_results, corpus_display
+from ..stats.geometry import CKA_LEVEL
+from ..stats.postprocess import PostProcess
+from .results import Results, as_results, corpus_display
 
 SYMBOLS = ("circle", "square", "diamond", "triangle-up", "star")
 
 __all__ = ["View", "Results", "as_results", "corpus_display", "corpus_label", "model_label", "run_name",
-           "n_layers", "depth_of", "layer_at_depth", "post_for", "cka_bounds", "ci_text"]
+           "n_layers", "depth_of", "layer_at_depth", "post_for", "cka_bounds", "ci_text", "near_ties", "TIE_REL",
+           "TIE_ABS"]
+
+# An argmax over near-ties picks one of them by accident: the largest value is a tie when another is within
+# TIE_REL of it (relative to |max|), at least TIE_ABS, or inside the max's own 95% interval where there is one.
+TIE_REL = 0.01
+TIE_ABS = 1e-3
+
+
+def tie_width(top: float, half_width: float | None = None, rel: float = TIE_REL, floor: float = TIE_ABS) -> float:
+    """How close to the largest value `top` another must be to tie with it: max(rel * |top|, floor, half_width)."""
+    return max(rel * abs(top), floor, float(half_width or 0.0))
+
+
+def near_ties(values, half_width: float | None = None, rel: float = TIE_REL, floor: float = TIE_ABS) -> list[int]:
+    """The indices (of a flat or n-d array, as flat indices) whose value is within the tie tolerance of the
+    largest finite one: max(rel * |max|, floor, half_width). The argmax first, the others in index order;
+    [] when nothing is finite. One index: a clear maximum; more: a tie that no argmax should break."""
+    v = np.asarray(values, dtype=float).ravel()
+    ok = np.isfinite(v)
+    if not ok.any():
+        return []
+    top = int(np.nanargmax(np.where(ok, v, np.nan)))
+    tol = tie_width(v[top], half_width, rel, floor)
+    rest = [int(i) for i in np.flatnonzero(ok & (v >= v[top] - tol)) if i != top]
+    return [top, *rest]
 
 
 @dataclass
@@ -77,7 +102,7 @@ def layer_at_depth(results, depth: float) -> int:
     return int(round(float(depth) * (as_results(results).n_layers - 1)))
 
 
-def _manifest(view: str, params: dict, runs: Sequence) -> dict:
+def view_manifest(view: str, params: dict, runs: Sequence) -> dict:
     rs = [as_results(r) for r in runs]
     # raw/post panels share a run; "name": the corpus as the user named it (uploads, renames)
     uniq = {r.cache_key or id(r): {**r.manifest, "corpus": {**r.manifest["corpus"], "name": r.corpus_label}}
@@ -86,20 +111,20 @@ def _manifest(view: str, params: dict, runs: Sequence) -> dict:
             "params": params, "runs": list(uniq.values())}
 
 
-def _fmt_n(n: int) -> str:
+def fmt_n(n: int) -> str:
     return f"{int(n):,}"
 
 
-def _sizes(runs: Sequence, what: str = "tokens") -> str:
+def sizes_text(runs: Sequence, what: str = "tokens") -> str:
     """"N = 20,039 tokens" or "N = 20,039 / 20,412 tokens (all-MiniLM / BERT)"."""
     rs = [as_results(r) for r in runs]
     ns = [r.n_tokens if what == "tokens" else r.n_sample for r in rs]
     if len(set(ns)) == 1:
-        return f"{_fmt_n(ns[0])} {what}"
-    return " / ".join(_fmt_n(n) for n in ns) + f" {what} (" + " / ".join(r.model_label for r in rs) + ")"
+        return f"{fmt_n(ns[0])} {what}"
+    return " / ".join(fmt_n(n) for n in ns) + f" {what} (" + " / ".join(r.model_label for r in rs) + ")"
 
 
-def _corpora(runs: Sequence) -> str:
+def corpora_text(runs: Sequence) -> str:
     return ", ".join(dict.fromkeys(as_results(r).corpus_label for r in runs))
 
 
@@ -107,7 +132,7 @@ def _layer_dtick(n: int) -> int:
     return 1 if n <= 16 else 2
 
 
-def _nan(v) -> float:
+def nan_if_none(v) -> float:
     return float("nan") if v is None else float(v)
 
 

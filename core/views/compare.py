@@ -3,27 +3,29 @@
 
 from __future__ import annotations
 
+import textwrap
 from typing import Sequence
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import figures as F
-from .. import statistics as S
-from ..config import CONFIG
-from ..geometry import (
+from ..base.config import CONFIG
+from ..stats import registry as S
+from ..stats.geometry import (
     CKA_BOOT,
     CKA_ESTIMATOR,
     CKA_HOVER,
     CKA_INTERVAL,
+    cka_alignment,
     cka_interval,
     cka_positions,
     document_groups,
     same_tokens,
     sample_groups,
 )
-from .common import View, _corpora, _manifest, _sizes, as_results, ci_text, modality
+from . import figures as F
+from .common import View, as_results, ci_text, corpora_text, modality, near_ties, sizes_text, tie_width, view_manifest
 
 
 def outlier_counts(runs: Sequence[dict]) -> View:
@@ -46,13 +48,13 @@ def outlier_counts(runs: Sequence[dict]) -> View:
                          "n_outlier_dims": n, "d": d, "share_of_d_percent": y, "dims": " ".join(map(str, per[l])),
                          "n_tokens": res.n_tokens})
     fig = F.line_chart(series, title="Activation outlier dimensions per layer, as a share of the width",
-                       subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} · rule: mean |x_d| > mean + "
+                       subtitle=F.esc(f"{corpora_text(runs)} · N = {sizes_text(runs)} · rule: mean |x_d| > mean + "
                                       f"{CONFIG.outlier_sigma:g} std · share = outlier dims / d (hover: the count)"),
                        x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)",
                        y_title="outlier dimensions (% of d)", x_range=(-0.03, 1.03))
     fig.update_yaxes(rangemode="tozero")
     return View("outlier_counts", "Outlier dimensions per layer", fig, pd.DataFrame(rows),
-                _manifest("outlier_counts", {}, runs),
+                view_manifest("outlier_counts", {}, runs),
                 caption="Activation outliers per layer as a share of the width d, by relative depth.")
 
 
@@ -70,9 +72,12 @@ def comparison_sentence(runs: Sequence[dict], metric: str = "mean_cosine") -> st
         if not np.isfinite(y).any():
             continue
         L = max(res.last_layer, 1)
-        k = int(np.nanargmax(y))
-        parts.append(f"{res.run_name} goes from {y[0]:.3g} at the input to {y[-1]:.3g} at the last layer "
-                     f"(peak {y[k]:.3g} at depth {k / L:.2f})")
+        ties = near_ties(y)
+        k = ties[0]
+        peak = (f"peak {y[k]:.3g} at depth {k / L:.2f}" if len(ties) == 1 else
+                f"peak a tie within {tie_width(y[k]):.2g} of {y[k]:.3g}, layers "
+                f"{', '.join(str(i) for i in sorted(ties))} (depths {', '.join(f'{i / L:.2f}' for i in sorted(ties))})")
+        parts.append(f"{res.run_name} goes from {y[0]:.3g} at the input to {y[-1]:.3g} at the last layer ({peak})")
         last.append((float(y[-1]), res.run_name))
         kinds.append((modality(res), res.corpus_label))
     if not parts:
@@ -88,6 +93,15 @@ def comparison_sentence(runs: Sequence[dict], metric: str = "mean_cosine") -> st
     return out
 
 
+def peak_layers(y) -> str:
+    """The layer of a curve's largest value, or "tie: a, b" when others are within the tie tolerance
+    (`common.near_ties`): no argmax picks one of near-equal layers."""
+    ties = near_ties(y)
+    if not ties:
+        return ""
+    return str(ties[0]) if len(ties) == 1 else "tie: " + ", ".join(str(i) for i in sorted(ties))
+
+
 def compare_summary(runs: Sequence[dict]) -> View:
     runs = [as_results(r) for r in runs]
     rows = []
@@ -100,12 +114,12 @@ def compare_summary(runs: Sequence[dict]) -> View:
             "layers (L)": res.n_layers - 1, "d": m["model"].get("hidden_size"),
             "params": m["model"].get("n_params"), "tokens analysed": res.n_tokens, "sample K": res.n_sample,
             "mean_cosine min": float(np.nanmin(mc)), "mean_cosine max": float(np.nanmax(mc)),
-            "mean_cosine mean": float(np.nanmean(mc)), "argmax layer": int(np.nanargmax(mc)),
+            "mean_cosine mean": float(np.nanmean(mc)), "peak layer": peak_layers(mc),
             "persistent outliers (activation)": " ".join(map(str, res.persistent_activation_outliers)),
             "persistent outliers (norm params)": " ".join(map(str, norm.get("persistent") or [])),
             "device": m.get("device"), "dtype": m.get("dtype"), "note": m["model"].get("note", ""),
         })
-    return View("compare_summary", "Summary", None, pd.DataFrame(rows), _manifest("compare_summary", {}, runs),
+    return View("compare_summary", "Summary", None, pd.DataFrame(rows), view_manifest("compare_summary", {}, runs),
                 caption="One row per model: depth, width, tokens, mean-cosine range and persistent outliers.")
 
 
@@ -174,40 +188,69 @@ def cka_across(stats_a, res_a: dict, stats_b, res_b: dict) -> View:
     else:
         ci_note = f"; no interval: {no_ci or 'the rows fall in fewer than two groups of documents'}"
     ia, ib = [int(x) for x in stats_a.layer_ids], [int(x) for x in stats_b.layer_ids]
-    bj = [int(np.nanargmax(C[i])) if np.isfinite(C[i]).any() else None for i in range(len(ia))]
+    al = cka_alignment(C, lo, hi)
+    bj = al["best"]
     best = [ib[j] if j is not None else None for j in bj]
+    ties = [[ib[k] for k in t] for t in al["ties"]]
     hover = np.asarray([[f"A layer {ia[i]} vs B layer {ib[j]}<br>CKA = {C[i, j]:.4f}{ci_text(lo[i, j], hi[i, j])}"
                          f"<br><i>{F.esc(CKA_HOVER)}</i>"
                          for j in range(len(ib))]
                         for i in range(len(ia))], dtype=object)
+    line_note = ("dots: for each layer of A, the layer of B of highest CKA (a bar: the layers within "
+                 f"{al['tie']:g} or the interval of it, a near-tie)" if al["degenerate"] is None else
+                 f"no alignment line: the layers of {al['degenerate']} are indistinguishable (the box says by how much)")
     fig = F.heat_panels([{"z": C, "title": "", "x_title": f"B: {rb.run_name} — layer", "y_title": f"A: {ra.run_name} — layer",
                           "x_labels": [str(x) for x in ib], "y_labels": [str(x) for x in ia], "x_angle": 0, "hover": hover}],
                         title=("Linear CKA between the layers of A and B (the same tokens)" if level == "token" else
                                "Document-level linear CKA between the layers of A and B (mean vector per document)"),
-                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what}{ci_note} · "
-                                       "dots: for each layer of A, the layer of B of highest CKA; dotted: equal relative depth"),
+                        subtitle=F.esc(f"{CKA_ESTIMATOR}; {n_what}{ci_note} · {line_note}; dotted: equal relative depth"),
                         colorbar_title="CKA", zmin=0.0, zmax=1.0)
-    fig.add_trace(go.Scatter(
-        x=[ib.index(b) if b is not None else None for b in best], y=list(range(len(ia))), mode="markers+lines",
-        marker=dict(color="white", size=7, line=dict(color="black", width=1)), line=dict(color="white", width=1),
-        name="best layer of B", showlegend=False, hoverinfo="text",
-        hovertext=[f"A layer {ia[i]}: best B layer {best[i]}, CKA = {C[i, j]:.4f}{ci_text(lo[i, j], hi[i, j])}"
-                   if j is not None else f"A layer {ia[i]}: no CKA" for i, j in enumerate(bj)]))
+    if al["degenerate"] is None:
+        xs = [ib.index(b) if b is not None else None for b in best]
+        idx_ties = al["ties"]
+        fig.add_trace(go.Scatter(
+            x=xs, y=list(range(len(ia))), mode="markers+lines",
+            marker=dict(color="white", size=7, line=dict(color="black", width=1),
+                        symbol=["circle-open" if len(t) > 1 else "circle" for t in idx_ties]),
+            line=dict(color="white", width=1),
+            error_x=dict(type="data", symmetric=False, color="white", thickness=1.5, width=3,
+                         array=[(max(t) - x) if x is not None and t else 0 for x, t in zip(xs, idx_ties)],
+                         arrayminus=[(x - min(t)) if x is not None and t else 0 for x, t in zip(xs, idx_ties)]),
+            name="best layer of B", showlegend=False, hoverinfo="text",
+            hovertext=[(f"A layer {ia[i]}: best B layer {best[i]}, CKA = {C[i, j]:.4f}{ci_text(lo[i, j], hi[i, j])}"
+                        + (f"<br>near-tie: B layers {', '.join(map(str, ties[i]))} (within {al['tie']:g} or the interval)"
+                           if len(ties[i]) > 1 else ""))
+                       if j is not None else
+                       f"A layer {ia[i]}: no best layer (CKA spreads by only {al['spread'][i]:.3f} over B's layers)"
+                       for i, j in enumerate(bj)]))
+    else:  # the figure says why there is no line, on the figure itself
+        text = "<br>".join(F.esc(t) for t in textwrap.wrap("No alignment line: " + al["why"] + ".", 60))
+        fig.add_annotation(text=text, xref="paper", yref="paper", x=0.5, y=0.5, showarrow=False, align="center",
+                           bgcolor="rgba(255,255,255,0.85)", font=dict(size=12, color="black"))
     fig.add_trace(go.Scatter(  # the alignment of equal relative depth, to read the dots against
         x=[0, len(ib) - 1], y=[0, len(ia) - 1], mode="lines", line=dict(color="#BBBBBB", width=1, dash="dot"),
         name="equal relative depth", hovertemplate="equal relative depth<extra></extra>", showlegend=False))
     rows = [{"run_a": ra.run_name, "run_b": rb.run_name, "level": level, "layer_a": ia[i], "layer_b": ib[j],
              "cka": float(C[i, j]), "cka_low": float(lo[i, j]), "cka_high": float(hi[i, j]),
-             "best_layer_b_for_a": best[i], "n_rows": int(len(idx))}
+             "best_layer_b_for_a": best[i] if al["degenerate"] is None else None,
+             "best_ties_b": " ".join(map(str, ties[i])) if al["degenerate"] is None else "",
+             "spread_over_b": al["spread"][i], "n_rows": int(len(idx))}
             for i in range(len(ia)) for j in range(len(ib))]
+
+    def _match(i: int, a: int, b, j) -> str:
+        if j is None:
+            return f"{a}→none (spread {al['spread'][i]:.3f})"
+        b = "-".join(map(str, ties[i])) + " (tie)" if len(ties[i]) > 1 else str(b)
+        return f"{a}→{b}" + (f" ({C[i, j]:.3f} [{lo[i, j]:.3f}, {hi[i, j]:.3f}])" if np.isfinite(lo[i, j]) else "")
+    matches = ("Best layer of B for each layer of A (CKA and interval): "
+               + ", ".join(_match(i, a, b, j) for i, (a, b, j) in enumerate(zip(ia, best, bj))) + "."
+               if al["degenerate"] is None else f"No depth alignment: {al['why']}.")
     return View(name, title, fig, pd.DataFrame(rows),
-                _manifest("cka_across", {"level": level, "rows": int(len(idx)), "estimator": CKA_ESTIMATOR,
+                view_manifest("cka_across", {"level": level, "rows": int(len(idx)), "estimator": CKA_ESTIMATOR,
                                          "interval": CKA_INTERVAL if got["n_groups"] >= 2 else None,
-                                         "n_groups": got["n_groups"]},
+                                         "n_groups": got["n_groups"], "alignment_degenerate": al["degenerate"],
+                                         "spread_min": al["spread_min"], "tie": al["tie"]},
                           [res_a, res_b]),
                 caption=f"{'Document-level l' if level == 'document' else 'L'}inear CKA between each layer of A "
-                        f"({ra.run_name}) and of B ({rb.run_name}) on {why}; "
-                        f"{CKA_ESTIMATOR}{ci_note}. Best layer of B for each layer of A (CKA and interval): "
-                        + ", ".join(f"{a}→{b}" + (f" ({C[i, j]:.3f} [{lo[i, j]:.3f}, {hi[i, j]:.3f}])"
-                                                   if j is not None and np.isfinite(lo[i, j]) else "")
-                                    for i, (a, b, j) in enumerate(zip(ia, best, bj))) + ".")
+                        f"({ra.run_name}) and of B ({rb.run_name}) on {why}; {CKA_ESTIMATOR}{ci_note}. {matches}",
+                notes=[f"No depth alignment: {al['why']}."] if al["degenerate"] else [])

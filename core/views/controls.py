@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from .. import figures as F
-from .common import View, _manifest, as_results
+from . import figures as F
+from .common import View, as_results, view_manifest
 
 
 def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], metric: str, x_axis: str) -> View:
@@ -35,7 +35,7 @@ def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], met
         c = F.color(i)
         name = f"{allr[0].run_name}: {len(allr)} seeds (min-max)"
         fig.add_trace(go.Scatter(x=xs + xs[::-1], y=list(hi) + list(lo[::-1]), mode="lines", fill="toself",
-                                 fillcolor=F._rgba(c, 0.10), line=dict(color=c, width=0.8, dash="dot"), name=F.esc(name),
+                                 fillcolor=F.rgba(c, 0.10), line=dict(color=c, width=0.8, dash="dot"), name=F.esc(name),
                                  hoverinfo="skip"))
         seeds = [r.model_label for r in allr]
         for l in range(n):  # one row per layer: the band as min/max columns, each seed's value beside them
@@ -50,7 +50,7 @@ def add_seed_bands(view: View, runs: Sequence, controls: Sequence[Sequence], met
     if not added:
         return view
 
-    man = _manifest(view.manifest.get("view", "layer_curves"), {**view.manifest.get("params", {}), "seed_band": True},
+    man = view_manifest(view.manifest.get("view", "layer_curves"), {**view.manifest.get("params", {}), "seed_band": True},
                     list(runs) + added)
     return View(view.name, view.title, fig, pd.concat([view.data, pd.DataFrame(extra_rows)], ignore_index=True), man,
                 caption=view.caption + " Bands: the untrained controls over their seeds (min-max).",

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import figures as F
-from .. import metrics as M
-from .common import View, _fmt_n, _manifest, as_results, layer_at_depth, n_layers, run_name
+from ..stats import kernels as M
+from . import figures as F
+from .common import View, as_results, fmt_n, layer_at_depth, n_layers, run_name, view_manifest
 
 
 def _n_tokens(results) -> int:
@@ -51,8 +51,8 @@ def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: i
     series = [{"name": "A - B", "x": xs, "y": df["difference"].tolist(), "color": "#000000", "hover": hover,
                "band": (df["ci_low"].tolist(), df["ci_high"].tolist()), "band_name": "95% bootstrap CI"}]
     fig = F.line_chart(series, title="Difference in mean cosine (A - B) by layer",
-                       subtitle=F.esc(f"A: {name_a} (N = {_fmt_n(_n_tokens(res_a))}) · B: {name_b} "
-                                      f"(N = {_fmt_n(_n_tokens(res_b))}) · band: 95% percentile bootstrap, each run "
+                       subtitle=F.esc(f"A: {name_a} (N = {fmt_n(_n_tokens(res_a))}) · B: {name_b} "
+                                      f"(N = {fmt_n(_n_tokens(res_b))}) · band: 95% percentile bootstrap, each run "
                                       f"resampled by groups of sequences, {n_boot} draws"
                                       + ("" if same else " · layers matched by relative depth")),
                        x_title="layer (0 = embeddings)" if by_layer else
@@ -63,7 +63,7 @@ def mean_cosine_difference(stats_a, res_a: dict, stats_b, res_b: dict, n_boot: i
     df.insert(0, "run_a", name_a)
     k = int(df["excludes_zero"].sum())
     return View("mean_cosine_difference", "Difference in mean cosine", fig, df,
-                _manifest("mean_cosine_difference", {"n_boot": n_boot, "matched_by": "layer" if same else "depth"},
+                view_manifest("mean_cosine_difference", {"n_boot": n_boot, "matched_by": "layer" if same else "depth"},
                           [res_a, res_b]),
                 caption=f"mean cosine of A ({name_a}) minus B ({name_b}) per layer with a 95% bootstrap interval; "
                         f"the interval excludes 0 at {k} of {len(df)} layers.",

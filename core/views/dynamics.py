@@ -23,14 +23,14 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import figures as F
-from ..geometry import CKA_HOVER
-from ..integrity import describe_duplicate
-from ..selection import METRICS
-from .common import View, _manifest, not_applicable
+from ..base.integrity import describe_duplicate
+from ..stats.geometry import CKA_HOVER
+from ..studies.selection import METRICS
+from . import figures as F
+from .common import View, near_ties, not_applicable, tie_width, view_manifest
 
 RISE = 0.1  # a change of mean cosine larger than this is called a rise/fall in the sentences
-# The query/key statistics of core/attention/ shown over training: key -> (label, what it is).
+# The query/key statistics of core/studies/attention/ shown over training: key -> (label, what it is).
 DRIFT_STATS = {
     "q_drift": ("query drift ‖μ_Q‖ / E‖q‖",
                 "norm of the mean query over the mean query norm (0: queries cancel out, 1: all queries equal)"),
@@ -94,7 +94,7 @@ def metric_heatmap(series: dict, metric: str = "mean_cosine") -> View:
     fig.update_traces(hovertemplate="layer %{y}, step index %{x}<br>%{z:.4g}<extra></extra>")
     df = series_table(series)[["run", "step", "layer", metric]]
     return View(f"dynamics_heatmap_{metric}", f"{label} by layer over training", fig, df,
-                _manifest("dynamics_heatmap", {"metric": metric, "steps": steps}, series["results"]),
+                view_manifest("dynamics_heatmap", {"metric": metric, "steps": steps}, series["results"]),
                 caption=f"{label} of every layer (rows) at every checkpoint (columns).")
 
 
@@ -112,7 +112,7 @@ def cosine_curves(series: dict, metric: str = "mean_cosine") -> View:
     fig.update_yaxes(rangemode="tozero")  # from 0: an auto range zoomed on 0.85-0.93 makes any wiggle look large
     df = series_table(series)[["run", "step", "layer", metric]]
     return View(f"dynamics_curves_{metric}", f"{label} over training", fig, df,
-                _manifest("dynamics_curves", {"metric": metric}, series["results"]),
+                view_manifest("dynamics_curves", {"metric": metric}, series["results"]),
                 caption=f"{label} at each checkpoint, one line per layer.")
 
 
@@ -136,7 +136,7 @@ def cka_to_final(series: dict) -> View:
     rows = [{"run": series["run"], "step": s, "layer": l, "cka_to_final": z[i, j]}
             for j, s in enumerate(steps) for i, l in enumerate(sec["layers"])]
     return View("dynamics_cka_final", title, fig, pd.DataFrame(rows),
-                _manifest("dynamics_cka_final", {"steps": steps}, series["results"]),
+                view_manifest("dynamics_cka_final", {"steps": steps}, series["results"]),
                 caption="Linear CKA between each layer of a checkpoint and the same layer of the last checkpoint, on "
                         f"the same {sec['n_positions']} sampled token positions ({sec['estimator']}).")
 
@@ -165,7 +165,7 @@ def outlier_counts(series: dict) -> View:
                        "activation_dims": [",".join(map(str, _persistent(r))) for r in series["results"]],
                        "norm_dims": [",".join(map(str, _norm_persistent(r))) for r in series["results"]]})
     return View("dynamics_outlier_counts", "Persistent outlier dimensions over training", fig, df,
-                _manifest("dynamics_outlier_counts", {}, series["results"]),
+                view_manifest("dynamics_outlier_counts", {}, series["results"]),
                 caption="How many dimensions each outlier rule flags at each checkpoint.")
 
 
@@ -185,7 +185,7 @@ def outlier_identity(series: dict) -> View:
                        "n_checkpoints": [sum(d in p for p in per) for d in dims]})
     notes = [] if dims else ["No dimension is a persistent activation outlier at any checkpoint."]
     return View("dynamics_outlier_identity", "Persistent outlier dimensions by step", fig, df,
-                _manifest("dynamics_outlier_identity", {}, series["results"]),
+                view_manifest("dynamics_outlier_identity", {}, series["results"]),
                 caption="Rows: dimensions flagged at some checkpoint; columns: checkpoints.", notes=notes)
 
 
@@ -214,7 +214,7 @@ def loss_curves(series: dict) -> View:
                       + [{"run": series["run"], "step": c["step"], "kind": "held_out", "loss": c["held_out_loss"]}
                          for c in ck])
     return View("dynamics_loss", "Loss over training", fig, df,
-                _manifest("dynamics_loss", {}, series["results"]),
+                view_manifest("dynamics_loss", {}, series["results"]),
                 caption="Training loss as logged by the Trainer and held-out loss at every checkpoint.")
 
 
@@ -263,7 +263,7 @@ def qk_drift(series: dict, stat: str = "q_drift") -> View:
     # the statistic's whole range (a ratio in [0, 1], a cosine in [-1, 1]), not an auto zoom on 0.85-0.93
     fig.update_yaxes(range=[-1.02, 1.02] if stat == "cos_mu_qk" else [0, 1.02])
     return View(f"dynamics_{stat}", f"{label} over training", fig, pd.DataFrame(rows),
-                _manifest("dynamics_qk", {"statistic": stat, "steps": steps}, series["results"]),
+                view_manifest("dynamics_qk", {"statistic": stat, "steps": steps}, series["results"]),
                 caption=f"{label} at each checkpoint: block l reads hidden state l-1; q and k as the projections "
                         "output them (before any rotary embedding), over the analysed positions. Solid: mean over "
                         "heads; dotted: each head.")
@@ -284,7 +284,7 @@ def compare_runs(by_label: dict[str, dict], metric: str = "mean_cosine", layer: 
     _log_step_axis(fig, sorted({s for ser in by_label.values() for s in _steps(ser)}))
     results = [r for ser in by_label.values() for r in ser["results"]]
     return View(f"dynamics_compare_{metric}", f"{label} over training, compared", fig, pd.DataFrame(rows),
-                _manifest("dynamics_compare", {"metric": metric, "layer": layer}, results),
+                view_manifest("dynamics_compare", {"metric": metric, "layer": layer}, results),
                 caption=f"{label} of the {layer} layer at every checkpoint, runs overlaid.")
 
 
@@ -316,9 +316,13 @@ def summary(series: dict) -> dict:
 
 
 def _peak(mc: np.ndarray, steps: list[int]) -> dict:
-    """Where mean cosine was highest over the whole run (layer, step, value)."""
-    l, j = np.unravel_index(int(np.nanargmax(mc)), mc.shape)
-    return {"layer": int(l), "step": int(steps[j]), "value": float(mc[l, j])}
+    """Where mean cosine was highest over the whole run (layer, step, value), and `ties`: every (layer, step)
+    within the tie tolerance of it (`common.near_ties`), the peak first; more than one: the peak is a tie."""
+    got = near_ties(mc)
+    cells = [np.unravel_index(i, mc.shape) for i in got]
+    l, j = cells[0]
+    return {"layer": int(l), "step": int(steps[j]), "value": float(mc[l, j]),
+            "ties": [{"layer": int(a), "step": int(steps[b]), "value": float(mc[a, b])} for a, b in cells]}
 
 
 def _qk_summary(series: dict) -> dict:
@@ -352,11 +356,20 @@ def _findings(s: dict) -> list[str]:
         out.append(f"Held-out loss went from {s['held_out_loss_first']:.3f} at step 0 to "
                    f"{s['held_out_loss_last']:.3f} at step {steps[-1]:,}.")
     delta = last - first
-    top = int(np.nanargmax(last))
-    out.append(f"Mean cosine of the last layer ({L}) went from {first[-1]:.3f} to {last[-1]:.3f}; the most "
-               f"anisotropic layer at the end is layer {top} ({last[top]:.3f}).")
+    ties = near_ties(last)
+    top = ties[0]
+    most = (f"the most anisotropic layer at the end is layer {top} ({last[top]:.3f})" if len(ties) == 1 else
+            f"the most anisotropic layers at the end are a tie: layers {', '.join(str(i) for i in sorted(ties))} "
+            f"({', '.join(f'{last[i]:.3f}' for i in sorted(ties))}, within {tie_width(last[top]):.2g})")
+    out.append(f"Mean cosine of the last layer ({L}) went from {first[-1]:.3f} to {last[-1]:.3f}; {most}.")
     pk = s["peak"]
-    if pk["step"] != steps[-1] and pk["value"] - last[pk["layer"]] > RISE:
+    pties = pk.get("ties") or [pk]
+    if len(pties) > 1 and any(t["step"] != pk["step"] for t in pties):
+        out.append("The highest mean cosine of the run is a tie between "
+                   + ", ".join(f"layer {t['layer']} at step {t['step']:,} ({t['value']:.3f})" for t in pties[:6])
+                   + (f" and {len(pties) - 6} more" if len(pties) > 6 else "")
+                   + ": no single checkpoint is its peak.")
+    elif pk["step"] != steps[-1] and pk["value"] - last[pk["layer"]] > RISE:
         out.append(f"Anisotropy was transient: layer {pk['layer']} peaked at {pk['value']:.3f} at step "
                    f"{pk['step']:,}, then fell to {last[pk['layer']]:.3f} by step {steps[-1]:,}.")
     rising = [l for l in range(len(delta)) if delta[l] > RISE]

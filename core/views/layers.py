@@ -9,28 +9,28 @@ from typing import Sequence
 import numpy as np
 import pandas as pd
 
-from .. import figures as F
-from .. import statistics as S
-from ..config import CONFIG
-from ..geometry import CKA_HOVER
-from ..metrics import pairwise_cosine_histogram
-from ..reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, LEGACY_ENGLISH_WORDS_MIN, reference_curves
-from ..selection import METRICS, SAMPLE_METRICS
+from ..base.config import CONFIG
+from ..stats import registry as S
+from ..stats.geometry import CKA_HOVER
+from ..stats.kernels import pairwise_cosine_histogram
+from ..stats.reference import ENGLISH_CORPORA, ENGLISH_SHARE_MIN, LEGACY_ENGLISH_WORDS_MIN, reference_curves
+from ..studies.selection import METRICS, SAMPLE_METRICS
+from . import figures as F
 from .common import (
     TOKEN_ID_WHY,
     Results,
     View,
-    _corpora,
-    _fmt_n,
     _layer_dtick,
-    _manifest,
-    _nan,
-    _sizes,
     as_results,
     ci_text,
     cka_bounds,
+    corpora_text,
+    fmt_n,
     modality,
+    nan_if_none,
     not_applicable,
+    sizes_text,
+    view_manifest,
 )
 from .lens import lens_why
 
@@ -56,8 +56,8 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
         xs = [l / L for l in layers] if depth else layers
         ys = res.values(metric)
         sample_metric = stat.kind == "sample"
-        n_txt = f"K = {_fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {_fmt_n(res.n_tokens)} tokens"
-        name = f"{res.run_name} (N = {_fmt_n(res.n_tokens)})"
+        n_txt = f"K = {fmt_n(res.n_sample)} sampled tokens" if sample_metric else f"N = {fmt_n(res.n_tokens)} tokens"
+        name = f"{res.run_name} (N = {fmt_n(res.n_tokens)})"
         definition = F.esc(S.short(metric))
         hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(label)} = {y:.4g}"
                  f"<br>{n_txt}<br><i>{definition}</i>" for l, y in zip(layers, ys)]
@@ -79,7 +79,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                 iname = f"{res.run_name}: isotropic Gaussian, same K and d"
                 series.append({"name": iname, "x": xs, "y": iso, "color": i, "dash": "dot", "symbol": "circle-open",
                                "hover": [f"<b>{F.esc(res.run_name)}</b><br>{F.esc(label)} of an isotropic Gaussian "
-                                         f"sample of the same size (K = {_fmt_n(res.n_sample)}) and width "
+                                         f"sample of the same size (K = {fmt_n(res.n_sample)}) and width "
                                          f"(d = {res.hidden_size}) = {v:.4g}" for v in iso]})
                 for l, y in zip(layers, iso):
                     rows.append({"series": "isotropic baseline", "model": res.model_label, "corpus": res.corpus_label,
@@ -92,11 +92,11 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
             plabel = (post_labels[i] if post_labels else None) or prow[0].get("post", "post-processed")
             if metric in SAMPLE_METRICS:
                 key = SAMPLE_METRICS[metric]
-                py = [_nan(r.get(key)) for r in prow]
-                pname = f"{res.run_name} after {plabel} (K = {_fmt_n(res.n_sample)})"
+                py = [nan_if_none(r.get(key)) for r in prow]
+                pname = f"{res.run_name} after {plabel} (K = {fmt_n(res.n_sample)})"
                 series.append({"name": pname, "x": xs, "y": py, "color": i, "dash": "dash", "symbol": "diamond",
                                "hover": [f"<b>{F.esc(res.run_name)}</b><br>after {F.esc(plabel)}<br>layer {l}"
-                                         f"<br>{F.esc(label)} = {y:.4g} (sample of {_fmt_n(res.n_sample)})"
+                                         f"<br>{F.esc(label)} = {y:.4g} (sample of {fmt_n(res.n_sample)})"
                                          for l, y in zip(layers, py)]})
                 for l, x, y in zip(layers, xs, py):
                     rows.append({"series": f"after {plabel}", "model": res.model_label, "corpus": res.corpus_label,
@@ -104,7 +104,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                                  "n_sample": res.n_sample})
                 if stat.sample_twin:
                     notes.append(f"After post-processing, {label.lower()} is measured on the token sample "
-                                 f"(K = {_fmt_n(res.n_sample)}), not on all N tokens.")
+                                 f"(K = {fmt_n(res.n_sample)}), not on all N tokens.")
             else:
                 notes.append(f"{label} is a corpus-level statistic: the post-processing what-if changes only the "
                              f"sample metrics ({', '.join(_sample_labels())}).")
@@ -125,8 +125,8 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     if not series and not refs:  # never an empty chart: say why
         return not_applicable(f"layers_{metric}", f"{label} by layer", runs,
                               " ".join(n.split(": ", 1)[-1] for n in dict.fromkeys(notes)) or "no run has it")
-    est = S.estimate(metric, _sizes(runs, "sampled tokens"))
-    subtitle = f"{F.esc(_corpora(runs))} · N = {F.esc(_sizes(runs))} per layer · {F.esc(est)}"
+    est = S.estimate(metric, sizes_text(runs, "sampled tokens"))
+    subtitle = f"{F.esc(corpora_text(runs))} · N = {F.esc(sizes_text(runs))} per layer · {F.esc(est)}"
     fig = F.line_chart(series, refs, title=f"{label} by layer", subtitle=subtitle,
                        x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)" if depth
                        else "layer (0 = embeddings)", y_title=unit,
@@ -135,9 +135,9 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
     if stat.figure.log_y or stat.figure.y_range:
         fig.update_yaxes(type="log" if stat.figure.log_y else None, range=stat.figure.y_range)
     return View(f"layers_{metric}", f"{label} by layer", fig, pd.DataFrame(rows),
-                _manifest("layer_curves", {"metric": metric, "x_axis": x_axis, "reference": reference,
+                view_manifest("layer_curves", {"metric": metric, "x_axis": x_axis, "reference": reference,
                                            "post": list(post_labels or [])}, runs),
-                caption=f"{label} per layer; {est}. {_corpora(runs)}; N = {_sizes(runs)}.", notes=notes)
+                caption=f"{label} per layer; {est}. {corpora_text(runs)}; N = {sizes_text(runs)}.", notes=notes)
 
 
 def _sample_labels() -> list[str]:
@@ -147,7 +147,7 @@ def _sample_labels() -> list[str]:
             + [s.label for s in S.STATISTICS if s.kind == "sample" and s.scalar and s.key not in twins])
 
 
-METRIC_COLUMNS = S.table_columns()  # every per-layer column of the Numbers table (core.statistics)
+METRIC_COLUMNS = S.table_columns()  # every per-layer column of the Numbers table (core.stats.registry)
 
 
 def metric_table(runs: Sequence[dict]) -> View:
@@ -164,15 +164,15 @@ def metric_table(runs: Sequence[dict]) -> View:
                 kind = S.BY_KEY[k].kind if k in S.BY_KEY else None
                 if k.endswith("_ci"):
                     lo, hi = (v or [None, None])
-                    row["ci_low"], row["ci_high"] = _nan(lo), _nan(hi)
+                    row["ci_low"], row["ci_high"] = nan_if_none(lo), nan_if_none(hi)
                 elif kind == "per-dim":
                     row[k] = " ".join(str(d) for d in (v or []))
                 else:
-                    row[k] = int(v) if kind == "count" else _nan(v)
+                    row[k] = int(v) if kind == "count" else nan_if_none(v)
             rows.append(row)
-    return View("layers_table", "Per-layer metrics", None, pd.DataFrame(rows), _manifest("metric_table", {}, runs),
-                caption=f"All per-layer metrics. {_corpora(runs)}; N = {_sizes(runs)}; "
-                        f"sample K = {_sizes(runs, 'sampled tokens')}.")
+    return View("layers_table", "Per-layer metrics", None, pd.DataFrame(rows), view_manifest("metric_table", {}, runs),
+                caption=f"All per-layer metrics. {corpora_text(runs)}; N = {sizes_text(runs)}; "
+                        f"sample K = {sizes_text(runs, 'sampled tokens')}.")
 
 
 def pairwise_histogram(stats_list: Sequence, runs: Sequence[dict], layers: Sequence[int],
@@ -191,8 +191,8 @@ def pairwise_histogram(stats_list: Sequence, runs: Sequence[dict], layers: Seque
         mean = res.value(l, "sample_mean_cosine")
         name = f"{res.run_name}, layer {l}"
         series.append({"name": name, "edges": h["edges"], "density": dens, "color": i, "mean": mean})
-        parts.append(f"{res.model_label}: {_fmt_n(h['n_pairs'])} pairs of {_fmt_n(m_rows)} tokens"
-                     + (f" (random subset of the K = {_fmt_n(len(X))} sample)" if m_rows < len(X) else " (the whole sample)"))
+        parts.append(f"{res.model_label}: {fmt_n(h['n_pairs'])} pairs of {fmt_n(m_rows)} tokens"
+                     + (f" (random subset of the K = {fmt_n(len(X))} sample)" if m_rows < len(X) else " (the whole sample)"))
         centers = (h["edges"][:-1] + h["edges"][1:]) / 2
         for lo, c, n, dd in zip(h["edges"][:-1], centers, counts, dens):
             rows.append({"model": res.model_label, "corpus": res.corpus_label, "layer": l, "bin_low": float(lo),
@@ -202,7 +202,7 @@ def pairwise_histogram(stats_list: Sequence, runs: Sequence[dict], layers: Seque
     fig = F.histogram_lines(series, title="Pairwise cosine similarity of sampled tokens", subtitle=subtitle,
                             x_title="cos(x_i, x_j)")
     return View("pairwise_cosine_histogram", "Pairwise cosine similarity", fig, pd.DataFrame(rows),
-                _manifest("pairwise_histogram", {"layers": list(map(int, layers)), "bins": CONFIG.hist_bins,
+                view_manifest("pairwise_histogram", {"layers": list(map(int, layers)), "bins": CONFIG.hist_bins,
                                                  "max_pairs": max_pairs}, runs),
                 caption="Histogram of pairwise cosines; " + "; ".join(parts) + ".")
 
@@ -217,13 +217,13 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
     runs, layers = [r for r, _ in keep], [l for _, l in keep]
     series, rows = [], []
     for i, (res, l) in enumerate(zip(runs, layers)):
-        vals = [_nan(v) for v in res.layers[l]["frequency_binned_cosine"]]
+        vals = [nan_if_none(v) for v in res.layers[l]["frequency_binned_cosine"]]
         fb = res.frequency_bins
         ns = fb.get("n_tokens") or [None] * len(vals)
         rng = fb.get("log_freq_range") or [None] * len(vals)
         xs = list(range(1, len(vals) + 1))
         hover = [f"<b>{F.esc(res.run_name)}</b>, layer {l}<br>decile {x}: mean cos {v:.4g}<br>"
-                 f"{_fmt_n(n or 0)} tokens in this bin"
+                 f"{fmt_n(n or 0)} tokens in this bin"
                  + (f"<br>corpus frequency {math.exp(r[0]):,.0f} to {math.exp(r[1]):,.0f}"
                     if isinstance(r, (list, tuple)) and len(r) == 2 and None not in r else "")
                  for x, v, n, r in zip(xs, vals, ns, rng)]
@@ -232,13 +232,13 @@ def frequency_deciles(runs: Sequence[dict], layers: Sequence[int]) -> View:
             rows.append({"model": res.model_label, "corpus": res.corpus_label, "layer": l, "decile": x,
                          "mean_cosine": v, "n_tokens": int(n or 0)})
     fig = F.line_chart(series, title="Mean cosine by token-frequency decile",
-                       subtitle=F.esc(f"{_corpora(runs)} · N = {_sizes(runs)} split into 10 bins of equal token "
+                       subtitle=F.esc(f"{corpora_text(runs)} · N = {sizes_text(runs)} split into 10 bins of equal token "
                                       "counts by the corpus frequency of the token type"),
                        x_title="frequency decile (1 = rarest, 10 = most frequent tokens)",
                        y_title="mean cos within the decile", x_range=(0.5, 10.5), x_dtick=1)
     return View("frequency_deciles", "Mean cosine by frequency decile", fig, pd.DataFrame(rows),
-                _manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
-                caption=f"Mean cosine within each token-frequency decile; N = {_sizes(runs)}.",
+                view_manifest("frequency_deciles", {"layers": list(map(int, layers))}, runs),
+                caption=f"Mean cosine within each token-frequency decile; N = {sizes_text(runs)}.",
                 notes=[f"Not shown (not applicable, no token ids): {', '.join(skipped)}"] if skipped else [])
 
 
@@ -313,6 +313,6 @@ def cka_heatmap(runs: Sequence[dict]) -> View:
     sub = F.esc(f"{est}; " + "; ".join(parts))
     fig = F.heat_panels(panels[:4], title="Linear CKA between layers (the same token positions in every layer)",
                         subtitle=sub, colorbar_title="CKA", zmin=0.0, zmax=1.0)
-    return View("layers_cka", "Linear CKA between layers", fig, pd.DataFrame(rows), _manifest("cka_heatmap", {}, runs),
+    return View("layers_cka", "Linear CKA between layers", fig, pd.DataFrame(rows), view_manifest("cka_heatmap", {}, runs),
                 caption=f"Similarity of the representations of two layers on the same tokens: 1 = the same up to a "
                         f"rotation and scale, 0 = unrelated. {est}; " + "; ".join(parts) + ".")

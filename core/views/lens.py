@@ -8,9 +8,9 @@ from typing import Sequence
 
 import pandas as pd
 
-from .. import figures as F
-from .. import statistics as S
-from .common import View, _fmt_n, _manifest, as_results, not_applicable
+from ..stats import registry as S
+from . import figures as F
+from .common import View, as_results, fmt_n, not_applicable, view_manifest
 
 LENS_KEYS = ("logit_lens_kl", "logit_lens_entropy", "logit_lens_top1_agreement")
 TITLE = "Logit lens by layer"
@@ -51,7 +51,7 @@ def lens_curves(runs: Sequence[dict], x_axis: str = "layer") -> View:
             d = S.DEFINITIONS[k]
             ys = res.values(k)
             hover = [f"<b>{F.esc(res.run_name)}</b><br>layer {l} of {L} (depth {l / L:.2f})<br>{F.esc(S.BY_KEY[k].label)}"
-                     f" = {y:.4g}<br>n = {_fmt_n(sec['n_positions'])} positions<br><i>{F.esc(d.short)}</i>"
+                     f" = {y:.4g}<br>n = {fmt_n(sec['n_positions'])} positions<br><i>{F.esc(d.short)}</i>"
                      f"<br>{F.esc(d.paper)}" for l, y in zip(layers, ys)]
             p["series"].append({"name": res.run_name, "x": xs, "y": ys, "color": i, "hover": hover})
         for r in res.layers:
@@ -61,7 +61,7 @@ def lens_curves(runs: Sequence[dict], x_axis: str = "layer") -> View:
     sub = F.esc("the model's own final norm and unembedding on each layer's hidden states; " + "; ".join(parts))
     fig = F.line_panels(panels, title=TITLE, subtitle=sub,
                         x_title="relative depth (layer / L)" if depth else "layer (0 = embeddings)")
-    return View("layers_logit_lens", TITLE, fig, pd.DataFrame(rows), _manifest("lens_curves", {"x_axis": x_axis}, runs),
+    return View("layers_logit_lens", TITLE, fig, pd.DataFrame(rows), view_manifest("lens_curves", {"x_axis": x_axis}, runs),
                 caption="Each layer read as a prediction with the model's own final norm and unembedding (logit lens, "
                         "nostalgebraist 2020): KL from the model's output distribution (nats, 0 at the last layer), "
                         "entropy of the lens (nats), and the share of positions whose top token is already the "
@@ -83,6 +83,6 @@ def lens_tokens(runs: Sequence[dict], top: int = 5) -> View:
             rows.append({"model": res.model_label, "layer": int(l), "positions": int(sec["n_positions"]),
                          "top-1 tokens (count)": " · ".join(f"{t['text']!r} ({t['count']})" for t in toks[:top])})
     return View("layers_logit_lens_tokens", "Logit lens: most frequent top-1 tokens", None, pd.DataFrame(rows),
-                _manifest("lens_tokens", {"top": top}, runs),
+                view_manifest("lens_tokens", {"top": top}, runs),
                 caption="Per layer, the tokens that the lens most often predicts first (decoded text, with the number "
                         "of sampled positions where each is the lens's top-1).")

@@ -6,13 +6,13 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .. import figures as F
-from ..analysis import cosine_contributions, mean_abs
-from ..config import CONFIG
-from ..metrics import top_contributions
-from ..outliers import sigma_rule, sigma_threshold
-from ..reference import reference_outlier_dims
-from .common import Results, View, _fmt_n, _manifest, _nan, as_results
+from ..base.config import CONFIG
+from ..stats.assemble import cosine_contributions, mean_abs
+from ..stats.kernels import top_contributions
+from ..stats.outliers import sigma_rule, sigma_threshold
+from ..stats.reference import reference_outlier_dims
+from . import figures as F
+from .common import Results, View, as_results, fmt_n, nan_if_none, view_manifest
 
 SIGMA = f"{CONFIG.outlier_sigma:g}"
 
@@ -25,18 +25,18 @@ def outlier_bars(stats, results: dict, layer: int) -> View:
     """mean |x_d| for every dimension at `layer`, activation outliers highlighted."""
     results = as_results(results)
     m = mean_abs(stats)[layer]
-    thr = sigma_threshold(m)  # the rule's own line (core.outliers), not a re-derivation
+    thr = sigma_threshold(m)  # the rule's own line (core.stats.outliers), not a re-derivation
     out = _layer_outliers(results, layer)
     L = results.n_layers - 1
     fig = F.dim_bars(m, out, threshold=thr, title=f"Mean |x_d| per dimension, layer {layer} of {L}",
-                     subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · "
+                     subtitle=F.esc(f"{results.run_name} · N = {fmt_n(results.n_tokens)} tokens · "
                                     f"{len(out)} outlier dims (mean |x_d| > mean + {SIGMA} std over the {len(m)} dims)"),
                      y_title="mean |x_d| (hidden-state units)")
     df = pd.DataFrame({"model": results.model_label, "corpus": results.corpus_label, "layer": layer,
                        "dim": np.arange(len(m)), "mean_abs": m, "outlier": np.isin(np.arange(len(m)), out),
                        "threshold": thr, "n_tokens": results.n_tokens})
     return View(f"outlier_bars_layer{layer}", "Mean |x_d| per dimension", fig, df,
-                _manifest("outlier_bars", {"layer": layer}, [results]),
+                view_manifest("outlier_bars", {"layer": layer}, [results]),
                 caption=f"Mean absolute activation per dimension at layer {layer}; outliers: {out}.")
 
 
@@ -48,7 +48,7 @@ def outlier_heatmap(stats, results: dict) -> View:
     z = (m - mu) / np.where(sd > 0, sd, 1.0)
     hover = np.vectorize(lambda a, b: f"mean |x_d| = {a:.3g}<br>{b:+.1f} std from the layer mean")(m, z)
     fig = F.heatmap(np.clip(z, 0, None), title="Outlier dimensions across layers",
-                    subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · colour: "
+                    subtitle=F.esc(f"{results.run_name} · N = {fmt_n(results.n_tokens)} tokens · colour: "
                                    f"(mean |x_d| - layer mean) / layer std, below 0 shown as 0; outlier rule: > {SIGMA}"),
                     x_title="dimension d", y_title="layer (0 = embeddings)", colorbar_title="std above<br>layer mean",
                     zmin=0, zmax=max(6.0, float(np.nanmax(z))), hover=hover)
@@ -56,7 +56,7 @@ def outlier_heatmap(stats, results: dict) -> View:
     df = pd.DataFrame({"model": results.model_label, "layer": np.repeat(np.arange(L1), d),
                        "dim": np.tile(np.arange(d), L1), "mean_abs": m.ravel(), "z": z.ravel()})
     return View("outlier_heatmap", "Outlier dimensions across layers", fig, df,
-                _manifest("outlier_heatmap", {}, [results]),
+                view_manifest("outlier_heatmap", {}, [results]),
                 caption="Per layer, each dimension's mean |x_d| in standard deviations above the layer mean.")
 
 
@@ -74,14 +74,14 @@ def cosine_contribution_bars(stats, results: dict, layer: int, top: int | None =
     fig = F.ranked_bars([str(int(d)) for d in order], cc[order], [int(d) in out for d in order],
                         hover=[f"{share[d]:.1%} of the mean cosine" for d in order],
                         title=f"Cosine contribution of the top {len(order)} dimensions, layer {layer}",
-                        subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · mean cosine "
+                        subtitle=F.esc(f"{results.run_name} · N = {fmt_n(results.n_tokens)} tokens · mean cosine "
                                        f"{total:.4f} = sum over all {len(cc)} dims; top 3 by |CC_d| carry {k3:.0%}"),
                         x_title="dimension d (ranked by |CC_d|)", y_title="CC_d (contribution to mean cosine)")
     df = pd.DataFrame({"model": results.model_label, "layer": layer, "dim": np.arange(len(cc)), "cc": cc,
                        "share": share, "outlier": np.isin(np.arange(len(cc)), sorted(out)),
                        "n_tokens": results.n_tokens})
     return View(f"cosine_contribution_layer{layer}", "Cosine contribution by dimension", fig, df,
-                _manifest("cosine_contribution", {"layer": layer, "top": top}, [results]),
+                view_manifest("cosine_contribution", {"layer": layer, "top": top}, [results]),
                 caption=f"Per-dimension contributions CC_d to the mean cosine at layer {layer}; they sum to {total:.4f}.")
 
 
@@ -111,7 +111,7 @@ def outlier_definitions(results: dict) -> View:
                      "activation": " ".join(map(str, act[l])),
                      "norm_parameters": " ".join(map(str, a["norm"])) if a else "",
                      "both": " ".join(map(str, a["intersection"])) if a else "",
-                     "jaccard": _nan(a["jaccard"]) if a else float("nan")})
+                     "jaccard": nan_if_none(a["jaccard"]) if a else float("nan")})
     notes = []
     if "error" in norm:
         notes.append(f"Norm-parameter rule unavailable: {norm['error']}")
@@ -122,11 +122,11 @@ def outlier_definitions(results: dict) -> View:
                      + f"; persistent (flagged in > {CONFIG.norm_persistence_blocks} blocks): "
                      + f"{norm.get('persistent') or 'none'}.")
     fig = F.dim_matrix(groups, title="Outlier dimensions: activation vs norm-parameter definitions",
-                       subtitle=F.esc(f"{results.run_name} · N = {_fmt_n(results.n_tokens)} tokens · norm block b "
+                       subtitle=F.esc(f"{results.run_name} · N = {fmt_n(results.n_tokens)} tokens · norm block b "
                                       f"is drawn at hidden layer b + {offset} ({norm.get('placement') or '?'}-norm)"),
                        n_layers=L1, d=max(d, 1))
     return View("outlier_definitions", "Activation vs norm-parameter outliers", fig, pd.DataFrame(rows),
-                _manifest("outlier_definitions", {}, [results]),
+                view_manifest("outlier_definitions", {}, [results]),
                 caption="Dims flagged per layer by the activation rule (circles) and the norm-parameter rule (crosses).",
                 notes=notes)
 
@@ -146,7 +146,7 @@ def outlier_summary(results: dict) -> View:
         rows.append({"source": f"published: {ref['model']} ({ref['paper']})", "dims": " ".join(map(str, ref["dims"])),
                      "rule": ref["estimator"]})
     return View("outlier_summary", "Persistent outlier dimensions", None, pd.DataFrame(rows),
-                _manifest("outlier_summary", {}, [results]),
+                view_manifest("outlier_summary", {}, [results]),
                 caption="Published dims belong to other models (different d): context, not a check of this run.")
 
 
@@ -164,24 +164,24 @@ def massive_activations(results: dict) -> View:
         elif m.get("frame") is not None:
             where = f"frame {m['frame']} ({m.get('time_s', 0):.2f} s)"
         rows.append({"layer": m["layer"], "top_dims": " ".join(map(str, m["dims"])),
-                     "max_abs": " ".join(f"{v:.3g}" for v in m["values"]), "median_abs": _nan(m["median_abs"]),
-                     "ratio": _nan(m["ratio"]), "token": m.get("token"), "position": m.get("position"),
+                     "max_abs": " ".join(f"{v:.3g}" for v in m["values"]), "median_abs": nan_if_none(m["median_abs"]),
+                     "ratio": nan_if_none(m["ratio"]), "token": m.get("token"), "position": m.get("position"),
                      "position_class": where, "dims_above_100x": m.get("dims_above_100x"),
                      "dims_above_1000x": m.get("dims_above_1000x"), "values_above_100x": m.get("values_above_100x"),
                      "values_above_1000x": m.get("values_above_1000x")})
     layers = [m["layer"] for m in ma]
-    ratios = [_nan(m["ratio"]) for m in ma]
-    hover = [f"layer {m['layer']}: top-1 / median = {_nan(m['ratio']):.4g}<br>dim {m['dims'][0] if m['dims'] else '-'}"
+    ratios = [nan_if_none(m["ratio"]) for m in ma]
+    hover = [f"layer {m['layer']}: top-1 / median = {nan_if_none(m['ratio']):.4g}<br>dim {m['dims'][0] if m['dims'] else '-'}"
              + (f", {F.esc(str(m.get('token')))} at position {m.get('position')} ({m.get('position_class')})"
                 if m.get("position") is not None else "") for m in ma]
     fig = F.line_chart([{"name": results.run_name, "x": layers, "y": ratios, "color": 0, "hover": hover}],
                        title="Massive activations: top-1 / median per layer",
-                       subtitle=F.esc(f"{results.run_name} · top: max |x| over all {_fmt_n(results.n_tokens)} "
+                       subtitle=F.esc(f"{results.run_name} · top: max |x| over all {fmt_n(results.n_tokens)} "
                                       "analysed tokens; median: of |x| over the K x d values of the token sample"),
                        x_title="layer (0 = embeddings)", y_title="max |x| / median |x| (log scale)")
     fig.update_yaxes(type="log")
     return View("massive_activations", "Massive activations", fig, pd.DataFrame(rows),
-                _manifest("massive_activations", {}, [results]),
+                view_manifest("massive_activations", {}, [results]),
                 caption="Largest max |x_d| per layer and its ratio to the median |x| of the sample (Sun et al. 2024); "
                         "the token and position holding the top-1 value, its position class, and how many dims "
                         "(over all tokens) and sample values lie above 100x and 1000x the median. Definitions: "
@@ -205,7 +205,7 @@ def ablation_view(ab: dict, results: dict, label: str = "outlier dims") -> View:
               "value": ab["random_delta_mean"], "std": ab["random_delta_std"], "points": ab["random_deltas"],
               "color": F.OKABE_ITO[0]}]
     fig = F.delta_bars(items, title="LM loss when dimensions are zeroed in every norm",
-                       subtitle=F.esc(f"{results.run_name} · held-out text: {_fmt_n(ab.get('held_out_tokens', 0))} "
+                       subtitle=F.esc(f"{results.run_name} · held-out text: {fmt_n(ab.get('held_out_tokens', 0))} "
                                       f"tokens, {ab.get('held_out_documents', '?')} documents · baseline loss "
                                       f"{ab['baseline_loss']:.3f} nats/token · error bar: 1 std of the draws"),
                        y_title="Δ loss (nats/token)")
@@ -216,7 +216,7 @@ def ablation_view(ab: dict, results: dict, label: str = "outlier dims") -> View:
     df = pd.DataFrame(rows).assign(baseline_loss=ab["baseline_loss"], n_tokens=ab.get("n_tokens"))
     sentence = ablation_sentence(ab, label)
     return View("ablation", "Ablation of outlier dimensions", fig, df,
-                _manifest("ablation", {"dims": ab["dims"], "set": label}, [results]),
+                view_manifest("ablation", {"dims": ab["dims"], "set": label}, [results]),
                 caption=f"Zeroing dims {ab['dims']}: Δloss {ab['delta']:+.4f} vs random {ab['random_delta_mean']:+.4f}. "
                         + sentence, notes=[sentence])
 

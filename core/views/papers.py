@@ -1,5 +1,5 @@
 """The Papers page's views: each paper's figure redrawn on the offline models, the published values beside
-ours, and the claims table, from a reproduction's record (`core.papers.run`). No I/O; every view is a
+ours, and the claims table, from a reproduction's record (`core.studies.papers.run`). No I/O; every view is a
 `View`, so the export path (PNG/SVG/PDF/HTML/CSV/JSON, manifest inside) applies as on any page.
 
 x axes are relative depth (layer / last layer): the papers' models and ours differ in depth.
@@ -10,8 +10,9 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import __version__
-from .. import figures as F
-from ..papers import claims as C
+from ..stats import registry as S
+from ..studies.papers import claims as C
+from . import figures as F
 from .attention import drift_heatmap
 from .common import View
 
@@ -52,7 +53,8 @@ def _curve_view(rec: dict, runs: list[dict], metric: str, name: str, title: str,
         y = [_num(v) for v in r["curves"][metric]]
         x = _depth(len(y))
         control = r["role"] == "control"
-        series.append({"name": f"{r['label']}{' (random init)' if control else ''}", "x": x, "y": y,
+        on = f" on {r['corpus']}" if r["role"] == "frequency" else ""
+        series.append({"name": f"{r['label']}{on}{' (random init)' if control else ''}", "x": x, "y": y,
                        "color": groups.index(r["group"]), "dash": "dash" if control else "solid",
                        "symbol": "circle-open" if control else "circle",
                        "hover": [f"{F.esc(r['label'])}<br>layer {lay} (depth {d:.2f}): {v:.3f}"
@@ -71,13 +73,50 @@ def _curve_view(rec: dict, runs: list[dict], metric: str, name: str, title: str,
     return View(name, title, fig, pd.DataFrame(rows), _manifest(rec, name, runs), caption=caption)
 
 
+def robust_text(c: dict) -> str:
+    """A claim's robustness in one cell: "robust", "robust (verdict only: ...)", "not robust: why", or "" (not
+    testable here, or not checked)."""
+    word, why = c.get("robust") or "", c.get("robust_why") or ""
+    if not word:
+        return ""
+    if word == C.ROBUST:
+        return f"robust ({why})" if why else "robust"
+    return f"{word}: {why}" if why else word
+
+
+def statistics_of(rec: dict) -> list[str]:
+    """The registry's per-layer statistics that the record's runs carry (menu order): what `statistic_view` draws."""
+    keys = [k for k in S.picker() if any(k in r["curves"] for r in rec["runs"])]
+    return [k for k in keys if any(_num(v) == _num(v) for r in rec["runs"] for v in r["curves"].get(k) or [])]
+
+
+def statistic_view(rec: dict, key: str) -> View:
+    """Any per-layer statistic of the registry, by relative depth, for every run of the reproduction."""
+    if key not in S.picker():
+        raise ValueError(f"{key!r} is not a per-layer statistic of the registry")
+    label, axis = S.picker()[key]
+    runs = [r for r in rec["runs"] if key in r["curves"]]
+    return _curve_view(rec, runs, key, f"{rec['paper']}_stat_{key}", f"{label} by layer: every run", axis,
+                       caption=S.short(key))
+
+
 def claims_view(rec: dict) -> View:
-    """The claims table, computed from the record's numbers (`core.papers.run.claims_of`)."""
+    """The claims table, computed from the record's numbers (`core.studies.papers.run.claims_of`)."""
     rows = [{"claim": c["claim"], "source": c["source"], "what we measured": c["measured"],
-             "verdict": VERDICT_MARK[c["verdict"]], "reason": c["reason"]} for c in rec["claims"]]
+             "verdict": VERDICT_MARK[c["verdict"]], "robust": robust_text(c), "reason": c["reason"],
+             "context": c.get("context", "")}
+            for c in rec["claims"]]
     s = C.summary(rec["claims"])
     cap = (f"{s[C.AGREES]} claims agree, {s[C.DISAGREES]} do not, {s[C.UNTESTED]} cannot be tested with the offline "
-           f"models. Verdicts are computed from the numbers (rules in core/papers/claims.py).")
+           f"models. Verdicts are computed from the numbers (rules in core/studies/papers/claims.py).")
+    rob = rec.get("robustness")
+    if rob:
+        n = sum(1 for c in rec["claims"] if c.get("robust") == C.ROBUST)
+        tested = sum(1 for c in rec["claims"] if c.get("robust"))
+        cap += (f" {n} of {tested} tested verdicts are robust, checked at "
+                f"{', '.join(v['label'] for v in rob['variants'])} ({rob['rule']}).")
+    else:
+        cap += " Robustness was not checked for this record (a variant's own record, or one from before the check)."
     return View(f"{rec['paper']}_claims", f"{rec['title']}: the claims", None, pd.DataFrame(rows),
                 _manifest(rec, "claims"), caption=cap)
 
@@ -102,7 +141,9 @@ def godey_views(rec: dict) -> list[View]:
                                    f"Mean cosine by layer: {title}", "mean cosine similarity",
                                    caption="Solid: trained; dashed: the same configuration with random weights."))
     if rec.get("drift"):
-        out += [drift_heatmap(rec["drift"], "output_mean_cosine"), drift_heatmap(rec["drift"], "attention_entropy")]
+        out += [drift_heatmap(rec["drift"], k) for k in ("output_mean_cosine", "output_within_sequence_cosine",
+                                                          "attention_entropy")
+                if k != "output_within_sequence_cosine" or "experiments" in rec["drift"]]
     return out
 
 
@@ -241,6 +282,10 @@ def headline(rec: dict) -> str:
     s = C.summary(rec["claims"])
     t = rec.get("timing", {}).get("wall_s")
     took = f" in {t:.0f} s" if t is not None else ""
-    return (f"{len(rec['runs'])} runs{took}: {s[C.AGREES]} claims agree, {s[C.DISAGREES]} do not, "
-            f"{s[C.UNTESTED]} not testable here.")
+    rob = rec.get("robustness")
+    more = f" (each again at {' and at '.join(v['label'] for v in rob['variants'])})" if rob else ""
+    n = sum(1 for c in rec["claims"] if c.get("robust") == C.ROBUST)
+    robust = f"; {n} of {s[C.AGREES] + s[C.DISAGREES]} verdicts robust" if rob else ""
+    return (f"{len(rec['runs'])} runs{more}{took}: {s[C.AGREES]} claims agree, {s[C.DISAGREES]} do not, "
+            f"{s[C.UNTESTED]} not testable here{robust}.")
 

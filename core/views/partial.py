@@ -1,5 +1,5 @@
 """Partial results: the curves of a run still computing (or of one that failed), from the sums over the
-batches processed so far (`core.analysis.partial_results`). The same views as the final results,
+batches processed so far (`core.stats.assemble.partial_results`). The same views as the final results,
 titled and captioned as partial, with the count ("partial: 12,400 of 40,000 tokens"); the statistics
 of the token sample are not drawn from a partial sample (the page says they wait for it to fill)."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from .. import statistics as S
-from ..selection import METRICS
+from ..stats import registry as S
+from ..studies.selection import METRICS
 from .common import View, as_results
 from .compare import outlier_counts
 from .layers import layer_curves

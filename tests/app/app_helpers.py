@@ -68,7 +68,7 @@ def wait_for_jobs(timeout: float = 900) -> None:
     """Wait until the worker has finished every queued or running job."""
     import time
 
-    from core import jobs
+    from core.entry import jobs
 
     t0 = time.monotonic()
     while any(j.active for j in jobs.list_jobs()):
@@ -81,10 +81,10 @@ def stop_worker(cache_dir, timeout: float = 60) -> None:
     another while the last one it spawned (under a minute ago) is still alive, even while exiting."""
     import time
 
-    from core import jobs
+    from core.entry import jobs, worker
 
-    pid = jobs.worker_pid(cache_dir)
-    jobs.stop_worker(cache_dir)
+    pid = worker.worker_pid(cache_dir)
+    worker.stop_worker(cache_dir)
     t0 = time.monotonic()
     while pid and pid > 0 and jobs.pid_alive(pid):
         assert time.monotonic() - t0 < timeout, f"the worker {pid} did not exit"

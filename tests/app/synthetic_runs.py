@@ -1,11 +1,11 @@
 """Synthetic runs for the app tier: statistics written into the test cache under a run's real key, so
 that every page finds them as a cache hit and no model is ever loaded.
 
-- `seed(spec)` reads the corpus with the project's own reader and budget (core.corpora), tokenizes it
+- `seed(spec)` reads the corpus with the project's own reader and budget (core.inputs.corpora), tokenizes it
   with a whitespace tokenizer, draws hidden states (numpy: an isotropic Gaussian plus an offset that
   grows with depth and one outlier dimension driven by token frequency), accumulates the streaming sums
-  with the layout core.extract produces, and stores them with the project's cache writer
-  (`pipeline.get_store(...).put` under `pipeline.run_key(spec)`). `pipeline.analyze` then builds the
+  with the layout core.compute.extract produces, and stores them with the project's cache writer
+  (`core.base.cache.get_store(...).put` under `pipeline.run_key(spec)`). `pipeline.analyze` then builds the
   results from them, as after a real run.
 - The worker of the app tier runs the "analyze" job kind below (ANISO_JOB_MODULES=synthetic_jobs, set by
   tests/app/conftest.py): it seeds the run, then runs the real job (a cache hit), so Run, progress,
@@ -24,13 +24,15 @@ from pathlib import Path
 
 import numpy as np
 
-from core import jobs
-from core.config import CONFIG
-from core.corpora import load_documents, tokenize_budget
-from core.errors import Cancelled
-from core.models import describe_model, is_local_folder
-from core.pipeline import get_store, is_cached, run_key
-from core.spec import RunSpec
+from core.base.cache import get_store
+from core.base.config import CONFIG
+from core.base.errors import Cancelled
+from core.base.spec import RunSpec
+from core.compute.pipeline import is_cached, run_key
+from core.entry import job_records
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.inputs.models import describe_model, is_local_folder
+from core.stats.sums import SUMS, Tokens, check_layout
 
 SHAPES = {"minilm-l6": (6, 384), "untrained-minilm-l6": (6, 384), "untrained-bert-base": (12, 768),
           "smollm2-135m": (30, 576), "untrained-gpt2": (12, 768)}  # (blocks, width) of the real models
@@ -39,7 +41,7 @@ OUTLIER = 5  # the planted outlier dimension
 
 
 class WordTokenizer:
-    """A whitespace tokenizer with [CLS] ... [SEP] around each text: enough for core.corpora."""
+    """A whitespace tokenizer with [CLS] ... [SEP] around each text: enough for core.inputs.corpora."""
 
     all_special_ids = [PAD, CLS, SEP]
     pad_token_id = PAD
@@ -86,7 +88,7 @@ def _stack(rows: list[np.ndarray], d: int) -> np.ndarray:
 
 
 def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
-    """(manifest, meta, arrays) of a synthetic run of `spec`, laid out as core.extract lays out a real one."""
+    """(manifest, meta, arrays) of a synthetic run of `spec`, laid out as core.compute.extract lays out a real one."""
     tok = WordTokenizer()
     documents = load_documents(spec.corpus, spec.text_column, spec.encoding)
     windows = tokenize_budget(documents, tok, spec.max_tokens, spec.max_seq_len, spec.seed, spec.corpus)
@@ -113,9 +115,9 @@ def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
     K = min(spec.sample, N)
     sample_idx = np.sort(rng.choice(N, size=K, replace=False))
     common = rng.normal(size=d)
-    keys = ("group_sum_u", "group_u_sq", "sum_u_sq", "sum_doc_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",
-            "max_abs", "sum_f_abs", "intra_sum", "intra_n", "id_sum_u", "id_seq_sq", "bin_sum_u", "bin_u_sq")
-    acc: dict[str, list] = {k: [] for k in keys}
+    # the forward sums of core.stats.sums: a naive formula each below, or the declared `add` (numpy) for the others
+    forward = [z for z in SUMS if z.source == "forward" and not z.transient]
+    acc: dict[str, list] = {z.name: [] for z in forward}
     sample = np.zeros((L1, K, d), dtype=np.float32)
     doc_idx = np.unique(windows.doc, return_inverse=True)[1][seq]
     for layer in range(L1):
@@ -147,6 +149,12 @@ def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
                                                 for s in np.unique(seq[ids == t])) for t in tracked]))
         acc["bin_sum_u"].append(np.stack([u[bins == b].sum(0) for b in range(nb)]))
         acc["bin_u_sq"].append(np.bincount(bins, weights=(u * u).sum(1), minlength=nb))
+        tok_x = Tokens(X, np.linalg.norm(X, axis=1), np.ones(N, dtype=bool), d)
+        for z in forward:
+            if z.add is not None:
+                acc[z.name].append(z.add(tok_x))
+            elif len(acc[z.name]) != layer + 1:
+                raise KeyError(f"core.stats.sums declares {z.name!r}: give it a naive formula here (or an `add` there)")
         sample[layer] = X[sample_idx]
     arrays = {k: np.asarray(v, dtype=np.float64) for k, v in acc.items()}
     arrays["id_sum_u"] = arrays["id_sum_u"].reshape(L1, len(tracked), d)
@@ -164,6 +172,7 @@ def synthetic_entry(spec: RunSpec) -> tuple[dict, dict, dict]:
         sample_doc=windows.doc[seq[sample_idx]].astype(np.int64), sample_freq=freq_lut[ids[sample_idx]],
         layer_index=np.arange(L1),
     )
+    check_layout(arrays, {"L": L1, "d": d, "G": ng, "I": len(tracked), "F": nb}, positions=False)
     w = 1 + 0.05 * rng.normal(size=(blocks, d))
     w[:, OUTLIER] = 3.0  # the planted dim is also a norm-parameter outlier in every block
     arrays["norm_weight"], arrays["norm_bias"] = w, 0.05 * rng.normal(size=(blocks, d))
@@ -214,7 +223,7 @@ def seed(spec: RunSpec, cache_dir=None) -> str:
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The app tier's "analyze" job: the real job on a synthetic run. A run of more than 100,000 tokens
     first spends a few seconds in steps (checking Cancel), so that a test can cancel it while it runs."""
-    from core.pipeline import job_analyze as real
+    from core.compute.pipeline import job_analyze as real
 
     refuse_models()  # in the worker, before anything runs (tests/app/conftest.py does it in the test process)
     spec = RunSpec.from_dict(params["spec"])
@@ -232,7 +241,7 @@ class ModelLoaded(AssertionError):
     pass
 
 
-_REAL: dict = {}  # the real core.models.load_model
+_REAL: dict = {}  # the real core.inputs.models.load_model
 
 
 def _refused(model, *a, **k):
@@ -242,7 +251,7 @@ def _refused(model, *a, **k):
 
 def refuse_models() -> list[str]:
     """Make every core module's `load_model` fail in this process; returns the modules patched now."""
-    from core import models
+    from core.inputs import models
 
     _REAL.setdefault("load_model", models.load_model)
     real = _REAL["load_model"]
@@ -260,11 +269,11 @@ def allow_models() -> None:
     for name, mod in list(sys.modules.items()):
         if (name == "core" or name.startswith("core.")) and getattr(mod, "load_model", None) is _refused:
             mod.load_model = _REAL["load_model"]
-    jobs.KINDS["analyze"] = _REAL.get("analyze", jobs.KINDS["analyze"])  # a job run here after the app tier is real
+    job_records.KINDS["analyze"] = _REAL.get("analyze", job_records.KINDS["analyze"])  # a job run here after the app tier is real
 
 
 def use_synthetic_analyze() -> None:
     """The "analyze" job kind runs `job_analyze` in this process (the app tier's worker: synthetic_jobs.py;
     the test process while the app tier runs). `allow_models` gives the real kind back."""
-    _REAL.setdefault("analyze", jobs.KINDS["analyze"])
-    jobs.register("analyze", "synthetic_runs:job_analyze", "core.pipeline:job_analyze_key", "extraction")
+    _REAL.setdefault("analyze", job_records.KINDS["analyze"])
+    job_records.register("analyze", "synthetic_runs:job_analyze", "core.compute.pipeline:job_analyze_key", "extraction")

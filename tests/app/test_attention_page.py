@@ -11,7 +11,7 @@ import pytest
 from app_helpers import by_title, no_exception
 from synthetic_runs import seed
 
-from core.selection import Selection
+from core.studies.selection import Selection
 
 PAGE = "pages/attention.py"
 TOKENS = 1500  # not the other app tests' selection: their first test expects a cold cache
@@ -33,10 +33,15 @@ def test_controlled_experiment_from_the_page(app, spec):
     at.button(key="FormSubmitter:drift-Run experiment").click().run()
     no_exception(at)
     cos = by_title(at, "Controlled experiment: output mean cosine")
-    z = cos["data"][0]["z"]
-    assert z.shape == (3, 2)
-    assert (np.diff(z, axis=0) > 0).all()  # grows with alpha at each tau
-    assert by_title(at, "Controlled experiment: attention entropy")["data"][0]["z"].shape == (3, 2)
+    titles = [a["text"] for a in cos["layout"]["annotations"]]
+    assert "query and key drift (isolated)" in titles and "input drift (baseline)" in titles  # side by side, named
+    iso, base = (np.asarray(t["z"]) for t in cos["data"][:2])
+    assert iso.shape == base.shape == (3, 2)
+    assert (np.diff(base, axis=0) > 0).all()  # the baseline grows with alpha at each tau (anisotropic inputs)
+    ent = np.asarray(by_title(at, "Controlled experiment: attention entropy")["data"][0]["z"])
+    assert (ent[-1] < ent[0]).all()  # the isolated query drift sharpens attention
+    found = [t.value for t in at.table if "verdict" in t.value.columns]
+    assert found and any("Baseline, input drift" in c for c in found[0].index)
     at.text_input(key="dr_taus").set_value("0, 1")
     at.button(key="FormSubmitter:drift-Run experiment").click().run()
     no_exception(at)

@@ -8,10 +8,11 @@ import pytest
 from app_helpers import figures, no_exception
 from synthetic import synthetic_stats
 
-from core import chain_ablation as CA
-from core.config import CONFIG
-from core.pipeline import analyze, get_store, resolve
-from core.selection import Selection
+from core.base.cache import get_store
+from core.base.config import CONFIG
+from core.compute.pipeline import analyze, resolve
+from core.studies.chain import ablate_links as CA
+from core.studies.selection import Selection
 
 TOKENS = "2310"  # this module's own budget: other app tests expect a cold cache for theirs
 MODEL = "minilm-l6"
@@ -69,3 +70,22 @@ def test_a_hostile_cabl_value_is_refused(app, planted):
     no_exception(at)
     assert "cabl" not in at.query_params or at.query_params["cabl"] in ("1", ["1"])
     assert figures(at)
+
+
+def test_the_last_panel_shows_any_statistic_of_the_registry(app, planted):
+    from core.stats import registry as S
+
+    at = app(models=(MODEL,), page="pages/chain.py", tokens=TOKENS)
+    no_exception(at)
+    box = next(s for s in at.selectbox if s.key == "chain_stat")
+    res = analyze(resolve(planted))
+    offered = [k for k in S.picker() if any(row.get(k) is not None for row in res["layers"])]
+    assert box.value == "mean_cosine" and len(box.options) == len(offered) > 10  # every statistic the run has
+    assert S.picker()["token_kurtosis"][0] in box.options
+    box.set_value("token_kurtosis").run()
+    no_exception(at)
+    chain = next(f for f in figures(at) if "outlier chain" in str(f["layout"]["title"]))
+    label = S.picker()["token_kurtosis"][0]
+    trace = next(tr for tr in chain["data"] if tr.get("name") == label)
+    assert list(trace["y"]) == pytest.approx([row["token_kurtosis"] for row in res["layers"]])
+    assert chain["layout"]["yaxis4"]["type"] == "log"  # the registry's figure default for it

@@ -83,7 +83,7 @@ def test_shared_server_refuses_hub_ids_and_folders(app, monkeypatch):
 def test_a_one_word_corpus_says_not_enough_data(app, cache_dir):
     from app_helpers import run_clicked
 
-    from core.uploads import save_upload
+    from core.inputs.uploads import save_upload
 
     path = save_upload(b"hello\n", "one.txt", cache_dir)
     at = app(corpus=f"upload:{path.name}", sample="100")
@@ -97,7 +97,7 @@ def test_a_one_word_corpus_says_not_enough_data(app, cache_dir):
 def test_a_two_word_corpus_renders_every_page(app, cache_dir, page):
     from app_helpers import run_clicked
 
-    from core.uploads import save_upload
+    from core.inputs.uploads import save_upload
 
     path = save_upload(b"hello world\n", "two.txt", cache_dir)
     at = app(corpus=f"upload:{path.name}", sample="100")
@@ -171,7 +171,7 @@ def _rendered_safely(texts: list[str]) -> None:
 
 @pytest.mark.parametrize("name", list(HOSTILE_UPLOADS))
 def test_markdown_and_html_from_an_upload_are_shown_as_text(app, cache_dir, name):
-    from core.uploads import save_upload
+    from core.inputs.uploads import save_upload
 
     content, column, kind = HOSTILE_UPLOADS[name]
     path = save_upload(content, f"{MD_LINK} {HTML} {name}", cache_dir)
@@ -208,10 +208,10 @@ VIEW_KEYS = {
     "cattn": HTML, "ltab": MD_IMG, "otab": "x" * 500, "paper": MD_LINK, "pbudget": "1e99", "pruns": "/etc/passwd,minilm-l6",
     "tpreset": ":red[danger] :material/home:", "druns": f"../x,{MD_LINK}", "dtokens": "-1", "tcorpus": "/etc/passwd",
     "tcol": MD_IMG, "tarch": MD_LINK, "tlr": "inf", "tvocab": str(10**12), "twidth": "0", "dr_d": "NaN",
-    "dr_alphas": "1e400", "dr_taus": "-1", "drift": HTML,
+    "dr_alphas": "1e400", "dr_taus": "-1", "drift": HTML, "lab": "../../etc/passwd", "lstat": MD_LINK,
 }
 ALL_PAGES = ["pages/layers.py", "pages/outliers.py", "pages/chain.py", "pages/projection.py", "pages/compare.py",
-             "pages/train.py", "pages/dynamics.py", "pages/attention.py", "pages/papers.py"]
+             "pages/train.py", "pages/dynamics.py", "pages/attention.py", "pages/papers.py", "pages/lab.py"]
 
 
 def test_hostile_view_keys_are_said_on_every_page_and_ignored(app):
@@ -229,3 +229,106 @@ def test_hostile_view_keys_are_said_on_every_page_and_ignored(app):
             kept = at.query_params.get(key)
             assert value not in (kept if isinstance(kept, list) else [kept]), (page, key, kept)
     assert at.session_state["selection"].dyn_tokens == 500  # clamped, and said
+
+
+# Issue 37 items 3-5 and 7: values of every kind for every key of every page, generated from the keys the
+# selection reads (core.studies.selection) rather than listed by hand: no traceback, no server path, and a warning for
+# every value that is not taken as it is (ignored or clamped), on every page, Train, Dynamics and Papers too.
+def _every_key() -> list[str]:
+    from core.studies import selection as S
+
+    return [*S._KEYS, *S._PP_KEYS, *S.TRAIN_KEYS, *S.DRIFT_KEYS, "drift"]
+
+
+HOSTILE_VALUES = {  # kind -> one value given to every key at once
+    "over-long": "x" * 300,
+    "over-long path": "a/" + "b" * 300,
+    "existing path": "core/data",
+    "missing path": "core/nodata",
+    "absolute path": "/etc",
+    "missing checkpoint": "trained/nosuchrun@step-1",
+    "NUL": "a\x00b",
+    "unicode": "é\u202eñ\u200b😀",
+    "huge number": "9" * 40,
+    "negative": "-1",
+    "list": ["1", "x" * 300],
+}
+
+
+def _taken(sel, key: str, value) -> bool:
+    """Whether the selection took the URL's value as it is (then nothing needs saying)."""
+    from core.studies.selection import to_query_params
+
+    def norm(v: str):
+        try:
+            return float(v)  # "1e+39" and "9" * 40 are one number
+        except ValueError:
+            return v
+
+    kept = to_query_params(sel).get(key)
+    given = value if isinstance(value, list) else [value]
+    kept = {norm(v) for v in (kept if isinstance(kept, list) else [kept])} if kept is not None else set()
+    return all(norm(v) in kept for v in given) and bool(kept)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["default", "shared"])
+@pytest.mark.parametrize("kind", list(HOSTILE_VALUES))
+def test_every_key_of_every_page_takes_every_kind_of_value(app, monkeypatch, kind, shared):
+    import os
+
+    from app_helpers import ROOT
+
+    if shared:
+        monkeypatch.setenv("ANISO_SHARED", "1")
+    monkeypatch.chdir(ROOT)  # "core/data" exists relative to the server's working folder, "core/nodata" does not
+    value = HOSTILE_VALUES[kind]
+    at = app(models=value if isinstance(value, list) else [value],  # (app() takes the models apart)
+             **{key: value for key in _every_key() if key != "models"})
+    for page in ALL_PAGES:
+        at.switch_page(page).run()
+        assert not at.exception, (page, [e.stack_trace for e in at.exception])
+        texts = _texts(at)
+        for t in texts:
+            assert str(ROOT) not in t and os.sep + "site-packages" not in t, (page, t)  # no server path
+        warned = " ".join(w.value for w in at.warning).replace("\\", "")
+        sel = at.session_state["selection"]
+        for key in _every_key():
+            if _taken(sel, key, value):
+                continue
+            assert f"URL parameter {key}=" in warned or f"URL parameter {key} ignored" in warned, (page, kind, key)
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["default", "shared"])
+def test_models_answer_the_same_whether_a_folder_exists_or_not(app, monkeypatch, shared):
+    """Issue 37 item 3: models=core/data (a folder of the server's working directory) and models=core/nodata get
+    the same answer, in both modes; an over-long value is refused on every page without a traceback (item 4)."""
+    from app_helpers import ROOT
+
+    if shared:
+        monkeypatch.setenv("ANISO_SHARED", "1")
+    monkeypatch.chdir(ROOT)
+    answers = []
+    for value in ("core/data", "core/nodata"):
+        at = app(models=["minilm-l6", value])
+        no_exception(at)
+        answers.append((sorted(w.value.replace(value, "VALUE") for w in at.warning),
+                        sorted(c.value.replace(value, "VALUE") for c in at.sidebar.caption
+                               if "VALUE" in c.value.replace(value, "VALUE")),
+                        value in at.session_state["selection"].models))
+    assert answers[0] == answers[1], answers
+    assert answers[0][2] is (not shared)  # a hub id where the hub is allowed, refused on a shared server
+    at = app(models=["minilm-l6", "m" * 300])
+    for page in ALL_PAGES:
+        at.switch_page(page).run()
+        no_exception(at)
+        assert any("URL parameter models" in w.value for w in at.warning), page
+
+
+def test_a_missing_trained_checkpoint_in_the_url_is_said_and_dropped(app):
+    """Issue 37 item 5: trained/nosuchrun@step-1 ended in a traceback on Layers and Papers."""
+    at = app(models=["minilm-l6", "trained/nosuchrun@step-1"])
+    for page in ("pages/layers.py", "pages/papers.py"):
+        at.switch_page(page).run()
+        no_exception(at)
+        assert any("no such trained checkpoint" in w.value for w in at.warning), page
+    assert at.session_state["selection"].models == ("minilm-l6",)

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import sys
 import app  # the entrypoint as `streamlit run` starts it: navigation, sidebar, the default page
-import core.views, core.export, core.report, ui.data, ui.page, ui.run, ui.sidebar, ui.training
+import core.views, core.views.export, core.views.report, ui.data, ui.page, ui.run, ui.sidebar, ui.training
 print(sorted(m for m in ("torch", "transformers", "umap") if m in sys.modules))
 """
 

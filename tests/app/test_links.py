@@ -13,9 +13,10 @@ import pytest
 from app_helpers import figures, no_exception
 from synthetic import synthetic_run, synthetic_stats
 
-from core.papers import run as R
-from core.pipeline import get_store, resolve
-from core.selection import Selection
+from core.base.cache import get_store
+from core.compute.pipeline import resolve
+from core.studies.papers import run as R
+from core.studies.selection import Selection
 
 TOKENS = "2330"  # this module's own budget: other app tests expect a cold cache for theirs
 TWO = ("minilm-l6", "untrained-minilm-l6")
@@ -150,8 +151,15 @@ def _train(at):
             "tpreset": "natural-vs-uniform"}
 
 
+def _lab(at):
+    at.selectbox(key="lab_pick").set_value("lab-old").run()
+    at.segmented_control(key="lab_stat").set_value("max_massive_ratio").run()
+    assert any("top-1/median" in str(f["layout"]["title"]) for f in figures(at))  # the older lab's effects are drawn
+    return {"lab": "lab-old", "lstat": "max_massive_ratio"}
+
+
 PAGES = {"layers": _layers, "outliers": _outliers, "projection": _projection, "chain": _chain, "compare": _compare,
-         "attention": _attention, "papers": _papers, "dynamics": _dynamics, "train": _train}
+         "attention": _attention, "papers": _papers, "dynamics": _dynamics, "train": _train, "lab": _lab}
 
 
 @pytest.fixture(scope="module")
@@ -178,10 +186,27 @@ def page_env(monkeypatch, tmp_path, series):
     return train_cache
 
 
+@pytest.fixture
+def lab_env(cache_dir):
+    """The Lab page's stored labs: a finished one-seed lab and a newer running one (tests/synthetic_lab.py)."""
+    import shutil
+    import time
+
+    from synthetic_lab import synthetic_lab, write_lab
+
+    def plant():
+        write_lab(cache_dir, "lab-old", synthetic_lab(seeds=(0,), pending=None, status="done"), mtime=time.time() - 60)
+        write_lab(cache_dir, "lab-new", synthetic_lab())
+    yield plant
+    shutil.rmtree(cache_dir / "labs", ignore_errors=True)
+
+
 @pytest.mark.parametrize("page", list(PAGES))
-def test_a_link_restores_the_view(app, planted, page_env, page):
+def test_a_link_restores_the_view(app, planted, page_env, lab_env, page):
     if page == "train":
         page_env()
+    if page == "lab":
+        lab_env()
     # Layers is the home page ("/"): its link opens there (the harness opens every session on it first)
     path = None if page == "layers" else f"pages/{page}.py"
     at = app(models=TWO, page=path, tokens=TOKENS)

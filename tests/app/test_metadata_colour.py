@@ -14,7 +14,7 @@ import pytest
 import synthetic_runs
 from app_helpers import by_title, no_exception
 
-from core.selection import from_query_params
+from core.studies.selection import from_query_params
 
 TOPICS = ("rivers", "mountains", "deserts")
 PROJ = "of sampled token representations"
@@ -24,7 +24,7 @@ PROJ = "of sampled token representations"
 def upload(cache_dir):
     import pandas as pd
 
-    from core.uploads import save_upload, upload_id
+    from core.inputs.uploads import save_upload, upload_id
 
     rows = []
     for i in range(30):
@@ -70,11 +70,12 @@ def test_colour_by_a_numeric_column_and_the_export(app, upload):
     assert min(tr["marker"]["color"]) >= 1990 and max(tr["marker"]["color"]) <= 2019  # a colour scale of years
     assert fig["layout"]["coloraxis"]["colorbar"]["title"]["text"] == "year"
     # the CSV and JSON exports carry each point's value (the view as the page draws it)
-    from core import export, views
-    from core.corpora import document_metadata
-    from core.pipeline import analyze, get_stats
-    from core.projection import project, sample_table
-    from core.selection import Selection
+    from core import views
+    from core.compute.pipeline import analyze, get_stats
+    from core.compute.projection import project, sample_table
+    from core.inputs.corpora import document_metadata
+    from core.studies.selection import Selection
+    from core.views import export
 
     spec = Selection(corpus=upload[0], text_column="text", max_tokens=1500, sample=300).spec("minilm-l6")
     table = sample_table(get_stats(spec), document_metadata(spec.corpus, "text"))

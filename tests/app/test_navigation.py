@@ -9,8 +9,9 @@ import pytest
 from app_helpers import figures, no_exception
 from synthetic import synthetic_stats
 
-from core.pipeline import get_store, resolve
-from core.selection import GODEY_CONTROLS, GODEY_MODELS, GODEY_PRESET, Selection
+from core.base.cache import get_store
+from core.compute.pipeline import resolve
+from core.studies.selection import GODEY_CONTROLS, GODEY_MODELS, GODEY_PRESET, Selection
 
 TOKENS = "2300"  # not the other app tests' budget: their first test expects a cold cache
 TWO = ("minilm-l6", "untrained-minilm-l6")
@@ -106,7 +107,7 @@ def test_train_and_dynamics_sidebar_shows_what_applies(app, page, corpus):
 
 
 def test_the_default_budget_is_a_first_look_with_a_way_to_more(app):
-    from core.selection import DEFAULT, FULL_LOOK_TOKENS, UI_MAX_TOKENS
+    from core.studies.selection import DEFAULT, FULL_LOOK_TOKENS, UI_MAX_TOKENS
 
     assert DEFAULT.max_tokens == UI_MAX_TOKENS == 8_000
     at = app(tokens=str(UI_MAX_TOKENS))

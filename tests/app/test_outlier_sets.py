@@ -12,7 +12,8 @@ import pytest
 import synthetic_runs
 from app_helpers import by_title, no_exception
 
-from core.selection import from_query_params
+from core.base.cache import get_store
+from core.studies.selection import from_query_params
 
 MODEL = "untrained-gpt2"
 
@@ -21,7 +22,7 @@ MODEL = "untrained-gpt2"
 def query(cache_dir):
     import pandas as pd
 
-    from core.uploads import save_upload, upload_id
+    from core.inputs.uploads import save_upload, upload_id
 
     docs = [{"text": " ".join(f"w{(i * 11 + j) % 97}" for j in range(40))} for i in range(30)]
     uid = upload_id(save_upload(pd.DataFrame(docs).to_csv(index=False).encode(), "sets.csv", cache_dir))
@@ -48,8 +49,8 @@ def _ablation_tab(app, query, **kw):
 
 
 def _store_ablation(spec, dims):
-    from core import pipeline
-    from core.config import CONFIG
+    from core.base.config import CONFIG
+    from core.compute import pipeline
 
     res = pipeline.analyze(spec)
     _, key = pipeline._ablation_request(res, dims, CONFIG.ablation_random_draws, CONFIG.ablation_held_out_tokens)
@@ -57,11 +58,11 @@ def _store_ablation(spec, dims):
           "random_deltas": [0.1, 0.2], "random_delta_mean": 0.15, "random_delta_std": 0.07, "dims": sorted(dims),
           "random_dims": [[1, 2], [3, 4]], "modules": [], "n_tokens": 500, "held_out_tokens": 500,
           "held_out_documents": 4}
-    pipeline.get_store().put(key, ab)
+    get_store().put(key, ab)
 
 
 def test_the_ablation_tab_uses_the_typed_set_and_queues_it(app, query, monkeypatch):
-    from core import jobs
+    from core.entry import jobs
 
     monkeypatch.setattr("ui.run.start_worker", lambda: None)  # the job is checked, not run (no model here)
     at = _ablation_tab(app, query)
@@ -93,8 +94,9 @@ def test_typed_dims_are_checked_against_the_model(app, query):
 
 
 def test_the_stored_ablation_of_the_chosen_set_is_shown_and_reported(app, query):
-    from core import report, views
-    from core.pipeline import analyze
+    from core import views
+    from core.compute.pipeline import analyze
+    from core.views import report
 
     sel = from_query_params({k: [v] for k, v in query.items()})[0]
     spec = sel.spec(MODEL)
@@ -115,11 +117,11 @@ def test_the_stored_ablation_of_the_chosen_set_is_shown_and_reported(app, query)
 def test_a_note_of_both_frequency_views_is_shown_once(app, query, monkeypatch):
     """The position warning belongs to the Frequency figure and to its table (each exports it): the tab wrote it
     twice, one under the other. Any note the figure already shows is not repeated under the table."""
-    from core.escape import markdown_text
-    from core.views import dimension
+    from core.base.escape import markdown_text
+    from core.views import single_dim
 
     note = "The top-20 tokens of dims 8 (position 0) sit mostly at one position (planted)."
-    monkeypatch.setattr(dimension, "position_notes", lambda *a, **k: [note])
+    monkeypatch.setattr(single_dim, "position_notes", lambda *a, **k: [note])
     q = {**query, "tokens": "1210", "oset": "persistent"}  # a budget of its own: no view memoised without the patch
     synthetic_runs.seed(from_query_params({k: [v] for k, v in q.items()})[0].spec(MODEL))
     at = _ablation_tab(app, q)

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from app_helpers import APP, SMALL, TIMEOUT, by_title, figures, no_exception, run_clicked, title
 
-from core.pipeline import analyze, is_cached
-from core.selection import Selection, strongest_dims
+from core.compute.pipeline import analyze, is_cached
+from core.studies.selection import Selection, strongest_dims
 
 PAGES = ["pages/layers.py", "pages/outliers.py", "pages/projection.py", "pages/compare.py"]
 TWO = ("minilm-l6", "untrained-bert-base")
@@ -265,7 +265,7 @@ def test_a_table_corpus_from_the_url(app, cache_dir, tmp_path):
     """An upload is named in the URL by its id (no server path), and everywhere by its own name."""
     import pandas as pd
 
-    from core.uploads import save_upload, upload_id
+    from core.inputs.uploads import save_upload, upload_id
 
     df = pd.DataFrame({"id": range(40), "text": [f"Document {i} talks about rivers, mountains and the sea. " * 3
                                                  for i in range(40)]})
@@ -344,7 +344,7 @@ def test_report_zip_of_the_selection(computed):
     import io
     import zipfile
 
-    from core.report import build_report
+    from core.views.report import build_report
 
     sel = Selection(models=TWO, max_tokens=2000, sample=500)
     z = zipfile.ZipFile(io.BytesIO(build_report(sel, image_formats=("png",))))
@@ -385,7 +385,7 @@ def test_one_model_on_several_corpora(app, computed):
 
 
 def _active_jobs():
-    from core import jobs
+    from core.entry import jobs
 
     return [j for j in jobs.list_jobs() if j.active]
 
@@ -395,7 +395,7 @@ def test_run_is_a_job_that_navigation_and_widgets_do_not_cancel(app, computed):
     ends, the page shows the figures without pressing Run again."""
     import time
 
-    from core import jobs
+    from core.entry import jobs
 
     at = app(tokens="2600")
     at.sidebar.button(key="run").click().run()
@@ -423,7 +423,7 @@ def test_run_is_a_job_that_navigation_and_widgets_do_not_cancel(app, computed):
 def test_cancel_button_stops_the_job_and_stores_nothing(app, computed):
     import time
 
-    from core import jobs
+    from core.entry import jobs
 
     at = app(tokens="150000")
     spec = Selection(max_tokens=150000, sample=500).spec("minilm-l6")

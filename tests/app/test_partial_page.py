@@ -13,10 +13,10 @@ import pytest
 import synthetic_runs
 from app_helpers import by_title, figures, no_exception
 
-from core import jobs
-from core.analysis import partial_results
-from core.pipeline import RunStats, analyze_params, is_cached
-from core.selection import Selection
+from core.compute.pipeline import RunStats, analyze_params, is_cached
+from core.entry import jobs
+from core.stats.assemble import partial_results
+from core.studies.selection import Selection
 
 TOKENS = 2_350  # a budget no other app test computes (test_navigation plants runs at 2,300)
 

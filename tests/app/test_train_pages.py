@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from app_helpers import no_exception
 
-from core import jobs
+from core.entry import jobs
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_train_form_names_no_server_file_outside_the_data_directory(app, tmp_pat
 
 
 def test_train_form_lists_the_sidebars_own_corpus_by_its_name(app, tmp_path, monkeypatch):
-    from core import uploads
+    from core.inputs import uploads
 
     monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
     uid = uploads.upload_id(uploads.save_upload(b"Some words of our own. " * 50, "my lab notes.txt"))
@@ -88,14 +88,19 @@ def test_dynamics_hub_series_form_takes_the_sidebars_model_rule(app, tmp_path, m
     assert any("hub identifiers are switched off" in e.value for e in at.error), [e.value for e in at.error]
     monkeypatch.setenv("ANISO_ALLOW_HUB", "1")
     monkeypatch.setenv("ANISO_ALLOW_MODEL_FOLDERS", "0")
-    at.text_input(key="dyn_hub").set_value("docs/training")  # a folder of the server, relative to the app
-    at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
-    assert any("local model folders are switched off" in e.value for e in at.error), [e.value for e in at.error]
+    answers = []  # a folder of the server, relative to the app, and a name that is none: the same answer (a hub id
+    for name in ("docs/training", "docs/nothing-here"):  # either way, issue 37 item 3), never a local folder
+        at.text_input(key="dyn_hub").set_value(name)
+        at.button(key="FormSubmitter:hub_series_form-Add and analyse").click().run()
+        no_exception(at)
+        answers.append([e.value.replace(name.replace("_", "\\_"), "NAME").replace(name, "NAME") for e in at.error])
+    assert answers[0] and answers[0] == answers[1], answers
+    assert not any("local model folder" in e for e in answers[0]), answers
     assert not jobs.list_jobs(kinds=("series",)) and not hub_series_list(tmp_path)
 
 
 def hub_series_list(cache):
-    from core import hub_series
+    from core.inputs import hub_series
 
     return hub_series.list_series(cache)
 
@@ -119,3 +124,26 @@ def test_a_run_started_elsewhere_shows_on_every_page(app, monkeypatch, page):
     finally:
         for j in new:
             jobs.cancel(j.id)
+
+
+def test_a_run_that_did_not_learn_says_so_beside_its_losses(app, tmp_path, monkeypatch):
+    """The run record's `learned` flag (held-out loss not below the unigram entropy): a warning in its expander."""
+    from core.inputs import checkpoints
+    from core.studies.train_spec import TrainSpec
+
+    monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path))
+    spec = TrainSpec(optimizer="sgd", lr=1e-4, steps=2).to_dict()
+
+    def record(run, learned, last):
+        ck = [{"step": s, "model": checkpoints.ident_of(run, s), "held_out_loss": loss, "train_loss": None,
+               "tokens_seen": s * 1024} for s, loss in ((0, 8.4), (2, last))]
+        checkpoints.write_run(run, {"run": run, "spec": spec, "status": "done", "device": "cpu", "checkpoints": ck,
+                                    "optimizer": "sgd", "lr": 1e-4, "unigram_entropy": 6.25, "learned": learned})
+
+    record("stuck-run", False, 8.125)
+    record("fine-run", True, 5.5)
+    at = app(page="pages/train.py")
+    no_exception(at)
+    warnings = [w.value for w in at.warning]
+    assert len(warnings) == 1, warnings
+    assert warnings[0].startswith("Did not learn: held-out loss 8.125 is not below the corpus's unigram entropy 6.250")

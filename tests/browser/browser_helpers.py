@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 from bench.appserver import CHROMIUM, ROOT  # noqa: F401 - shared with bench.load; re-exported for the tests
 from bench.appserver import CHROMIUM_ARGS as ARGS  # noqa: F401
@@ -59,3 +61,17 @@ def download(page, key: str, fmt: str, timeout_ms: float = 120_000):
     with page.expect_download(timeout=timeout_ms) as dl:
         button.click()
     return dl.value
+
+
+def user_page(browser, downloads: bool = False):
+    """A browser of its own (a new context: its own Streamlit session and token), patient with a busy machine."""
+    pg = browser.new_context(viewport={"width": 1400, "height": 1000}, accept_downloads=downloads).new_page()
+    pg.set_default_timeout(240_000)
+    return pg
+
+
+def shots_dir(tmp_path) -> Path:
+    """Where screenshots go: $ANISO_SCREENSHOT_DIR when set (to look at them), else the test's tmp_path."""
+    d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
+    d.mkdir(parents=True, exist_ok=True)
+    return d

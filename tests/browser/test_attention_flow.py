@@ -33,9 +33,9 @@ def _figure(page, title: str) -> dict:
 
 
 def test_attention_page(server, browser, tmp_path):
-    from core import jobs
-    from core.pipeline import analyze
-    from core.selection import Selection
+    from core.compute.pipeline import analyze
+    from core.entry import jobs
+    from core.studies.selection import Selection
 
     url, cache = server
     spec = Selection(models=("minilm-l6",), max_tokens=1500, sample=500).spec("minilm-l6")
@@ -102,10 +102,11 @@ def test_chain_page_draws_every_link(server, browser, tmp_path):
     draw their curves on one depth axis (the super-weight block marked) and the sentences follow."""
     from synthetic import synthetic_stats
 
-    from core.chain.run import chain_key
-    from core.chain.summary import high_norm_section, massive_section
-    from core.pipeline import analyze, get_store, resolve
-    from core.selection import Selection
+    from core.base.cache import get_store
+    from core.compute.pipeline import analyze, resolve
+    from core.stats.chain_summary import high_norm_section, massive_section
+    from core.studies.chain.run import chain_key
+    from core.studies.selection import Selection
 
     url, cache = server
     spec = Selection(models=("minilm-l6",), max_tokens=CHAIN_TOKENS, sample=500).spec("minilm-l6")
@@ -137,7 +138,8 @@ def test_chain_page_draws_every_link(server, browser, tmp_path):
         assert len(drawn) == 1, drawn
         fig = drawn[0]
         want = ["top-1 / median |x|", "top-1 dim", "first-position sink share (block b at layer b+1)",
-                "sink rate (heads with α₁ > 0.3)", "mean cosine", "super weight (dashed: block b writes layer b+1)"]
+                "sink rate (heads with α₁ > 0.3)", "mean cosine",
+                "super weight, confirmed by ablation (dashed: block b writes layer b+1)"]
         assert fig["names"] == want, fig["names"]
         assert fig["points"] == [7, 7, 6, 6, 7, 1], fig["points"]  # every layer (blocks at layers 1-6)
         assert fig["drawn"] >= 7 + 7 + 6 + 1, fig  # lines and markers in the SVG, not only in the data

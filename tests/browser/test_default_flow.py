@@ -157,8 +157,8 @@ def test_default_flow(server, browser, tmp_path):
 
 def test_cancel_stores_nothing(server, browser):
     """A long job, cancelled from its progress panel: the app says so and the cache has no entry."""
-    from core.pipeline import is_cached
-    from core.selection import Selection
+    from core.compute.pipeline import is_cached
+    from core.studies.selection import Selection
 
     url, cache = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})

@@ -90,6 +90,37 @@ def test_markdown_and_paths_from_the_url(server, page, tmp_path):
     page.screenshot(path=str(_shots(tmp_path) / "hostile-url.png"), full_page=True)
 
 
+def _what_the_page_says(page, value: str) -> tuple:
+    """The page's warnings and errors, the sidebar's model lines and the title, with `value` written VALUE; and
+    whether the sidebar's models box holds it."""
+    def texts(selector: str) -> list[str]:
+        return sorted(" ".join(t.replace(value, "VALUE").split())
+                      for t in page.locator(selector).all_inner_texts())
+
+    title = " ".join(page.locator("[data-testid=stMain] h1").first.inner_text().replace(value, "VALUE").split())
+    kept = value in page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").first.inner_text()
+    return texts("[data-testid=stAlert]"), texts("[data-testid=stSidebar] [data-testid=stCaptionContainer]"), title, kept
+
+
+def test_models_answer_the_same_whether_a_folder_exists_on_the_server(server, page, tmp_path):
+    """Issue 37 item 3, default settings: models=core/data (a folder of the server's working directory) was refused
+    while models=core/nodata was taken as a hub id: the answer told what exists on the server. Now both are hub ids."""
+    from browser_helpers import ROOT
+
+    assert (ROOT / "core" / "data").is_dir() and not (ROOT / "core" / "nodata").exists()
+    answers = []
+    for value in ("core/data", "core/nodata"):
+        page.goto(f"{server}/?{urllib.parse.urlencode({'models': f'minilm-l6,{value}', 'tokens': '800'})}")
+        page.get_by_test_id("stSidebar").get_by_role("button", name="Run").wait_for()
+        _settle(page)
+        body = page.inner_text("body")
+        assert "Traceback" not in body and "Errno" not in body
+        answers.append(_what_the_page_says(page, value))
+        page.screenshot(path=str(_shots(tmp_path) / f"hostile-models-{value.replace('/', '-')}.png"), full_page=True)
+    assert answers[0] == answers[1], answers
+    assert answers[0][3]  # a hub id where the hub is allowed (the default): in the models box, for both
+
+
 def test_tokens_names_and_text_are_escaped_in_figures(server, page, tmp_path):
     q = urllib.parse.urlencode({"corpus": f"data:{NAME}", "tokens": "800", "sample": "300"})
     page.goto(f"{server}/?{q}")

@@ -61,7 +61,7 @@ def test_type_a_hub_id_see_its_size_run_watch_the_download_get_the_curve(hub_app
         line.first.wait_for(timeout=180_000)
         page.screenshot(path=str(shots / "hub-download.png"))
         text = line.first.inner_text()
-        assert "Step 2 of 4" in text and "(9 of 9 files)" in text, text
+        assert "Step 2 of 5" in text and "(9 of 9 files)" in text, text
         # the curve: the layer curve of the hub model, labelled with its id
         page.get_by_text("computed in").first.wait_for(timeout=300_000)
         traces = wait_plots(page, 1)

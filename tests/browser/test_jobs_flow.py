@@ -26,7 +26,7 @@ PAGES = tuple(MIN_PLOTS)  # Layers, Outliers, Projection, Compare
 
 
 def _jobs(cache):
-    from core import jobs
+    from core.entry import jobs
 
     return jobs.list_jobs(cache)
 
@@ -50,7 +50,7 @@ def _curve(page) -> list:
 
 
 def test_run_then_browse_everything_while_the_job_runs(server, browser):
-    from core import jobs
+    from core.entry import jobs
 
     url, cache = server
     query = "tokens=5000&sample=600"
@@ -91,7 +91,7 @@ def test_run_then_browse_everything_while_the_job_runs(server, browser):
 
 
 def test_two_contexts_start_the_same_spec_one_computation(server, browser):
-    from core import jobs
+    from core.entry import jobs
 
     url, cache = server
     query = "tokens=4500&sample=500"
@@ -118,7 +118,7 @@ def test_two_contexts_start_the_same_spec_one_computation(server, browser):
 
 
 def test_worker_killed_halfway_then_retry(server, browser):
-    from core import jobs
+    from core.entry import jobs, worker
 
     url, cache = server
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -128,11 +128,11 @@ def test_worker_killed_halfway_then_retry(server, browser):
     _wait_job(cache, lambda js: any("60,000" in j.label and j.progress.stage == "forward" and j.progress.done > 0 for j in js),
               what="the 60k job's forward pass")
     job = [j for j in _jobs(cache) if "60,000" in j.label][0]
-    os.kill(jobs.worker_pid(cache), signal.SIGKILL)  # what the OOM killer does
+    os.kill(worker.worker_pid(cache), signal.SIGKILL)  # what the OOM killer does
     page.get_by_text("the extraction failed").wait_for(timeout=120_000)
     assert any("stopped while running" in a.inner_text() for a in page.get_by_test_id("stAlert").all())
-    from core.pipeline import is_cached
-    from core.spec import RunSpec
+    from core.base.spec import RunSpec
+    from core.compute.pipeline import is_cached
 
     assert not is_cached(RunSpec(max_tokens=60000, sample=500), cache_dir=cache)
     # The failure ends the job: the panel reruns the whole app once. A click while that rerun replaces the

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from browser_helpers import CHROMIUM, goto_page, settle, wait_plots
 
-from core.selection import GODEY_PRESET, Selection, to_query_params
+from core.studies.selection import GODEY_PRESET, Selection, to_query_params
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow,
               pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"Debian's chromium is not installed at "
@@ -33,7 +33,7 @@ HOVER_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
 
 @pytest.fixture(scope="module")
 def site(server):
-    from core.pipeline import analyze
+    from core.compute.pipeline import analyze
 
     url, cache = server
     for spec in SEL.specs():

@@ -8,13 +8,12 @@ Screenshots go to $ANISO_SCREENSHOT_DIR or a temp dir."""
 from __future__ import annotations
 
 import io
-import os
 import urllib.parse
 import zipfile
 from pathlib import Path
 
 import pytest
-from browser_helpers import CHROMIUM, settle
+from browser_helpers import CHROMIUM, settle, shots_dir, user_page
 
 from bench.appserver import app_server
 
@@ -38,22 +37,11 @@ def server(tmp_path_factory):
         pytest.fail(str(e))
 
 
-def _user(browser):
-    """A browser of its own (a new context: its own Streamlit session and token)."""
-    pg = browser.new_context(viewport={"width": 1400, "height": 1000}).new_page()
-    pg.set_default_timeout(240_000)
-    return pg
-
-
-def _shots(tmp_path) -> Path:
-    d = Path(os.environ.get("ANISO_SCREENSHOT_DIR") or tmp_path)
-    d.mkdir(parents=True, exist_ok=True)
-    return d
 
 
 @pytest.mark.parametrize("key,model", [("icorpus", "dinov2-vits14"), ("acorpus", "whisper-tiny-en")])
 def test_corpus_folders_from_the_url_are_refused_alike(server, browser, key, model, tmp_path):
-    pg = _user(browser)
+    pg = user_page(browser)
     answers = []
     for path in ("/usr", "/no-such-folder-here"):
         pg.goto(f"{server}/?{urllib.parse.urlencode({'models': model, key: path})}")
@@ -64,12 +52,12 @@ def test_corpus_folders_from_the_url_are_refused_alike(server, browser, key, mod
         answers.append(sorted(line.replace(path, "PATH") for line in body.splitlines() if "not available here" in line))
         assert f"{key}=" not in pg.url  # the refused key is dropped from the link
     assert answers[0] and answers[0] == answers[1]  # the same answer whether the folder exists or not
-    pg.screenshot(path=str(_shots(tmp_path) / f"shared-{key}.png"), full_page=True)
+    pg.screenshot(path=str(shots_dir(tmp_path) / f"shared-{key}.png"), full_page=True)
     pg.context.close()
 
 
 def test_only_the_browser_that_started_a_job_can_cancel_it(server, browser, tmp_path):
-    alice, bob = _user(browser), _user(browser)
+    alice, bob = user_page(browser), user_page(browser)
     link = f"{server}/?{urllib.parse.urlencode(SELECTION)}"
     alice.goto(link)
     settle(alice)
@@ -81,7 +69,7 @@ def test_only_the_browser_that_started_a_job_can_cancel_it(server, browser, tmp_
     bob.get_by_role("button", name="Cancel").wait_for()
     settle(bob)
     assert bob.get_by_role("button", name="Cancel").is_disabled()
-    bob.screenshot(path=str(_shots(tmp_path) / "shared-second-user.png"), full_page=True)
+    bob.screenshot(path=str(shots_dir(tmp_path) / "shared-second-user.png"), full_page=True)
 
     alice.get_by_role("button", name="Cancel").click()
     alice.get_by_text("cancelled").first.wait_for()
@@ -102,7 +90,7 @@ def _zip_of_zeros(mib: int) -> bytes:
 
 def test_a_zip_bomb_upload_is_refused_from_its_declared_sizes(server, browser, tmp_path):
     name, data, says = "bomb.zip", _zip_of_zeros(16), "unpacks to 16 MiB, more than the limit of 4 MiB"
-    pg = _user(browser)
+    pg = user_page(browser)
     pg.goto(f"{server}/?models=dinov2-vits14")
     settle(pg)
     assert len(data) < 100_000  # what crosses the wire is small; what it would unpack to is not
@@ -112,5 +100,5 @@ def test_a_zip_bomb_upload_is_refused_from_its_declared_sizes(server, browser, t
     settle(pg)
     body = pg.inner_text("body")
     assert "Traceback" not in body and "DecompressionBomb" not in body
-    pg.screenshot(path=str(_shots(tmp_path) / "shared-upload-bomb.png"), full_page=True)
+    pg.screenshot(path=str(shots_dir(tmp_path) / "shared-upload-bomb.png"), full_page=True)
     pg.context.close()

@@ -21,13 +21,13 @@ def worker_env(cache: Path) -> dict:
 @contextlib.contextmanager
 def worker(cache: Path, workers: int = 1):
     """A worker subprocess serving `cache`; SIGKILLed at the end if still alive."""
-    from core import jobs
+    from core.entry.worker import worker_pid
 
     proc = subprocess.Popen([sys.executable, "-m", "core", "worker", "--cache-dir", str(cache), "--workers",
                              str(workers)], cwd=ROOT, env=worker_env(cache), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     t0 = time.monotonic()
-    while jobs.worker_pid(cache) != proc.pid:
+    while worker_pid(cache) != proc.pid:
         assert proc.poll() is None, proc.stdout.read()
         assert time.monotonic() - t0 < 60, "the worker did not start within 60 s"
         time.sleep(0.1)

@@ -1,4 +1,4 @@
-"""core/anatomy.py against the models themselves: every declared module exists in a tiny model of its family, and
+"""core/inputs/anatomy.py against the models themselves: every declared module exists in a tiny model of its family, and
 the declared look-ups find the modules that the generic discovery (no entry: candidate names, transformers'
 record of its attentions, the longest block list) finds, so the statistics read what they read before the table.
 """
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from core import anatomy as A
+from core.inputs import anatomy as A
 from tests import families as F
 
 # Where the declared look-up finds more than the generic discovery did (nothing that was found changes):

@@ -15,13 +15,13 @@ import pandas as pd
 import pytest
 
 import aniso
-from core import attention as A
-from core import jobs
-from core import statistics as S
-from core.chain.job import cached_chain_section
-from core.cli import main as cli_main
-from core.pipeline import analyze_params, cached_ablation, get_stats, job_analyze, resolve
-from core.selection import Selection, from_query_params
+from core.compute.pipeline import analyze_params, cached_ablation, get_stats, job_analyze, resolve
+from core.entry import jobs
+from core.entry.cli import main as cli_main
+from core.stats import registry as S
+from core.studies import attention as A
+from core.studies.chain.job import cached_chain_section
+from core.studies.selection import Selection, from_query_params
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKENS, K = 400, 200
@@ -58,7 +58,7 @@ def planted_lm(tmp_path_factory) -> Path:
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     d = tmp_path_factory.mktemp("planted-gpt2")
     torch.manual_seed(0)
@@ -67,7 +67,7 @@ def planted_lm(tmp_path_factory) -> Path:
         for ln in [b.ln_1 for b in model.transformer.h] + [b.ln_2 for b in model.transformer.h] + [model.transformer.ln_f]:
             ln.weight[5] = 25.0
     model.save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     return d
 
 
@@ -102,7 +102,7 @@ def test_the_layers_table_holds_the_registry_columns_and_the_results_numbers(cli
 def test_the_sample_is_the_stored_one_with_its_tokens(run):
     from transformers import AutoTokenizer
 
-    from core.models import minilm_folder
+    from core.inputs.models import minilm_folder
 
     X, tokens = run.sample(layer=3)
     stored = get_stats(run._resolved()).arrays
@@ -144,7 +144,7 @@ def test_a_loaded_model_is_fingerprinted_from_its_weights(cache_dir):
     from safetensors.torch import load_file
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from core.models import minilm_folder
+    from core.inputs.models import minilm_folder
 
     torch.manual_seed(3)
     model = BertModel(BertConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,

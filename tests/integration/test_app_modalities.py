@@ -16,9 +16,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "app"))
 from app_helpers import TIMEOUT, app_factory, entrypoint_runs_every_time, figures, no_exception  # noqa: E402
 
-from core import jobs  # noqa: E402
-from core.pipeline import analyze  # noqa: E402
-from core.selection import GODEY_PRESET, Selection  # noqa: E402
+from core.compute.pipeline import analyze  # noqa: E402
+from core.entry import worker  # noqa: E402
+from core.studies.selection import GODEY_PRESET, Selection  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def _app_module(cache_dir):
     """As tests/app/conftest.py: the entrypoint on every rerun; the worker stopped at the end."""
     with entrypoint_runs_every_time():
         yield
-    jobs.stop_worker(cache_dir)
+    worker.stop_worker(cache_dir)
 
 
 @pytest.fixture

@@ -26,11 +26,12 @@ from app_helpers import (  # noqa: E402
     wait_for_jobs,
 )
 
-from core import jobs, trained  # noqa: E402
-from core.attention import attention_maps, head_matrix, run_attention  # noqa: E402
-from core.attention import is_cached as attention_cached  # noqa: E402
-from core.pipeline import analyze  # noqa: E402
-from core.selection import Selection  # noqa: E402
+from core.compute.pipeline import analyze  # noqa: E402
+from core.entry import jobs, worker
+from core.inputs import checkpoints  # noqa: E402
+from core.studies.attention import attention_maps, head_matrix, run_attention  # noqa: E402
+from core.studies.attention import is_cached as attention_cached  # noqa: E402
+from core.studies.selection import Selection  # noqa: E402
 from core.views import attention as AV  # noqa: E402
 from ui.state import KEY  # noqa: E402
 
@@ -44,7 +45,7 @@ def _app_module(cache_dir):
     """As tests/app/conftest.py: the entrypoint on every rerun; the worker stopped at the end."""
     with entrypoint_runs_every_time():
         yield
-    jobs.stop_worker(cache_dir)
+    worker.stop_worker(cache_dir)
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def planted_gpt2(tmp_path_factory):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     d = tmp_path_factory.mktemp("planted-gpt2")
     torch.manual_seed(0)
@@ -93,7 +94,7 @@ def planted_gpt2(tmp_path_factory):
             block.ln_1.weight[5] = 8.0
             block.ln_2.weight[5] = 8.0
     model.save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     return d
 
 
@@ -108,8 +109,8 @@ def test_ablation_is_a_job_stored_with_the_run_and_restored_from_the_url(app, pl
     import time
     import zipfile
 
-    from core import jobs
-    from core.report import build_report
+    from core.entry import jobs
+    from core.views.report import build_report
 
     q = {"tokens": "800", "sample": "200", "seqlen": "64"}
     monkeypatch.setenv("ANISO_DATA_DIR", str(planted_gpt2.parent))  # the URL names folders in the data dir
@@ -221,7 +222,7 @@ def test_attention_page_end_to_end(app, spec):
     np.testing.assert_allclose(z, maps["maps"][1, 3], rtol=1e-6)
     if "first" not in sub:  # the whole window: rows are distributions
         np.testing.assert_allclose(z.sum(1), 1.0, atol=1e-5)
-    from core.figures import esc
+    from core.views.figures import esc
 
     want = [esc(AV.readable_token(t)) for t in maps["tokens"]]
     assert list(amap["layout"]["yaxis"]["ticktext"]) == want  # every query's token, as text (not ĠPolish)
@@ -283,7 +284,7 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypa
     monkeypatch.setenv("ANISO_DATA_DIR", str(Path(corpus_file).parent))  # the form names files in the data directory
     at = app(page="pages/train.py")
     no_exception(at)
-    before = set(trained.list_runs())
+    before = set(checkpoints.list_runs())
     for key, value in {"t_path": "data:" + Path(corpus_file).name, "t_layers": 1, "t_width": 16, "t_heads": 2, "t_steps": 2,
                        "t_batch": 4, "t_seq": 16, "t_vocab": 512}.items():
         _set(at, key, value)
@@ -295,10 +296,10 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypa
     wait_for_jobs(900)
     assert jobs.status(queued[0].id).status == jobs.DONE, jobs.status(queued[0].id).error
     at = app(page="pages/train.py")
-    new = set(trained.list_runs()) - before
+    new = set(checkpoints.list_runs()) - before
     assert len(new) == 1
     run = new.pop()
-    rec = trained.read_run(run)
+    rec = checkpoints.read_run(run)
     assert rec["status"] == "done" and [c["step"] for c in rec["checkpoints"]] == [0, 1, 2]
     at.run()
     assert any(run in e.label for e in at.expander)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from core.attention import Arch, AttentionAccumulator, AttnLayer
-from core.attention.stats import _Batch
+from core.studies.attention import Arch, AttentionAccumulator, AttnLayer
+from core.studies.attention.stats import _Batch
 
 
 def _batch(causal: bool, T: int, seed: int):
@@ -102,7 +102,7 @@ def _naive(real, special, analysed, A, q, k, x, causal, rep):
                               "causal-small-chunks"])
 def test_accumulator_equals_float64_per_window(causal, H, Hkv, T, chunk, monkeypatch):
     if chunk is not None:  # the entropy's passes over many small chunks (one row or a few rows each)
-        monkeypatch.setattr("core.attention.stats._CHUNK", chunk)
+        monkeypatch.setattr("core.studies.attention.stats._CHUNK", chunk)
     real, special, analysed, logits, mask, g = _batch(causal, T, seed=T + H)
     B, dh, D = real.shape[0], 8, 3
     scores = (torch.randn(B, H, T, T, generator=g) * 2).masked_fill(~mask, float("-inf"))

@@ -34,8 +34,10 @@ def test_drift_experiment_command(tmp_path):
                 "--taus", "1", "--cache-dir", tmp_path / "c", "--out", out)
     assert p.returncode == 0, p.stderr
     res = json.loads(out.read_text())
-    cos = [row[0] for row in res["output_mean_cosine"]]
-    assert cos == sorted(cos) and len(cos) == 3
+    assert set(res["experiments"]) == {"query_key", "query", "key", "input"}
+    cos = [row[0] for row in res["experiments"]["input"]["output_mean_cosine"]]
+    assert cos == sorted(cos) and len(cos) == 3  # the baseline: anisotropic inputs, anisotropic output
+    assert "- Queries and keys drifting" in p.stderr and "- Baseline, input drift" in p.stderr  # the verdicts, named
     p = run_cli("drift-experiment", "--taus", "0,x", "--out", out)
     assert p.returncode != 0 and p.stderr.startswith("error:") and "Traceback" not in p.stderr
     p = run_cli("drift-experiment", "--d", "30", "--heads", "4", "--out", out)

@@ -4,7 +4,7 @@ The run streams batches of windows of different lengths (padding in every batch)
 random BERT, GPT-2, LLaMA (with grouped-query attention: 4 query heads on 2 key/value heads) and
 GPT-NeoX (Pythia's architecture: fused per-head query_key_value, partial rotary) models. The
 reference runs each window alone (no padding) with output_attentions=True, captures the query/key
-projections with hooks, and computes each definition of core/attention/ literally, query by query.
+projections with hooks, and computes each definition of core/studies/attention/ literally, query by query.
 """
 
 import math
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.attention import attention_arch, eager_attention, link_matrix, run_attention
-from core.corpora import load_documents, tokenize_budget
-from core.extract import analysed_masks
-from core.models import load_model
-from core.spec import RunSpec
+from core.base.spec import RunSpec
+from core.compute.extract import analysed_masks
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.inputs.models import load_model
+from core.studies.attention import attention_arch, eager_attention, link_matrix, run_attention
 
 SEQ = 24
 SEED = 3
@@ -203,7 +203,7 @@ def test_streamed_equals_naive(case):
 
 def test_cached_apart_from_results(cache_dir, tiny_bert_dir, varied_txt):
     """The section has its own cache entry: a second call is a hit, the run's results stay a hit."""
-    from core.pipeline import analyze
+    from core.compute.pipeline import analyze
 
     spec = _spec(tiny_bert_dir, varied_txt, "exclude")
     first = run_attention(spec, cache_dir)
@@ -216,7 +216,7 @@ def test_cached_apart_from_results(cache_dir, tiny_bert_dir, varied_txt):
 
 def test_sdpa_restored_and_no_hook_left(tiny_llama_gqa_dir, varied_txt):
     """Statistics off: the model keeps its SDPA attention; after a run no hook or matrix is left."""
-    from core.attention import extract_attention
+    from core.studies.attention import extract_attention
 
     lm = load_model(str(tiny_llama_gqa_dir))
     impl = lm.base.config._attn_implementation
@@ -236,7 +236,7 @@ def test_sdpa_restored_and_no_hook_left(tiny_llama_gqa_dir, varied_txt):
 def test_neox_split_gives_the_models_queries_and_keys(tiny_neox_dir, varied_txt):
     """The reference's GPT-NeoX q and k are the model's: rotated as the model rotates them (the first
     quarter of each head's dims), their scaled, causally masked softmax is the probabilities it returns;
-    and core.attention's split of the fused projection is the same as the reference's."""
+    and core.studies.attention's split of the fused projection is the same as the reference's."""
     from transformers.models.gpt_neox.modeling_gpt_neox import apply_rotary_pos_emb
 
     windows, arch, per = _reference(tiny_neox_dir, varied_txt, [0])
@@ -274,7 +274,7 @@ def test_unknown_fused_layouts_are_refused():
 
 def test_viewer_maps_of_a_neox_window(cache_dir, tiny_neox_dir, varied_txt):
     """The attention viewer's maps of a GPT-NeoX window are the model's probabilities of that window."""
-    from core.attention import attention_maps
+    from core.studies.attention import attention_maps
 
     spec = _spec(tiny_neox_dir, varied_txt, "exclude")
     windows, _, per = _reference(tiny_neox_dir, varied_txt, [0])

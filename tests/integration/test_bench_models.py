@@ -20,8 +20,8 @@ DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",
 
 @pytest.fixture(scope="module")
 def tiny(tiny_bert_dir):
-    from core.corpora import tokenize_budget
-    from core.models import load_model
+    from core.inputs.corpora import tokenize_budget
+    from core.inputs.models import load_model
 
     lm = load_model(str(tiny_bert_dir), device="cpu", dtype="float32")
     w = tokenize_budget(DOCS, lm.tokenizer, 200, 32, 0, "test")
@@ -29,8 +29,8 @@ def tiny(tiny_bert_dir):
 
 
 def test_peer_matches_the_tools_exact_mean_cosine(tiny):
-    from core import metrics as M
-    from core.extract import analysed_masks, extract_stats
+    from core.compute.extract import analysed_masks, extract_stats
+    from core.stats import kernels as M
 
     lm, w = tiny
     analysed = analysed_masks(w, "exclude")
@@ -46,7 +46,7 @@ def test_peer_matches_the_tools_exact_mean_cosine(tiny):
 
 
 def test_bare_forward_and_window_helpers(tiny):
-    from core.extract import plan_batches
+    from core.compute.extract import plan_batches
 
     lm, w = tiny
     sub = subset_windows(w, 40)

@@ -7,10 +7,10 @@ Issue 23: on minilm-l6, wiki-en, 8,000 tokens, layer 6 had mean_cosine 0.02575 a
 import numpy as np
 import pytest
 
-from core import metrics as M
-from core.config import CONFIG
-from core.pipeline import analyze, get_stats
-from core.spec import RunSpec
+from core.base.config import CONFIG
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze, get_stats
+from core.stats import kernels as M
 
 
 @pytest.mark.slow

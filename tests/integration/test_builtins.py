@@ -1,5 +1,6 @@
 """Every built-in model and corpus loads offline; file corpora of every supported type."""
 
+import hashlib
 import json
 import math
 
@@ -8,7 +9,10 @@ import pandas as pd
 import pytest
 from transformers import AutoTokenizer
 
-from core.corpora import (
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze
+from core.inputs.corpora import (
     BUILTIN_CORPORA,
     UNIFORM_DOC_LEN,
     corpus_fingerprint,
@@ -16,10 +20,7 @@ from core.corpora import (
     table_columns,
     tokenize_budget,
 )
-from core.errors import InputError
-from core.models import BUILTIN_MODELS, _gpt2_tokenizer, minilm_folder
-from core.pipeline import analyze
-from core.spec import RunSpec
+from core.inputs.models import BUILTIN_MODELS, gpt2_tokenizer, minilm_folder
 
 DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequence_cosine",
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",
@@ -30,8 +31,11 @@ EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13
                    "whisper-base": 7, "mobilenet-v2": 19, "untrained-vit-s14": 13, "untrained-whisper-tiny": 5,
                    "untrained-mobilenet-v2": 19, "untrained-resnet50": 5, "untrained-llama-1b": 17,
                    "untrained-llama-8b": 33}
+# a control without its shared input (ModelEntry.shared_of) has the layers of the control it is drawn as
+EXPECTED_LAYERS.update({m: EXPECTED_LAYERS[e.shared_of] for m, e in BUILTIN_MODELS.items() if e.shared_of})
 # the first load dequantizes SmolLM2's GGUF (~15 s) or converts ONNX / CTranslate2 weights; big random models
-SLOW_MODELS = {"smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "untrained-canine-s", "dinov2-vits14",
+SLOW_MODELS = {"untrained-bert-base-noshared",
+               "smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "untrained-canine-s", "dinov2-vits14",
                "whisper-tiny-en",               "whisper-base", "mobilenet-v2", "untrained-vit-s14", "untrained-whisper-tiny",
                "untrained-mobilenet-v2", "untrained-resnet50"}
 CORPUS_OF = {"text": "wiki-en", "image": "images-natural", "audio": "speech-human"}
@@ -81,7 +85,7 @@ def test_every_registry_model_is_covered():
     assert set(EXPECTED_LAYERS) == set(BUILTIN_MODELS)
 
 
-@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if m in SLOW_MODELS else [])
+@pytest.mark.parametrize("model", [pytest.param(m, marks=[pytest.mark.slow] if {m, e.shared_of} & SLOW_MODELS else [])
                                    for m, e in BUILTIN_MODELS.items() if not e.large])  # large: test_large_models.py
 def test_builtin_model_runs_offline(model, cache_dir):
     modality = BUILTIN_MODELS[model].modality
@@ -108,7 +112,11 @@ def test_builtin_text_corpus_loads_deterministically(corpus):
     assert len(docs) > 1000
     assert all(isinstance(d, str) and d.strip() for d in docs)
     assert load_documents(corpus) == docs
-    assert corpus_fingerprint(corpus) == corpus_fingerprint(corpus)
+    # the fingerprint is of these documents (computed here, not read from its per-process cache)
+    h = hashlib.sha256()
+    for d in docs:
+        h.update(d.encode() + b"\x1e")
+    assert corpus_fingerprint(corpus) == h.hexdigest()
     assert len(set(docs)) > 0.95 * len(docs)
 
 
@@ -127,7 +135,7 @@ def test_every_registry_corpus_is_covered():
 
 @pytest.mark.parametrize("tokenizer", ["bert", "gpt2"])
 def test_uniform_random_corpus(tokenizer):
-    tok = AutoTokenizer.from_pretrained(str(minilm_folder())) if tokenizer == "bert" else _gpt2_tokenizer()
+    tok = AutoTokenizer.from_pretrained(str(minilm_folder())) if tokenizer == "bert" else gpt2_tokenizer()
     w = tokenize_budget([], tok, 1000, 512, seed=0, corpus_id="uniform-random")
     content = np.concatenate([i[~s] for i, s in zip(w.ids, w.special)])
     assert len(content) == w.n_content_tokens == 1000

@@ -12,11 +12,12 @@ import numpy as np
 import pytest
 from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
 
-import core.pipeline as pipeline
-from core.cache import MAGIC
-from core.errors import Cancelled
-from core.pipeline import analyze, get_stats, get_store, is_cached, results_key
-from core.spec import RunSpec
+import core.compute.pipeline as pipeline
+from core.base.cache import MAGIC, get_store
+from core.base.errors import Cancelled
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze, get_stats, is_cached, results_key
+from tests.internals import raw_set
 
 
 def _spec(model_dir, corpus, **kw):
@@ -44,8 +45,8 @@ def test_second_cli_run_is_a_hit_without_torch(tmp_path, tiny_bert_dir, varied_t
 
     code = textwrap.dedent(f"""
         import sys
-        from core.pipeline import analyze, get_stats
-        from core.spec import RunSpec
+        from core.compute.pipeline import analyze, get_stats
+        from core.base.spec import RunSpec
         spec = RunSpec(model={str(tiny_bert_dir)!r}, corpus={str(varied_txt)!r}, max_tokens=500, max_seq_len=32,
                        sample=80, device="cpu")
         res = analyze(spec, cache_dir={str(cache)!r})
@@ -100,7 +101,7 @@ def test_corrupted_stats_entry_is_reported_and_recomputed(tmp_path, tiny_bert_di
         bad = blob[:i] + bytes([blob[i] ^ 0xFF]) + blob[i + 1:]
     else:
         bad = blob[: len(blob) - 100]
-    store.raw_set(stats0.key, bad)
+    raw_set(store, stats0.key, bad)
 
     # The small results entry is intact: analyze serves it without reading the statistics.
     assert analyze(spec, cache)["layers"] == before["layers"]
@@ -111,8 +112,8 @@ def test_corrupted_stats_entry_is_reported_and_recomputed(tmp_path, tiny_bert_di
     stats2 = get_stats(spec, cache)
     assert stats2.cached and not stats2.events  # the recomputed entry is sound again
     # Both entries damaged: analyze reports it in the manifest and recomputes the same numbers.
-    store.raw_set(stats0.key, bad)
-    store.raw_set(results_key(spec, cache), bad)
+    raw_set(store, stats0.key, bad)
+    raw_set(store, results_key(spec, cache), bad)
     after = analyze(spec, cache)
     events = after["manifest"]["cache_events"]
     assert len(events) == 2 and all("corrupted" in e for e in events)
@@ -128,7 +129,7 @@ def test_corrupted_results_entry_is_reported_and_recomputed(tmp_path, tiny_bert_
     key = results_key(spec, cache)
     assert key.endswith(before["manifest"]["cache_key"])
     assert store.get_json(key) is not None
-    store.raw_set(key, b"\x00garbage")
+    raw_set(store, key, b"\x00garbage")
     after = analyze(spec, cache)
     assert after["manifest"]["cache_hit"] is True  # the statistics were fine
     assert any("corrupted" in e for e in after["manifest"]["cache_events"])

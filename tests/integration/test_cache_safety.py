@@ -1,5 +1,5 @@
 """The disk cache under attack and under faults: no unpickling, unwritable or full directories,
-the size limit, clearing (core/cache.py)."""
+the size limit, clearing (core/base/cache.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from foundation_helpers import run_cli
 
-from core.cache import CacheStore
+from core.base.cache import CacheStore, get_store
 
 
 class _Boom:
@@ -101,7 +101,7 @@ def test_a_full_disk_falls_back_to_memory(tmp_path, monkeypatch):
 
 
 def test_a_readonly_database_falls_back(tmp_path, monkeypatch):
-    import core.cache as C
+    import core.base.cache as C
 
     def ro(*a, **k):
         raise sqlite3.OperationalError("attempt to write a readonly database")
@@ -143,10 +143,9 @@ def test_size_limit_evicts_and_clear_frees(tmp_path):
 
 
 def test_the_size_limit_is_a_setting(tmp_path, monkeypatch):
-    from core import pipeline
 
     monkeypatch.setenv("ANISO_CACHE_SIZE_GB", "0.5")
-    store = pipeline.get_store(tmp_path / "s")
+    store = get_store(tmp_path / "s")
     assert store.size_limit == 2**29
     assert store._dc.size_limit == 2**29
 
@@ -189,3 +188,69 @@ def test_get_or_compute_computes_once_and_force_recomputes(tmp_path):
     with pytest.raises(RuntimeError):
         store.get_or_compute("other", fails)
     assert "other" not in store
+
+
+# ----------------------------------------------------------------------------- issue 37 items 8 and 13
+def _files_and_rows(directory):
+    """The value files under entries/ and the file names the index's rows reference."""
+    entries = directory / "entries"
+    files = {str(p.relative_to(entries)) for p in entries.rglob("*.val")}
+    con = sqlite3.connect(str(entries / "cache.db"))
+    try:
+        rows = {r[0] for r in con.execute("SELECT filename FROM Cache WHERE filename IS NOT NULL")}
+    finally:
+        con.close()
+    return files, rows
+
+
+@pytest.mark.fast
+def test_a_full_disk_leaves_no_value_file_that_no_row_references(tmp_path):
+    """On a real 700 KiB file system: entries of ~100 kB (each a value file) until the disk is full. Every write
+    that failed kept its entry in memory, and left no .val file behind."""
+    from faults import small_disk
+
+    with small_disk(tmp_path / "disk") as disk:
+        store = CacheStore(disk / "c")
+        rng = np.random.default_rng(0)
+        for i in range(12):
+            store.put(f"k{i}", {"i": i}, {"x": rng.random(12_000)})  # ~96 kB: stored as a file, not inline
+        assert store.degraded and ("No space left" in store.degraded or "full" in store.degraded), store.degraded
+        assert all(store.get(f"k{i}")[0] == {"i": i} for i in range(12))  # on disk or in memory, none lost
+        store.close()
+        files, rows = _files_and_rows(disk / "c")
+        assert files == rows, f"orphan value files: {sorted(files - rows)}"
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("damage", ["not a database", "malformed"])
+def test_a_damaged_index_is_set_aside_and_a_fresh_one_started(tmp_path, damage):
+    """A damaged entries/cache.db was reported as "cannot be written ... Free disk space" and never set aside:
+    the cache stayed unwritable for good. Now it is renamed (kept) and a fresh index started, once."""
+    d = tmp_path / "c"
+    store = CacheStore(d)
+    store.put("k", {"a": 1})
+    store.close()
+    db = d / "entries" / "cache.db"
+    if damage == "not a database":
+        db.write_bytes(b"not a database " * 500)
+    else:  # a real SQLite header, then garbage where the pages should be
+        raw = bytearray(db.read_bytes())
+        raw[100:] = b"\xff" * (len(raw) - 100)
+        db.write_bytes(bytes(raw))
+        for side in ("cache.db-wal", "cache.db-shm"):
+            (d / "entries" / side).unlink(missing_ok=True)
+    before = db.read_bytes()
+    store = CacheStore(d)
+    if damage == "malformed" and not store.notes:  # SQLite may open it and fail at the first read instead
+        store.get("k")
+        store.put("k2", {"b": 2})
+    assert store.degraded is None, store.degraded
+    [note] = store.notes
+    assert "was damaged" in note and "renamed to cache.db.damaged-" in note and "kept, not deleted" in note
+    [aside] = list((d / "entries").glob("cache.db.damaged-*[0-9]"))
+    assert aside.read_bytes() == before  # set aside as it was
+    store.put("k3", {"c": 3})
+    assert store.get("k3")[0] == {"c": 3} and store._dc is not None  # on disk again
+    store.close()
+    again = CacheStore(d)  # the fresh index opens: nothing set aside twice
+    assert again.get("k3")[0] == {"c": 3} and len(list((d / "entries").glob("cache.db.damaged-*[0-9]"))) == 1

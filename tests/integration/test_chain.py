@@ -1,4 +1,4 @@
-"""The outlier chain's statistics (core/chain, issue 24) on a tiny LLaMA with a planted super weight:
+"""The outlier chain's statistics (core/studies/chain, issue 24) on a tiny LLaMA with a planted super weight:
 found at the planted coordinates, the massive dim it makes found with the ratio computed here from the
 hidden states, the int8 counts, alpha_1 and the sink rate against naive computations, and the CLI's
 chain.json sections."""
@@ -12,38 +12,64 @@ import pytest
 import torch
 from foundation_helpers import make_documents, write_txt
 
-from core import chainstats as C
-from core.attention.arch import eager_attention
-from core.chain.hooks import mlp_modules
-from core.chain.run import chain_section
-from core.cli import main
-from core.corpora import load_documents, tokenize_budget
-from core.models import load_model
-from core.spec import RunSpec
+from core.base.spec import RunSpec
+from core.entry.cli import main
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.inputs.models import load_model
+from core.stats import chain_rules as C
+from core.studies.attention.arch import eager_attention
+from core.studies.chain.hooks import mlp_modules
+from core.studies.chain.run import chain_section
 
 ROW, COL, BLOCK = 7, 13, 1
+AMP, ERA = 2, 5  # the blocks of the planted amplifier and eraser of dim ROW
 
 
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory):
-    """A tiny 4-block LLaMA whose block-1 down_proj[7, 13] is 30 (the others ~0.02) and whose input
-    channel 13 is made large (gate and up rows scaled): a super weight that writes a massive dim 7."""
+    """A tiny 7-block LLaMA with three planted weights of dim 7 (the others ~0.02):
+    - block 1 down_proj[7, 13] = 30, its input channel 13 made large (gate and up rows equal and scaled): it
+      creates a massive dim 7 (a super weight);
+    - block 2: input channels 20 and 21 read dim 7 and write only dim 7, 30% and 70% of the block's rise; channel
+      20's input is the larger, so the scan's candidate is W[7, 20]: an amplifier;
+    - block 5: channel 30 reads dim 7 and writes -0.8 x its largest value: an eraser."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
     d = tmp_path_factory.mktemp("planted-chain-llama")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=2,
+    model = LlamaForCausalLM(LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=7, num_attention_heads=2,
                                          num_key_value_heads=2, vocab_size=50257, max_position_embeddings=128,
                                          bos_token_id=50256, eos_token_id=50256, pad_token_id=50256))
+    layers = model.model.layers
+
+    def reader(block, ch, g):  # channel `ch` of `block`'s MLP: silu(g x_7) g x_7, written to dim ROW only
+        m = layers[block].mlp
+        for p in (m.gate_proj, m.up_proj):
+            p.weight[ch] = 0.0
+            p.weight[ch, ROW] = g
+        m.down_proj.weight[:, ch] = 0.0
+
+    def largest(block, ids):  # the largest |x_ROW| that `block` reads
+        return float(model(input_ids=ids, output_hidden_states=True).hidden_states[block][..., ROW].abs().max())
+
     with torch.no_grad():
-        mlp = model.model.layers[BLOCK].mlp
+        mlp = layers[BLOCK].mlp
         mlp.down_proj.weight[ROW, COL] = 30.0
         mlp.gate_proj.weight[COL] *= 60.0
-        mlp.up_proj.weight[COL] *= 60.0
+        mlp.up_proj.weight[COL] = mlp.gate_proj.weight[COL]  # silu(z) z >= 0: dim ROW rises at every token
+        ids = torch.randint(0, 50000, (4, 32), generator=torch.Generator().manual_seed(0))
+        reader(AMP, 20, 4.0)
+        reader(AMP, 21, 2.0)
+        act = {g: float(torch.nn.functional.silu(torch.tensor(g * 32 ** 0.5)) * g * 32 ** 0.5) for g in (4.0, 2.0)}
+        v = largest(AMP, ids)
+        layers[AMP].mlp.down_proj.weight[ROW, 20] = 0.3 * v / act[4.0]
+        layers[AMP].mlp.down_proj.weight[ROW, 21] = 0.7 * v / act[2.0]
+        reader(ERA, 30, 4.0)
+        layers[ERA].mlp.down_proj.weight[ROW, 30] = -0.8 * largest(ERA, ids) / act[4.0]
     model.save_pretrained(d)
-    _gpt2_tokenizer().save_pretrained(d)
+    gpt2_tokenizer().save_pretrained(d)
     corpus = write_txt(d / "corpus.txt", make_documents([40] * 12, seed=5))
     spec = RunSpec(model=str(d), corpus=str(corpus), max_tokens=100_000, max_seq_len=32, sample=100_000,
                    batch_size=4, device="cpu", dtype="float32")
@@ -89,6 +115,47 @@ def test_planted_super_weight_is_found_at_its_coordinates(planted):
     assert (scan["argmax_in"], scan["argmax_out"]) == (COL, ROW)
 
 
+def test_planted_amplifier_and_eraser_are_classified_and_only_the_creator_is_confirmed(planted):
+    _, _, sec = planted
+    got = {(c["block"], c["row"], c["col"]): c for c in sec["super_weight_candidates"]}
+    assert set(got) == {(BLOCK, ROW, COL), (AMP, ROW, 20), (ERA, ROW, 30)}
+    creator, amp, era = got[(BLOCK, ROW, COL)], got[(AMP, ROW, 20)], got[(ERA, ROW, 30)]
+    assert creator["class"] == "confirmed" and creator["share"] > 0.9  # zeroing it removes the massive value
+    assert creator["ratio_out_zeroed"] < 100 < creator["ratio_out"]
+    # the amplifier: its block raises dim 7 further, zeroing its weight removes its channel's ~30% of that rise
+    assert amp["class"] == "amplifier" and amp["change"] == "rises" and 0.2 < amp["share"] < 0.4
+    # the eraser: the ratio falls across its block; zeroing it undoes the fall; it writes against the dim's sign
+    assert era["class"] == "eraser" and era["change"] == "falls" and era["share"] > 0.8
+    assert era["sign"]["contribution"] < 0 < era["sign"]["dim_value_in"]
+    assert [(s["block"], s["row"], s["col"]) for s in sec["super_weights"]] == [(BLOCK, ROW, COL)]
+    # every statement indexed by the hidden state its block writes; the last block's before the final norm
+    assert (era["hidden_state_in"], era["hidden_state_out"]) == (ERA, ERA + 1)
+    assert len(era["ratios"]) == 8 and len(sec["probe_states"]["top_ratio"]) == 8
+    # the onset: hidden state 2, written by block 1, whose largest contribution is the planted weight
+    on = sec["onset"]
+    assert (on["hidden_state"], on["block"], on["dim"]) == (BLOCK + 1, BLOCK, ROW)
+    assert on["top_channels"][0]["col"] == COL and on["top_weight"]["class"] == "confirmed"
+    assert on["mlp_part"] == pytest.approx(on["change"], rel=0.05)  # the MLP writes it, not attention
+
+
+def test_the_probe_states_are_the_blocks_outputs_before_the_final_norm(planted):
+    """The probe's hidden states, naively: transformers' hidden states 0..L-1 and the last block's output
+    (hidden_states[L] is after the final norm)."""
+    spec, _, sec = planted
+    lm = load_model(spec.model)
+    from core.studies.chain.run import PROBE_PROMPT
+
+    ids = torch.as_tensor(lm.tokenizer(PROBE_PROMPT)["input_ids"])[None]
+    last = {}
+    h = lm.base.layers[-1].register_forward_hook(lambda m, a, o: last.__setitem__(0, o[0] if isinstance(o, tuple) else o))
+    with torch.inference_mode():
+        hs = [x[0].double().numpy() for x in lm.base(input_ids=ids, output_hidden_states=True).hidden_states]
+    h.remove()
+    states = hs[:-1] + [last[0][0].double().numpy()]
+    assert not np.allclose(states[-1], hs[-1])  # the final norm changes it
+    np.testing.assert_allclose(sec["super_weight_candidates"][0]["ratios"], C.dim_ratios(states, ROW), rtol=1e-4)
+
+
 def test_planted_massive_dim_and_its_ratio(planted, hidden):
     spec, _, sec = planted
     w, hs, _ = hidden
@@ -132,3 +199,35 @@ def test_cli_chain_json_and_analyze_chain(planted, tmp_path, capsys):
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["chain"]["super_weights"] == sec["super_weights"]
     assert [m["ratio"] for m in res["chain"]["massive"]] == pytest.approx([r["massive_ratio"] for r in res["layers"]])
+
+
+def test_core_chain_reads_the_corpus_and_loads_the_model_once(planted, tmp_path, monkeypatch):
+    """`core chain --ablate` on a cold cache: the analysis, the chain pass and the ablations share one load."""
+    import core.compute.prepare as PR
+
+    spec = planted[0]
+    loads, reads = [], []
+    load, read = PR.load_model, PR.load_documents
+    monkeypatch.setattr(PR, "load_model", lambda *a, **k: loads.append(a[0]) or load(*a, **k))
+    monkeypatch.setattr(PR, "load_documents", lambda *a, **k: reads.append(a[0]) or read(*a, **k))
+    args = ["--model", spec.model, "--corpus", spec.corpus, "--max-tokens", "300", "--max-seq-len", "32",
+            "--sample", "200", "--device", "cpu", "--dtype", "float32", "--cache-dir", str(tmp_path / "cache"), "--quiet"]
+    assert main(["chain", *args, "--ablate", "--out", str(tmp_path / "chain.json")]) == 0
+    got = json.loads((tmp_path / "chain.json").read_text())
+    assert got["ablations"]["ablations"] and not got["cache_hit"]
+    assert loads == [spec.model] and reads == [spec.corpus]
+    # each candidate alone, with its own two controls, beside the joint ablation (the corpus's candidates)
+    ab = got["ablations"]["ablations"]
+    cands = [(c["block"], c["row"], c["col"]) for c in got["super_weight_candidates"]]
+    for b, r, c in cands:
+        alone, rnd, big = (ab[f"{k}:{b}:{r}:{c}"] for k in ("single", "single_random", "single_largest"))
+        assert alone["targets"] == [{"block": b, "module": "mlp.down_proj", "row": r, "col": c}]
+        for ctl in (rnd, big):
+            assert ctl["control_of"] == f"single:{b}:{r}:{c}" and ctl["targets"][0]["block"] == b
+            assert (ctl["targets"][0]["row"], ctl["targets"][0]["col"]) not in {(r2, c2) for _, r2, c2 in cands}
+        assert alone["loss_before"] == got["ablations"]["baseline"]["loss"]
+    assert len(ab["super_weights"]["targets"]) == len(cands)
+    creator = ab[f"single:{BLOCK}:{ROW}:{COL}"]
+    at = creator["top1_median_before"][BLOCK + 1]  # the hidden state the creator's block writes, held-out text
+    assert creator["top1_median_after"][BLOCK + 1] < at / 3  # zeroing the creator alone takes most of it away
+    assert ab[f"single_random:{BLOCK}:{ROW}:{COL}"]["top1_median_after"][BLOCK + 1] > 0.9 * at

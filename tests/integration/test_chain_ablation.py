@@ -1,4 +1,4 @@
-"""The outlier chain ablated link by link (core/chain_ablation.py) on a tiny LLaMA with one planted
+"""The outlier chain ablated link by link (core/studies/chain/ablate_links.py) on a tiny LLaMA with one planted
 super weight: zeroing it changes the loss more than its controls, every ablation restores the model
 bit-exactly, the result is stored with the run, and a cancelled job stores nothing."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 from foundation_helpers import make_documents, write_txt
 
-from core import chain_ablation as CA
-from core.errors import Cancelled
-from core.spec import RunSpec
+from core.base.errors import Cancelled
+from core.base.spec import RunSpec
+from core.studies.chain import ablate_links as CA
 
 ROW, COL, BLOCK = 5, 17, 1
 
@@ -20,7 +20,7 @@ def planted_llama(tmp_path_factory):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.train import bpe_tokenizer
+    from core.studies.training import bpe_tokenizer
 
     d = tmp_path_factory.mktemp("planted-llama")
     torch.manual_seed(0)

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 import torch
 
-from core import metrics as M
-from core.corpora import TokenWindows
-from core.extract import analysed_masks, extract_stats
-from core.modalities.adapters import CanineAdapter, adapter_for
+from core.compute.extract import analysed_masks, extract_stats
+from core.inputs.corpora import TokenWindows
+from core.inputs.modalities.adapters import CanineAdapter, adapter_for
+from core.stats import kernels as M
 
 TOL = 1e-6
 SEQ = 26  # [CLS] + 24 characters + [SEP]: not a multiple of the downsampling rate 4
@@ -95,8 +95,8 @@ def _byt5():
 def test_character_folder_analyzed_end_to_end(tmp_path, cache_dir, kind):
     from transformers import ByT5Tokenizer, CanineTokenizer
 
-    from core.pipeline import analyze
-    from core.spec import RunSpec
+    from core.base.spec import RunSpec
+    from core.compute.pipeline import analyze
 
     folder = tmp_path / kind
     (_tiny() if kind == "canine" else _byt5()).save_pretrained(folder)

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from foundation_helpers import ROOT, cli_cmd, cli_env, run_cli
 
-from core.corpora import BUILTIN_CORPORA
-from core.modalities import MODAL_CORPORA
-from core.models import BUILTIN_MODELS
+from core.inputs.corpora import BUILTIN_CORPORA
+from core.inputs.modalities import MODAL_CORPORA
+from core.inputs.models import BUILTIN_MODELS
 
 DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequence_cosine",
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",

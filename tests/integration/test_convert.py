@@ -1,4 +1,4 @@
-"""The converters in core/convert/ against independent references on real inputs:
+"""The converters in core/inputs/convert/ against independent references on real inputs:
 DINOv2 vs the ONNX graph's own intermediate tensors, Whisper by transcribing a real recording,
 MobileNetV2 by its published hash and by classifying sample photographs."""
 
@@ -25,8 +25,8 @@ def _images():
 def test_dinov2_hidden_states_equal_onnx_graph():
     import torch
 
-    from core.convert.dinov2 import build_dinov2, onnx_hidden_states, preprocess
-    from core.convert.sources import dinov2_onnx
+    from core.inputs.convert.dinov2 import build_dinov2, onnx_hidden_states, preprocess
+    from core.inputs.convert.sources import dinov2_onnx
 
     model = build_dinov2(dinov2_onnx())
     x = np.stack([preprocess(im) for im in _images()])
@@ -44,7 +44,7 @@ def test_dinov2_hidden_states_equal_onnx_graph():
 def _beckett():
     import soundfile as sf
 
-    from core.convert.sources import beckett_wav
+    from core.inputs.convert.sources import beckett_wav
 
     audio, sr = sf.read(beckett_wav(), dtype="float32")
     assert sr == 16000
@@ -54,8 +54,8 @@ def _beckett():
 def test_whisper_tiny_en_transcribes_a_real_recording():
     from tokenizers import Tokenizer
 
-    from core.convert.sources import whisper_tiny_en_dir
-    from core.convert.whisper import build_whisper, greedy_transcribe
+    from core.inputs.convert.sources import whisper_tiny_en_dir
+    from core.inputs.convert.whisper import build_whisper, greedy_transcribe
 
     d = whisper_tiny_en_dir()
     model = build_whisper(d / "model.bin")
@@ -67,8 +67,8 @@ def test_whisper_tiny_en_transcribes_a_real_recording():
 def test_whisper_base_transcribes_a_real_recording():
     from tokenizers import Tokenizer
 
-    from core.convert.sources import whisper_base_parts, whisper_base_tokenizer
-    from core.convert.whisper import build_whisper, greedy_transcribe
+    from core.inputs.convert.sources import whisper_base_parts, whisper_base_tokenizer
+    from core.inputs.convert.whisper import build_whisper, greedy_transcribe
 
     model = build_whisper(whisper_base_parts())
     assert (model.config.encoder_layers, model.config.d_model, model.config.vocab_size) == (6, 512, 51865)
@@ -78,8 +78,8 @@ def test_whisper_base_transcribes_a_real_recording():
 
 
 def test_ct2_reader_rejects_a_truncated_file(tmp_path):
-    from core.convert.ct2 import read_ct2
-    from core.convert.sources import whisper_tiny_en_dir
+    from core.inputs.convert.ct2 import read_ct2
+    from core.inputs.convert.sources import whisper_tiny_en_dir
 
     p = tmp_path / "model.bin"
     p.write_bytes((whisper_tiny_en_dir() / "model.bin").read_bytes()[:4096])
@@ -90,9 +90,9 @@ def test_ct2_reader_rejects_a_truncated_file(tmp_path):
 def test_mobilenet_v2_hash_and_imagenet_classes(tmp_path):
     import torch
 
-    from core.convert.dinov2 import preprocess
-    from core.convert.mobilenet import build_mobilenet_v2, check_sha256_prefix
-    from core.convert.sources import mobilenet_v2_pth
+    from core.inputs.convert.dinov2 import preprocess
+    from core.inputs.convert.mobilenet import build_mobilenet_v2, check_sha256_prefix
+    from core.inputs.convert.sources import mobilenet_v2_pth
 
     p = mobilenet_v2_pth()
     assert check_sha256_prefix(p).startswith("b0353104")

@@ -1,14 +1,14 @@
-"""Corpus files as people have them: encodings, table quirks, huge documents (core/corpora.py)."""
+"""Corpus files as people have them: encodings, table quirks, huge documents (core/inputs/corpora.py)."""
 
 from __future__ import annotations
 
 import pandas as pd
 import pytest
 
-from core.corpora import load_documents, table_columns, tokenize_budget
-from core.errors import InputError
-from core.pipeline import analyze
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze
+from core.inputs.corpora import load_documents, table_columns, tokenize_budget
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """torchrun with two gloo processes gives the single-process run: same sums, same sample, same results.
 
-Each case launches `core.distributed.torchrun_command` (what the job queue launches) on a tiny
+Each case launches `core.compute.distributed.torchrun_command` (what the job queue launches) on a tiny
 BERT and compares with `pipeline.analyze` in this process, on the same spec.
 """
 
@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from foundation_helpers import ROOT, cli_env, make_documents, write_txt
 
-from core.cache import CacheStore
-from core.distributed import job_torchrun, torchrun_command
-from core.errors import Cancelled, InputError
-from core.extract import MAX_KEYS, SUM_KEYS
-from core.pipeline import analyze, job_analyze, run_key
-from core.spec import RunSpec
+from core.base.cache import CacheStore
+from core.base.errors import Cancelled, InputError
+from core.base.spec import RunSpec
+from core.compute.distributed import job_torchrun, torchrun_command
+from core.compute.extract import MAX_KEYS, SUM_KEYS
+from core.compute.pipeline import analyze, job_analyze, run_key
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +109,7 @@ FAIL_WRAPPER = """
         return forward(self, *a, **kw)
 
     mb.BertModel.forward = failing
-    from core.cli import main
+    from core.entry.cli import main
 
     sys.exit(main())
 """
@@ -128,7 +128,7 @@ def test_a_failing_rank_fails_the_run_and_nothing_is_cached(tiny_bert_dir, corpu
 
 
 def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypatch):
-    """core.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" and "attention" jobs
+    """core.entry.jobs' torchrun path: a cancel stores nothing; the setting makes "analyze" and "attention" jobs
     torchrun jobs, and two gloo ranks store what one process computes."""
     for k, v in _env().items():
         monkeypatch.setenv(k, v)
@@ -152,7 +152,7 @@ def test_torchrun_jobs_run_and_cancel(tiny_bert_dir, corpus, tmp_path, monkeypat
     assert one["manifest"]["timing"]["n_batches"] <= 2 and one["manifest"]["timing"]["padding_fraction"] > 0
     _assert_two_ranks_equal_one(spec, one, res, tmp_path / "one", tmp_path / "c2")
     # The "attention" job under the setting: a torchrun job of `attention` computes and stores the section.
-    from core.attention import job_attention, run_attention
+    from core.studies.attention import job_attention, run_attention
 
     monkeypatch.setenv("ANISO_CACHE_DIR", str(tmp_path / "c3"))
     assert job_attention({"spec": spec.to_dict()}, lambda *a, **k: None, lambda: False)["blocks"] == 2
@@ -171,7 +171,7 @@ def _strip(section: dict) -> dict:
 def test_attention_two_gloo_ranks_equal_one_process(tiny_llama_dir, corpus, tmp_path):
     """The statistics and the attention sums of two ranks (uneven shards of many padded batches, a causal model)
     add up to one process's: `analyze --attention` under torchrun (`attention` runs the same two calls)."""
-    from core.attention import run_attention
+    from core.studies.attention import run_attention
 
     spec = _spec(tiny_llama_dir, corpus, 4)
     ref = analyze(spec, cache_dir=tmp_path / "one")
@@ -197,8 +197,9 @@ def test_series_under_torchrun_equals_one_process(corpus, tmp_path, monkeypatch)
     """Every checkpoint of a series analysed by two gloo ranks equals its one-process analysis."""
     import shutil
 
-    from core import series
-    from core.train import TrainSpec, train
+    from core.studies import series
+    from core.studies.train_spec import TrainSpec
+    from core.studies.training import train
 
     one, two = tmp_path / "one", tmp_path / "two"
     monkeypatch.setenv("ANISO_CACHE_DIR", str(one))

@@ -2,9 +2,9 @@
 
 import pytest
 
-from core.distributed import group_from_env, init_group
-from core.errors import InputError
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.distributed import group_from_env, init_group
 
 
 @pytest.fixture

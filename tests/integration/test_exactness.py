@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-import core.extract as extract
-from core.analysis import build_results, cosine_contributions, frequency_r, mean_abs
-from core.config import CONFIG
-from core.corpora import load_documents, tokenize_budget
-from core.extract import MAX_KEYS, SUM_KEYS, analysed_masks
-from core.models import load_model
-from core.pipeline import get_stats
-from core.spec import RunSpec
-from core.statistics import isotropic_baseline, sample_values
+import core.compute.extract as extract
+from core.base.config import CONFIG
+from core.base.spec import RunSpec
+from core.compute.extract import MAX_KEYS, SUM_KEYS, analysed_masks
+from core.compute.pipeline import get_stats
+from core.inputs.corpora import load_documents, tokenize_budget
+from core.inputs.models import load_model
+from core.stats.assemble import build_results, cosine_contributions, frequency_r, mean_abs
+from core.stats.registry import isotropic_baseline, sample_values
 
 N_FREQ_BINS = CONFIG.freq_bins
 

@@ -1,4 +1,4 @@
-"""Every architecture family of core/anatomy.py, end to end from the loopback hub: a tiny random model of each
+"""Every architecture family of core/inputs/anatomy.py, end to end from the loopback hub: a tiny random model of each
 (tests/families.py) served as `testorg/tiny-<family>`, fetched and analysed like a researcher's own model. Each
 gets the per-layer statistics and the norm-parameter outliers of its declared norm; the attention statistics,
 the outlier chain and the logit lens where its entry declares their modules; and where they do not apply, the
@@ -12,11 +12,12 @@ import re
 import numpy as np
 import pytest
 
-from core import anatomy, pipeline
-from core.attention import run_attention
-from core.chain.run import chain_section
-from core.errors import InputError
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute import pipeline
+from core.inputs import anatomy
+from core.studies.attention import run_attention
+from core.studies.chain.run import chain_section
 from tests import families as F
 from tests import hub_repos
 

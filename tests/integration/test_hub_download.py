@@ -10,9 +10,9 @@ import threading
 
 import pytest
 
-from core import hub_fetch
-from core.errors import Cancelled
-from core.progress import Progress, Stage
+from core.base.errors import Cancelled
+from core.base.progress import Progress, Stage
+from core.inputs import hub_fetch
 
 ID = "testorg/minilm@step0"
 WEIGHTS = "model.safetensors"
@@ -53,7 +53,7 @@ def test_the_download_stage_reports_bytes_rate_and_eta_per_file(hub, tmp_path):
         status, cancel_requested, progress, message = "running", False, mid[-1], ""
 
     line = progress_text(Job)
-    assert re.fullmatch(r"Step 2 of 4 · downloading the model: \d+ MB of 92 MB · \d+ MB/s · ETA \d+ s · "
+    assert re.fullmatch(r"Step 2 of 5 · downloading the model: \d+ MB of 92 MB · \d+ MB/s · ETA \d+ s · "
                         r"model\.safetensors \(9 of 9 files\): \d+ MB of 91 MB", line), line
     # a second fetch finds it whole in the local hub cache: no file is asked again
     hub.server.clear()

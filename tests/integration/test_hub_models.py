@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from foundation_helpers import ROOT, cli_cmd, cli_env
 
-from core import hub_fetch, models, pipeline
-from core.errors import InputError
-from core.hub import resolve
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute import pipeline
+from core.inputs import hub_fetch, models
+from core.inputs.hub import resolve
 from tests.hub_fixtures import forget
 from tests.hub_repos import GRANTED_TOKEN, OTHER_TOKEN
 
@@ -181,8 +182,8 @@ def test_pickled_weights_and_remote_code_only_with_their_opt_ins(hub, monkeypatc
     lm = models.load_model("testorg/tiny-custom", cache_dir=tmp_path / "cache", trust_remote_code=True)
     assert type(lm.model).__name__ == "TinyCustomModel"
     # a job's trust_remote_code is the worker's to allow (ANISO_ALLOW_REMOTE_CODE), as a URL's hub id is its
-    from core.selection import check_job_params, check_model
-    from core.settings import current
+    from core.base.settings import current
+    from core.inputs.access import check_job_params, check_model
 
     with pytest.raises(InputError, match="ANISO_ALLOW_REMOTE_CODE=1"):
         check_job_params({"spec": RunSpec(model="testorg/tiny-custom", trust_remote_code=True).to_dict()})

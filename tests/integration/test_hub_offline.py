@@ -1,5 +1,5 @@
 """A hub identifier on a machine that cannot reach the hub fails at once, with HF_HUB_OFFLINE unset
-(transformers alone retries for ~48 s): core.models.hub_reachable is bounded by ANISO_HUB_TIMEOUT_S."""
+(transformers alone retries for ~48 s): core.inputs.models.hub_reachable is bounded by ANISO_HUB_TIMEOUT_S."""
 
 from __future__ import annotations
 
@@ -19,19 +19,19 @@ def _closed_port() -> int:
 
 
 def test_hub_reachable_probe(monkeypatch):
-    from core import models
+    from core.inputs import models
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    models._HUB_PROBE.clear()
+    models.HUB_PROBE.clear()
     with socket.socket() as srv:
         srv.bind(("127.0.0.1", 0))
         srv.listen(1)
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{srv.getsockname()[1]}")
         assert models.hub_reachable(timeout=1.0) is True
-    models._HUB_PROBE.clear()
+    models.HUB_PROBE.clear()
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
     assert models.hub_reachable(timeout=1.0) is False
-    models._HUB_PROBE.clear()
+    models.HUB_PROBE.clear()
 
 
 def test_a_hub_id_without_a_hub_is_one_error_line(tmp_path):

@@ -1,4 +1,4 @@
-"""A hub model's revisions as a series (core/hub_series.py) through the loopback hub (tests/hub_server.py) with
+"""A hub model's revisions as a series (core/inputs/hub_series.py) through the loopback hub (tests/hub_server.py) with
 the real huggingface_hub client: Pythia-style tags step0, step1, step2 of a tiny GPT-NeoX, step2 holding step1's
 weights (pythia#205). The digests are compared from the hub's listing before any weight is fetched, the repeated
 revision is flagged and not analysed, each analysed revision records its commit; the same series then runs
@@ -12,8 +12,8 @@ import subprocess
 import pytest
 from foundation_helpers import ROOT, cli_cmd, cli_env
 
-from core import hub_fetch, hub_series
-from core.errors import InputError
+from core.base.errors import InputError
+from core.inputs import hub_fetch, hub_series
 from tests import hub_repos
 
 HUB_ID = "testorg/tiny-neox"
@@ -104,7 +104,7 @@ def test_a_series_of_hub_revisions_through_the_hub_then_offline(repos, hub, tmp_
     assert r.returncode == 0, r.stderr
     again = json.loads(out.read_text())
     assert all(res["manifest"]["cache_hit"] for res in again["results"]) and not hub.server.requests
-    from core import series
+    from core.studies import series
 
     assert series.cached_steps("hub:" + HUB_ID, cache_dir=cache, corpus=str(corpus), max_tokens=400,
                                sample=100) == [0, 1]
@@ -118,10 +118,10 @@ def test_a_series_of_hub_revisions_through_the_hub_then_offline(repos, hub, tmp_
 
 @pytest.mark.slow
 def test_series_of_an_architecture_without_attention_statistics(repos, hub, tmp_path):
-    """Bloom's fused query_key_value is not among core.attention's layouts (nor has it an anatomy entry): the
+    """Bloom's fused query_key_value is not among core.studies.attention's layouts (nor has it an anatomy entry): the
     series is analysed without query/key drift, says why, and counts as complete without it; the record keeps
     why, with the attention code's version (another version of that code tries again)."""
-    from core.series import analyze_series
+    from core.studies.series import analyze_series
 
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n\n".join(f"Document {i} says the dog sat on a rug, then slept." for i in range(30)))
@@ -140,7 +140,7 @@ def test_series_of_an_architecture_without_attention_statistics(repos, hub, tmp_
 def test_smollm2_sized_and_its_identical_revisions_flagged_before_any_weight(hub, hub_work, cache_dir, tmp_path):
     """SmolLM2-135M as a hub repository (its safetensors, made once from the GGUF): its size from the header,
     and the series of its two revisions with one weight file flagged as one, from the listing alone."""
-    from core.models import smollm2_folder
+    from core.inputs.models import smollm2_folder
 
     folder = smollm2_folder(cache_dir)
     repo = hub.server.add(hub_repos.smollm2_repo(folder))

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from core import api
-from core.pipeline import resolve
+from core.compute.pipeline import resolve
+from core.entry import api
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow

@@ -18,7 +18,7 @@ import jobkinds  # noqa: F401 - registers test-steps / test-fail in this process
 import pytest
 from job_helpers import wait_for, worker
 
-from core import jobs
+from core.entry import jobs
 
 REDIS = shutil.which("redis-server") or "/usr/bin/redis-server"
 pytestmark = pytest.mark.skipif(not os.path.exists(REDIS), reason="needs Debian's redis-server (./dev.sh test "

@@ -1,5 +1,5 @@
 """Resolve once, key once: one analysis run through the job path computes the run key at most once
-per process and asks the hub at most once per process (core.pipeline.resolve, carried in the job's parameters),
+per process and asks the hub at most once per process (core.compute.pipeline.resolve, carried in the job's parameters),
 counted at the loopback hub (tests/hub_server.py) that serves the model.
 
 The app's side is what ui/run.py does on Run (resolve, look up the cache, submit the job) and what
@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import pytest
 
-from core import jobs, pipeline
-from core.spec import RunSpec
+from core.base.spec import RunSpec
+from core.compute import pipeline
+from core.entry import jobs
 from tests.hub_fixtures import forget
 from tests.hub_server import HubRepo
 
@@ -60,7 +61,7 @@ def _one_run_through_the_job_path(spec: RunSpec, n: dict) -> dict:
     n["keys"] = 0
     forget()  # a worker process does not share the app's memory of the hub
     job = jobs.status(jid)
-    fn = jobs._resolve(jobs._kind(job.kind).run)
+    fn = jobs.resolve_target(jobs._kind(job.kind).run)
     out = fn(dict(job.params), lambda *a, **kw: None, lambda: False)
     assert out["layers"] > 0 and not out["cache_hit"]
     got["worker"], got["hub_worker"] = n["keys"], _api(n)

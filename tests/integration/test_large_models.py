@@ -2,11 +2,11 @@
 
 import pytest
 
-from core import models
-from core.errors import InputError
-from core.models import BUILTIN_MODELS, count_parameters, load_model
-from core.pipeline import analyze
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze
+from core.inputs import models
+from core.inputs.models import BUILTIN_MODELS, count_parameters, load_model
 
 # Parameter counts of the published models these shapes copy (base model, embeddings included;
 # the LLaMA ones with their LM head, tied in the 1B).

@@ -2,9 +2,9 @@
 
 import pytest
 
-from core.errors import InputError
-from core.pipeline import _spec_key, analyze, get_stats, run_key
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.pipeline import _spec_key, analyze, get_stats, run_key
 
 SAMPLE_KEYS = ("n_sample", "sample_mean_cosine", "pc1_variance_ratio", "effective_rank", "isoscore",
                "partition_isotropy")
@@ -56,8 +56,8 @@ def test_the_dashboard_link_of_a_results_json_opens_the_same_run(runs, tmp_path,
     import os
     from urllib.parse import parse_qs, urlparse
 
-    from core.cli import dashboard_link
-    from core.selection import from_query_params
+    from core.entry.cli import dashboard_link
+    from core.studies.selection import from_query_params
 
     cache, full, sub, full_res, sub_res = runs
     # The dashboard names files and model folders under its data directory (ANISO_DATA_DIR) only.

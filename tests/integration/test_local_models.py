@@ -6,10 +6,10 @@ import shutil
 import pytest
 from safetensors.torch import load_file, save_file
 
-from core.errors import InputError
-from core.models import check_model_ident, load_model, model_fingerprint
-from core.pipeline import analyze, get_stats
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.pipeline import analyze, get_stats
+from core.inputs.models import check_model_ident, load_model, model_fingerprint
 
 
 @pytest.mark.parametrize("kind", ["bert", "gpt2", "llama"])

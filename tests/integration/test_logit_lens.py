@@ -1,4 +1,4 @@
-"""The logit lens (core/lens.py) against the model's own forward and an independent numpy computation.
+"""The logit lens (core/compute/lens.py) against the model's own forward and an independent numpy computation.
 
 Tiny random LLaMA (RMSNorm) and GPT-2 (LayerNorm): the lens at the last layer is the model's logits
 (transformers returns the last hidden state already normed) and its KL is 0; at every layer the
@@ -10,11 +10,11 @@ import numpy as np
 import pytest
 import torch
 
-from core.analysis import build_results
-from core.lens import lens_logits
-from core.models import load_model
-from core.pipeline import get_stats
-from core.spec import RunSpec
+from core.base.spec import RunSpec
+from core.compute.lens import lens_logits
+from core.compute.pipeline import get_stats
+from core.inputs.models import load_model
+from core.stats.assemble import build_results
 
 SEQ = 24
 
@@ -49,7 +49,7 @@ def test_lens_matches_the_model_and_a_numpy_computation(kind, request, cache_dir
     lm = load_model(str(model_dir))
     model = lm.model
     # The last layer's lens is the model's own output at every sampled position.
-    from core.corpora import load_documents, tokenize_budget
+    from core.inputs.corpora import load_documents, tokenize_budget
 
     windows = tokenize_budget(load_documents(str(varied_txt)), lm.tokenizer, 400, SEQ, 3, str(varied_txt))
     with torch.inference_mode():

@@ -10,8 +10,8 @@ from foundation_helpers import ROOT, cli_env
 
 RUN = textwrap.dedent("""
     import json, resource, sys
-    from core.pipeline import get_stats
-    from core.spec import RunSpec
+    from core.compute.pipeline import get_stats
+    from core.base.spec import RunSpec
     model, corpus, n, cache = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     stats = get_stats(RunSpec(model=model, corpus=corpus, max_tokens=n, max_seq_len=128, batch_size=16,
                               sample=2000, device="cpu", dtype="float32"), cache_dir=cache)

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 from foundation_helpers import make_documents
 
-from core import metrics as M
-from core.corpora import TokenWindows, tokenize_budget
-from core.extract import MAX_KEYS, SUM_KEYS, extract_stats, merge_stats, stats_layout
-from core.models import load_model
+from core.compute.extract import MAX_KEYS, SUM_KEYS, extract_stats, merge_stats, stats_layout
+from core.inputs.corpora import TokenWindows, tokenize_budget
+from core.inputs.models import load_model
+from core.stats import kernels as M
 
 # Keys that do not depend on corpus-wide frequencies or on the window -> group assignment
 LAYOUT_FREE = ("n", "n_seq", "sum_doc_n_sq", "sum_u_sq", "sum_doc_sq", "sum_norm", "sum_x", "sum_abs", "sum_abs2",

@@ -7,10 +7,10 @@ import zipfile
 import numpy as np
 import pytest
 
-from core.errors import InputError
-from core.modalities import audio as A
-from core.modalities import corpus_modality, load_pictures
-from core.modalities.items import WHISPER_FRAMES, audio_items, image_items, position_meta
+from core.base.errors import InputError
+from core.inputs.modalities import audio as A
+from core.inputs.modalities import corpus_modality, load_pictures
+from core.inputs.modalities.items import WHISPER_FRAMES, audio_items, image_items, position_meta
 
 
 def test_sample_photographs_and_crops_are_deterministic():
@@ -122,7 +122,7 @@ def test_synthetic_speech_is_labelled(tmp_path):
 
 
 def test_member_files_reads_folders_archives_and_single_files_alike(tmp_path):
-    from core.modalities.files import member_files
+    from core.inputs.modalities.files import member_files
 
     folder = tmp_path / "pics"
     (folder / "sub").mkdir(parents=True)
@@ -181,10 +181,10 @@ def _features_fed(monkeypatch, items) -> list[np.ndarray]:
 
     import torch
 
-    import core.modalities.adapters as AD
-    from core.modalities.adapters import WhisperEncoderAdapter
+    import core.inputs.modalities.adapters as AD
+    from core.inputs.modalities.adapters import WhisperEncoderAdapter
 
-    fed = []  # the front end as the adapter calls it (its own name for core.convert.whisper.log_mel)
+    fed = []  # the front end as the adapter calls it (its own name for core.inputs.convert.whisper.log_mel)
     monkeypatch.setattr(AD, "log_mel", lambda a, sr=16000: fed.append(np.array(a)) or np.zeros((80, 3000), np.float32))
     model = lambda **kw: types.SimpleNamespace(hidden_states=(torch.zeros(1, 1500, 4),))  # noqa: E731
     WhisperEncoderAdapter().forward(model, items, list(range(len(items.payload))), "cpu")

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from core import metrics as M
-from core.extract import analysed_masks, extract_stats
-from core.modalities.adapters import CNNAdapter, ViTAdapter, WhisperEncoderAdapter
-from core.modalities.audio import Clip
-from core.modalities.images import load_pictures_for_tests
-from core.modalities.items import audio_items, image_items
+from core.compute.extract import analysed_masks, extract_stats
+from core.inputs.modalities.adapters import CNNAdapter, ViTAdapter, WhisperEncoderAdapter
+from core.inputs.modalities.audio import Clip
+from core.inputs.modalities.items import audio_items, image_items
+from core.stats import kernels as M
+from tests.internals import load_pictures
 
 TOL = 1e-6
 pytestmark = pytest.mark.slow
@@ -59,7 +59,7 @@ def _case(kind):
         model = _vit()
         adapter = ViTAdapter()
         positions, prefix, grid = adapter.layout(model)
-        items = image_items(load_pictures_for_tests(6), positions, prefix, grid, 10**9, seed=1)
+        items = image_items(load_pictures(6), positions, prefix, grid, 10**9, seed=1)
     elif kind == "whisper":
         model, adapter = _whisper(), WhisperEncoderAdapter()
         items = audio_items(_clips(), 10**9, seed=1)
@@ -67,7 +67,7 @@ def _case(kind):
         model = _resnet()
         adapter = CNNAdapter(model)
         positions, prefix, grid = adapter.layout(model)
-        items = image_items(load_pictures_for_tests(6), positions, prefix, grid, 10**9, seed=1)
+        items = image_items(load_pictures(6), positions, prefix, grid, 10**9, seed=1)
     return model, adapter, items
 
 

@@ -9,8 +9,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from core.errors import InputError  # noqa: E402
-from core.modalities.adapters import TextAdapter, hidden_states_of  # noqa: E402
+from core.base.errors import InputError  # noqa: E402
+from core.inputs.modalities.adapters import TextAdapter, hidden_states_of  # noqa: E402
 
 
 class _LastOnly(torch.nn.Module):

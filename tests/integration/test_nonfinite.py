@@ -13,10 +13,10 @@ import pytest
 import torch
 from foundation_helpers import make_documents
 
-from core import metrics as M
-from core.corpora import tokenize_budget
-from core.extract import SUM_KEYS, NonFiniteHiddenState, extract_stats
-from core.models import load_model
+from core.compute.extract import SUM_KEYS, NonFiniteHiddenState, extract_stats
+from core.inputs.corpora import tokenize_budget
+from core.inputs.models import load_model
+from core.stats import kernels as M
 
 
 class Edited:
@@ -62,8 +62,8 @@ def test_nan_at_padded_and_excluded_positions_never_reaches_the_sums(tiny):
         np.testing.assert_allclose(dirty[k], clean[k], rtol=1e-12, atol=1e-12, err_msg=k)
 
 
-@pytest.mark.parametrize("value", [float("nan"), float("inf")])
-def test_non_finite_value_at_an_analysed_position_is_reported(tiny, value):
+@pytest.mark.parametrize("value,dtype", [(float("nan"), "float32"), (float("inf"), "bfloat16")])
+def test_non_finite_value_at_an_analysed_position_is_reported(tiny, value, dtype):
     lm, w, pad = tiny
 
     def overflow(layer, h, ids, att):
@@ -72,11 +72,14 @@ def test_non_finite_value_at_an_analysed_position_is_reported(tiny, value):
         return h
 
     with pytest.raises(NonFiniteHiddenState) as e:
-        _run(Edited(lm.base, overflow), w, pad, dtype="float32")
+        _run(Edited(lm.base, overflow), w, pad, dtype=dtype)
     msg = str(e.value)
     kind = "NaN" if value != value else "inf"
     assert f"layer 2 is {kind}" in msg and "token id" in msg and "position 3" in msg
-    assert "float32" in msg and "--dtype float32" in msg
+    if dtype == "float32":  # issue 37 item 11: a float32 run (an audio run's NaN) was told to use float32
+        assert "in float32, which is full precision" in msg and "--dtype" not in msg and "Check the model" in msg
+    else:
+        assert f"in {dtype}: the activations overflow" in msg and "--dtype float32" in msg
 
 
 def test_zero_hidden_states_count_the_same_in_streaming_and_sample_metrics(tiny):

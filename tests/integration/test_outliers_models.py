@@ -1,4 +1,4 @@
-"""core.outliers on tiny randomly initialised models (built from configs, seeded, no download)."""
+"""core.stats.outliers on tiny randomly initialised models (built from configs, seeded, no download)."""
 
 import os
 
@@ -17,8 +17,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
 )
 
-from core.ablation import ablation, ablation_modules, norm_modules, norm_parameters, zeroed_dims  # noqa: E402
-from core.outliers import (  # noqa: E402
+from core.compute.ablation import ablation, ablation_modules, norm_modules, norm_parameters, zeroed_dims  # noqa: E402
+from core.stats.outliers import (  # noqa: E402
     activation_outliers,
     agreement,
     norm_param_outliers,

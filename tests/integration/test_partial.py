@@ -13,16 +13,18 @@ import numpy as np
 import pytest
 from foundation_helpers import make_documents
 
-from core import extract, jobs
-from core import metrics as M
-from core.analysis import partial_results
-from core.corpora import TokenWindows, tokenize_budget
-from core.errors import InputError
-from core.extract import MAX_KEYS, SUM_KEYS, extract_stats, plan_batches, stats_layout
-from core.models import load_model
-from core.pipeline import RunStats, analyze_params, get_store, is_cached, results_key
-from core.spec import RunSpec
-from core.statistics import sample_based_keys
+from core.base.cache import get_store
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute import extract
+from core.compute.extract import MAX_KEYS, SUM_KEYS, extract_stats, plan_batches, stats_layout
+from core.compute.pipeline import RunStats, analyze_params, is_cached, results_key
+from core.entry import jobs
+from core.inputs.corpora import TokenWindows, tokenize_budget
+from core.inputs.models import load_model
+from core.stats import kernels as M
+from core.stats.assemble import partial_results
+from core.stats.registry import sample_based_keys
 
 pytestmark = pytest.mark.fast
 KW = dict(batch_size=1, sample_size=40, seed=0)  # batch 1: each window's hidden states are bitwise the same
@@ -143,3 +145,31 @@ def test_a_failed_run_keeps_its_last_partial(queue_cache, tiny_bert_dir, varied_
     assert not is_cached(spec)
     jobs.retry(jid)  # a new attempt starts without the failed one's partial
     assert not jobs._store().has_data_for_key(jobs._partial_key(jid, 1))
+
+
+def test_partial_curves_keep_their_cadence_when_a_partial_is_slow(snapshots, monkeypatch):
+    """Issue 36: on a starved worker one partial took seconds, the next was then due 100 times later (the 1%
+    share rule) and the curve stood still for 10 minutes while the tokens counted on. The cadence now has a
+    floor (PARTIAL_EVERY_S) and a ceiling (PARTIAL_MAX_GAP_S) whatever a partial costs."""
+    assert extract.next_partial_due(100.0, 0.001) == 100.0 + extract.PARTIAL_EVERY_S  # cheap: every 2 s
+    assert extract.next_partial_due(100.0, 5.0) == 100.0 + extract.PARTIAL_MAX_GAP_S  # slow: 30 s, not 500 s
+    assert extract.PARTIAL_EVERY_S <= 2.0  # docs/pages.md: every 2 s at most
+    # The loop itself: each partial costs 0.05 s, so the share rule alone would wait 5 s (the whole run has
+    # none after the first); with a 0.1 s ceiling every batch that ends 0.1 s after the last one publishes.
+    lm, w, _, _ = snapshots
+    import time
+
+    monkeypatch.setattr(extract, "PARTIAL_EVERY_S", 0.0)
+    monkeypatch.setattr(extract, "PARTIAL_MAX_GAP_S", 0.1)
+    at: list = []
+
+    def slow(arrays, n):
+        at.append(time.perf_counter())
+        time.sleep(0.05)
+
+    # each batch made to last 0.03 s (its progress call sleeps): the loop outlasts several 0.1 s gaps anywhere
+    extract_stats(lm.base, w, **KW, partial=slow, progress=lambda p: time.sleep(0.03))
+    n_batches = len(plan_batches(w, KW["batch_size"]))
+    assert len(at) >= min(3, n_batches - 1), (len(at), n_batches)
+    gaps = np.diff(at)
+    assert (gaps >= 0.1).all()  # never more often than asked

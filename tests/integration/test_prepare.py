@@ -1,4 +1,4 @@
-"""One run preparation (core/prepare.py): every path that runs a model reads a Latin-1 corpus in the
+"""One run preparation (core/compute/prepare.py): every path that runs a model reads a Latin-1 corpus in the
 spec's encoding and plans the same windows."""
 
 import socket
@@ -6,8 +6,8 @@ import socket
 import numpy as np
 import pytest
 
-import core.prepare as P
-from core.spec import RunSpec
+import core.compute.prepare as P
+from core.base.spec import RunSpec
 
 DOCS = ["Café crème brûlée à la française, déjà vu. " * 6, "Straße, Maß und Fuß: größer, süßer. " * 5,
         "Noël à Zürich: façade, naïve, señor, Ærø. " * 4, "Garçon, où est l'hôtel? Très élégant. " * 5]
@@ -47,7 +47,8 @@ def _free_port() -> int:
 
 
 def test_latin1_corpus_gives_the_same_windows_in_every_path(tiny_llama_dir, latin1, tmp_path, planned, monkeypatch):
-    from core import attention, pipeline
+    from core.compute import pipeline
+    from core.studies import attention
 
     spec = RunSpec(model=str(tiny_llama_dir), corpus=str(latin1), encoding="latin-1", max_tokens=300,
                    max_seq_len=32, sample=64, device="cpu", dtype="float32")
@@ -74,7 +75,7 @@ def test_latin1_corpus_gives_the_same_windows_in_every_path(tiny_llama_dir, lati
     assert len(paths["series"]) == 1
 
     # the distributed path: a torchrun group of one process (gloo)
-    from core.distributed import init_group
+    from core.compute.distributed import init_group
 
     for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": str(_free_port())}.items():
@@ -101,8 +102,8 @@ def test_latin1_corpus_gives_the_same_windows_in_every_path(tiny_llama_dir, lati
 def test_a_first_run_reports_each_step(tiny_llama_dir, latin1, tmp_path):
     """Issue 28 item 6: the documents read, the model loaded, the windows tokenized, then the tokens, each its
     own line of the job panel (the bar was empty while the corpus was read and the model loaded)."""
-    from core import pipeline
-    from core.progress import Stage
+    from core.base.progress import Stage
+    from core.compute import pipeline
     from ui.jobs_panel import progress_text
 
     spec = RunSpec(model=str(tiny_llama_dir), corpus=str(latin1), encoding="latin-1", max_tokens=300,
@@ -122,7 +123,12 @@ def test_a_first_run_reports_each_step(tiny_llama_dir, latin1, tmp_path):
     for p in seen:
         Job.progress = p
         lines.append(progress_text(Job))
-    assert lines[0].startswith("Step 1 of 4 · reading the corpus")
-    assert any(t.startswith("Step 1 of 4 · 4 documents read") for t in lines)
-    assert any(t.startswith("Step 2 of 4 · ") for t in lines) and any(t.startswith("Step 3 of 4 · ") for t in lines)
-    assert any(t.startswith("Step 4 of 4 · forward pass: ") for t in lines)
+    assert lines[0].startswith("Step 1 of 5 · reading the corpus")
+    assert any(t.startswith("Step 1 of 5 · 4 documents read") for t in lines)
+    assert any(t.startswith("Step 2 of 5 · ") for t in lines) and any(t.startswith("Step 3 of 5 · ") for t in lines)
+    assert any(t.startswith("Step 4 of 5 · forward pass: ") for t in lines)
+    # the metrics after the pass: a step of their own, a bar filling layer by layer (it stood full, unlabelled)
+    metrics = [(p, t) for p, t in zip(seen, lines) if p.stage is Stage.METRICS]
+    assert metrics and all(t.startswith("Step 5 of 5 · per-layer metrics: ") for _, t in metrics), metrics[:3]
+    fill = [p.fraction for p, _ in metrics]
+    assert fill[0] < 1.0 and fill == sorted(fill) and fill[-1] == 1.0, fill

@@ -1,5 +1,5 @@
 """What a lab server must refuse: a model folder's own code without --trust-remote-code, pickled
-.bin weights that run code, path traversal in upload names (core/models.py, core/uploads.py)."""
+.bin weights that run code, path traversal in upload names (core/inputs/models.py, core/inputs/uploads.py)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from core.errors import InputError
-from core.models import load_model
-from core.uploads import save_upload, upload_id
+from core.base.errors import InputError
+from core.inputs.models import load_model
+from core.inputs.uploads import save_upload, upload_id
 
 
 def test_remote_code_runs_only_when_asked(tmp_path, tiny_bert_dir):

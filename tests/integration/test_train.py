@@ -1,13 +1,14 @@
-"""Training from scratch (core/train.py), its checkpoints as models, and series analysis."""
+"""Training from scratch (core/studies/training.py), its checkpoints as models, and series analysis."""
 
 import json
 
 import numpy as np
 import pytest
 
-from core import trained
-from core.errors import Cancelled, InputError
-from core.train import TrainSpec, build_data, byte_ids, bytes_tokenizer, checkpoint_schedule, make_tokenizer, train
+from core.base.errors import Cancelled, InputError
+from core.inputs import checkpoints
+from core.studies.train_spec import TrainSpec
+from core.studies.training import build_data, byte_ids, bytes_tokenizer, checkpoint_schedule, make_tokenizer, train
 
 WORDS = ("the cat dog sat ran on under a mat tree house quickly slowly red blue small big and then it was "
          "there here because of".split())
@@ -56,9 +57,9 @@ def test_bytes_tokenizer_round_trips_any_utf8():
 
 @pytest.mark.slow
 def test_bpe_tokenizer_is_gpt2s_first_merges():
-    from core.models import _gpt2_tokenizer
+    from core.inputs.models import gpt2_tokenizer
 
-    small, full = make_tokenizer(TrainSpec(vocab_size=1024)), _gpt2_tokenizer()
+    small, full = make_tokenizer(TrainSpec(vocab_size=1024)), gpt2_tokenizer()
     assert len(small) == 1024
     text = "The quick brown fox jumps over the lazy dog; anisotropy appears."
     ids = small(text, add_special_tokens=False)["input_ids"]
@@ -139,7 +140,7 @@ def test_cancel_then_resume_finishes_the_same_run(corpus_file, tmp_path):
 
     with pytest.raises(Cancelled, match="resume"):
         train(spec, cache_dir=tmp_path, cancel=cancel)
-    rec = trained.read_run(spec.run_name(), tmp_path)
+    rec = checkpoints.read_run(spec.run_name(), tmp_path)
     assert rec["status"] == "cancelled" and rec["resume_step"] == 3
     done = train(spec, cache_dir=tmp_path)
     assert done["status"] == "done" and [c["step"] for c in done["checkpoints"]] == [0, 1, 2, 4, 8]
@@ -156,11 +157,11 @@ def three_checkpoints(corpus_file, cache_dir):
 
 @pytest.mark.slow
 def test_checkpoints_are_models(three_checkpoints, cache_dir):
-    from core.models import check_model_ident, describe_model, list_models, model_fingerprint
+    from core.inputs.models import check_model_ident, describe_model, list_models, model_fingerprint
 
     ids = [m["id"] for m in list_models()]
     for step in (0, 1, 2):
-        assert trained.ident_of("series-test", step) in ids
+        assert checkpoints.ident_of("series-test", step) in ids
     ident = "trained/series-test@step-2"
     check_model_ident(ident)
     info = describe_model(ident)
@@ -175,7 +176,9 @@ def test_checkpoints_are_models(three_checkpoints, cache_dir):
 
 @pytest.mark.slow
 def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, cache_dir, monkeypatch):
-    from core import corpora, prepare, series
+    from core.compute import prepare
+    from core.inputs import corpora
+    from core.studies import series
 
     calls = {"n": 0}
     real = corpora.tokenize_budget
@@ -231,7 +234,7 @@ def test_series_of_three_checkpoints_cached_per_checkpoint(three_checkpoints, ca
 
 @pytest.mark.slow
 def test_cli_train_and_series(corpus_file, tmp_path):
-    from core.cli import main
+    from core.entry.cli import main
 
     out = tmp_path / "run.json"
     assert main(["train", "--corpus", corpus_file, "--layers", "1", "--d-model", "16", "--heads", "2",
@@ -250,7 +253,7 @@ def test_cli_train_and_series(corpus_file, tmp_path):
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):
-    from core.cli import main
+    from core.entry.cli import main
 
     assert main(["series", "--run", "nope", "--cache-dir", str(tmp_path), "--out", str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
@@ -263,7 +266,8 @@ def test_cli_errors_are_one_line(tmp_path, capsys):
 @pytest.mark.parametrize("arch", ["gpt2", "llama", "bert"])
 @pytest.mark.parametrize("tokenizer", ["bpe", "bytes"])
 def test_parameter_formula_agrees_with_the_built_model(corpus_file, arch, tokenizer):
-    from core.train import build_model, count_train_parameters, vocab_of
+    from core.studies.train_spec import count_train_parameters, vocab_of
+    from core.studies.training import build_model
 
     for d, L, H, T in ((16, 1, 2, 16), (96, 3, 4, 40)):
         spec = tiny(corpus_file, arch=arch, tokenizer=tokenizer, d_model=d, n_layers=L, n_heads=H, seq_len=T)
@@ -273,7 +277,8 @@ def test_parameter_formula_agrees_with_the_built_model(corpus_file, arch, tokeni
 
 def test_a_training_too_large_is_refused_before_anything_is_allocated(corpus_file, monkeypatch, tmp_path):
     """--layers 1000 --d-model 100000 was a traceback after tokenizing; the Train page's maxima need ~158 GiB."""
-    import core.train as T
+    import core.studies.train_spec as S
+    import core.studies.training as T
 
     for name in ("make_tokenizer", "build_data", "build_model"):
         monkeypatch.setattr(T, name, lambda *a, **k: (_ for _ in ()).throw(AssertionError("allocated")))
@@ -283,14 +288,14 @@ def test_a_training_too_large_is_refused_before_anything_is_allocated(corpus_fil
     assert not (tmp_path / "trained").exists() or not any((tmp_path / "trained").iterdir())
     page_max = tiny(corpus_file, n_layers=48, d_model=4096, n_heads=32, seq_len=64, batch_size=16)
     with pytest.raises(InputError, match=r"needs about 15\d.\d GiB: 9,6\d\d,\d{3},\d{3} parameters.*cpu has 64.0 GiB free"):
-        T.check_train_size(page_max, free=64 * 2**30)
-    T.check_train_size(page_max, free=256 * 2**30)  # fits on a large machine
-    T.check_train_size(TrainSpec(), free=1 * 2**30)  # the default training needs a few MB
+        S.check_train_size(page_max, free=64 * 2**30)
+    S.check_train_size(page_max, free=256 * 2**30)  # fits on a large machine
+    S.check_train_size(TrainSpec(), free=1 * 2**30)  # the default training needs a few MB
 
 
 def test_train_out_into_a_missing_folder_fails_before_training(corpus_file, monkeypatch, tmp_path, capsys):
-    import core.train as T
-    from core.cli import main
+    import core.studies.training as T
+    from core.entry.cli import main
 
     monkeypatch.setattr(T, "train", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained")))
     rc = main(["train", "--corpus", corpus_file, "--steps", "4", "--out", str(tmp_path / "missing" / "run.json"),
@@ -310,7 +315,8 @@ def test_a_one_document_corpus_is_told_what_helps(tmp_path):
 
 
 def test_trained_checkpoints_open_on_a_shared_server(monkeypatch):
-    from core.selection import Selection, check_model
+    from core.inputs.access import check_model
+    from core.studies.selection import Selection
 
     monkeypatch.setenv("ANISO_SHARED", "1")
     assert check_model("trained/my-run@step-64") == "trained/my-run@step-64"

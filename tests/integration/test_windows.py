@@ -6,9 +6,9 @@ import pytest
 from foundation_helpers import make_documents
 from transformers import AutoTokenizer
 
-from core.corpora import special_affixes, tokenize_budget
-from core.extract import SUM_KEYS, extract_stats, padding_fraction, plan_batches
-from core.models import load_model
+from core.compute.extract import SUM_KEYS, extract_stats, padding_fraction, plan_batches
+from core.inputs.corpora import special_affixes, tokenize_budget
+from core.inputs.models import load_model
 
 
 @pytest.fixture(scope="module")
@@ -125,7 +125,7 @@ def test_batch_size_does_not_change_the_numbers(request, kind):
 
 def test_row_chunks_of_the_statistics_do_not_change_the_numbers(tiny_bert_dir, monkeypatch):
     """The float64 statistics run in chunks of rows (bounded memory); any chunking gives the same sums."""
-    import core.extract as E
+    import core.compute.extract as E
 
     lm = load_model(str(tiny_bert_dir))
     docs = make_documents([3, 50, 12, 7, 33, 1, 21, 9, 44, 16, 5], seed=9)

@@ -15,9 +15,11 @@ import types
 import pytest
 from foundation_helpers import make_documents, write_txt
 
-from core import jobs, pipeline, prepare
-from core.pipeline import analyze_params, get_store, job_analyze
-from core.spec import RunSpec
+from core.base.cache import get_store
+from core.base.spec import RunSpec
+from core.compute import pipeline, prepare
+from core.compute.pipeline import analyze_params, job_analyze
+from core.entry import worker
 
 
 @pytest.fixture
@@ -105,12 +107,12 @@ def test_the_worker_the_app_starts_warms_up(tmp_path, monkeypatch):
         spawned.append(argv)
         return types.SimpleNamespace(pid=os.getpid())  # alive: no second spawn within the minute
 
-    monkeypatch.setattr(jobs.subprocess, "Popen", popen)
+    monkeypatch.setattr(worker.subprocess, "Popen", popen)
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "1")
     monkeypatch.delenv("ANISO_WORKER_WARM", raising=False)
-    jobs.ensure_worker(tmp_path / "a")
+    worker.ensure_worker(tmp_path / "a")
     monkeypatch.setenv("ANISO_WORKER_WARM", "0")
-    jobs.ensure_worker(tmp_path / "b")
+    worker.ensure_worker(tmp_path / "b")
     assert spawned[0][:4] == [sys.executable, "-m", "core", "worker"] and "--warm" in spawned[0]
     assert "--warm" not in spawned[1]
 
@@ -121,10 +123,38 @@ def test_a_warm_up_that_fails_is_logged_and_the_worker_goes_on(tmp_path, monkeyp
     mod.ok = lambda root: called.append(root)
     mod.bad = lambda root: 1 / 0
     monkeypatch.setitem(sys.modules, "warm_probe", mod)
-    monkeypatch.setattr(jobs, "WARM_UP", ("warm_probe:bad", "warm_probe:ok"))
-    jobs._warm_up(tmp_path)
+    monkeypatch.setattr(worker, "WARM_UP", ("warm_probe:bad", "warm_probe:ok"))
+    assert worker._warm_up(tmp_path, _Queue([0, 0])) == ["warm_probe:ok"]
     assert called == [tmp_path]
     assert "warm-up warm_probe:bad failed: ZeroDivisionError" in caplog.text
+
+
+class _Queue:
+    """A huey stand-in whose queue holds the given number of messages at each look."""
+
+    def __init__(self, sizes):
+        self.sizes = list(sizes)
+        self.storage = self
+
+    def queue_size(self):
+        return self.sizes.pop(0) if self.sizes else 1
+
+
+def test_the_warm_up_yields_to_a_queued_job(tmp_path, monkeypatch, capsys):
+    """Issue 36: the first job never waits behind a warm-up. Before each step the warm-up looks at the queue;
+    once a job waits there it stops (the consumer then takes the job), and a worker started by a Run (its job
+    already queued) skips it entirely."""
+    assert worker.WARM_UP[0] == "core.compute.pipeline:warm_imports"  # what any job imports comes first
+    called = []
+    mod = types.ModuleType("warm_probe")
+    mod.a = lambda root: called.append("a")
+    mod.b = lambda root: called.append("b")
+    monkeypatch.setitem(sys.modules, "warm_probe", mod)
+    monkeypatch.setattr(worker, "WARM_UP", ("warm_probe:a", "warm_probe:b"))
+    assert worker._warm_up(tmp_path, _Queue([0, 1])) == ["warm_probe:a"]  # a job came during step a
+    assert called == ["a"] and "the warm-up stops before warm_probe:b" in capsys.readouterr().err
+    assert worker._warm_up(tmp_path, _Queue([1])) == [] and called == ["a"]  # queued before the worker started
+    assert worker._warm_up(tmp_path, _Queue([0, 0])) == ["warm_probe:a", "warm_probe:b"]  # nothing waits: all
 
 
 def test_warm_up_imports_the_default_models_classes(tmp_path, monkeypatch):
@@ -141,4 +171,4 @@ def test_warm_up_imports_the_default_models_classes(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "load_model", spy)
     pipeline.warm_up(tmp_path)
     assert loaded == [(RunSpec().model, "transformers.models.bert.modeling_bert")]
-    assert "transformers.models.bert.modeling_bert" in sys.modules and "core.analysis" in sys.modules
+    assert "transformers.models.bert.modeling_bert" in sys.modules and "core.stats.assemble" in sys.modules

@@ -1,9 +1,9 @@
-"""docs/models.md lists every architecture family of core/anatomy.py with its module names: the table in the
+"""docs/models.md lists every architecture family of core/inputs/anatomy.py with its module names: the table in the
 page is the one the module prints (`python -m core models --anatomy`)."""
 
 from pathlib import Path
 
-from core import anatomy
+from core.inputs import anatomy
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "models.md"
 

@@ -1,4 +1,4 @@
-"""The Python API's boundary (core/api.py, imported as aniso), numpy and pandas only: corpora given as Python
+"""The Python API's boundary (core/entry/api.py, imported as aniso), numpy and pandas only: corpora given as Python
 objects are saved as the dashboard's uploads (the same key as the upload in the dashboard), every bad argument is
 one InputError with the CLI's message, and the JSON Schema of results.json describes what it must.
 No model runs here: runs are tests/integration/test_api.py."""
@@ -11,12 +11,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from core import api, uploads
-from core.cli import main as cli_main
-from core.corpora import document_metadata, load_documents
-from core.errors import InputError
-from core.selection import Selection
-from core.settings import use_cache_dir
+from core.base.errors import InputError
+from core.base.settings import use_cache_dir
+from core.entry import api
+from core.entry.cli import main as cli_main
+from core.inputs import uploads
+from core.inputs.corpora import document_metadata, load_documents
+from core.studies.selection import Selection
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = ROOT / "docs" / "results.schema.json"

@@ -5,11 +5,11 @@ import json
 import numpy as np
 import pytest
 
-from core import export
-from core import figures as F
-from core.attention import finish, layer_means, pick_dims
-from core.attention.summary import _closed_form_cosine, _pearson
+from core.studies.attention import finish, layer_means, pick_dims
+from core.studies.attention.summary import _closed_form_cosine, _pearson
 from core.views import attention as AV
+from core.views import export
+from core.views import figures as F
 from tests.synthetic import synthetic_run
 
 L, H, HKV, DH = 3, 4, 2, 5
@@ -135,8 +135,8 @@ def test_attention_map_labels_show_decoded_text_and_a_short_zeroed_title(case):
 
 
 def test_windows_grouped_by_document_for_the_viewer():
-    from core.attention import doc_start, document_index
-    from core.corpora import TokenWindows
+    from core.inputs.corpora import TokenWindows
+    from core.studies.attention import doc_start, document_index
 
     docs = ["zero", "one\u202e  two\n\nthree " + "x" * 100, "two words"]
     ids = [np.arange(3)] * 5

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench import report
+from bench import common, report
 from bench.common import median, profile_diff_table, run_task
 from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, sampled_pairs_mean_cosine
 
@@ -89,13 +89,13 @@ def test_gpu_block_merge_and_replace():
                      "bare_tokens_per_s": 1e5, "tool_tokens_per_s": 9e4, "ratio": 0.9, "tflops": 20.0,
                      "tflops_non_embedding": 15.0, "mfu": 0.2, "max_memory_allocated_bytes": 2**30}]}
     block = report.render_gpu(g, "")
-    with_gpu = report.replace_gpu(cpu_doc, block, "# Benchmarks")
+    with_gpu = common.put_section(cpu_doc, block, report.GPU_START, report.GPU_END)
     assert "Fake GPU" in with_gpu and "Not measured yet" not in with_gpu
     # A later CPU run keeps the measured GPU section...
     assert "Fake GPU" in report.merge_gpu(with_gpu, cpu_doc)
     # ...but a not-measured one is simply replaced.
     assert report.merge_gpu(cpu_doc, cpu_doc) == cpu_doc
-    assert report.replace_gpu(None, block, "# Benchmarks").startswith("# Benchmarks")
+    assert common.put_section(None, block, report.GPU_START, report.GPU_END).startswith("# Benchmarks")
 
 
 def test_pair_estimators_on_random_data():
@@ -123,7 +123,7 @@ def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
 
 
 def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path):
-    from bench.load import LOAD_END, LOAD_START, keep_load_section, render, write
+    from bench.load import LOAD_END, LOAD_START, render
 
     s = {"n": 40, "p50": 0.8, "p95": 1.5, "max": 2.5, "errors": [], "peak_server": 300 * 2**20, "load": (1.0, 1, 1),
          "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}, "slow": [],
@@ -144,11 +144,11 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
     assert "Views not ready after 10 s (job running, 1): Compare: not ready" in md and "(no job, " not in md
     doc = tmp_path / "B.md"
     doc.write_text("# Benchmarks\n\nbody\n")
-    write(md, doc)
-    write(md.replace("2.40", "1.90"), doc)
+    common.write_section(md, doc, LOAD_START, LOAD_END)
+    common.write_section(md.replace("2.40", "1.90"), doc, LOAD_START, LOAD_END)
     text = doc.read_text()
     assert text.count(LOAD_START) == 1 and "1.90" in text and text.startswith("# Benchmarks")
-    rewritten = keep_load_section(text, "# Benchmarks\n\nnew body\n")
+    rewritten = common.keep_section(text, "# Benchmarks\n\nnew body\n", LOAD_START, LOAD_END)
     assert "new body" in rewritten and rewritten.count(LOAD_END) == 1 and "1.90" in rewritten
 
 
@@ -156,9 +156,9 @@ def test_load_first_loads_are_the_ramp_up_not_views():
     """The users' first page loads are reported on their own; the timed views start once all have one."""
     import asyncio
 
-    from bench.load import _Barrier, _summary
+    from bench.load import _Barrier, summarize
 
-    s = _summary([("open", 12.0), ("open", 8.0), ("Layers", 1.0), ("Outliers", 3.0)], [],
+    s = summarize([("open", 12.0), ("open", 8.0), ("Layers", 1.0), ("Outliers", 3.0)], [],
                  ["first load: not ready after 10 s [...]", "Layers: not ready after 10 s [...]"])
     assert s["n"] == 2 and s["max"] == 3.0 and s["open_max"] == 12.0 and s["open_p50"] == 10.0
     assert s["slow"] == ["Layers: not ready after 10 s [...]"]
@@ -177,3 +177,99 @@ def test_load_first_loads_are_the_ramp_up_not_views():
 
     order = asyncio.run(users())
     assert [e for e, _ in order] == ["opened"] * 3 + ["browsing"] * 3  # nobody browses before the last one opened
+
+
+def test_the_one_table_renderer_against_a_hand_written_table():
+    md = common.table(["Model", "Ratio", ""], [["MiniLM-L6", 0.95, "a|b"], ["SmolLM2", "n/a", "two\nlines"]])
+    assert md == ("| Model | Ratio |  |\n"
+                  "|---|---|---|\n"
+                  "| MiniLM-L6 | 0.95 | a\\|b |\n"
+                  "| SmolLM2 | n/a | two lines |")
+    assert common.table(["a"], []) == "| a |\n|---|"
+
+
+def test_marked_sections_are_replaced_appended_and_kept():
+    s, e = "<!-- x:start -->", "<!-- x:end -->"
+    doc = "# Benchmarks\n\nintro\n\n<!-- x:start -->\nold\n<!-- x:end -->\n\ntail\n"
+    new = "<!-- x:start -->\nnew\n<!-- x:end -->"
+    assert common.put_section(doc, new, s, e) == "# Benchmarks\n\nintro\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n\ntail\n"
+    assert common.put_section("# Benchmarks\n\nintro\n\n", new, s, e) == (
+        "# Benchmarks\n\nintro\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n")
+    assert common.put_section(None, new, s, e) == "# Benchmarks\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n"
+    assert common.keep_section(doc, "# Benchmarks\n\nrewritten\n", s, e) == (
+        "# Benchmarks\n\nrewritten\n\n<!-- x:start -->\nold\n<!-- x:end -->\n")
+    assert common.keep_section(doc, "# B\n\n" + new + "\n", s, e) == "# B\n\n" + new + "\n"  # the new one wins
+    assert common.keep_section("# Benchmarks\n", "# B\n", s, e) == "# B\n"  # nothing to keep
+
+
+def test_cpu_shares_of_two_readings():
+    before = {"user": 100.0, "nice": 0.0, "system": 50.0, "idle": 800.0, "iowait": 40.0, "steal": 10.0, "guest": 5.0}
+    after = {"user": 160.0, "nice": 0.0, "system": 70.0, "idle": 860.0, "iowait": 50.0, "steal": 20.0, "guest": 9.0}
+    # deltas: user 60, system 20, idle 60, iowait 10, steal 10 (guest is inside user): 160 in all
+    assert common.cpu_share(before, after) == pytest.approx({"steal": 10 / 160, "idle": 70 / 160})
+    assert common.cpu_share({}, after) == {}
+    t = common.cpu_times()
+    assert {"user", "system", "idle", "steal"} <= set(t) and t["idle"] > 0
+
+
+def test_process_figures_from_psutil():
+    import os
+    import subprocess
+    import sys
+
+    spin = subprocess.Popen([sys.executable, "-c", "import time\nt = time.process_time()\n"
+                             "while time.process_time() - t < 0.3: pass\ntime.sleep(30)"])
+    try:
+        deadline = __import__("time").monotonic() + 20
+        while common.proc_cpu_s(spin.pid) < 0.25 and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.05)
+        assert 0.25 <= common.proc_cpu_s(spin.pid) < 5  # it spun 0.3 CPU-s, then sleeps
+        assert common.proc_cpu_s(os.getpid(), tree=True) >= common.proc_cpu_s(os.getpid()) + 0.25  # its child
+        from bench.load import _cpu_s
+
+        got = _cpu_s(spin.pid)  # the load test's account, with the child as the "server"
+        assert got["server"] >= 0.25 and got["harness"] >= common.proc_cpu_s(os.getpid()) * 0.9
+        assert got["busy"] > got["niced"] >= 0 and got["t"] > 0
+        assert common.rss(spin.pid) > 1_000_000 and common.rss() > common.rss(spin.pid) / 10
+    finally:
+        spin.kill()
+        spin.wait()
+    assert common.proc_cpu_s(spin.pid) == 0.0 and common.rss(spin.pid) == 0  # gone
+    assert common.proc_cpu_s(None) == 0.0 and common.rss(0) == 0
+    assert common.vm_hwm() >= common.rss() > 0  # the peak is at least what is resident now
+    assert len(common.loadavg()) == 3 and common.usable_cores() >= 1
+
+
+def test_fresh_process_times_come_from_pyperf(tmp_path):
+    import os
+    import sys
+
+    marks = tmp_path / "marks"
+    code = f"open({str(marks)!r}, 'a').write('x')"
+    got = common.fresh_process_times([sys.executable, "-c", code], 2, dict(os.environ))
+    assert len(got) == 2 and all(0 < t < 60 for t in got)
+    assert marks.read_text() == "xx"  # one run per process, no warm-up run
+    with pytest.raises(RuntimeError, match="pyperf command failed"):
+        common.fresh_process_times([sys.executable, "-c", "raise SystemExit(3)"], 1, dict(os.environ))
+
+
+def test_alternate_runs_in_a_b_b_a_order():
+    calls = []
+    runs = common.alternate(3, {"a": lambda: calls.append("a") or 1.0, "b": lambda: calls.append("b") or (2.0, "x")})
+    assert calls == ["a", "b", "b", "a", "a", "b"]
+    assert runs == {"a": [1.0, 1.0, 1.0], "b": [(2.0, "x")] * 3}
+
+
+def test_a_section_renders_to_hand_written_markdown():
+    md = report.render_postproc({"shape": [200, 576], "layer": 15, "source": "SmolLM2 sample", "reps": 2,
+                                 "rows": [{"post": "raw", "median_s": 0.1234, "met": True},
+                                          {"post": "whitening", "median_s": float("nan"), "met": False}]})
+    assert md == (
+        "## 7. Post-processing what-ifs\n\n"
+        "`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral metrics, "
+        "IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the post-processing; "
+        "X = 200 x 576 float32, SmolLM2 sample, layer 15. Median of 2 runs after a warm-up.\n\n"
+        "| Post-processing | Time | Goal < 0.5 s |\n"
+        "|---|---|---|\n"
+        "| raw | 0.123 s | met |\n"
+        "| whitening | n/a | **MISSED** |")

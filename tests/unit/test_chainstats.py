@@ -1,4 +1,4 @@
-"""The outlier chain's rules (core/chainstats.py, issue 24) against naive computations on synthetic
+"""The outlier chain's rules (core/stats/chain_rules.py, issue 24) against naive computations on synthetic
 arrays, and the massive / high-norm sections of a synthetic run. Numpy only."""
 
 import itertools
@@ -6,9 +6,9 @@ import itertools
 import numpy as np
 import pytest
 
-from core import chainstats as C
-from core.chain.summary import high_norm_section, massive_section
-from core.metrics import high_norm_share, high_norm_split
+from core.stats import chain_rules as C
+from core.stats.chain_summary import high_norm_section, massive_section
+from core.stats.kernels import high_norm_share, high_norm_split
 from tests.synthetic import synthetic_run
 
 

@@ -1,4 +1,4 @@
-"""One dimension drilled into (core/dimension.py) and the frequency views (core/views_dimension.py)."""
+"""One dimension drilled into (core/stats/single_dim.py) and the frequency views (core/views_dimension.py)."""
 
 import math
 
@@ -6,10 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import dimension as D
-from core.analysis import frequency_r
-from core.projection import sample_table
-from core.views import dimension as VD
+from core.compute.projection import sample_table
+from core.stats import single_dim as D
+from core.stats.assemble import frequency_r
+from core.views import single_dim as VD
 from tests.synthetic import synthetic_run
 
 
@@ -84,7 +84,7 @@ def test_frequency_figure_is_signed_with_distinct_lines_and_a_baseline_first():
 
 
 def test_difference_of_mean_cosine_has_a_bootstrap_interval():
-    from core import metrics as M
+    from core.stats import kernels as M
     from core.views import difference as VDF
 
     rng = np.random.default_rng(1)
@@ -187,7 +187,7 @@ def test_results_frequency_carries_the_position_adjusted_link_and_the_views_warn
 
 
 def test_the_drill_down_opens_on_the_strongest_outlier_dim_not_the_lowest_index():
-    from core.selection import Selection, strongest_dims
+    from core.studies.selection import Selection, strongest_dims
 
     outliers = {"activation": {"persistent": [8, 308, 100], "per_layer": [[308], [308, 8], [100, 308]]},
                 "norm_parameters": {"persistent": [14]},

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 
-from core.cli import _spec, build_parser
-from core.distributed import failure_summary, shard_batches, spec_args, torchrun_command
-from core.errors import InputError
-from core.spec import RunSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute.distributed import failure_summary, shard_batches, spec_args, torchrun_command
+from core.entry.cli import _spec, build_parser
 
 
 def _batches(n_windows, batch_size, seed=0):

@@ -68,3 +68,30 @@ def test_step_axes_are_labelled_at_the_checkpoints():
     for fig in (D.compare_runs({"a": ser, "b": ser}).figure, D.loss_curves(ser).figure):
         ax = fig.layout.xaxis
         assert ax.type == "log" and list(ax.tickvals) == [0.5, 1, 2, 4] and list(ax.ticktext) == ["0", "1", "2", "4"]
+
+
+def _mc_series(per_step):
+    """A series whose layer l at step s has mean cosine per_step[s][l]."""
+    ser = _series(attention=False)
+    for res, mc in zip(ser["results"], per_step):
+        res["layers"] = [{"layer": i, "mean_cosine": v} for i, v in enumerate(mc)]
+        res["outliers"] = {"activation": {"persistent": []}}
+    return ser
+
+
+def test_the_peak_over_training_is_a_tie_when_two_cells_are_within_the_tolerance():
+    clear = D.summary(_mc_series([[0.1, 0.2, 0.3], [0.1, 0.6, 0.3], [0.1, 0.3, 0.3], [0.1, 0.2, 0.35]]))
+    assert (clear["peak"]["layer"], clear["peak"]["step"]) == (1, 1) and len(clear["peak"]["ties"]) == 1
+    assert any("Anisotropy was transient: layer 1 peaked at 0.600 at step 1" in f for f in clear["findings"])
+    # layer 1 at step 1 (0.600) and layer 2 at step 4 (0.597): 0.003 apart, inside 1% of 0.6 -> a tie
+    tie = D.summary(_mc_series([[0.1, 0.2, 0.3], [0.1, 0.6, 0.3], [0.1, 0.3, 0.3], [0.1, 0.2, 0.597]]))
+    assert [(t["layer"], t["step"]) for t in tie["peak"]["ties"]] == [(1, 1), (2, 4)]
+    text = " ".join(tie["findings"])
+    assert "a tie between layer 1 at step 1 (0.600), layer 2 at step 4 (0.597)" in text and "transient" not in text
+
+
+def test_the_most_anisotropic_last_layer_is_a_tie_when_two_layers_are_equal():
+    text = " ".join(D.summary(_mc_series([[0.1, 0.2, 0.3]] * 3 + [[0.1, 0.5, 0.4999]]))["findings"])
+    assert "the most anisotropic layers at the end are a tie: layers 1, 2 (0.500, 0.500" in text
+    text = " ".join(D.summary(_mc_series([[0.1, 0.2, 0.3]] * 3 + [[0.1, 0.5, 0.4]]))["findings"])
+    assert "the most anisotropic layer at the end is layer 1 (0.500)" in text

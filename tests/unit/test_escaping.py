@@ -1,4 +1,4 @@
-"""Text from files, tokenizers and URLs shown as text: figures, markdown, CSV (core/escape.py)."""
+"""Text from files, tokenizers and URLs shown as text: figures, markdown, CSV (core/base/escape.py)."""
 
 import copy
 import re
@@ -6,9 +6,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from core import export, views
-from core.escape import csv_cell, html_text, markdown_code, markdown_text, visible
-from core.projection import pca_2d, sample_table
+from core import views
+from core.base.escape import csv_cell, html_text, markdown_code, markdown_text, visible
+from core.compute.projection import pca_2d, sample_table
+from core.views import export
 from tests.synthetic import synthetic_run
 
 HOSTILE = "x<br><b>bold</b><a href='https://evil.example'>link</a>"

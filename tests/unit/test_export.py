@@ -1,4 +1,4 @@
-"""Exports: the right bytes for each format, with the run manifest embedded (core/export.py).
+"""Exports: the right bytes for each format, with the run manifest embedded (core/views/export.py).
 
 Static images go through kaleido and Debian's chromium (~2 s to start, then ~0.2 s an image).
 """
@@ -12,8 +12,9 @@ import zipfile
 import pandas as pd
 import pytest
 
-from core import export, views
-from core.analysis import json_safe
+from core import views
+from core.stats.assemble import json_safe
+from core.views import export
 from tests.synthetic import synthetic_run
 
 _no_chromium = pytest.mark.skipif(shutil.which("chromium") is None and not shutil.os.path.exists("/usr/bin/chromium"),
@@ -154,7 +155,8 @@ def test_report_zip(view):
 
 HUNG_EXPORT = r"""
 import sys, time, zipfile, io
-from core import export, views
+from core import views
+from core.views import export
 from tests.synthetic import synthetic_run
 _, res = synthetic_run()
 view = views.layer_curves([res], "mean_cosine", "layer", reference=False)
@@ -204,7 +206,7 @@ def test_a_chromium_that_cannot_start_gives_a_message_within_the_timeout(tmp_pat
 
 
 def test_publication_figure_typesets_the_axis_maths_and_drops_invisible_bands():
-    from core import figures as F
+    from core.views import figures as F
 
     _, res = synthetic_run()
     v = views.layer_curves([res], "mean_cosine", reference=False)

@@ -7,11 +7,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from core import figures as F
 from core import views
-from core.postprocess import PostProcess
-from core.projection import pca_2d, sample_table
-from core.reference import reference_curves
+from core.compute.projection import pca_2d, sample_table
+from core.stats.postprocess import PostProcess
+from core.stats.reference import reference_curves
+from core.views import figures as F
 from core.views.common import as_results
 from tests.synthetic import synthetic_run
 
@@ -355,3 +355,20 @@ def test_projection_panels_of_measures_in_different_units_each_use_their_own_ran
         pd.concat([text["frequency"], image["frequency"]], ignore_index=True))
     one = views.projection([(a, proj, text), (a, proj, text)], "log_frequency")  # one measure: its raw values
     np.testing.assert_allclose(np.asarray(one.figure.data[1].marker.color, dtype=float), lf)
+
+
+def test_the_compared_peak_layer_is_a_tie_when_layers_are_within_the_tolerance():
+    from core.views.compare import peak_layers
+
+    assert peak_layers([0.1, 0.4, 0.3]) == "1" and peak_layers([0.1, 0.4, 0.398, 0.2]) == "tie: 1, 2"
+    assert peak_layers([float("nan")] * 3) == ""
+
+    def run(mc):
+        return {"manifest": {"model": {"label": "m"}, "corpus": {"id": "wiki-en"}, "spec": {"model": "m"},
+                             "tokens": {"analysed": 10}},
+                "layers": [{"layer": i, "mean_cosine": v} for i, v in enumerate(mc)]}
+
+    text = views.comparison_sentence([run([0.1, 0.4, 0.3, 0.2, 0.1])], "mean_cosine")
+    assert "(peak 0.4 at depth 0.25)" in text
+    text = views.comparison_sentence([run([0.1, 0.4, 0.1, 0.3997, 0.1])], "mean_cosine")
+    assert "peak a tie within 0.004 of 0.4, layers 1, 3 (depths 0.25, 0.75)" in text and "at depth 0.25)" not in text

@@ -1,4 +1,4 @@
-"""Geometry beyond the cosine (core/geometry.py, issue 25): intrinsic dimension, matrix entropy, linear CKA.
+"""Geometry beyond the cosine (core/stats/geometry.py, issue 25): intrinsic dimension, matrix entropy, linear CKA.
 
 Each kernel against data of known structure and an independent computation. Numpy only, seconds.
 """
@@ -10,9 +10,9 @@ import math
 import numpy as np
 import pytest
 
-from core import geometry as G
-from core import metrics
-from core import statistics as S
+from core.stats import geometry as G
+from core.stats import kernels
+from core.stats import registry as S
 
 
 def _linear(rng, K=2000, k=5, D=384):
@@ -209,7 +209,7 @@ def test_cka_interval_point_is_the_estimate_and_literal_copies_would_bias_it():
     np.testing.assert_allclose(out["matrix"], G.cka_matrix([X, Y]), atol=1e-12)
     est = out["matrix"][0, 1]
     assert out["low"][0, 1] <= est <= out["high"][0, 1] and out["n_groups"] == len(np.unique(groups))
-    W = metrics.group_weights(np.random.default_rng(3), 100, out["n_groups"])
+    W = kernels.group_weights(np.random.default_rng(3), 100, out["n_groups"])
     ours = G.cka_replicates([X], groups, W, [Y])[:, 0, 0]
     labels = np.unique(groups)
     literal = [G.linear_cka(X[d], Y[d]) for d in
@@ -222,8 +222,8 @@ def test_cka_interval_point_is_the_estimate_and_literal_copies_would_bias_it():
 def test_document_groups_are_the_extraction_groups():
     from types import SimpleNamespace
 
-    from core import extract
-    from core.config import CONFIG
+    from core.base.config import CONFIG
+    from core.compute import extract
 
     doc = np.repeat(np.arange(50), np.random.default_rng(0).integers(1, 4, size=50))  # each document's windows
     for seed in (0, 7):
@@ -262,7 +262,8 @@ def test_cka_interval_coverage_with_document_effects():
 def test_results_json_has_the_run_cka_matrix_and_the_layers_page_draws_it():
     import json
 
-    from core import export, views
+    from core import views
+    from core.views import export
     from tests.synthetic import synthetic_run
 
     st, res = synthetic_run(n_layers=4, seed=0, label="net-a")
@@ -300,7 +301,11 @@ def test_compare_cka_pairs_runs_of_the_same_tokens_only():
     got = v.data.pivot(index="layer_a", columns="layer_b", values="cka").to_numpy()
     np.testing.assert_allclose(got, want, atol=1e-12)
     best = v.data.groupby("layer_a")["best_layer_b_for_a"].first().to_numpy()
-    np.testing.assert_array_equal(best, np.asarray(st_b.layer_ids)[np.argmax(want, axis=1)])
+    low = v.data.pivot(index="layer_a", columns="layer_b", values="cka_low").to_numpy()
+    high = v.data.pivot(index="layer_a", columns="layer_b", values="cka_high").to_numpy()
+    al = G.cka_alignment(want, low, high)  # a best match only where B's layers differ for that layer of A: the argmax
+    expect = [int(st_b.layer_ids[j]) if k is not None else None for j, k in zip(np.argmax(want, axis=1), al["best"])]
+    assert [None if b is None or b != b else int(b) for b in best] == expect and any(e is not None for e in expect)
     same = views.cka_across(st_a, res_a, st_a, res_a).data  # a run against itself aligns each layer with itself
     assert (same.groupby("layer_a")["best_layer_b_for_a"].first().to_numpy() == np.asarray(st_a.layer_ids)).all()
     st_c, res_c = synthetic_run(n_layers=3, d=16, seed=1, label="net-b")  # other tokens: said, not drawn
@@ -323,10 +328,63 @@ def test_compare_cka_pairs_runs_of_the_same_tokens_only():
     assert v.figure is None and "not comparable at the token level" in v.caption.lower() and "corpora" in v.caption
 
 
+def test_cka_alignment_of_synthetic_matrices():
+    # distinct layers: each row's best is its argmax, one layer each
+    C = np.array([[0.9, 0.5, 0.2], [0.4, 0.8, 0.6], [0.1, 0.3, 0.7]])
+    a = G.cka_alignment(C)
+    assert a["best"] == [0, 1, 2] and a["ties"] == [[0], [1], [2]] and a["degenerate"] is None and a["why"] == ""
+    # a near-tie: B's layers 1 and 2 within CKA_TIE of each other for A's layer 1: the match is the set
+    C[1] = [0.2, 0.8, 0.8 - G.CKA_TIE / 2]
+    a = G.cka_alignment(C)
+    assert a["best"][1] == 1 and a["ties"][1] == [1, 2] and a["degenerate"] is None
+    # B's layers indistinguishable (an untrained control as B: every column alike): no best anywhere, said with numbers
+    D = np.array([[0.37, 0.365, 0.36, 0.355], [0.29, 0.285, 0.28, 0.28], [0.08, 0.075, 0.07, 0.07]])
+    a = G.cka_alignment(D)
+    assert a["degenerate"] == "B" and a["best"] == [None, None, None] and "0.015" in a["why"] and "0.02" in a["why"]
+    # MiniLM against its control (docs/metrics.md): rows spread by 0.03, more than 0.02 but less than the
+    # intervals' half-width (0.04 here): indistinguishable too, said with the interval's numbers
+    M = np.array([[0.37, 0.36, 0.35, 0.34], [0.29, 0.28, 0.27, 0.26]])
+    assert G.cka_alignment(M)["degenerate"] is None  # without intervals, 0.03 is a distinction
+    a = G.cka_alignment(M, M - 0.04, M + 0.04)
+    assert a["degenerate"] == "B" and "0.04" in a["why"]
+    # the same matrix the other way round: A's layers indistinguishable, every row would point at one layer
+    a = G.cka_alignment(D.T)
+    assert a["degenerate"] == "A" and "layers of A are indistinguishable" in a["why"]
+    assert a["best"] == [0, 0, 0, 0]  # defined, but the line is not drawn
+    # one row flat among distinct ones: that row has no best, the alignment stands
+    E = np.array([[0.9, 0.1], [0.5, 0.51], [0.1, 0.9]])
+    a = G.cka_alignment(E)
+    assert a["best"] == [0, None, 1] and a["degenerate"] is None
+    assert G.cka_alignment(np.full((2, 3), np.nan))["best"] == [None, None]
+    with pytest.raises(ValueError, match="matrix"):
+        G.cka_alignment(np.zeros(3))
+
+
+def test_compare_cka_draws_no_alignment_line_against_indistinguishable_layers():
+    from core import views
+    from tests.synthetic import synthetic_run
+
+    st_a, res_a = synthetic_run(n_layers=4, seed=0, label="net-a")
+    sample = st_a.arrays["sample"]
+    flat = np.repeat(sample[-1:], sample.shape[0], axis=0)  # B: every layer the same vectors (a degenerate control)
+    st_b = type(st_a)(key=st_a.key + "-flat", manifest=st_a.manifest, meta=st_a.meta, arrays={**st_a.arrays, "sample": flat})
+    v = views.cka_across(st_a, res_a, st_b, res_a)
+    names = [t.name for t in v.figure.data]
+    assert "best layer of B" not in names  # no dots, no line
+    said = " ".join(a.text for a in v.figure.layout.annotations)
+    assert "No alignment line" in said and "layers of B are indistinguishable" in said
+    assert "no alignment line" in v.figure.layout.title.subtitle.text.replace("<br>", " ").lower()  # the subtitle too
+    assert v.data["best_layer_b_for_a"].isna().all() and v.manifest["params"]["alignment_degenerate"] == "B"
+    assert "No depth alignment" in v.caption and v.notes
+    # against a run with distinct layers (itself), the line is drawn
+    same = views.cka_across(st_a, res_a, st_a, res_a)
+    assert "best layer of B" in [t.name for t in same.figure.data]
+
+
 def test_cka_to_final_over_checkpoints(monkeypatch):
-    """core.series.cka_to_final: each checkpoint's layer l against the final checkpoint's layer l on the same
+    """core.studies.series.cka_to_final: each checkpoint's layer l against the final checkpoint's layer l on the same
     positions (the final one is 1 everywhere); the Dynamics heatmap shows that matrix."""
-    from core import series as SER
+    from core.studies import series as SER
     from core.views import dynamics as D
     from tests.synthetic import synthetic_run
 

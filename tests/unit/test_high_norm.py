@@ -1,10 +1,10 @@
-"""The share of high-norm tokens (core.metrics.high_norm_share, issue 24 item 3) against a naive
+"""The share of high-norm tokens (core.stats.kernels.high_norm_share, issue 24 item 3) against a naive
 Otsu split on synthetic arrays, and its place in results.json. Numpy only."""
 
 import numpy as np
 import pytest
 
-from core.metrics import high_norm_share
+from core.stats.kernels import high_norm_share
 from tests.synthetic import synthetic_run
 
 

@@ -1,11 +1,11 @@
-"""Checkpoint integrity (core/integrity.py): identical weights give one digest, and a series names
+"""Checkpoint integrity (core/base/integrity.py): identical weights give one digest, and a series names
 the checkpoints that repeat an earlier step instead of analysing them as distinct steps."""
 
 from __future__ import annotations
 
 import hashlib
 
-from core import integrity as I
+from core.base import integrity as I
 
 
 def test_digest_is_of_the_weight_files_only_in_name_order():
@@ -45,7 +45,7 @@ def test_a_trained_series_leaves_out_a_checkpoint_that_repeats_another(tmp_path)
     weights as step 1: the series has steps 0, 1 and names step 2 as a repeat of step 1."""
     import json
 
-    from core import series
+    from core.studies import series
 
     run = tmp_path / "trained" / "dup"
     ck = []
@@ -53,7 +53,7 @@ def test_a_trained_series_leaves_out_a_checkpoint_that_repeats_another(tmp_path)
         (run / f"step-{step}").mkdir(parents=True)
         (run / f"step-{step}" / "model.safetensors").write_bytes(data)
         ck.append({"step": step, "model": f"trained/dup@step-{step}"})
-    ck[0]["sha256"] = hashlib.sha256(b"w0").hexdigest()  # as core/train.py records it; the others from the folder
+    ck[0]["sha256"] = hashlib.sha256(b"w0").hexdigest()  # as core/studies/training.py records it; the others from the folder
     (run / "run.json").write_text(json.dumps({"run": "dup", "checkpoints": ck,
                                               "spec": {"corpus": "wiki-en", "seq_len": 64}}))
     assert [s for s, _ in series.series_specs("dup", cache_dir=tmp_path)] == [0, 1]

@@ -1,12 +1,12 @@
-"""core.metrics against naive O(N^2) references and synthetic geometries (numpy only)."""
+"""core.stats.kernels against naive O(N^2) references and synthetic geometries (numpy only)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from core import metrics as m
-from core.statistics import baseline_keys, isotropic_baseline, sample_values
+from core.stats import kernels as m
+from core.stats.registry import baseline_keys, isotropic_baseline, sample_values
 
 # ------------------------------------------------------------------ naive references
 
@@ -336,7 +336,7 @@ def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, mu0=1.0, d=6, len_ran
     intervals that contain their own estimate. A corpus: `n_docs` documents of random unequal length,
     each cut in windows of `win_len` tokens; token = mu + document offset (sd `doc_sd`) + window
     offset (sd `win_sd`) + N(0, I). Documents, with all their windows, are dealt at random into
-    `n_groups` groups, as the extraction deals them (core.extract._bootstrap_groups). The truth is
+    `n_groups` groups, as the extraction deals them (core.compute.extract._bootstrap_groups). The truth is
     the expected value of the statistic under this process, from `n_truth` corpora not used below."""
     mu = np.zeros(d, dtype=np.float32)
     mu[0] = mu0
@@ -483,7 +483,7 @@ def test_isoscore_of_k_dims_equal_variance():
 
 
 def test_whitened_correlated_gaussian_is_isotropic():
-    from core.postprocess import whiten
+    from core.stats.postprocess import whiten
 
     rng = np.random.default_rng(12)
     A = rng.standard_normal((32, 32))
@@ -534,8 +534,8 @@ def test_sample_mean_cosine_matches_naive(data):
 
 
 def test_sample_statistics_match_independent_computations(data):
-    """The registry's sample statistics (core.statistics.sample_values: shared decompositions) against
-    computations that share nothing with core.metrics:
+    """The registry's sample statistics (core.stats.registry.sample_values: shared decompositions) against
+    computations that share nothing with core.stats.kernels:
     numpy's SVD of the centred sample, the published IsoScore steps, eigh of the covariance, the naive
     pair loop."""
     X, _ = data
@@ -600,3 +600,48 @@ def test_bad_input_raises_value_error(call):
 def test_error_message_carries_shape():
     with pytest.raises(ValueError, match=r"\(2, 3\)"):
         m.mean_cosine(np.ones((2, 3)), 4)
+
+
+# ------------------------------------------------------------------ centred mean cosine
+
+
+def naive_centred_mean_cosine(X):
+    """The pair loop on the rows minus their mean (shares nothing with core.stats.kernels)."""
+    Y = np.asarray(X, dtype=float)
+    Y = Y - Y.mean(axis=0)
+    n = len(Y)
+    total = 0.0
+    for i in range(n):
+        for j in range(n):
+            if i != j:
+                ni, nj = np.linalg.norm(Y[i]), np.linalg.norm(Y[j])
+                total += 0.0 if ni == 0 or nj == 0 else float(Y[i] @ Y[j]) / (ni * nj)
+    return total / (n * (n - 1))
+
+
+def test_centred_mean_cosine_matches_the_naive_pair_loop(data):
+    X, _ = data
+    rng = np.random.default_rng(21)
+    for Y in (X, rng.standard_normal((60, 7)) * np.geomspace(4.0, 0.2, 7) + 2.5):
+        assert m.centred_mean_cosine(Y) == pytest.approx(naive_centred_mean_cosine(Y), abs=1e-12)
+        assert sample_values(Y)["centred_mean_cosine"] == pytest.approx(naive_centred_mean_cosine(Y), abs=1e-12)
+
+
+def test_a_shared_vector_raises_the_raw_mean_cosine_and_leaves_the_centred_one_near_zero():
+    """An isotropic cloud plus one vector added to every token (the issue's planted shared input): the raw
+    mean cosine is the shared share |v|^2 / (|v|^2 + E|g|^2), the centred one stays at about -1/(K-1)."""
+    rng = np.random.default_rng(22)
+    K, d = 2000, 64
+    G = rng.standard_normal((K, d))  # E|g|^2 = d
+    v = rng.standard_normal(d)
+    v *= np.sqrt(d / 2.0) / np.linalg.norm(v)  # |v|^2 = d / 2: expected raw cosine 1/3 (BERT's type embedding)
+    iso_raw, iso_centred = m.sample_mean_cosine(G), m.centred_mean_cosine(G)
+    raw, centred = m.sample_mean_cosine(G + v), m.centred_mean_cosine(G + v)
+    assert abs(iso_raw) < 0.01 and abs(iso_centred) < 0.01
+    assert raw == pytest.approx(1 / 3, abs=0.02)
+    assert abs(centred) < 0.005 and centred == pytest.approx(iso_centred, abs=1e-3)
+    # what is not a shared vector survives the centring: a skewed direction (most tokens a little below the
+    # mean along dim 0, a few far above it) keeps a centred mean cosine well above 0
+    S = rng.standard_normal((K, d))
+    S[:, 0] = rng.exponential(30.0, K)
+    assert m.centred_mean_cosine(S) > 0.03

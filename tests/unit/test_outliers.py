@@ -1,4 +1,4 @@
-"""Unit tests for core.outliers on synthetic arrays (numpy only)."""
+"""Unit tests for core.stats.outliers on synthetic arrays (numpy only)."""
 
 import math
 import subprocess
@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from core.outliers import (
+from core.stats.outliers import (
     activation_outliers,
     agreement,
     frequency_correlation,
@@ -152,15 +152,15 @@ def test_frequency_correlation_ignores_nan_in_baseline():
 
 
 def test_import_does_not_import_torch():
-    code = "import sys, core.outliers; assert 'torch' not in sys.modules"
+    code = "import sys, core.stats.outliers; assert 'torch' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_the_numpy_rules_never_touch_torch():
-    """The split: core/outliers.py (rules) and core/attention/summary.py are numpy only; what runs a
-    model lives in core/ablation.py and core/attention/{arch,stats}.py."""
+    """The split: core/stats/outliers.py (rules) and core/studies/attention/summary.py are numpy only; what runs a
+    model lives in core/compute/ablation.py and core/studies/attention/{arch,stats}.py."""
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2] / "core"
-    for f in (root / "outliers.py", root / "attention" / "summary.py"):
+    for f in (root / "stats" / "outliers.py", root / "studies" / "attention" / "summary.py"):
         assert "torch" not in f.read_text(), f

@@ -26,15 +26,15 @@ def problems(source: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name == "core.jobs" or a.name.startswith("core.jobs."):
-                    out.append(f"{node.lineno}: imports core.jobs (the job queue is ui.run's)")
+                if a.name == "core.entry.jobs" or a.name.startswith("core.entry.jobs."):
+                    out.append(f"{node.lineno}: imports core.entry.jobs (the job queue is ui.run's)")
                 if _ours(a.name):
                     modules.add(a.asname or a.name.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and _ours(node.module):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
-                if full == "core.jobs" or node.module == "core.jobs":
-                    out.append(f"{node.lineno}: imports core.jobs (the job queue is ui.run's)")
+                if full == "core.entry.jobs" or node.module == "core.entry.jobs":
+                    out.append(f"{node.lineno}: imports core.entry.jobs (the job queue is ui.run's)")
                 if a.name.startswith("_"):
                     out.append(f"{node.lineno}: imports the private name {full}")
                 modules.add(a.asname or a.name)
@@ -47,7 +47,7 @@ def problems(source: str) -> list[str]:
             names = {c.id if isinstance(c, ast.Name) else getattr(c, "attr", "") for c in caught}
             if node.type is None or names & BROAD:
                 out.append(f"{node.lineno}: catches {'everything' if node.type is None else 'Exception'}: "
-                           "catch the errors it can explain (core.errors.InputError, OSError...)")
+                           "catch the errors it can explain (core.base.errors.InputError, OSError...)")
     return sorted(out)
 
 
@@ -58,8 +58,8 @@ def test_a_page_uses_only_public_ui_and_core(path):
 
 def test_the_check_finds_what_it_forbids():
     bad = '''
-from core import jobs
-import core.jobs as J
+from core.entry import jobs
+import core.entry.jobs as J
 from ui.page import _through_entrypoint
 from ui import page
 page._through_entrypoint()

@@ -1,10 +1,10 @@
-"""The papers' claims tables (core.papers.claims) are computed from the numbers: flip the numbers and the
+"""The papers' claims tables (core.studies.papers.claims) are computed from the numbers: flip the numbers and the
 verdict flips; no model, no verdict typed in."""
 
 import numpy as np
 import pytest
 
-from core.papers import claims as C
+from core.studies.papers import claims as C
 
 
 def _run(model, mc, role="trained", group=None, modality="text", family="transformer", tokenization="subword",
@@ -32,7 +32,43 @@ def test_godey_training_claim_flips_with_the_numbers():
     trained["mean_cosine"], control["mean_cosine"] = control["mean_cosine"], trained["mean_cosine"]
     row = _verdict(C.godey_claims([trained, control], DRIFT), "Training makes M")
     assert row["verdict"] == C.DISAGREES
-    assert "a sentence encoder" in row["reason"] and "0.50" in row["reason"]  # the model's fact and the number
+    # the model's recorded fact is context, labelled, never the reason; nothing measured explains it here
+    assert "a sentence encoder" not in row["reason"] and row["reason"] == C.UNKNOWN
+    assert "a sentence encoder" in row["context"] and row["context"].startswith("context (a recorded fact")
+
+
+def test_godey_training_claim_is_judged_against_the_control_without_its_shared_input():
+    """The issue's MiniLM case: the control as built is above the trained model only through its shared input."""
+    def lv(v, c=None, ci=None):
+        return {"mean_cosine": {"value": v, "ci": ci}, "centred_mean_cosine": {"value": c, "ci": None}}
+
+    trained = _run("m", [0.06, 0.15, 0.15], group="g", note="a sentence encoder", levels=lv(0.15, 0.02, [0.14, 0.16]))
+    control = _run("u", [0.36, 0.39, 0.39], role="control", group="g", levels=lv(0.39, -0.0005, [0.38, 0.40]))
+    rows = C.godey_claims([trained, control], None)
+    row = _verdict(rows, "Training makes M")
+    assert row["verdict"] == C.DISAGREES and "vector shared by all its tokens" in row["reason"]
+    assert "raw and centred disagree" in row["reason"] and "0.39 [0.38, 0.40]" in row["measured"]
+    ns = _run("n", [0.01, 0.02, 0.02], role="control", group="g", noshared=True,
+              levels=lv(0.02, -0.0005, [0.015, 0.025]))
+    rows = C.godey_claims([trained, control, ns], None)
+    row = _verdict(rows, "Training makes M")
+    assert row["verdict"] == C.AGREES and "shared-input share 95%" in row["measured"] and row["reason"] == ""
+    iso = _verdict(rows, "Untrained Transformers are close to isotropic (N)")
+    assert iso["verdict"] == C.AGREES
+    ns["levels"] = lv(0.2, 0.0)
+    ns["mean_cosine"] = [0.01, 0.05, 0.35]
+    assert _verdict(C.godey_claims([trained, control, ns], None), "Untrained Transformers")["verdict"] == C.DISAGREES
+
+
+def test_godey_frequency_claim_reads_the_uniform_random_run():
+    wiki = _run("m", [0.1, 0.4, 0.4])
+    uni = {**_run("m", [0.1, 0.3, 0.3], role="frequency"), "corpus": "uniform-random"}
+    wiki["corpus"] = "wiki-en"
+    row = _verdict(C.godey_claims([wiki, uni], None), "Anisotropy is not explained by token frequency")
+    assert row["verdict"] == C.AGREES and "uniform-random 0.30" in row["measured"] and "wiki-en 0.40" in row["measured"]
+    uni["mean_cosine"] = [0.0, 0.02, 0.03]
+    row = _verdict(C.godey_claims([wiki, uni], None), "Anisotropy is not explained by token frequency")
+    assert row["verdict"] == C.DISAGREES and row["reason"] == C.UNKNOWN
 
 
 def test_godey_anisotropy_per_modality_and_untested_without_a_trained_model():
@@ -47,14 +83,62 @@ def test_godey_anisotropy_per_modality_and_untested_without_a_trained_model():
     assert all(r["verdict"] == C.UNTESTED for r in C.drift_claims(None))
 
 
-def test_drift_claims_flip_with_the_grid():
-    rows = C.drift_claims(DRIFT)
-    assert rows[0]["verdict"] == C.AGREES  # 0.30 -> 0.95
-    assert rows[1]["verdict"] == C.DISAGREES  # entropy rises with the drift
-    flipped = {**DRIFT, "output_mean_cosine": DRIFT["output_mean_cosine"][::-1],
-               "attention_entropy": DRIFT["attention_entropy"][::-1]}
+def _exp(cos, ent, within=None, inp=None):
+    n = len(cos)
+    return {"output_mean_cosine": cos, "attention_entropy": ent,
+            "output_within_sequence_cosine": within if within is not None else cos,
+            "input_mean_cosine": inp if inp is not None else [0.0] * n}
+
+
+FLAT = [[0.07, 0.07], [0.07, 0.07], [0.07, 0.07]]
+ISO = {"alphas": [0.0, 1.0, 4.0], "taus": [0.25, 1.0], "experiments": {
+    "query_key": _exp([[0.07, 0.08], [0.3, 0.2], [0.6, 0.5]], [[0.8, 0.9], [0.6, 0.85], [0.2, 0.7]]),
+    "key": _exp(FLAT, [[0.8, 0.9]] * 3),
+    "input": _exp([[0.07, 0.07], [0.5, 0.5], [0.95, 0.95]], [[0.8, 0.9], [0.85, 0.9], [0.98, 0.99]],
+                  inp=[0.0, 0.5, 0.94])}}
+
+
+def test_drift_claims_flip_with_the_isolated_grid():
+    rows = C.drift_claims(ISO)
+    assert _verdict(rows, C.DRIFT_C1)["verdict"] == C.AGREES  # 0.07 -> 0.60 at tau = 0.25
+    assert _verdict(rows, C.DRIFT_C2)["verdict"] == C.AGREES  # the entropy falls at both temperatures
+    assert _verdict(rows, C.DRIFT_KEY_ONLY)["verdict"] == C.AGREES
+    flipped = {**ISO, "experiments": {**ISO["experiments"], "query_key": _exp(
+        ISO["experiments"]["query_key"]["output_mean_cosine"][::-1],
+        ISO["experiments"]["query_key"]["attention_entropy"][::-1])}}
     rows = C.drift_claims(flipped)
-    assert rows[0]["verdict"] == C.DISAGREES and rows[1]["verdict"] == C.AGREES
+    assert _verdict(rows, C.DRIFT_C1)["verdict"] == C.DISAGREES and _verdict(rows, C.DRIFT_C2)["verdict"] == C.DISAGREES
+    moved = {**ISO, "experiments": {**ISO["experiments"], "key": _exp([[0.07, 0.07], [0.07, 0.07], [0.2, 0.07]],
+                                                                       [[0.8, 0.9]] * 3)}}
+    assert _verdict(C.drift_claims(moved), C.DRIFT_KEY_ONLY)["verdict"] == C.DISAGREES
+
+
+def test_input_drift_without_query_key_drift_is_the_baseline_not_the_mechanism():
+    # the inputs drift (output 0.07 -> 0.95) while the isolated query/key drift moves nothing
+    exps = {**ISO["experiments"], "query_key": _exp(FLAT, [[0.8, 0.9]] * 3)}
+    rows = C.drift_claims({**ISO, "experiments": exps})
+    base = _verdict(rows, "Baseline, input drift")
+    assert base["verdict"] == C.AGREES and base["source"] == C.CONTROL
+    assert "0.07 → 0.95" in base["measured"] and "the inputs themselves 0.00 → 0.94" in base["measured"]
+    mech = _verdict(rows, C.DRIFT_C1)
+    assert mech["verdict"] == C.DISAGREES and mech["source"] == C.GODEY_DRIFT
+    assert "isolated" in mech["measured"] and "+0.00" in mech["reason"]
+    # a record with input drift only (today's records before the isolated experiment: flat grids) tests nothing
+    old = {"alphas": [0.0, 4.0], "taus": [1.0], "output_mean_cosine": [[0.3], [0.95]],
+           "input_mean_cosine": [[0.0], [0.94]], "attention_entropy": [[0.9], [0.99]]}
+    rows = C.drift_claims(old)
+    assert _verdict(rows, C.DRIFT_C1)["verdict"] == C.UNTESTED and "baseline" in _verdict(rows, C.DRIFT_C1)["reason"]
+    assert _verdict(rows, C.DRIFT_C2)["verdict"] == C.UNTESTED
+    assert _verdict(rows, "Baseline, input drift")["verdict"] == C.AGREES
+
+
+def test_a_rise_within_sequences_only_is_said_in_the_reason():
+    exps = {**ISO["experiments"], "query_key": _exp([[0.07, 0.08], [0.09, 0.1], [0.12, 0.12]],
+                                                    [[0.8, 0.9], [0.6, 0.85], [0.2, 0.7]],
+                                                    within=[[0.16, 0.2], [0.3, 0.25], [0.68, 0.5]])}
+    row = _verdict(C.drift_claims({**ISO, "experiments": exps}), C.DRIFT_C1)
+    assert row["verdict"] == C.DISAGREES
+    assert "+0.05" in row["reason"] and "+0.52" in row["reason"] and "0.16 → 0.68" in row["measured"]
 
 
 def _eth(mc, ss):
@@ -139,3 +223,108 @@ def test_verdicts_are_words_that_any_font_draws():
     assert shown == ["agrees", "does not agree", "not testable here"]
     for text in shown:
         assert all(unicodedata.category(ch)[0] in "LZ" for ch in text), text  # letters and spaces only
+
+
+def test_reproduce_refuses_a_token_budget_past_the_largest_run(tmp_path):
+    """Issue 37 item 14: `reproduce --max-tokens` had no upper bound."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from core.base.errors import InputError
+    from core.studies.papers.run import MAX_TOKENS, Settings, check_settings
+
+    check_settings(Settings(max_tokens=MAX_TOKENS))
+    with pytest.raises(InputError, match="at most 10,000,000"):
+        check_settings(Settings(max_tokens=MAX_TOKENS + 1))
+    r = subprocess.run([sys.executable, "-m", "core", "reproduce", "godey", "--max-tokens", str(10**12),
+                        "--cache-dir", str(tmp_path)],
+                       cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "at most 10,000,000" in r.stderr, (r.stdout, r.stderr)
+
+
+def _iso(v, ci):
+    return _run("u", [0.0, v, v], role="control", noshared=True, levels={"mean_cosine": {"value": v, "ci": ci}})
+
+
+def _iso_rows(v, ci):
+    return [r for r in C.godey_claims([_iso(v, ci)], None) if r["claim"].startswith("Untrained")]
+
+
+def test_a_verdict_that_flips_between_seeds_is_not_robust_and_one_that_holds_is():
+    main = _iso_rows(0.02, [0.01, 0.03])
+    held = C.robustness(main, {"budget 32": _iso_rows(0.03, [0.02, 0.04]), "seed 1": _iso_rows(0.025, [0.02, 0.03])})
+    assert held[0]["robust"] == C.ROBUST and held[0]["robust_why"] == ""
+    flips = C.robustness(main, {"budget 32": _iso_rows(0.03, [0.02, 0.04]), "seed 1": _iso_rows(0.2, [0.15, 0.25])})
+    assert flips[0]["robust"] == C.NOT_ROBUST and "does not agree at seed 1" in flips[0]["robust_why"]
+    # the same verdict everywhere, but one interval straddles the rule's 0.1: not robust either
+    wide = C.robustness(main, {"budget 32": _iso_rows(0.06, [0.02, 0.12]), "seed 1": _iso_rows(0.02, [0.01, 0.03])})
+    assert wide[0]["robust"] == C.NOT_ROBUST and "straddles 0.1 at budget 32" in wide[0]["robust_why"]
+    gone = C.robustness(main, {"seed 1": []})
+    assert gone[0]["robust"] == C.NOT_ROBUST and "absent at seed 1" in gone[0]["robust_why"]
+
+
+def test_robustness_of_rows_without_intervals_and_of_untestable_rows():
+    main = _iso_rows(0.02, None)
+    got = C.robustness(main, {"seed 1": _iso_rows(0.03, None)})
+    assert got[0]["robust"] == C.ROBUST and got[0]["robust_why"].startswith("verdict only")
+    untested = C.drift_claims(None)
+    assert all(r["robust"] == "" for r in C.robustness(untested, {"seed 1": untested}))
+
+
+def test_a_robust_row_says_where_it_had_no_interval():
+    # intervals at two settings but none at budget 32 (a character run of one document): still robust on its
+    # verdict there, and the row says so instead of reading as interval-checked at all three settings
+    main = _iso_rows(0.02, [0.01, 0.03])
+    got = C.robustness(main, {"budget 32": _iso_rows(0.03, None), "seed 1": _iso_rows(0.025, [0.02, 0.03])})
+    assert got[0]["robust"] == C.ROBUST and got[0]["robust_why"].startswith("no interval at budget 32")
+    # a straddling interval elsewhere still makes it not robust
+    wide = C.robustness(main, {"budget 32": _iso_rows(0.03, None), "seed 1": _iso_rows(0.06, [0.02, 0.12])})
+    assert wide[0]["robust"] == C.NOT_ROBUST and "straddles 0.1 at seed 1" in wide[0]["robust_why"]
+
+
+def test_two_compared_intervals_that_overlap_are_not_robust():
+    t = _run("m", [0.1, 0.5, 0.5], group="g", levels={"mean_cosine": {"value": 0.5, "ci": [0.4, 0.6]}})
+    c = _run("u", [0.0, 0.1, 0.1], role="control", group="g", levels={"mean_cosine": {"value": 0.3, "ci": [0.2, 0.45]}})
+    rows = C.godey_claims([t, c], None)
+    got = _verdict(C.robustness(rows, {"seed 1": rows}), "Training makes M")
+    assert got["verdict"] == C.AGREES and got["robust"] == C.NOT_ROBUST and "overlaps [0.2" in got["robust_why"]
+
+
+def test_ethayarajh_and_puccetti_rows_carry_their_intervals():
+    ev = {"layers": [[0.05, 0.07], [0.11, 0.13], [0.29, 0.31]], "min": [0.11, 0.13], "halves_diff": [0.17, 0.21],
+          "shape_r": {"bert-base-cased": [0.2, 0.9]}}
+    run = {**_eth([0.06, 0.12, 0.3], None), "evidence": ev}
+    rows = C.ethayarajh_claims([run], [{"model": "bert-base-cased", "metric": "mean_cosine", "values": [0.1, 0.2, 0.3]}])
+    every = _verdict(rows, "Representations are anisotropic")
+    assert "0.12 [0.11, 0.13] (layer 1, the lowest)" in every["measured"] and every["margins"][0]["ci"] == [0.11, 0.13]
+    assert "upper minus lower 0.18 [0.17, 0.21]" in _verdict(rows, "Anisotropy is higher")["measured"]
+    shape = _verdict(rows, "The published bert-base-cased")
+    assert "[0.2, 0.9]" in shape["measured"]
+    # r's interval reaches under the rule's 0.5: whatever the verdict, it is not robust
+    assert C.robustness([shape], {"seed 1": [shape]})[0]["robust"] == C.NOT_ROBUST
+    ab = {"delta": 8.0, "random_delta_mean": 0.3, "random_delta_std": 0.2, "dims": [3, 7], "random_deltas": [0.1, 0.5]}
+    p = {**_puc([3, 7], [7, 9], [0.5, 0.6, 0.4], [0.1, 0.2, 0.1], ab),
+         "evidence": {"frequency": {"layers_above": [2.0, 3.0], "mean_diff": [0.3, 0.4]}}}
+    rows = C.puccetti_claims([p], [])
+    freq = _verdict(rows, "Outlier dims' magnitude")
+    assert "interval on the token sample: 2-3" in freq["measured"] and freq["margins"][0]["vs"] == 1.5
+    assert "2 draws from +0.10 to +0.50" in _verdict(rows, "Zeroing the outlier dims")["measured"]
+
+
+def test_the_robustness_variants_and_their_settings():
+    from core.base.errors import InputError
+    from core.studies.papers.run import Settings, job_params, settings_of, variants
+
+    s = Settings(max_tokens=1024, sample=250, seed=3)
+    v = variants(s)
+    assert list(v) == ["budget 512", "seed 4"]
+    assert (v["budget 512"].max_tokens, v["budget 512"].sample, v["budget 512"].drift_seqs, v["budget 512"].seed) == (
+        512, 125, 16, 3)
+    assert (v["seed 4"].max_tokens, v["seed 4"].seed) == (1024, 4) and not any(x.robust for x in v.values())
+    assert settings_of(job_params("godey", s)) == ("godey", s)  # the job's parameters round-trip
+    assert settings_of({"paper": "godey", "robust": "no"})[1].robust  # only a JSON false turns the check off
+    assert not settings_of({"paper": "godey", "robust": False})[1].robust
+    for bad in ({"drift_seqs": 1}, {"drift_seqs": 10**6}, {"seed": 2**32 - 1}):
+        with pytest.raises(InputError):
+            settings_of({"paper": "godey", **bad})

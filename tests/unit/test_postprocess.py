@@ -1,10 +1,10 @@
-"""core.postprocess: properties of each what-if transform and of PostProcess (numpy only)."""
+"""core.stats.postprocess: properties of each what-if transform and of PostProcess (numpy only)."""
 
 import numpy as np
 import pytest
 
-from core import postprocess as pp
-from core.postprocess import PostProcess
+from core.stats import postprocess as pp
+from core.stats.postprocess import PostProcess
 
 
 @pytest.fixture

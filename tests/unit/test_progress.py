@@ -1,11 +1,11 @@
-"""The typed progress record (core.progress): what every job kind reports and every bar shows."""
+"""The typed progress record (core.base.progress): what every job kind reports and every bar shows."""
 
 import json
 import math
 
 import pytest
 
-from core.progress import UNITS, Progress, Stage
+from core.base.progress import UNITS, Progress, Stage
 
 
 def test_a_counted_stage_fills_the_bar_and_says_its_unit():
@@ -19,7 +19,8 @@ def test_a_counted_stage_fills_the_bar_and_says_its_unit():
 
 def test_other_stages_are_a_line_of_text():
     assert not Progress(Stage.LOAD, 0, 1).counted and Progress(Stage.LOAD, 0, 1).fraction == 0.0
-    assert Progress(Stage.METRICS, 0, 12).fraction == 1.0  # the forward pass is over
+    assert Progress(Stage.METRICS, message="the chain pass").fraction == 1.0  # uncounted: after a pass
+    assert Progress(Stage.METRICS, message="the chain pass").step == ""  # not a run's step 5
     assert not Progress(Stage.FORWARD, 0, 0).counted  # nothing to count yet
 
 
@@ -47,7 +48,28 @@ def test_a_rate_from_the_elapsed_time_when_the_kind_gives_none():
 
 
 def test_the_steps_of_a_run_are_numbered():
-    assert Progress("read").step == "step 1 of 4" and not Progress("read").counted
+    assert Progress("read").step == "step 1 of 5" and not Progress("read").counted
     assert Progress("read", 12, 12).counted and Progress("read", 12, 12).fraction == 1.0
-    assert Progress("load").step == "step 2 of 4" and Progress("attention", 1, 2).step == "step 4 of 4"
+    assert Progress(Stage.METRICS, 3, 12).fraction == 0.25 and Progress(Stage.METRICS, 3, 12).step == "step 5 of 5"
+    assert Progress("load").step == "step 2 of 5" and Progress("attention", 1, 2).step == "step 4 of 5"
     assert Progress("train", 1, 2).step == "" and Progress("metrics").step == ""
+
+
+def test_a_multi_run_jobs_bar_is_its_share_of_the_whole_work():
+    """Issue 36: a reproduction's bar was full at "run 3 of 6". Runs weigh their tokens; the current run's
+    progress counts inside its share; the bar reads `overall` when a job gives it, and it survives JSON."""
+    from core.base.progress import overall, run_fraction
+
+    steps = [Progress("read"), Progress("load"), Progress("tokenize"), Progress("forward", 10, 100),
+             Progress("forward", 100, 100), Progress("metrics", 1, 7), Progress("metrics", 7, 7)]
+    fr = [run_fraction(p) for p in steps]
+    assert fr == sorted(fr) and fr[0] < 0.1 and fr[-1] == 1.0  # monotone through a run's stages
+    w = [100.0] * 6
+    third = overall(sum(w[:2]), sum(w), w[2], Progress("forward", 50, 100))  # run 3 of 6, half its pass done
+    assert 2 / 6 < third < 3 / 6
+    p = Progress("forward", 100, 100, overall=third)
+    assert p.fraction == pytest.approx(third) and Progress.from_dict(p.to_dict()) == p
+    assert Progress("forward", 100, 100).fraction == 1.0  # a single run: its stage's bar, as before
+    assert overall(0, 300.0, 100.0, Progress("metrics", 7, 7)) == pytest.approx(1 / 3)
+    assert Progress("forward", 1, 2, overall=float("nan")).overall is None  # bad input is unknown
+    assert Progress("forward", 1, 2, overall=7).overall == 1.0

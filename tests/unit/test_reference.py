@@ -1,4 +1,4 @@
-"""core.reference: the published values ship with the package and match the sources.
+"""core.stats.reference: the published values ship with the package and match the sources.
 
 The expected values below are transcribed from the authors' files, not from ours: Ethayarajh 2019's
 kawine/contextual at 84d2f97 ({bert,gpt2}/embedding_space_stats.json, keys "mean cosine similarity across
@@ -12,7 +12,7 @@ from importlib import resources
 
 import pytest
 
-from core import reference
+from core.stats import reference
 
 ETH = {
     ("mean_cosine", "bert-base-cased"): [.105, .168, .219, .245, .327, .377, .420, .398, .399, .484, .561, .675, .477],
@@ -111,7 +111,7 @@ def _chars(text: str) -> int:
 
 
 def test_english_share_of_an_all_english_csv_is_one(tmp_path):
-    from core.corpora import load_documents
+    from core.inputs.corpora import load_documents
 
     docs = load_documents(_csv(tmp_path / "en.csv", ENGLISH_ROWS), "text", None)
     assert len(docs) == len(ENGLISH_ROWS)
@@ -120,7 +120,7 @@ def test_english_share_of_an_all_english_csv_is_one(tmp_path):
 
 
 def test_english_share_of_a_mixed_text_is_its_english_part(tmp_path):
-    from core.corpora import load_documents
+    from core.inputs.corpora import load_documents
 
     rows = [r for pair in zip(ENGLISH_ROWS, FRENCH_ROWS + [""] * 2) for r in pair if r]
     docs = load_documents(_csv(tmp_path / "mixed.csv", rows), "text", None)

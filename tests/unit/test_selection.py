@@ -1,4 +1,4 @@
-"""The selection and its URL round trip (core/selection.py)."""
+"""The selection and its URL round trip (core/studies/selection.py)."""
 
 import shutil
 import tempfile
@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from core.drift import DriftSpec
-from core.errors import InputError
-from core.postprocess import PostProcess
-from core.selection import DEFAULT, MAX_MODELS, METRICS, Selection, from_query_params, to_query_params
-from core.spec import RunSpec
-from core.train import TrainSpec
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.stats.postprocess import PostProcess
+from core.studies.drift import DriftSpec
+from core.studies.selection import DEFAULT, MAX_MODELS, METRICS, Selection, from_query_params, to_query_params
+from core.studies.train_spec import TrainSpec
 
 
 def _as_url(params: dict) -> dict:
@@ -40,7 +40,8 @@ def test_round_trip_of_every_field(tmp_path, monkeypatch):
                     outliers_section="across", drift=DriftSpec(d=32, heads=2, alphas=(0.0, 1.5), taus=(2.0,), seed=4),
                     paper="ethayarajh", paper_tokens=1000, paper_runs=("minilm-l6",),
                     train=TrainSpec(corpus="wiki-fr", arch="llama", tokenizer="bytes", vocab_size=1024, n_layers=3,
-                                    d_model=96, n_heads=6, steps=50, batch_size=8, seq_len=32, lr=3e-4, seed=5),
+                                    d_model=96, n_heads=6, steps=50, batch_size=8, seq_len=32, lr=3e-4, seed=5,
+                                    optimizer="coupled-adam"),
                     train_preset="natural-vs-uniform", dyn_runs=("run-a", "run-b"), dyn_tokens=5000)
     params = to_query_params(sel)
     assert params["models"] == ["minilm-l6", "untrained-bert-base"]
@@ -148,7 +149,7 @@ def test_x_axis_is_relative_depth_when_depths_differ_or_published_curves_are_sho
 
 def test_the_published_overlay_is_off_by_default_and_moves_no_axis_without_a_curve():
     """Issue 36 item 7: the Ethayarajh overlay was on by default and put every metric on relative depth."""
-    from core.reference import reference_curves
+    from core.stats.reference import reference_curves
 
     assert DEFAULT.reference is False and to_query_params(DEFAULT.replace(reference=True)) == {"ref": "1"}
     with_curve = {m for m in METRICS if reference_curves(m)}
@@ -160,7 +161,7 @@ def test_the_published_overlay_is_off_by_default_and_moves_no_axis_without_a_cur
 
 
 def test_untrained_controls_run_with_several_seeds():
-    from core.models import control_seed, control_variant, describe_model, model_fingerprint
+    from core.inputs.models import control_seed, control_variant, describe_model, model_fingerprint
 
     sel = Selection(models=("minilm-l6", "untrained-gpt2"))
     assert sel.control_seeds == 3 and sel.control_specs("minilm-l6") == []
@@ -242,7 +243,7 @@ def test_server_paths_only_when_allowed(no_settings, tmp_path):
 
 
 def test_upload_ids_only(no_settings):
-    from core.selection import check_corpus
+    from core.inputs.access import check_corpus
 
     good = "upload:" + "a" * 64 + ".csv"
     assert check_corpus(good) == good
@@ -252,7 +253,7 @@ def test_upload_ids_only(no_settings):
 
 
 def test_model_identifiers(no_settings, tmp_path):
-    from core.selection import check_model
+    from core.inputs.access import check_model
 
     assert check_model("minilm-l6") == "minilm-l6"
     assert check_model("org/name@v1.0") == "org/name@v1.0"
@@ -263,9 +264,12 @@ def test_model_identifiers(no_settings, tmp_path):
         check_model("[x](evil) name")
     (tmp_path / "m").mkdir()
     (tmp_path / "org" / "name").mkdir(parents=True)
-    no_settings.chdir(tmp_path)  # "org/name" is a folder here: it must not load as one from the URL
-    with pytest.raises(InputError, match="not available here"):
-        check_model("org/name")
+    no_settings.chdir(tmp_path)  # "org/name" is a folder here: it must not load as one from the URL, and the
+    # answer must not say that it exists (issue 37 item 3): a hub id like any other, and never a local folder after
+    from core.inputs.models import is_hub_model, is_local_folder
+
+    assert check_model("org/name") == "org/name" and check_model("org/nothing") == "org/nothing"
+    assert is_hub_model("org/name") and not is_local_folder("org/name")
     no_settings.setenv("ANISO_DATA_DIR", str(tmp_path))
     assert check_model("data:m") == str(tmp_path.resolve() / "m")
     no_settings.setenv("ANISO_SHARED", "1")  # a shared server: built-ins only
@@ -302,10 +306,10 @@ def test_problems_never_carry_raw_newlines_or_huge_values(no_settings):
 
 
 def test_every_metric_of_the_picker_has_one_definition_with_its_one_line_form():
-    """core.statistics is the only copy of the metric texts: each metric the app offers has its hover line,
+    """core.stats.registry is the only copy of the metric texts: each metric the app offers has its hover line,
     formula, reading and paper there, and the hover line states what the docs' heading names."""
-    from core.selection import METRICS
-    from core.statistics import DEFINITIONS, docs_section, short
+    from core.stats.registry import DEFINITIONS, docs_section, short
+    from core.studies.selection import METRICS
 
     assert set(METRICS) <= set(DEFINITIONS), set(METRICS) - set(DEFINITIONS)
     for key, d in DEFINITIONS.items():
@@ -320,7 +324,7 @@ def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, short_
     """Issue 27 item 1: every URL key of Selection that could name a file or folder goes through the
     one path check (icorpus= and acorpus= did not), and the answer is the same whether the path exists."""
     tmp_path = short_tmp
-    from core.selection import _KEYS, _PP_KEYS, TEXT_FIELDS
+    from core.studies.selection import _KEYS, _PP_KEYS, TEXT_FIELDS
 
     data = tmp_path / "data"
     data.mkdir()
@@ -334,7 +338,7 @@ def test_every_url_key_refuses_outside_paths_with_one_answer(no_settings, short_
     existing = [str(outside), str(outside / "a.png"), str(outside / "a.wav"), str(outside / "a.zip"),
                 str(outside / "a.txt"), str(outside / "sub"), "/usr", "data:../outside"]
     tried = 0
-    from core.selection import DRIFT_KEYS, TRAIN_KEYS
+    from core.studies.selection import DRIFT_KEYS, TRAIN_KEYS
 
     spec_keys = [(k, None) for k in list(TRAIN_KEYS) + list(DRIFT_KEYS) if k != "tcol"]  # tcol: a column name
     for key, name in list(_KEYS.items()) + [(k, None) for k in _PP_KEYS] + spec_keys:
@@ -374,7 +378,7 @@ def test_modal_corpora_from_the_data_directory(no_settings, tmp_path):
 
 def test_the_url_of_a_page_leaves_out_the_keys_of_the_others():
     """Issue 28 item 2: Outliers' dim=308&ablate=1 stays on Outliers; each page's link carries its own keys."""
-    from core.selection import PAGE_KEYS
+    from core.studies.selection import PAGE_KEYS
 
     sel = DEFAULT.replace(dim=308, ablation=True, attn_stat="q_drift", compare_section="outliers", metric="isoscore",
                           models=("minilm-l6", "untrained-minilm-l6"), compare_a="untrained-minilm-l6",
@@ -392,7 +396,7 @@ def test_the_url_of_a_page_leaves_out_the_keys_of_the_others():
 
 
 def test_the_attention_choices_are_the_views():
-    from core.selection import ATTN_CURVE_STATS, ATTN_STATS, ATTN_SUMMARIES
+    from core.studies.selection import ATTN_CURVE_STATS, ATTN_STATS, ATTN_SUMMARIES
     from core.views import attention as AV
 
     assert ATTN_STATS == AV.HEATMAP_STATS and ATTN_SUMMARIES == tuple(AV.LINK_SUMMARIES)
@@ -401,7 +405,7 @@ def test_the_attention_choices_are_the_views():
 
 def test_typed_dims_and_a_metadata_colour_round_trip():
     """Issue 28 items 4 and 12: oset=typed&odims=308,8 and color=meta:<column> are links like the others."""
-    from core.selection import typed_dims_for
+    from core.studies.selection import typed_dims_for
 
     sel, problems = from_query_params({"oset": ["typed"], "odims": ["308, 8 8"], "color": ["meta:topic"]})
     assert problems == [] and sel.typed_dims == (8, 308) and sel.proj_color == "meta:topic"
@@ -414,3 +418,10 @@ def test_typed_dims_and_a_metadata_colour_round_trip():
         typed_dims_for((0, 1, 2), 4)
     with pytest.raises(InputError, match="Type one or more"):
         typed_dims_for((), 384)
+
+
+def test_a_url_with_an_unknown_optimizer_is_a_problem_not_a_crash():
+    sel, problems = from_query_params(_as_url({"topt": "adam-9000", "tsteps": "10"}))
+    assert sel.train.optimizer == "adamw" and problems
+    sel, problems = from_query_params(_as_url({"topt": "sgd"}))
+    assert sel.train.optimizer == "sgd" and problems == []

@@ -1,9 +1,9 @@
-"""Deployment settings read from the environment (core/settings.py)."""
+"""Deployment settings read from the environment (core/base/settings.py)."""
 
 import pytest
 
-from core import settings
-from core.errors import InputError
+from core.base import settings
+from core.base.errors import InputError
 
 
 @pytest.mark.parametrize("raw, want", [(None, 0), ("", 0), ("0", 0), ("1", 1), (" 4 ", 4)])
@@ -46,20 +46,21 @@ def test_cache_layout(tmp_path):
 
 def test_worker_and_queue_switches(monkeypatch):
     for v in ("ANISO_QUEUE_URL", "ANISO_JOB_MODULES", "ANISO_WORKER_AUTOSTART", "ANISO_WORKERS", "ANISO_WORKER_NICE",
-              "ANISO_WORKER_WARM", "ANISO_UMAP_WARM"):
+              "ANISO_WORKER_WARM", "ANISO_UMAP_WARM", "ANISO_UMAP_NICE"):
         monkeypatch.delenv(v, raising=False)
     assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
-            settings.worker_nice(), settings.worker_warm(), settings.umap_warm()) == ("", [], True, 1, 10, True, True)
+            settings.worker_nice(), settings.worker_warm(), settings.umap_warm(), settings.umap_nice()) == (
+        "", [], True, 1, 0, True, True, 10)
     monkeypatch.setenv("ANISO_QUEUE_URL", " redis://h:6379/0 ")
     monkeypatch.setenv("ANISO_JOB_MODULES", "a, b,,")
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     monkeypatch.setenv("ANISO_WORKERS", "3")
-    monkeypatch.setenv("ANISO_WORKER_NICE", "0")
+    monkeypatch.setenv("ANISO_WORKER_NICE", "10")
     monkeypatch.setenv("ANISO_WORKER_WARM", "0")
     monkeypatch.setenv("ANISO_UMAP_WARM", "0")
     assert (settings.queue_url(), settings.job_modules(), settings.worker_autostart(), settings.worker_threads(),
             settings.worker_threads(2), settings.worker_nice(), settings.worker_warm(), settings.umap_warm()) == (
-        "redis://h:6379/0", ["a", "b"], False, 3, 2, 0, False, False)
+        "redis://h:6379/0", ["a", "b"], False, 3, 2, 10, False, False)
 
 
 def test_hub_and_torchrun_variables(monkeypatch):
@@ -74,3 +75,17 @@ def test_hub_and_torchrun_variables(monkeypatch):
     monkeypatch.setenv("RANK", "1")
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert settings.torchrun_env() == {"RANK": "1", "WORLD_SIZE": "2"}
+
+
+def test_a_jobs_error_names_the_servers_folders_in_words_unless_server_paths_are_allowed(monkeypatch, tmp_path):
+    """Issue 37's leftover: a hub-offline error read in a browser named the server's hub cache by its path (the
+    pages show a failed job's error through ui.jobs_panel.job_error, which applies this)."""
+    hub, data = tmp_path / "hf" / "hub", tmp_path / "data"
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub))
+    monkeypatch.setenv("ANISO_DATA_DIR", str(data))
+    monkeypatch.delenv("ANISO_ALLOW_SERVER_PATHS", raising=False)
+    error = f"Model org/x cannot be reached; the local hub cache ({hub}) holds nothing of org/x; see {data}/a.txt"
+    shown = settings.without_server_paths(error)
+    assert str(tmp_path) not in shown and "<the server's hub cache>" in shown and "<the data folder>/a.txt" in shown
+    monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # a single-user machine: the path is the help
+    assert settings.without_server_paths(error) == error

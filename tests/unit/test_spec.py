@@ -5,8 +5,8 @@ import sys
 
 import pytest
 
-from core.errors import InputError
-from core.spec import RunSpec, stable_hash
+from core.base.errors import InputError
+from core.base.spec import RunSpec, stable_hash
 
 HAS_NVIDIA = os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
 

@@ -15,35 +15,27 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("core", "ui", "pages", "bench", "aniso")
 HEAVY = ("torch", "transformers", "umap")  # what a cache hit and the app's first page must not import
 
+# core/'s floors, lowest first: each is one folder (core/<floor>/), and a module imports only from its own floor or
+# from one below (docs/architecture.md, "The floors"). core/__init__.py is on the lowest floor, core/__main__.py
+# (`python -m core`) on the highest; core/data/ holds data files only.
+CORE_FLOORS = ("base", "stats", "inputs", "compute", "studies", "views", "entry")
+CORE_ROOT_FILES = {"__init__.py", "__main__.py"}
+
 # Floors of the import graph, lowest first: a module imports only from its own floor or below.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("foundation", ("core", "core.errors", "core.settings", "core.escape", "core.procfs", "core.config",
-                    "core.definitions", "core.spec", "core.integrity", "core.hub", "core.progress", "core.anatomy")),
-    ("kernels", ("core.metrics", "core.postprocess", "core.dimension", "core.reference", "core.batching",
-                 "core.cache", "core.figures", "core.convert", "core.convert.*", "core.geometry", "core.papers",
-                 "core.papers.claims")),
-    ("inputs", ("core.trained", "core.hub_fetch", "core.hub_series", "core.corpora", "core.uploads", "core.modalities",
-                "core.modalities.*")),
-    ("model loading", ("core.models",)),  # dispatches to trained runs, hub series and modality adapters
-    # the registry and the outlier rules (with the outlier chain's)
-    ("statistics", ("core.statistics", "core.outliers", "core.outliers*", "core.chainstats")),
-    ("runs", ("core.extract", "core.analysis", "core.ablation", "core.lens", "core.distributed", "core.chain_ablation",
-              "core.pipeline", "core.prepare", "core.attention", "core.attention*", "core.projection", "core.series",
-              "core.train", "core.drift", "core.results", "core.selection", "core.chain", "core.chain.*",
-              "core.papers.run")),
-    ("views", ("core.views", "core.views.*", "core.export", "core.report")),
-    # the Python API beside the CLI (which calls it) and the job queue (whose jobs it waits for), then its public
-    # name, the installed package's import name and console command
-    ("entry points", ("core.jobs", "core.api", "core.serve", "core.cli", "core.__main__")),
+    (f"core/{f}", (f"core.{f}", f"core.{f}.*") + {"base": ("core",), "entry": ("core.__main__",)}.get(f, ()))
+    for f in CORE_FLOORS
+] + [
+    # the installed package's import name and console command, over the Python API
     ("public API", ("aniso", "aniso.*")),
     ("ui state", ("ui", "ui.state", "ui.data")),
-    ("ui jobs", ("ui.jobs_panel", "ui.run", "ui.training", "ui.papers")),
+    ("ui jobs", ("ui.jobs_panel", "ui.run", "ui.training", "ui.papers", "ui.report", "ui.lab")),
     ("ui page", ("ui.page", "ui.sidebar")),
     ("pages", ("app", "pages.*")),
     ("bench", ("bench", "bench.*")),  # measures everything, imported by nothing
 ]
 
-# Environment reads that cannot go through core/settings.py, each with its reason (none today).
+# Environment reads that cannot go through core/base/settings.py, each with its reason (none today).
 ENV_ALLOWED: dict[str, str] = {}
 # Files whose in-function imports are not checked yet, each with its reason (none today).
 LAZY_PENDING: dict[str, str] = {}
@@ -175,10 +167,10 @@ def _floor(mod: str) -> int:
 
 
 def test_no_environment_reads_outside_settings():
-    """core/settings.py is the one reader of environment variables (and owner of the cache layout)."""
+    """core/base/settings.py is the one reader of environment variables (and owner of the cache layout)."""
     found = []
     for m, tree in TREES.items():
-        if m == "core.settings" or m in ENV_ALLOWED:
+        if m == "core.base.settings" or m in ENV_ALLOWED:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and node.attr in ("environ", "getenv", "putenv", "unsetenv") \
@@ -187,13 +179,37 @@ def test_no_environment_reads_outside_settings():
             if isinstance(node, ast.ImportFrom) and node.module == "os" and \
                     {a.name for a in node.names} & {"environ", "getenv", "putenv", "unsetenv"}:
                 found.append(f"{FILES[m].relative_to(ROOT)}:{node.lineno}: from os import ...")
-    assert not found, ("environment read outside core/settings.py (add a function there and call it):\n"
+    assert not found, ("environment read outside core/base/settings.py (add a function there and call it):\n"
                        + "\n".join(found))
 
 
 def test_every_module_is_on_a_floor():
     for m in FILES:
         _floor(m)
+
+
+def test_each_folder_of_core_is_one_floor():
+    """core/ holds its floor folders, its __init__ and __main__, and data/: no module outside a floor, no folder
+    that is not one (a new module goes into the folder of the floor it belongs to)."""
+    stray = []
+    for p in sorted((ROOT / "core").iterdir()):
+        if p.name == "__pycache__" or p.name in CORE_ROOT_FILES or (p.is_dir() and p.name in CORE_FLOORS):
+            continue
+        if p.is_dir() and p.name == "data" and not list(p.rglob("*.py")):
+            continue
+        stray.append(p.name)
+    assert not stray, (f"in core/ but on no floor: {stray}; move each into one of core/{{{','.join(CORE_FLOORS)}}}/ "
+                       "(docs/architecture.md, 'The floors')")
+    missing = [f for f in CORE_FLOORS if not (ROOT / "core" / f / "__init__.py").is_file()]
+    assert not missing, f"floor folders without an __init__.py: {missing}"
+
+
+def test_the_floor_picture_matches_the_floors():
+    """docs/architecture.md draws the floors top down: the same folders, in the same order."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    picture = text.split("## The floors", 1)[1].split("```")[1]
+    drawn = [ln.split()[0] for ln in picture.splitlines() if ln.strip().startswith("core/")]
+    assert drawn == [f"core/{f}/" for f in reversed(CORE_FLOORS)], drawn
 
 
 def test_import_graph_has_no_circle():

@@ -1,10 +1,10 @@
-"""Uploads named as the user named them, referred to by id, previewed before Run (core/uploads.py)."""
+"""Uploads named as the user named them, referred to by id, previewed before Run (core/inputs/uploads.py)."""
 
 import pandas as pd
 import pytest
 
-from core import uploads as U
-from core.errors import InputError
+from core.base.errors import InputError
+from core.inputs import uploads as U
 
 
 def _csv(rows=30, text=True) -> bytes:
@@ -66,7 +66,7 @@ def test_several_files_become_one_zip_whatever_their_order(tmp_path):
     import io
     import zipfile
 
-    from core.modalities import corpus_modality
+    from core.inputs.modalities import corpus_modality
 
     inner = io.BytesIO()
     with zipfile.ZipFile(inner, "w") as z:
@@ -118,7 +118,7 @@ def png_header_only(w: int, h: int) -> bytes:
 
 
 def test_a_zip_bomb_is_refused_from_its_declared_sizes(tmp_path, monkeypatch):
-    from core.modalities import load_pictures
+    from core.inputs.modalities import load_pictures
 
     bomb = _zip_bomb(64)
     assert len(bomb) < 200_000  # 64 MiB of zeros in well under 200 KB
@@ -149,7 +149,7 @@ def test_a_huge_image_is_refused_from_its_header(tmp_path, monkeypatch, w, h):
 
     from PIL import Image
 
-    from core.modalities import load_pictures
+    from core.inputs.modalities import load_pictures
 
     raw = png_header_only(w, h)
     assert len(raw) < 400_000
@@ -169,7 +169,7 @@ def test_a_huge_image_is_refused_from_its_header(tmp_path, monkeypatch, w, h):
 def test_images_within_the_limit_are_decoded_when_used(tmp_path, monkeypatch):
     from PIL import Image
 
-    from core.modalities import load_pictures
+    from core.inputs.modalities import load_pictures
 
     Image.new("RGB", (40, 30), (200, 10, 10)).save(tmp_path / "ok.png")
     monkeypatch.setenv("ANISO_MAX_IMAGE_PIXELS", "1200")
@@ -178,3 +178,20 @@ def test_images_within_the_limit_are_decoded_when_used(tmp_path, monkeypatch):
     monkeypatch.setenv("ANISO_MAX_IMAGE_PIXELS", "1199")
     with pytest.raises(InputError, match="1,200 pixels"):
         load_pictures(str(tmp_path / "ok.png"))
+
+
+def test_the_bundle_limit_names_the_setting_that_sets_it(tmp_path, monkeypatch):
+    """Issue 37 item 10: the 200 MiB limit of bundled files is ANISO_MAX_UPLOAD_MB's, not ANISO_MAX_UNPACKED_MB's."""
+    from core.inputs import uploads as U
+
+    monkeypatch.setenv("ANISO_MAX_UPLOAD_MB", "1")
+    monkeypatch.setenv("ANISO_MAX_UNPACKED_MB", "1024")
+    files = [(f"{i}.png", bytes(400_000)) for i in range(3)]  # 1.1 MiB in all, each file under the limit
+    with pytest.raises(InputError, match=r"The bundle of 3 files unpacks to 1.14 MiB, more than the limit of 1 MiB for one "
+                                         r"upload \(ANISO_MAX_UPLOAD_MB\)") as e:
+        U.bundle_files(files, (".png",))
+    assert "UNPACKED" not in str(e.value)
+    monkeypatch.setenv("ANISO_MAX_UPLOAD_MB", "200")
+    monkeypatch.setenv("ANISO_MAX_UNPACKED_MB", "1")
+    with pytest.raises(InputError, match=r"for the files of one corpus \(ANISO_MAX_UNPACKED_MB\)"):
+        U.bundle_files(files, (".png",))

@@ -1,0 +1,186 @@
+"""The lab's budget (issue 41): the quick lab and the default grid, timed, into BENCHMARKS.md ("Lab").
+
+    python -m bench lab                      # the quick lab: 4 families x 1 seed, 500 steps, 2 layers, d 128
+    python -m bench lab --default            # the default grid: 4 families x 2 optimizers x 3 seeds, 2,000 steps
+    python -m bench lab --families gpt2,llama [--steps N] [--no-write] [--keep-cache]
+
+Families (and optimizers) this version cannot train are left out and named in the table; the goals are the
+issue's: the quick lab under 10 minutes, the default grid under 90 minutes, on 2 CPU cores. Each run is the
+ordinary `python -m core lab` computation (`core.studies.lab.run_lab`) in an empty cache directory, so every
+training and every checkpoint analysis is timed (nothing cached).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, fs, loadavg, log, machine_info, table, write_section
+from core.base import settings
+from core.base.errors import InputError
+
+settings.export_env(HF_HUB_OFFLINE="1")
+settings.env_default(TOKENIZERS_PARALLELISM="false")
+
+from core.studies import lab as LAB  # noqa: E402
+
+
+def markers(which: str) -> tuple[str, str]:
+    """BENCHMARKS.md's section of the quick lab or of the default grid (each rewritten on its own)."""
+    return f"<!-- bench:lab-{which}:start -->", f"<!-- bench:lab-{which}:end -->"
+
+
+GOAL_S = {"quick": 600, "default": 5400}
+DEFAULT_STEPS = 2000
+
+
+def _available(names, field: str) -> tuple[list[str], list[str]]:
+    """(the names this TrainSpec can train, the others)."""
+    ok, gone = [], []
+    for n in names:
+        try:
+            LAB.LabSpec(factors={field: [n]}, seeds=(0,))
+            ok.append(n)
+        except InputError:  # refused: this version cannot train it
+            gone.append(n)
+    return ok, gone
+
+
+def build_spec(a) -> tuple[LAB.LabSpec, list[str]]:
+    fams = a.families.split(",") if a.families else list(LAB.QUICK_FAMILIES)
+    fams, skipped = _available(fams, "arch")
+    if not fams:
+        raise SystemExit("error: none of the families can be trained by this version")
+    base = {"n_layers": LAB.QUICK["n_layers"], "d_model": LAB.QUICK["d_model"], "device": "cpu"}
+    if a.default:
+        opts, gone = _available(list(LAB.DEFAULT_OPTIMIZERS), "optimizer")
+        skipped += [f"optimizer {o}" for o in gone]
+        factors = {"arch": fams, **({"optimizer": opts} if len(opts) > 1 else {})}
+        spec = LAB.LabSpec(factors=factors, seeds=(0, 1, 2), base={**base, "steps": a.steps or DEFAULT_STEPS})
+    else:
+        spec = LAB.LabSpec(
+            factors={"arch": fams}, seeds=LAB.QUICK["seeds"], base={**base, "steps": a.steps or LAB.QUICK["steps"]}
+        )
+    return spec, skipped
+
+
+def _f3(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: dict, which: str, argv) -> str:
+    rows = []
+    for cell in doc["cells"]:
+        for r in cell["runs"]:
+            sec = r.get("seconds") or {}
+            rows.append(
+                [
+                    cell["cell"],
+                    r["seed"],
+                    r["status"],
+                    fs(sec.get("train"), 1),
+                    fs(sec.get("analysis"), 1),
+                    fs((sec.get("train") or 0) + (sec.get("analysis") or 0), 1),
+                    _f3(r.get("held_out_loss")),
+                    _f3(r.get("unigram_entropy")),
+                    r.get("learned"),
+                    _f3((r.get("scalars") or {}).get("mid_mean_cosine")),
+                ]
+            )
+    n = len(rows)
+    goal = GOAL_S[which]
+    full = len(LAB.QUICK_FAMILIES) * (1 if which == "quick" else 3 * len(LAB.DEFAULT_OPTIMIZERS))
+    per_run = wall / max(n, 1)
+    b = spec.to_dict()["base"]
+    start, end = markers(which)
+    grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
+    lines = [
+        start,
+        f"## Lab (`python -m bench lab{' --default' if which == 'default' else ''}`)",
+        "",
+        f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads "
+        f"{info.get('torch_threads')}; load average at the start {info['loadavg_start']}, at the end {loadavg()}; "
+        f"{info['date_utc']}. Command: `python -m bench {' '.join(argv)}`.",
+        "",
+        f"Grid: {grid} x seeds "
+        f"{list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
+        f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on "
+        f"{spec.analysis_tokens:,} tokens (sample {spec.analysis_sample:,}) with its attention statistics.",
+        "" if not skipped else f"\nLeft out (this version cannot train them yet): {', '.join(skipped)}.",
+        "",
+        table(
+            [
+                "cell",
+                "seed",
+                "status",
+                "train s",
+                "analysis s",
+                "run s",
+                "held-out loss",
+                "unigram entropy",
+                "learned",
+                "mid mean cosine",
+            ],
+            rows,
+        ),
+        "",
+        (f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included): the "
+         f"{'quick lab' if which == 'quick' else 'default grid'} measured whole, "
+         f"{'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on 2 cores." if n == full else
+         f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included). The goal is the "
+         f"{'quick lab' if which == 'quick' else 'default grid'} ({full} runs) under {goal / 60:.0f} min on 2 "
+         f"cores: at this rate {full} runs would take about {per_run * full / 60:.1f} min "
+         f"({'within' if per_run * full <= goal else 'over'} the goal; an extrapolation from the families run "
+         f"here, the other families' speed not measured)."),
+        end,
+    ]
+    return "\n".join(x for x in lines if x is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    p = argparse.ArgumentParser(prog="python -m bench lab", description=__doc__.split("\n\n")[0])
+    p.add_argument("--default", action="store_true", help="the default grid instead of the quick lab")
+    p.add_argument("--families", default=None, help=f"comma-separated (default {','.join(LAB.QUICK_FAMILIES)})")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--no-write", action="store_true", help="print the markdown instead of updating BENCHMARKS.md")
+    p.add_argument("--json", default=None, help="also write lab.json here")
+    p.add_argument("--keep-cache", action="store_true")
+    a = p.parse_args(argv)
+    spec, skipped = build_spec(a)
+    which = "default" if a.default else "quick"
+    cache = Path(tempfile.mkdtemp(prefix="bench-lab-"))
+    info = machine_info()
+    log(f"lab {spec.lab_id}: {len(spec.cells()) * len(spec.seeds)} runs in {cache}; skipped: {skipped or 'none'}")
+    last = {"t": 0.0}
+
+    def progress(q):
+        if time.monotonic() - last["t"] > 10 or q.stage in ("start", "done"):
+            last["t"] = time.monotonic()
+            log(q.message)
+
+    t0 = time.perf_counter()
+    try:
+        doc = LAB.run_lab(spec, cache_dir=cache, progress=progress)
+    finally:
+        if not a.keep_cache:
+            shutil.rmtree(cache, ignore_errors=True)
+    wall = time.perf_counter() - t0
+    md = render(doc, spec, skipped, wall, info, which, ["lab", *argv])
+    if a.json:
+        Path(a.json).write_text(json.dumps(doc, indent=1))
+    if a.no_write:
+        print(md)
+    else:
+        write_section(md, ROOT / "BENCHMARKS.md", *markers(which))
+        log(f"BENCHMARKS.md: the lab-{which} section written ({wall:.0f} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,205 @@
+"""`python -m bench lab-lr`: the learning rate of each architecture family and optimizer, by a short stated sweep.
+
+For each family and optimizer, a few learning rates are trained for `--steps` (default 300) steps at the Train
+defaults otherwise (2 layers x d=128, batch 16 x 64 tokens of wiki-en, seed 0, cosine schedule), and the rate with
+the lowest final held-out loss is kept. The result goes to core/data/lab_lr.json (each rate's loss, the corpus's
+unigram entropy, date and machine per entry; entries of families not swept this time are kept), which
+`core.studies.train_spec.default_lr` reads, and to its section of BENCHMARKS.md.
+
+    python -m bench lab-lr                                 # gpt2, llama x adamw, sgd: 18 runs (about 15 min on 2 cores)
+    python -m bench lab-lr --arch mamba,rwkv --optimizer adamw,sgd   # add families (the other entries stay)
+    python -m bench lab-lr --quick                         # tiny sizes, checks the code; writes nothing
+
+Coupled Adam is not swept by default: it changes only the embeddings' second moment, and the lab compares it with
+AdamW at AdamW's rate (`default_lr`); `--optimizer coupled-adam` sweeps it too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import ROOT, fi, log, machine_info, table, write_section
+from core.base import settings
+
+settings.export_env(HF_HUB_OFFLINE="1")
+settings.env_default(TOKENIZERS_PARALLELISM="false")
+
+START = "<!-- bench:lab-lr:start -->"
+END = "<!-- bench:lab-lr:end -->"
+GRID = {"adamw": (3e-4, 1e-3, 3e-3, 1e-2), "coupled-adam": (3e-4, 1e-3, 3e-3, 1e-2), "sgd": (0.03, 0.1, 0.3, 1.0, 3.0)}
+ARCHS = ("gpt2", "llama")
+OPTIMIZERS = ("adamw", "sgd")
+STEPS = 300
+LR_JSON = ROOT / "core" / "data" / "lab_lr.json"
+
+
+def sweep_one(base, lrs, say=log) -> dict:
+    """Train `base` at each of `lrs` (a temporary cache, deleted): the held-out loss of each, the pick."""
+    # lazy: torch and transformers only once the sweep runs
+    from core.studies.training import train
+
+    losses, seconds, entropy = {}, 0.0, None
+    cache = tempfile.mkdtemp(prefix="aniso-bench-lr-")
+    try:
+        for lr in lrs:
+            t0 = time.perf_counter()
+            rec = train(base.replace(lr=lr, name=None), cache_dir=cache)
+            dt = time.perf_counter() - t0
+            seconds += dt
+            loss = rec["checkpoints"][-1]["held_out_loss"]
+            losses[f"{lr:g}"] = loss if math.isfinite(loss) else None  # a diverged run: no loss
+            entropy = rec["unigram_entropy"]
+            say(f"  {base.arch} / {base.optimizer} lr {lr:g}: held-out loss {loss:.4f} ({dt:.0f} s)")
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+    finite = {k: v for k, v in losses.items() if v is not None}
+    if not finite:
+        raise RuntimeError(f"{base.arch} / {base.optimizer}: every rate of {list(losses)} diverged")
+    best = min(finite, key=finite.get)
+    return {"lr": float(best), "losses": losses, "unigram_entropy": entropy, "seconds": round(seconds, 1)}
+
+
+def render(table_: dict) -> str:
+    """The BENCHMARKS.md section: every entry of lab_lr.json."""
+    rows = []
+    for key, e in sorted(table_["entries"].items()):
+        arch, opt = key.split("/")
+        tried = sorted(e["losses"], key=float)
+        cells = [
+            ("**" if float(k) == e["lr"] else "")
+            + (f"{e['losses'][k]:.3f}" if e["losses"][k] is not None else "diverged")
+            + ("**" if float(k) == e["lr"] else "")
+            for k in tried
+        ]
+        edge = " (edge of the range)" if float(tried[0]) == e["lr"] or float(tried[-1]) == e["lr"] else ""
+        rows.append(
+            [
+                arch,
+                opt,
+                ", ".join(f"{float(k):g}" for k in tried),
+                " / ".join(cells),
+                f"{e['lr']:g}{edge}",
+                f"{e['unigram_entropy']:.3f}",
+                f"{e['seconds']:.0f}",
+                e["date_utc"][:16].replace("T", " "),
+                e["machine"],
+            ]
+        )
+    first = next(iter(table_["entries"].values()))
+    return "\n".join(
+        [
+            START,
+            f"## Learning rate per family (`{table_['command']}`)",
+            "",
+            f"The lab trains every family and optimizer at the rate below (`core.studies.train_spec.default_lr`, read "
+            f"from core/data/lab_lr.json): of the rates tried, the one with the lowest held-out loss after "
+            f"{fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
+            f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}, seed 0, cosine schedule, no "
+            f"warm-up (every run sees the same tokens in the same order). Coupled Adam, where it has no row, takes "
+            f"AdamW's rate. A run whose loss is not below the corpus's unigram entropy did not learn.",
+            "",
+            table(
+                [
+                    "Family",
+                    "Optimizer",
+                    "Rates tried",
+                    "Held-out loss (nats/token)",
+                    "Picked",
+                    "Unigram entropy",
+                    "Sweep time (s)",
+                    "Date (UTC)",
+                    "Machine",
+                ],
+                rows,
+            ),
+            "",
+            f"A short sweep at a small budget: the rate that is best after {fi(first['steps'])} steps need not be the best "
+            f"after 2,000; a pick at the edge of the range says a wider range might pick another.",
+            END,
+        ]
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench lab-lr", description=__doc__.split("\n\n")[0])
+    p.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated families (default {','.join(ARCHS)})")
+    p.add_argument(
+        "--optimizer", default=",".join(OPTIMIZERS), help=f"comma-separated optimizers (default {','.join(OPTIMIZERS)})"
+    )
+    p.add_argument("--steps", type=int, default=STEPS)
+    p.add_argument("--corpus", default="wiki-en")
+    p.add_argument("--quick", action="store_true", help="tiny sizes (8 steps, d=16): checks the code, writes nothing")
+    p.add_argument("--out", default=None, help="the JSON to update (default core/data/lab_lr.json; --quick: none)")
+    p.add_argument("--md", default=None, help="the markdown to update (default BENCHMARKS.md; --quick: printed)")
+    a = p.parse_args(argv)
+    # lazy: the spec module reads the corpora registry
+    from core.studies.train_spec import ARCHS as ALL_ARCHS
+    from core.studies.train_spec import OPTIMIZERS as ALL_OPTIMIZERS
+    from core.studies.train_spec import TrainSpec
+
+    archs = [x.strip() for x in a.arch.split(",") if x.strip()]
+    opts = [x.strip() for x in a.optimizer.split(",") if x.strip()]
+    bad = [x for x in archs if x not in ALL_ARCHS] + [x for x in opts if x not in ALL_OPTIMIZERS]
+    if bad or a.steps < 1:
+        print(
+            f"error: unknown {bad} (families {list(ALL_ARCHS)}, optimizers {list(ALL_OPTIMIZERS)}) or steps < 1", file=sys.stderr
+        )
+        return 2
+    base = TrainSpec(corpus=a.corpus, steps=a.steps, device="cpu")
+    if a.quick:
+        base = base.replace(steps=8, d_model=16, n_heads=2, batch_size=4, seq_len=16, eval_tokens=512)
+    m = machine_info()
+    machine = (
+        f"{m['cpu_model']}, {m['usable_cores']} cores, load {m['loadavg_start'][0]:.1f}"
+        if m["loadavg_start"]
+        else f"{m['cpu_model']}, {m['usable_cores']} cores"
+    )
+    out = Path(a.out) if a.out else (None if a.quick else LR_JSON)
+    old = json.loads(out.read_text()) if out is not None and out.exists() else {}
+    entries = dict(old.get("entries", {}))
+    log(f"lab-lr: {archs} x {opts}, {base.steps} steps each rate")
+    for arch in archs:
+        for opt in opts:
+            e = sweep_one(base.replace(arch=arch, optimizer=opt), GRID[opt])
+            entries[f"{arch}/{opt}"] = {
+                **e,
+                "steps": base.steps,
+                "n_layers": base.n_layers,
+                "d_model": base.d_model,
+                "batch_size": base.batch_size,
+                "seq_len": base.seq_len,
+                "corpus": base.corpus,
+                "seed": base.seed,
+                "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "machine": machine,
+            }
+    doc = {
+        "kind": "lab-lr",
+        "version": 1,
+        "command": "python -m bench lab-lr" + "".join(f" {x}" for x in argv or []),
+        "grid": {k: list(v) for k, v in GRID.items()},
+        "entries": entries,
+    }
+    md = render(doc)
+    if out is not None:
+        out.write_text(json.dumps(doc, indent=1) + "\n")
+        log(f"wrote {out}")
+    md_path = Path(a.md) if a.md else (None if a.quick else ROOT / "BENCHMARKS.md")
+    if md_path is not None:
+        write_section(md, md_path, START, END)
+        log(f"wrote the lab-lr section of {md_path}")
+    else:
+        sys.stdout.write(md + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,750 @@
+"""The cached path from a RunSpec to statistics and results: the one entry point for CLI and UI.
+
+    get_stats(spec)  -> RunStats (streaming sums + sample), cached under the spec's key
+    analyze(spec)    -> results dict (results.json), cached; derived from RunStats only
+    run_ablation(spec, dims) -> the LM-loss ablation of chosen dims, cached
+
+A cache hit never loads a model nor imports torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import platform
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .. import __version__
+from ..base import settings
+from ..base.cache import get_store
+from ..base.config import CONFIG, cache_identity, key_code
+from ..base.errors import Cancelled, InputError
+from ..base.settings import default_cache_dir
+from ..base.spec import RunSpec, stable_hash
+from ..inputs.corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
+from ..inputs.hub import known_commit, split
+from ..inputs.modalities import corpus_modality, modal_fingerprint
+from ..inputs.modalities import run as modal
+from ..inputs.modalities.adapters import adapter_for
+from ..inputs.modalities.items import FRAME_SECONDS
+from ..inputs.models import (
+    ModelRef,
+    check_model_ident,
+    describe_model,
+    hub_fingerprint,
+    is_hub_model,
+    load_model,
+    model_fingerprint,
+    model_modality,
+    package_versions,
+    parse_model,
+)
+from ..stats.batching import pad_batch
+from ..stats.outliers import run_outlier_dims
+from ..stats.reference import ENGLISH_DETECTION, english_share
+from .ablation import ablation, norm_parameters
+from .distributed import job_torchrun
+from .extract import Progress, extract_stats
+from .lens import logit_lens
+from .lens import not_applicable as lens_not_applicable
+from .prepare import check_cancel, loading_message, prepare
+
+CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
+
+@dataclass
+class RunStats:
+    """Everything one extraction produced. Arrays are stacked over layers (layer 0 = embeddings)."""
+
+    key: str
+    manifest: dict
+    meta: dict
+    arrays: dict[str, np.ndarray]
+    cached: bool = False
+    events: list[str] = field(default_factory=list)
+
+    @property
+    def n_layers(self) -> int:
+        """Number of hidden-state layers, embeddings included (L + 1)."""
+        return int(self.arrays["sum_abs"].shape[0])
+
+    @property
+    def d_model(self) -> int:
+        return int(self.arrays["sum_abs"].shape[1])
+
+    @property
+    def layer_ids(self) -> np.ndarray:
+        """The model layer of each stacked row (all layers 0..L unless the run kept a subset)."""
+        return self.arrays.get("layer_index", np.arange(self.n_layers))
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.arrays["n"])
+
+    def sample(self, layer: int) -> np.ndarray:
+        """(K, d) float32 hidden states of the sampled tokens at `layer`."""
+        return self.arrays["sample"][layer]
+
+    @property
+    def label(self) -> str:
+        return self.manifest["model"]["label"]
+
+
+@dataclass(frozen=True)
+class ResolvedRun:
+    """A RunSpec with its identifiers resolved once: the model's and the corpus's fingerprints (a hub
+    model's commit, a file's sha256) and the run key. Small and JSON-able: a job carries it in its
+    parameters (`to_params`), so the worker neither hashes the corpus again nor asks the hub."""
+
+    spec: RunSpec
+    key: str
+    parts: dict = field(hash=False, compare=False)
+    model_commit: str | None = field(default=None, compare=False)  # a hub model's commit (its fingerprint's source)
+    # the model reference, parsed once (core.inputs.models.parse_model): what every step of the run reads of spec.model
+    model: ModelRef | None = field(default=None, compare=False)
+
+    def __post_init__(self):
+        if self.model is None:
+            object.__setattr__(self, "model", parse_model(self.spec.model))
+
+    def to_params(self) -> dict:
+        return {"key": self.key, "parts": self.parts, **({"model_commit": self.model_commit} if self.model_commit else {})}
+
+    @classmethod
+    def from_params(cls, spec: RunSpec, d) -> "ResolvedRun | None":
+        """The resolution a job carries, or None when it does not hold together: its key is not the
+        hash of its parts, its spec is not `spec` as resolved here (another device under "auto"), or
+        its extraction code is not this process's (a worker older or newer than the submitter).
+        Cheap (no hub call, no file hashed): the fingerprints are what is carried. A hub model's commit
+        is kept only when it is the one its fingerprint was made from."""
+        try:
+            key, parts = str(d["key"]), dict(d["parts"])
+            ok = (key == "stats:" + stable_hash(parts) and _same(parts.get("spec"), _keyed_spec(spec))
+                  and _same(parts.get("stats_code"), cache_identity("stats")))
+            commit = d.get("model_commit")
+            ref = parse_model(spec.model)
+            if commit is not None and (not isinstance(commit, str) or not is_hub_model(ref)
+                                       or hub_fingerprint(ref.ident, commit) != parts.get("model_fingerprint")):
+                commit = None
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+        return cls(spec, key, parts, commit, ref) if ok else None
+
+
+def _same(a, b) -> bool:
+    return stable_hash(a) == stable_hash(b)  # as JSON: a carried list equals the tuple it was
+
+
+def _keyed_spec(spec: RunSpec) -> dict:
+    """The spec as the key sees it: device and dtype resolved here."""
+    device = spec.resolved_device()
+    dtype = spec.resolved_dtype(device)
+    # Placement (device_map, like the number of torchrun ranks) does not change the numbers: not in the
+    # key. `layers` is, when set (all layers: the key of runs made before the option existed).
+    keyed = {k: v for k, v in spec.to_dict().items() if k != "device_map" and not (k == "layers" and v is None)}
+    return {**keyed, "device": device, "dtype": dtype}
+
+
+def _spec_key(spec: RunSpec, cache_dir, ref: ModelRef | None = None) -> tuple[str, dict]:
+    ref = ref or parse_model(spec.model)
+    check_model_ident(ref)
+    parts = {
+        "spec": _keyed_spec(spec),
+        "model_fingerprint": model_fingerprint(ref, Path(cache_dir) if cache_dir else default_cache_dir()),
+        "corpus_sha256": (corpus_fingerprint(spec.corpus, spec.text_column) if corpus_modality(spec.corpus) == "text"
+                          else modal_fingerprint(spec.corpus, cache_dir)),
+        "stats_code": cache_identity("stats"),  # the rules and the code of the extraction: no version to bump
+    }
+    if spec.logit_lens:  # only then: the keys of runs without the lens stay what they were
+        parts["lens_code"] = key_code("lens")
+    return "stats:" + stable_hash(parts), parts
+
+
+def resolve(spec: RunSpec | ResolvedRun, cache_dir=None) -> ResolvedRun:
+    """The run's identifiers resolved and its key computed (the one place that does it). A
+    ResolvedRun passes through: resolve once, then hand the result to every call of the run."""
+    if isinstance(spec, ResolvedRun):
+        return spec
+    ref = parse_model(spec.model)
+    key, parts = _spec_key(spec, cache_dir, ref)
+    name, rev = split(ref.ident)
+    commit = known_commit(name, rev or "main") if is_hub_model(ref) else None
+    if commit is not None and hub_fingerprint(ref.ident, commit) != parts["model_fingerprint"]:
+        commit = None  # the branch moved between the two look-ups: the worker resolves it again
+    return ResolvedRun(spec, key, parts, commit, ref)
+
+
+def _versions() -> dict:
+    return {"python": platform.python_version(), "core": __version__, **package_versions(), "numpy": np.__version__}
+
+
+def run_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
+    """The cache key of the run's statistics (derived entries are keyed on it). No torch."""
+    return resolve(spec, cache_dir).key
+
+
+def is_cached(spec: RunSpec | ResolvedRun, cache_dir=None) -> bool:
+    return resolve(spec, cache_dir).key in get_store(cache_dir)
+
+
+def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+              cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
+              memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> RunStats | None:
+    """Statistics for `spec`, from the cache or computed (once, even across processes).
+
+    With a `core.compute.distributed.Group` (torchrun), every rank computes its share and rank 0 alone
+    looks up and stores the entry; the other ranks return None.
+    `memo`: a dict shared by the runs of one series (checkpoints of one training): the corpus is
+    read and tokenized once for all of them (same tokenizer, same windows), only forwards repeat.
+    `partial(results)`: while the forward pass runs, the results so far (`analysis.partial_results`:
+    the statistics of the streaming sums over the batches processed, none of the sample), every few
+    seconds. What it is handed is never stored: only the whole run's statistics are.
+    """
+    if group is not None:
+        return _get_stats_group(spec, cache_dir, progress, cancel, force, group, memo)
+    store = get_store(cache_dir)
+    run = resolve(spec, cache_dir)
+    spec, key, parts = run.spec, run.key, run.parts
+    n_events = len(store.events)
+    if not force:
+        hit = store.get(key)
+        if hit is not None:
+            return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
+                            events=store.events[n_events:])
+    with store.lock(key):
+        hit = None if force else store.get(key)  # another process may have finished meanwhile
+        if hit is not None:
+            return RunStats(key, hit[0]["manifest"], hit[0]["meta"], hit[1], cached=True,
+                            events=store.events[n_events:])
+        manifest, meta, arrays = _compute(spec, parts, cache_dir, progress, cancel, memo=memo,
+                                          partial=_partial_hook(partial, key, spec, parts), commit=run.model_commit)
+        store.put(key, {"manifest": manifest, "meta": meta}, arrays)
+    return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
+
+
+def _get_stats_group(spec, cache_dir, progress, cancel, force: bool, group,
+                     memo: dict | None = None) -> RunStats | None:
+    run = resolve(spec, cache_dir)  # on every rank: a bad spec fails everywhere alike
+    spec, key, parts = run.spec, run.key, run.parts
+    if group.share(lambda: not force and key in get_store(cache_dir)):
+        return get_stats(run, cache_dir, progress, cancel) if group.is_main else None
+    with contextlib.ExitStack() as stack:
+        if group.is_main:
+            store = get_store(cache_dir)
+            n_events = len(store.events)
+            stack.enter_context(store.lock(key))
+        manifest, meta, arrays = group.run(lambda: _compute(spec, parts, cache_dir, progress, cancel, group, memo))
+        if not group.is_main:
+            return None
+        store.put(key, {"manifest": manifest, "meta": meta}, arrays)
+    return RunStats(key, manifest, meta, arrays, cached=False, events=store.events[n_events:])
+
+
+class PartialHook:
+    """The extraction's `partial(arrays, n_total)` -> `publish(partial results)` (`analysis.partial_results`).
+    `start` gives it the model and the corpus once `prepare` has them."""
+
+    def __init__(self, publish: Callable[[dict], None], key: str, spec: RunSpec, parts: dict):
+        # Before the forward pass, not in the first partial result (the run's results need it anyway).
+        # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
+        from ..stats.assemble import partial_results
+
+        self.partial_results = partial_results
+        self.publish, self.key, self.spec, self.parts = publish, key, spec, parts
+        self.manifest: dict = {}
+        self.extra: dict = {}
+
+    def start(self, lm, corpus: dict, modality: str = "text", extra: dict | None = None) -> None:
+        spec, parts = self.spec, self.parts
+        self.extra = extra or {}
+        self.manifest = {"spec": parts["spec"], "corpus": corpus, "modality": modality,
+                         "model": {**describe_model(spec.model), **lm.info, "fingerprint": parts["model_fingerprint"]},
+                         "tokens": {"special_tokens": spec.special_tokens}, "seed": spec.seed,
+                         "device": parts["spec"]["device"], "dtype": parts["spec"]["dtype"]}
+
+    def __call__(self, arrays: dict, n_total: int) -> None:
+        stats = RunStats(self.key, self.manifest, {}, {**arrays, **self.extra})
+        self.publish(self.partial_results(stats, n_total))
+
+
+def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpec, parts: dict) -> PartialHook | None:
+    return None if publish is None else PartialHook(publish, key, spec, parts)
+
+
+def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
+             partial=None, commit: str | None = None):
+    if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
+        if group is not None:
+            raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
+        return _compute_items(spec, parts, cache_dir, progress, cancel, partial, commit)
+    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
+    if group is not None:
+        device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
+                   corpus_sha=parts["corpus_sha256"], fingerprint=parts["model_fingerprint"], progress=progress,
+                   cancel=cancel, commit=commit)
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    lm, windows, documents, seq_len = prep.lm, prep.windows, prep.documents, prep.seq_len
+    n_hidden = int(lm.info["n_layers"]) + 1
+    corpus_id = spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name
+    if partial is not None:
+        partial.start(lm, {"id": corpus_id, "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
+                           "n_documents": windows.n_documents, "n_windows": len(windows.ids)})
+    try:
+        arrays, timing = extract_stats(
+            lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
+            pad_id=prep.pad_id, progress=progress, cancel=cancel, layers=spec.layers,
+            shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None,
+            adapter=adapter_for(lm.base), partial=partial)
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
+                         f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
+                         "or use a smaller model.") from None
+    meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
+            "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"]),
+            "sample_special": np.isin(arrays["sample_token_id"], list(lm.tokenizer.all_special_ids or [])).tolist()}
+    if "max_abs_token_id" in arrays:  # the tokens holding each layer's max |x_d| (massive activations), by id
+        top_ids = sorted({int(i) for i in np.unique(arrays["max_abs_token_id"]) if i >= 0})
+        meta["max_abs_tokens"] = dict(zip(map(str, top_ids), lm.tokenizer.convert_ids_to_tokens(top_ids)))
+        meta["special_ids"] = sorted(int(i) for i in (lm.tokenizer.all_special_ids or []))
+    try:
+        norms = norm_parameters(lm.model)
+        arrays["norm_weight"] = norms["weights"]
+        if norms.get("biases") is not None:
+            arrays["norm_bias"] = norms["biases"]
+        meta["norm_modules"] = norms["modules"]
+        meta["norm_kind"] = norms.get("kind")
+        meta["norm_placement"] = norms.get("placement")
+        meta["norm_layer_offset"] = norms.get("layer_offset", 1)
+    except ValueError as e:
+        meta["norm_modules"] = []
+        meta["norm_error"] = str(e)
+    if spec.logit_lens:
+        why = lens_not_applicable(lm.model)
+        if why is None:
+            got, meta["logit_lens"] = logit_lens(lm.model, lm.tokenizer, arrays["sample"], arrays["layer_index"], n_hidden,
+                                                 seed=spec.seed)
+            arrays.update(got)
+        else:
+            meta["logit_lens"] = {"not_applicable": why}
+    info = describe_model(spec.model) | lm.info
+    manifest = {
+        "spec": parts["spec"],
+        "model": {**info, "fingerprint": parts["model_fingerprint"]},
+        "corpus": {"id": corpus_id,
+                   "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
+                   "n_documents": windows.n_documents, "n_windows": len(windows.ids),
+                   "english_share": english_share(documents), "english_detection": ENGLISH_DETECTION},
+        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
+                   "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
+                   "max_seq_len": seq_len,
+                   "special_tokens": spec.special_tokens},
+        "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])",
+                   "kept": arrays["layer_index"].tolist(), "model_layers": n_hidden},
+        "device": parts["spec"]["device"], "dtype": dtype, "seed": spec.seed, "device_map": spec.device_map,
+        "versions": _versions(), "timing": timing,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "stats_code": parts["stats_code"],
+        "warnings": _corpus_warnings(documents),
+    }
+    if group is not None:
+        manifest["distributed"] = {"world_size": group.world, "backend": group.backend}
+    return manifest, meta, arrays
+
+
+def _corpus_warnings(documents: list[str]) -> list[str]:
+    share = numeric_share(documents)
+    if share >= 0.5:
+        return [f"{share:.0%} of the documents are numbers only: is this the text column?"]
+    return []
+
+
+def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, partial=None, commit: str | None = None):
+    """An image or audio run: the same extraction on items laid out by a modality adapter."""
+
+    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
+    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, fingerprint=parts["model_fingerprint"],
+                   progress=progress, cancel=cancel, commit=commit)
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
+    info = describe_model(spec.model)
+    if partial is not None:
+        kept = np.arange(int(adapter.dims(lm.base)[0])) if spec.layers is None else np.asarray(sorted(set(spec.layers)))
+        widths = ({"layer_dims": np.asarray(adapter.channels, dtype=np.int64)[kept]}
+                  if hasattr(adapter, "channels") else {})
+        partial.start(lm, modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality), modality,
+                      widths)
+    try:
+        arrays, timing = extract_stats(
+            lm.base, items, special_policy=spec.special_tokens, batch_size=spec.batch_size,
+            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype, progress=progress,
+            cancel=cancel, layers=spec.layers, adapter=adapter, partial=partial)
+    except torch.OutOfMemoryError:
+        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size}: lower it and run "
+                         f"again.") from None
+    extra, meta = modal.sample_metadata(items, arrays)
+    arrays.update(extra)
+    if hasattr(adapter, "channels"):  # CNN: each stage's true width (the rest is zero padding)
+        arrays["layer_dims"] = np.asarray(adapter.channels, dtype=np.int64)[arrays["layer_index"]]
+    meta["norm_modules"] = []
+    meta["norm_error"] = "LayerNorm-parameter outliers are computed for text models only."
+    meta["modality"] = modality
+    # How a position of an item reads (where high-norm tokens and massive activations sit): the patch grid
+    # after `n_prefix` positions (CLS) for images, 20 ms frames for audio.
+    meta["position_layout"] = {"modality": modality, "grid": list(items.grid) if items.grid else None,
+                               "n_prefix": int(getattr(items, "n_prefix", 0) or 0),
+                               "frame_seconds": float(FRAME_SECONDS) if modality == "audio" else None}
+    info = info | lm.info
+    manifest = {
+        "spec": parts["spec"],
+        "model": {**info, "fingerprint": parts["model_fingerprint"]},
+        "corpus": modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality),
+        "modality": modality,
+        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": items.n_tokens_total,
+                   "content": items.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
+                   "max_seq_len": int(max(len(i) for i in items.ids)), "special_tokens": spec.special_tokens,
+                   "unit": "patch" if modality == "image" and info.get("architecture") != "cnn"
+                   else ("grid position" if modality == "image" else "audio frame (20 ms)")},
+        "layers": {"n": int(arrays["sum_abs"].shape[0]),
+                   "layer_0": ("stem output" if info.get("architecture") == "cnn" else "embedding output (hidden_states[0])"),
+                   "kept": arrays["layer_index"].tolist(), "model_layers": int(adapter.dims(lm.base)[0])},
+        "device": device, "dtype": dtype, "seed": spec.seed, "device_map": None,
+        "versions": _versions(), "timing": timing,
+        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "stats_code": parts["stats_code"],
+    }
+    return manifest, meta, arrays
+
+
+def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[str]:
+    out = []
+    for w, p in zip(win_of.tolist(), pos.tolist()):
+        ids = windows.ids[w]
+        left = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS):p], skip_special_tokens=True)
+        tok = tokenizer.decode(ids[p:p + 1])
+        right = tokenizer.decode(ids[p + 1:p + 1 + CONTEXT_TOKENS], skip_special_tokens=True)
+        out.append(f"{left} [{tok.strip()}] {right}".strip())
+    return out
+
+
+def _results_code() -> str:
+    """The rules and the code that turn statistics into results, as one short hash."""
+    return stable_hash(cache_identity("results"))[:16]
+
+
+def results_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
+    """The cache key of results.json for `spec`: the statistics' key + the results code. No torch."""
+    return f"results:{_results_code()}:{run_key(spec, cache_dir)}"
+
+
+def isotropic_baseline(stats: RunStats, cache_dir=None) -> dict:
+    """The sample metrics of an isotropic Gaussian of this run's K and d (cached: one per width)."""
+    # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
+    from ..stats.assemble import isotropic_baseline as compute
+
+    K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
+    store = get_store(cache_dir)
+    key = f"isotropic:{_results_code()}:{K}:{d}:{CONFIG.isotropic_seed}"
+    got = store.get_json(key)
+    if got is None:
+        got = compute(stats)
+        store.put(key, got)
+    return got
+
+
+def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Progress], None] | None = None,
+            cancel: Callable[[], bool] | None = None, force: bool = False, group=None,
+            memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> dict | None:
+    """results.json for `spec` (cached; computes the statistics first if needed).
+
+    With a `core.compute.distributed.Group`, the ranks compute the statistics together; rank 0 returns
+    the results and the other ranks None. `memo`: see `get_stats` (a series shares its corpus).
+    """
+    # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
+    from ..stats.assemble import build_results
+
+    run = resolve(spec, cache_dir)
+    key = results_key(run, cache_dir)
+    if group is not None:
+        stale = group.share(lambda: force or key not in get_store(cache_dir))
+        if stale:
+            stats = get_stats(run, cache_dir, progress, cancel, force, group=group, memo=memo)
+        if not group.is_main:
+            return None
+        if not stale:
+            return analyze(run, cache_dir, progress, cancel)
+        got = build_results(stats)
+        get_store(cache_dir).put(key, got)
+        got["manifest"]["cache_hit"] = stats.cached
+        return got
+    store = get_store(cache_dir)
+    n_events = len(store.events)
+    # Results are small: a hit never reads the statistics (hundreds of MB for a deep model).
+    got = None if force else store.get_json(key)
+    cache_hit = got is not None
+    if got is None:
+        stats = get_stats(run, cache_dir, progress, cancel, force, memo=memo, partial=partial)
+        step = metrics_step(progress, cancel, stats.n_layers)
+        step(0, stats.n_layers + 3)
+        got = build_results(stats, isotropic=isotropic_baseline(stats, cache_dir), step=step)
+        check_cancel(cancel)
+        store.put(key, got)
+        cache_hit = stats.cached
+    got["manifest"]["cache_hit"] = cache_hit
+    events = store.events[n_events:]  # corrupted entries met on the way (results or statistics)
+    if events:
+        got["manifest"]["cache_events"] = events
+    return got
+
+
+def metrics_step(progress: Callable[[Progress], None] | None, cancel: Callable[[], bool] | None,
+                 n_layers: int) -> Callable[[int, int], None]:
+    """`build_results`' `step(i, n)`: the "metrics" stage's progress (layer i of the run's, then the sections
+    after them) and its Cancel, checked before each layer (a deep model's metrics take minutes)."""
+
+    def step(i: int, n: int) -> None:
+        check_cancel(cancel)
+        if progress:
+            what = f"layer {i + 1} of {n_layers}" if i < n_layers else "outliers, frequency and CKA"
+            progress(Progress("metrics", min(i, n_layers), n_layers, message=f"per-layer metrics: {what}"))
+
+    return step
+
+
+def postprocessed(spec: RunSpec | ResolvedRun, post, cache_dir=None) -> list[dict]:
+    """Sample metrics of every layer after a post-processing what-if (cached)."""
+    # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
+    from ..stats.assemble import postprocessed_rows
+
+    store = get_store(cache_dir)
+    run = resolve(spec, cache_dir)
+    key = f"post:{_results_code()}:{run.key}:{stable_hash(post.to_dict())}"
+    got = store.get_json(key)
+    if got is None:
+        got = {"rows": postprocessed_rows(get_stats(run, cache_dir), post)}
+        store.put(key, got)
+    return got["rows"]
+
+
+def _ablation_request(res: dict, dims, n_random: int, held_out_tokens: int) -> tuple[list[int], str]:
+    """The dims to ablate (default: the persistent outliers of either definition) and the cache key."""
+
+    info = res["manifest"]["model"]
+    if not info.get("causal_lm"):
+        raise InputError(f"Ablation needs a causal language model with an LM head; {info['label']} "
+                         f"({info.get('model_class')}) has none. Try smollm2-135m or untrained-gpt2.")
+    if dims is None:
+        dims = run_outlier_dims(res["outliers"])
+    if not dims:
+        raise InputError("No outlier dimensions to ablate: pass dims explicitly.")
+    dims = sorted({int(d) for d in dims})
+    key = "ablation:" + stable_hash({"run": res["manifest"]["cache_key"], "dims": dims, "n_random": n_random,
+                                     "held_out": held_out_tokens, "code": cache_identity("results")})
+    return dims, key
+
+
+def _ablation_defaults(n_random, held_out_tokens) -> tuple[int, int]:
+    n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
+    held_out_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
+    return n_random, held_out_tokens
+
+
+def cached_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_random: int | None = None,
+                    held_out_tokens: int | None = None, cache_dir=None) -> dict | None:
+    """The stored ablation of a computed run, or None (never computes, never loads a model)."""
+    run = resolve(spec, cache_dir)
+    if not is_cached(run, cache_dir):
+        return None
+    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    res = analyze(run, cache_dir)
+    try:
+        _, key = _ablation_request(res, dims, n_random, held_out_tokens)
+    except InputError:
+        return None
+    return get_store(cache_dir).get_json(key)
+
+
+def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_random: int | None = None,
+                 held_out_tokens: int | None = None, cache_dir=None,
+                 progress: Callable[[Progress], None] | None = None, cancel: Callable[[], bool] | None = None) -> dict:
+    """LM-loss change when `dims` (default: the persistent outliers) are zeroed in every norm.
+
+    The loss is measured on held-out text: the documents that follow the analysed ones in the
+    run's seeded order. Cached; the model is loaded for this call only and restored after each
+    ablation (a job never shares a model it mutates). `cancel` is polled between forward passes.
+    """
+    # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
+    from ..stats.assemble import json_safe
+
+    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    run = resolve(spec, cache_dir)
+    spec = run.spec
+    res = analyze(run, cache_dir, progress, cancel)
+    info = res["manifest"]["model"]
+    dims, key = _ablation_request(res, dims, n_random, held_out_tokens)
+
+    def compute() -> dict:
+        prep = prepare_for_ablation(spec, res, cache_dir, progress, "for the ablation")
+        batches, held = held_out_batches(prep, held_out_tokens)
+        on_pass = pass_reporter(progress, cancel, "The ablation was cancelled; nothing partial was stored.")
+        try:
+            got = ablation(prep.lm.model, batches, dims, n_random=n_random, seed=spec.seed, on_pass=on_pass)
+        except ValueError as e:
+            raise InputError(str(e)) from None
+        return json_safe({**got, "held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents,
+                          "model": info["label"], "corpus": res["manifest"]["corpus"]["id"]})
+
+    return get_store(cache_dir).get_or_compute(key, compute)[0]
+
+
+def prepare_for_ablation(spec: RunSpec, res: dict, cache_dir, progress, purpose: str, memo: dict | None = None):
+    """`prepare` the model and corpus of the run whose results are `res`, on its device and dtype, for
+    an ablation (`purpose` ends the loading message: "for the ablation"). `memo`: see `prepare` (one
+    command's stages share its documents and, made by `prepare.keeping_models`, its model)."""
+    m = res["manifest"]
+    sha = (m.get("corpus") or {}).get("sha256")
+    return prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir, device_map=spec.device_map,
+                   memo=memo, corpus_sha=sha,
+                   fingerprint=m["model"].get("fingerprint"), progress=progress,
+                   load_message=loading_message(spec.model, purpose), commit=m["model"].get("commit"))
+
+
+def held_out_batches(prep, held_out_tokens: int, device=None) -> tuple[list[dict], object]:
+    """(batches, windows): the held-out text of an ablation (the documents after the analysed ones in
+    the run's seeded order, `held_out_tokens` of them, windows of at most CONFIG.ablation_max_seq_len)
+    as batches of CONFIG.ablation_batch_size windows ({input_ids, attention_mask} tensors on `device`)."""
+    # lazy: keeps torch out of a cache hit
+    import torch
+
+    held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
+    batches = []
+    for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
+        ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], prep.pad_id)
+        batches.append({"input_ids": torch.as_tensor(ids, device=device),
+                        "attention_mask": torch.as_tensor(att, device=device)})
+    return batches, held
+
+
+def pass_reporter(progress: Callable[[Progress], None] | None, cancel: Callable[[], bool] | None,
+                  cancelled: str) -> Callable[[int, int, str], None]:
+    """An ablation's `on_pass(i, n, what)`: raises Cancelled(`cancelled`) when `cancel()` says so, else
+    reports forward pass i + 1 of n."""
+
+    def on_pass(i: int, n: int, what: str) -> None:
+        if cancel is not None and cancel():
+            raise Cancelled(cancelled)
+        if progress:
+            progress(Progress("ablation", i, n, message=f"forward pass {i + 1} of {n}: {what}"))
+    return on_pass
+
+
+# ---------------------------------------------------------------------- job kinds (core.entry.job_records.KINDS)
+def analyze_params(spec: RunSpec | ResolvedRun, cache_dir=None) -> dict:
+    """The parameters of an "analyze" (or "attention") job: the spec and its resolution, carried
+    so that neither the queue's job id nor the worker computes the run key again."""
+    run = resolve(spec, cache_dir)
+    return {"spec": run.spec.to_dict(), "resolved": run.to_params()}
+
+
+def run_of(params: dict) -> RunSpec | ResolvedRun:
+    """The run of a job's parameters: resolved already when the submitter carried a resolution that
+    holds together (`ResolvedRun.from_params`), else the spec, to resolve once here."""
+    spec = RunSpec.from_dict(params["spec"])
+    got = params.get("resolved")
+    return (ResolvedRun.from_params(spec, got) if got else None) or spec
+
+
+def job_analyze_key(params: dict) -> str:
+    """One analysis job per cache key: same statistics, same job (whoever asks)."""
+    return run_key(run_of(params))
+
+
+_thread_memo = threading.local()  # a worker thread's documents and windows, kept from one job to the next
+MEMO_MAX_CHARS = 64 * 2**20  # a corpus larger than this (characters) is not kept between jobs
+MEMO_MAX_ENTRIES = 8  # documents + windows of up to 7 budgets, tokenizers or seeds of one corpus
+
+
+def _job_memo() -> dict:
+    """The memo (`get_stats`) of this worker thread's analyses: a corpus read and tokenized by one job is not
+    read nor tokenized again by the next one on the same corpus (a second Run of another budget, the runs
+    of a Compare). Per thread: `prepare` keeps one corpus per memo (a different one clears it), which two
+    jobs at once on different corpora would mix up. Safe across changes: the documents are keyed on the
+    corpus's sha256, computed from its file when the run is resolved, and the windows on the tokenizer's
+    identity, the budget, the sequence length and the seed (`prepare.prepare`); anything else starts afresh."""
+    memo = getattr(_thread_memo, "memo", None)
+    if memo is None:
+        memo = _thread_memo.memo = {}
+    return memo
+
+
+def _trim_memo(memo: dict) -> None:
+    docs = [v for k, v in memo.items() if k[0] == "documents"]
+    if len(memo) > MEMO_MAX_ENTRIES or sum(len(d) for v in docs for d in v) > MEMO_MAX_CHARS:
+        memo.clear()
+
+
+def warm_imports(cache_dir=None) -> None:
+    """The warm-up's first step (`core.entry.worker.WARM_UP`): import what every analysis imports (pandas through
+    core.stats.assemble, torch, transformers). A job that arrives meanwhile waits for this step only, and needs
+    all of it anyway."""
+    # lazy: core.stats.assemble imports pandas (core.stats.single_dim), which a cache hit never needs: here it is the point
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
+    from ..stats.assemble import build_results  # noqa: F401
+
+
+def warm_up(cache_dir=None) -> None:
+    """The warm-up's last step, skipped when a job is already queued (`core.entry.worker.run_worker(warm=True)`):
+    load the default model once (its classes, which the first `from_pretrained` imports: about 5 CPU-seconds,
+    and its files then sit in the page cache). The model is not kept: a job loads its own."""
+    warm_imports(cache_dir)
+    spec = RunSpec()
+    device = spec.resolved_device()
+    load_model(spec.model, device=device, dtype=spec.resolved_dtype(device), cache_dir=cache_dir)
+
+
+def job_analyze(params: dict, progress, cancel) -> dict:
+    """The "analyze" job: statistics and results.json of one RunSpec, into the cache."""
+
+    run = resolve(run_of(params))
+    nproc = settings.current().torchrun_nproc  # ANISO_TORCHRUN_NPROC: extractions as torchrun jobs of K processes
+    if nproc > 1 and not is_cached(run):
+        job_torchrun({**params, "nproc": nproc}, progress, cancel)  # rank 0 stores the statistics and results
+    progress(stage="read", message="reading the corpus")  # until the run's preparation reports its steps
+    # The results so far, every few seconds while the forward pass runs: the pages draw them (core.entry.jobs.partial).
+    memo = _job_memo()
+    try:
+        res = analyze(run, progress=progress, cancel=cancel, partial=getattr(progress, "partial", None), memo=memo)
+    finally:
+        _trim_memo(memo)
+    m = res["manifest"]
+    return {"cache_key": m["cache_key"], "tokens": m["tokens"]["analysed"], "layers": len(res["layers"]),
+            "cache_hit": bool(m.get("cache_hit"))}
+
+
+def _ablation_params(params: dict) -> tuple[RunSpec | ResolvedRun, list[int] | None, int, int]:
+    dims = params.get("dims")
+    n_random, held = _ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
+    return run_of(params), None if dims is None else sorted({int(d) for d in dims}), n_random, held  # one set, one job
+
+
+def job_ablation_key(params: dict) -> str:
+    spec, dims, n_random, held = _ablation_params(params)
+    return stable_hash({"run": run_key(spec), "dims": dims, "n_random": n_random, "held_out": held})
+
+
+def job_ablation(params: dict, progress, cancel) -> dict:
+    """The "ablation" job: the LM-loss ablation of a run (computes the run first if needed)."""
+    spec, dims, n_random, held = _ablation_params(params)
+    got = run_ablation(spec, dims, n_random, held, progress=progress, cancel=cancel)
+    return {"delta": got["delta"], "dims": got["dims"]}

@@ -1,0 +1,2 @@
+"""The ways in: the job queue and its worker, the Python API, the CLI and `serve`.
+"""

@@ -1,0 +1,249 @@
+"""The lab's arithmetic (core/studies/lab.py) on synthetic per-seed numbers: seed intervals, main effects averaged
+over the other factors, exclusions, claims and their verdicts, the factor table's refusals. Numpy only."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from core.base.errors import InputError
+from core.studies import lab as LAB
+
+# two-sided 95% Student t quantiles t_{0.975, df} (printed tables)
+T975 = {1: 12.7062047, 2: 4.3026527, 3: 3.1824463, 4: 2.7764451}
+
+
+def _run(seed, values: dict, learned=True, status="done"):
+    return {
+        "seed": seed,
+        "status": status,
+        "learned": learned,
+        "held_out_loss": 3.0,
+        "unigram_entropy": 4.0,
+        "scalars": dict(values),
+        "final": {"layers": [0, 1, 2], "mean_cosine": [0.1, values.get("mid_mean_cosine"), 0.3]},
+        "first_crossing": {"0.2": 4 if (values.get("mid_mean_cosine") or 0) >= 0.2 else None, "0.5": None},
+    }
+
+
+def _doc(factors: dict, value, seeds=(0, 1, 2), learned=lambda levels, seed: True):
+    """A lab document whose runs carry value(levels, seed) -> {stat: v}."""
+    cells = []
+    names = list(factors)
+    for combo in itertools.product(*factors.values()):
+        levels = dict(zip(names, combo))
+        cells.append(
+            {
+                "cell": LAB.cell_label(levels),
+                "levels": levels,
+                "runs": [_run(s, value(levels, s), learned(levels, s)) for s in seeds],
+            }
+        )
+    doc = {
+        "kind": "lab",
+        "version": 1,
+        "id": "lab-000000000000",
+        "status": "done",
+        "cells": cells,
+        "spec": {"factors": factors, "seeds": list(seeds), "thresholds": [0.2, 0.5]},
+    }
+    return LAB.finish(doc)
+
+
+def test_seed_interval_is_the_t_interval():
+    for v in ([0.3, 0.5], [0.1, 0.4, 0.2], [1.0, 2.0, 4.0, 8.0], [-1.0, 0.5, 0.25, 3.0, 2.0]):
+        x = np.asarray(v)
+        n = len(x)
+        sd = math.sqrt(sum((a - x.mean()) ** 2 for a in x) / (n - 1))
+        half = T975[n - 1] * sd / math.sqrt(n)
+        got = LAB.seed_interval(v)
+        assert got["n"] == n and got["mean"] == pytest.approx(x.mean())
+        assert got["lo"] == pytest.approx(x.mean() - half, rel=1e-6) and got["hi"] == pytest.approx(x.mean() + half, rel=1e-6)
+    one = LAB.seed_interval([0.4, None, float("nan")])
+    assert one["n"] == 1 and one["mean"] == 0.4 and one["lo"] is None and "no interval" in one["note"]
+    assert LAB.seed_interval([])["mean"] is None
+
+
+def test_main_effect_averages_over_the_other_factor_then_takes_the_interval_over_seeds():
+    rng = np.random.default_rng(0)
+    table = {(a, o, s): float(rng.normal()) for a in ("gpt2", "llama", "mamba") for o in ("adamw", "sgd") for s in (0, 1, 2)}
+    factors = {"arch": ["gpt2", "llama", "mamba"], "optimizer": ["adamw", "sgd"]}
+    doc = _doc(
+        factors,
+        lambda lv, s: {
+            "mid_mean_cosine": table[lv["arch"], lv["optimizer"], s],
+            "max_massive_ratio": 10 * table[lv["arch"], lv["optimizer"], s],
+        },
+    )
+    effects = {(e["factor"], e["from"], e["to"], e["statistic"]): e for e in doc["effects"]}
+    # every factor with 2+ levels: first level -> each other level, for each effect statistic
+    assert set(effects) == {(f, lv[0], b, st) for f, lv in factors.items() for b in lv[1:] for st in LAB.EFFECT_STATS}
+    e = effects["arch", "gpt2", "mamba", "mid_mean_cosine"]
+    per_seed = [np.mean([table["mamba", o, s] - table["gpt2", o, s] for o in ("adamw", "sgd")]) for s in (0, 1, 2)]
+    assert [p["delta"] for p in e["per_seed"]] == pytest.approx(per_seed)
+    half = T975[2] * np.std(per_seed, ddof=1) / math.sqrt(3)
+    assert e["delta"] == pytest.approx(np.mean(per_seed))
+    assert (e["lo"], e["hi"]) == pytest.approx((np.mean(per_seed) - half, np.mean(per_seed) + half))
+    assert e["averaged_over"] == {"optimizer": ["adamw", "sgd"]} and e["n"] == 3
+    o = effects["optimizer", "adamw", "sgd", "max_massive_ratio"]
+    per_seed = [
+        np.mean([10 * (table[a, "sgd", s] - table[a, "adamw", s]) for a in ("gpt2", "llama", "mamba")]) for s in (0, 1, 2)
+    ]
+    assert o["delta"] == pytest.approx(np.mean(per_seed))
+    assert effects["arch", "gpt2", "llama", "mid_centred_mean_cosine"]["delta"] is None  # not measured here
+
+
+def test_runs_that_did_not_learn_are_excluded_and_said_so():
+    factors = {"arch": ["gpt2", "llama"]}
+    val = {("gpt2", 0): 0.5, ("gpt2", 1): 0.7, ("gpt2", 2): 0.9, ("llama", 0): 0.1, ("llama", 1): 0.2, ("llama", 2): 0.3}
+    doc = _doc(
+        factors,
+        lambda lv, s: {"mid_mean_cosine": val[lv["arch"], s]},
+        learned=lambda lv, s: not (lv["arch"] == "llama" and s == 1),
+    )
+    llama = doc["cells"][1]
+    llama["runs"][1]["held_out_loss"], llama["runs"][1]["unigram_entropy"] = 6.3, 6.2
+    doc = LAB.finish(doc)
+    assert llama["summary"]["mid_mean_cosine"]["n"] == 2
+    assert llama["summary"]["mid_mean_cosine"]["mean"] == pytest.approx(0.2)  # seeds 0 and 2
+    assert llama["excluded"] == [{"seed": 1, "why": "held-out loss 6.300 not below the unigram entropy 6.200: it did not learn"}]
+    e = next(e for e in doc["effects"] if e["statistic"] == "mid_mean_cosine")
+    assert [p["seed"] for p in e["per_seed"]] == [0, 2]  # seed 1 has no learned pair
+    assert e["delta"] == pytest.approx(np.mean([0.1 - 0.5, 0.3 - 0.9]))
+    by_layer = llama["summary"]["mean_cosine_by_layer"]
+    assert by_layer["layers"] == [0, 1, 2] and by_layer["mean"][1] == pytest.approx(0.2) and by_layer["n"] == 2
+    assert llama["summary"]["first_crossing"]["0.2"] == {"steps": [None, 4], "crossed": 1, "n": 2}
+    pend = LAB.exclusion({"status": "pending"})
+    assert pend == "not run yet" and "failed: boom" == LAB.exclusion({"status": "failed", "error": "boom"})
+
+
+def test_claims_verdicts_follow_the_intervals():
+    factors = {"optimizer": ["adamw", "coupled-adam"]}
+    lower = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 - (0.2 + 0.01 * s) * (lv["optimizer"] != "adamw")})
+    c = {x["id"]: x for x in lower["claims"]}
+    assert c["coupled_adam_lowers"]["verdict"] == "supported" and c["coupled_adam_lowers"]["hi"] < 0
+    assert c["gate_removes_massive"]["verdict"] == "not tested" and "gate=off,on" in c["gate_removes_massive"]["why"]
+    assert c["non_transformer_anisotropic"]["verdict"] == "not tested"
+    raise_ = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 + (0.2 + 0.01 * s) * (lv["optimizer"] != "adamw")})
+    assert raise_["claims"][1]["verdict"] == "not supported"
+    noisy = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 + (s - 1) * 0.2 * (lv["optimizer"] != "adamw")})
+    assert noisy["claims"][1]["verdict"] == "inconclusive" and "contains 0" in noisy["claims"][1]["why"]
+    one = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 - 0.2 * (lv["optimizer"] != "adamw")}, seeds=(0,))
+    assert one["claims"][1]["verdict"] == "inconclusive" and "one seed" in one["claims"][1]["why"]
+
+    gate = _doc({"gate": ["off", "on"]}, lambda lv, s: {"max_massive_ratio": 80.0 + s if lv["gate"] == "off" else 5.0})
+    g = gate["claims"][2]
+    assert g["verdict"] == "supported" and g["delta"] == pytest.approx(-76.0)
+
+
+def test_the_non_transformer_claim_reads_the_level_and_the_difference():
+    factors = {"arch": ["gpt2", "mamba", "lstm"]}
+    level = {"gpt2": 0.6, "mamba": 0.45, "lstm": 0.05}
+    doc = _doc(factors, lambda lv, s: {"mid_mean_cosine": level[lv["arch"]] + (0.02 if lv["arch"] == "mamba" else 0.01) * s})
+    c = doc["claims"][0]
+    assert c["verdict"] == "supported" and "mamba's 95% interval lies above 0.2" in c["why"]
+    assert c["delta"] == pytest.approx(-0.14) and c["lo"] < c["delta"] < c["hi"]  # mamba minus gpt2, per seed
+    assert "lstm: mid-depth mean cosine 0.060" in c["numbers"]
+    iso = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 if lv["arch"] == "gpt2" else 0.05 + 0.01 * s})
+    assert iso["claims"][0]["verdict"] == "not supported"
+    none = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.5}, learned=lambda lv, s: lv["arch"] == "gpt2")
+    assert none["claims"][0]["verdict"] == "inconclusive" and "no non-Transformer run learned" in none["claims"][0]["why"]
+
+
+def test_factor_table_refuses_what_this_trainspec_lacks_and_clashes():
+    with pytest.raises(InputError, match="Unknown factor 'size'"):
+        LAB.LabSpec(factors={"size": ["a"]})
+    with pytest.raises(InputError, match="no level 'rnn'"):
+        LAB.LabSpec(factors={"arch": ["gpt2", "rnn"]})
+    with pytest.raises(InputError, match="both set the training's 'arch'"):
+        LAB.LabSpec(factors={"arch": ["gpt2"], "objective": ["causal", "masked"]})
+    with pytest.raises(InputError, match="distinct"):
+        LAB.LabSpec(factors={"arch": ["gpt2", "gpt2"]})
+    with pytest.raises(InputError, match="Seeds must be distinct"):
+        LAB.LabSpec(factors={"arch": ["gpt2"]}, seeds=(0, 0))
+    with pytest.raises(InputError, match="are numbers"):
+        LAB.LabSpec(factors={"arch": ["gpt2"]}, seeds=("zero",))
+    with pytest.raises(InputError, match="at most 256"):
+        LAB.LabSpec(factors={"arch": ["gpt2", "llama"]}, seeds=range(200))
+    with pytest.raises(InputError, match="name and seed"):
+        LAB.LabSpec(factors={"arch": ["gpt2"]}, base={"seed": 3})
+    from core.studies.train_spec import REFUSED_ARCHS
+
+    for name, levels in LAB.FACTORS.items():  # every level builds its cells, or is a family refused with its reason
+        for lv, over in levels.items():
+            try:
+                LAB.LabSpec(factors={name: [lv]}).cells()
+            except InputError as e:
+                assert over.get("arch") in REFUSED_ARCHS and "is not available" in str(e), (name, lv, str(e))
+            else:
+                assert over.get("arch") not in REFUSED_ARCHS, (name, lv)
+
+
+def test_cells_lab_id_and_spec_round_trip():
+    spec = LAB.LabSpec(
+        factors={"arch": ["gpt2", "llama"], "data": ["natural", "uniform"]}, seeds=(0, 1), base={"steps": 20, "d_model": 32}
+    )
+    assert [c["cell"] for c in spec.cells()] == [
+        "arch=gpt2 / data=natural",
+        "arch=gpt2 / data=uniform",
+        "arch=llama / data=natural",
+        "arch=llama / data=uniform",
+    ]
+    ts = LAB.cell_specs(spec, spec.cells()[3])
+    assert [t.seed for t, _, _ in ts] == [0, 1] and ts[0][0].arch == "llama" and ts[0][0].tokenizer == "uniform"
+    assert ts[0][0].steps == 20 and ts[0][0].d_model == 32
+    again = LAB.LabSpec.from_dict(spec.to_dict())
+    assert again == spec and again.lab_id == spec.lab_id
+    # base fields at TrainSpec's defaults do not change the id (new TrainSpec fields keep old labs' ids)
+    assert LAB.LabSpec(factors=spec.factors, seeds=(0, 1), base={"steps": 20, "d_model": 32, "n_heads": 4}).lab_id == spec.lab_id
+    assert LAB.LabSpec(factors=spec.factors, seeds=(0, 1, 2), base={"steps": 20, "d_model": 32}).lab_id != spec.lab_id
+    with pytest.raises(InputError, match="Not a lab id"):
+        LAB.lab_path("../etc/passwd")
+
+
+def _ser(steps, mid_by_step, attention=True):
+    """A series as `series.analyze_series` returns it, with three layers (0..2) per checkpoint."""
+    res = []
+    for m in mid_by_step:
+        rows = [
+            {"layer": 0, "mean_cosine": 0.05, "centred_mean_cosine": 0.0, "massive_ratio": 3.0, "outlier_dims": []},
+            {"layer": 1, "mean_cosine": m, "centred_mean_cosine": m / 4, "massive_ratio": 40.0, "outlier_dims": [3, 9]},
+            {"layer": 2, "mean_cosine": 0.7, "centred_mean_cosine": 0.1, "massive_ratio": 12.0, "outlier_dims": [3]},
+        ]
+        res.append({"layers": rows})
+    att = None
+    if attention:
+        blocks = [{"layer": b, "sink_first": [0.2, 0.6], "alpha_first": [0.1, 0.5]} for b in (1, 2)]
+        att = [{"layers": blocks} for _ in steps]
+    return {"steps": steps, "results": res, "attention": att, "attention_note": None}
+
+
+def test_run_numbers_read_the_last_checkpoint_at_mid_depth():
+    rec = {"checkpoints": [{"step": 0, "held_out_loss": 8.0}, {"step": 8, "held_out_loss": 5.5}]}
+    got = LAB.run_numbers(rec, _ser([0, 1, 2, 4, 8], [0.0, 0.1, 0.3, 0.6, 0.4]), thresholds=(0.2, 0.5, 0.9))
+    assert got["mid_layer"] == 1 and got["mid_mean_cosine_by_step"] == [0.0, 0.1, 0.3, 0.6, 0.4]
+    assert got["first_crossing"] == {"0.2": 2, "0.5": 4, "0.9": None}
+    f = got["final"]
+    assert f["input_shared"] == pytest.approx([0.05, 0.3, 0.6]) and f["outlier_dims"] == [0, 2, 1]
+    assert f["sink_share"] == [None, pytest.approx(0.4), pytest.approx(0.4)] and f["sink_rate"] == [None, 0.5, 0.5]
+    sc = got["scalars"]
+    assert sc["mid_mean_cosine"] == 0.4 and sc["mid_centred_mean_cosine"] == pytest.approx(0.1)
+    assert sc["max_massive_ratio"] == 40.0  # layers 1..L: the embeddings' 3.0 is not a block's
+    assert sc["held_out_loss"] == 5.5 and sc["sink_rate"] == 0.5 and got["not_applicable"] == {}
+
+
+def test_a_family_without_attention_says_not_applicable_never_blank():
+    got = LAB.run_numbers({"checkpoints": []}, _ser([0, 4], [0.1, 0.3], attention=False), no_attention=LAB.NO_ATTENTION["mamba"])
+    assert got["final"]["sink_share"] is None and got["final"]["sink_rate"] is None
+    assert got["not_applicable"] == {"sink_share": LAB.NO_ATTENTION["mamba"], "sink_rate": LAB.NO_ATTENTION["mamba"]}
+    assert got["scalars"]["mid_sink_share"] is None and got["scalars"]["held_out_loss"] is None
+
+
+def test_unigram_entropy_and_the_learned_flag():
+    rows = np.array([[0, 0, 1, 1], [2, 2, 3, 3]])
+    assert LAB.unigram_entropy(rows) == pytest.approx(math.log(4))
+    assert LAB.learned_flag(1.2, math.log(4)) is True and LAB.learned_flag(1.5, math.log(4)) is False
+    assert LAB.learned_flag(None, 1.0) is None
