@@ -119,7 +119,8 @@ def test_without_a_lab_the_page_offers_the_form(app, cache_dir):
     at.button(key="lab_quick").click().run()
     no_exception(at)
     assert at.number_input(key="lab_steps").value == 500 and at.number_input(key="lab_seeds").value == 1
-    assert at.multiselect(key="lab_f_arch").value == ["gpt2"]  # the families TrainSpec trains here
+    # issue 41's quick lab: the four families, every one of which this version trains
+    assert at.multiselect(key="lab_f_arch").value == ["gpt2", "mamba", "rwkv", "lstm"]
 
 
 def test_the_papers_page_shows_the_lab_claims_beside_godey(app, labs):

@@ -290,7 +290,10 @@ def test_train_from_the_form_then_dynamics(app, cache_dir, corpus_file, monkeypa
         _set(at, key, value)
     at.button(key="FormSubmitter:train_form-Train").click().run(timeout=120)
     no_exception(at)
-    assert not at.error and not at.warning, [e.value for e in list(at.error) + list(at.warning)]
+    # The page may rightly flag a run already in the session's cache that did not learn (the lab tests' 5-step
+    # trainings share it): that is not about this form. Any other warning or error is.
+    problems = [e.value for e in at.error] + [w.value for w in at.warning if not w.value.startswith("Did not learn")]
+    assert not problems, problems
     queued = jobs.list_jobs(kinds=("train",))
     assert queued and queued[0].kind == "train"  # a job of the queue, not the page's script run
     wait_for_jobs(900)
