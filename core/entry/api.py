@@ -752,7 +752,7 @@ class Run:
     def save(self, path: str | os.PathLike) -> Path:
         """results.json, written whole or not at all (what `aniso analyze --out` writes; `load` reads it)."""
         out = Path(path).expanduser()
-        _write_json(out, self.results)
+        write_json(out, self.results)
         return out
 
     def export(self, path: str | os.PathLike, what: str = "layers", layer: int | None = None) -> list[Path]:
@@ -791,7 +791,9 @@ def _store(cache_dir):
     return get_store(cache_dir)
 
 
-def _write_json(out: Path, obj) -> None:
+def write_json(out: Path, obj) -> None:
+    """`obj` as JSON at `out`, whole or not at all (a temporary file beside it, then renamed); InputError: a folder,
+    a missing folder or a failed write, in one line."""
     if out.is_dir():
         raise InputError(f"{str(out)!r} is a folder; give a file name such as {str(out / 'results.json')!r}.")
     if not out.parent.is_dir():

@@ -203,16 +203,8 @@ class _Bar:
 
 
 def _write(path: str, obj) -> None:
-    """Write the JSON whole or not at all (a temporary file in the same folder, then renamed)."""
-    out = Path(path).expanduser()
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    try:
-        tmp.write_text(json.dumps(obj, indent=1, allow_nan=False))
-        tmp.replace(out)
-    except OSError as e:
-        raise InputError(f"Could not write {path!r}: {e.strerror or e}.") from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    """Write the JSON whole or not at all (the API's writer: a temporary file in the same folder, then renamed)."""
+    api.write_json(Path(path).expanduser(), obj)
 
 
 def cmd_models(a) -> int:

@@ -3,7 +3,7 @@ anisotropy with its interval over seeds.
 
     spec = LabSpec(factors={"arch": ["gpt2", "llama"], "optimizer": ["adamw", "sgd"]}, seeds=(0, 1, 2))
     run_lab(spec, cache_dir, progress, cancel) -> lab.json (also stored as <cache>/labs/<lab id>.json)
-    load_lab(lab_id), list_labs()
+    load_lab(lab_id), list_labs()   the one reader of lab.json (checked: a damaged or foreign file is said), the ids
 
 Every cell x seed is an ordinary `training.train()` run (cached, resumable: a killed worker resumes it from its last
 Trainer checkpoint), whose checkpoints are analysed by the one extraction (`series.analyze_series`, on a small
@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -77,11 +78,14 @@ from ..base.errors import Cancelled, InputError
 from ..base.progress import Progress
 from ..base.spec import stable_hash
 from ..inputs import checkpoints as trained
+from ..inputs.access import quote_ident
 from ..stats.chain_rules import SINK_EPSILON
 from . import train_spec as TS
+from .selection import LAB_ID, check_lab_id
 from .train_spec import TrainSpec
 
 VERSION = 1
+MAX_LAB_BYTES = 64 * 2**20  # a lab record is a few hundred kB; a larger file is not read
 LEVEL = 0.95
 
 # factor -> level -> the TrainSpec fields that level sets. The one place that knows factors.
@@ -675,9 +679,7 @@ def labs_dir(cache_dir=None) -> Path:
 
 
 def lab_path(lab_id: str, cache_dir=None) -> Path:
-    if not isinstance(lab_id, str) or not lab_id.startswith("lab-") or not lab_id[4:].isalnum() or len(lab_id) > 40:
-        raise InputError(f"Not a lab id: {lab_id!r} (they look like lab-0123456789ab).")
-    return labs_dir(cache_dir) / f"{lab_id}.json"
+    return labs_dir(cache_dir) / f"{check_lab_id(lab_id)}.json"
 
 
 def save_lab(doc: dict, cache_dir=None) -> Path:
@@ -686,20 +688,56 @@ def save_lab(doc: dict, cache_dir=None) -> Path:
     return path
 
 
-def load_lab(lab_id: str, cache_dir=None) -> dict:
-    path = lab_path(lab_id, cache_dir)
-    if not path.exists():
-        known = ", ".join(list_labs(cache_dir)) or "none yet"
-        raise InputError(f"No lab {lab_id!r} here (labs: {known}). Run one with `python -m core lab`.")
-    doc = trained.read_record(path, f"lab {lab_id!r}")
-    if doc.get("kind") != "lab" or doc.get("version") != VERSION:
-        raise InputError(f"{path.name} is not a lab.json of version {VERSION}.")
+def check_lab(doc, where: str = "the lab record") -> dict:
+    """The record's shape (kind, version, spec, status, cells): a damaged or foreign file is said, not drawn."""
+    if not isinstance(doc, dict) or doc.get("kind") != "lab":
+        raise InputError(f"{where} is not a lab record (no \"kind\": \"lab\").")
+    if doc.get("version") != VERSION:
+        raise InputError(f"{where} has version {quote_ident(str(doc.get('version')))}; this workbench reads version "
+                         f"{VERSION}.")
+    spec = doc.get("spec")
+    if not isinstance(spec, dict) or not isinstance(spec.get("factors"), dict) or not isinstance(doc.get("cells"), list):
+        raise InputError(f"{where} has no factors or no cells: it is incomplete or damaged.")
+    if not isinstance(spec.get("seeds", []), list) or not isinstance(spec.get("base") or {}, dict) or \
+            not all(isinstance(v, list) for v in spec["factors"].values()):
+        raise InputError(f"{where}: its spec's seeds, base or factor levels are not what a lab writes: it is damaged.")
+    for c in doc["cells"]:
+        if not isinstance(c, dict) or not isinstance(c.get("levels"), dict) or not isinstance(c.get("runs"), list):
+            raise InputError(f"{where} has a cell without levels or runs: it is incomplete or damaged.")
+        if not isinstance(c.get("summary") or {}, dict) or not isinstance(c.get("excluded") or [], list) or \
+                not all(isinstance(x, dict) for x in c["runs"] + list(c.get("excluded") or [])) or \
+                not all(isinstance(v, dict) for v in (c.get("summary") or {}).values()):
+            raise InputError(f"{where}: a cell's runs, summary or excluded runs are not what a lab writes: it is "
+                             "damaged.")
+        for r in c["runs"]:
+            for k, kind in (("steps", list), ("mid_mean_cosine_by_step", list), ("params", dict),
+                            ("not_applicable", dict)):
+                if r.get(k) is not None and not isinstance(r[k], kind):
+                    raise InputError(f"{where}: a run's {k!r} is not a {kind.__name__}: the record is damaged.")
+    for k in ("effects", "claims"):
+        if not isinstance(doc.get(k) or [], list) or not all(isinstance(x, dict) for x in doc.get(k) or []):
+            raise InputError(f"{where}: {k!r} is not a list of records: it is damaged.")
     return doc
+
+
+def load_lab(lab_id: str, cache_dir: str | Path | None = None) -> dict:
+    """The stored lab `lab_id` (checked), with its "id". InputError: no such lab, or an unreadable record."""
+    path = lab_path(lab_id, cache_dir)
+    try:
+        if path.stat().st_size > MAX_LAB_BYTES:
+            raise InputError(f"The lab {quote_ident(lab_id)} is larger than {MAX_LAB_BYTES // 2**20} MiB: not read.")
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise InputError(f"No lab {quote_ident(lab_id)} is stored here (the list shows the stored labs).") from None
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise InputError(f"The lab {quote_ident(lab_id)} could not be read ({type(e).__name__}): the file is damaged.") \
+            from None
+    return {**check_lab(doc, f"The lab {quote_ident(lab_id)}"), "id": lab_id}
 
 
 def list_labs(cache_dir=None) -> list[str]:
     d = labs_dir(cache_dir)
-    return sorted(p.stem for p in d.glob("lab-*.json")) if d.is_dir() else []
+    return sorted(p.stem for p in d.glob("*.json") if LAB_ID.fullmatch(p.stem)) if d.is_dir() else []
 
 
 def _clean(o):

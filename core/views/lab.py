@@ -14,13 +14,13 @@ Every number is read from the record; nothing is recomputed here (the intervals 
 the verdicts are the lab's: core/studies/lab.py). A statistic that does not apply to a cell (attention sinks of
 a model without attention) says "not applicable" and why, never a blank.
 
-The reader: lab records live in `<cache_dir>/labs/<lab_id>.json`. `load_lab`/`list_labs` here read those files
-directly (and check them: a file on disk is input like any other); core/studies/lab.py owns the format.
+The reader: lab records live in `<cache_dir>/labs/<lab_id>.json`; core/studies/lab.py owns the format and its one
+reader, `load_lab` (which checks a record: a file on disk is input like any other). `list_labs` here lists them for
+the page, with their times and a note for each file that could not be read.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Sequence
@@ -28,15 +28,13 @@ from typing import Sequence
 import pandas as pd
 
 from .. import __version__
-from ..base import settings
 from ..base.errors import InputError
-from ..inputs.access import quote_ident
-from ..studies.selection import LAB_ID, check_lab_id
+from ..studies.lab import check_lab, labs_dir, load_lab  # noqa: F401 - the page's reader is the lab's own
+from ..studies.selection import LAB_ID
 from . import figures as F
 from .common import View
 from .dynamics import _log_step_axis
 
-MAX_LAB_BYTES = 64 * 2**20  # a lab record is a few hundred kB; a larger file is not read
 VERDICTS = ("supported", "not supported", "inconclusive", "not tested")
 CLAIM_IDS = ("non_transformer_anisotropic", "coupled_adam_lowers", "gate_removes_massive")
 # The factor a claim needs, and how to run a lab that tests it (the Papers page's "not tested" rows).
@@ -68,58 +66,6 @@ STAT_LABELS = {"mid_mean_cosine": "mid-depth mean cosine", "mid_centred_mean_cos
 
 
 # ----------------------------------------------------------------------------- the reader
-def labs_dir(cache_dir: str | Path | None = None) -> Path:
-    """Where `python -m core lab` and the lab job store lab.json (core.studies.lab.save_lab: settings.labs_dir)."""
-    return settings.labs_dir(cache_dir)
-
-
-def check_lab(doc, where: str = "the lab record") -> dict:
-    """The record's shape (kind, version, spec, status, cells): a damaged or foreign file is said, not drawn."""
-    if not isinstance(doc, dict) or doc.get("kind") != "lab":
-        raise InputError(f"{where} is not a lab record (no \"kind\": \"lab\").")
-    if doc.get("version") != 1:
-        raise InputError(f"{where} has version {quote_ident(str(doc.get('version')))}; this workbench reads version 1.")
-    spec = doc.get("spec")
-    if not isinstance(spec, dict) or not isinstance(spec.get("factors"), dict) or not isinstance(doc.get("cells"), list):
-        raise InputError(f"{where} has no factors or no cells: it is incomplete or damaged.")
-    if not isinstance(spec.get("seeds", []), list) or not isinstance(spec.get("base") or {}, dict) or \
-            not all(isinstance(v, list) for v in spec["factors"].values()):
-        raise InputError(f"{where}: its spec's seeds, base or factor levels are not what a lab writes: it is damaged.")
-    for c in doc["cells"]:
-        if not isinstance(c, dict) or not isinstance(c.get("levels"), dict) or not isinstance(c.get("runs"), list):
-            raise InputError(f"{where} has a cell without levels or runs: it is incomplete or damaged.")
-        if not isinstance(c.get("summary") or {}, dict) or not isinstance(c.get("excluded") or [], list) or \
-                not all(isinstance(x, dict) for x in c["runs"] + list(c.get("excluded") or [])) or \
-                not all(isinstance(v, dict) for v in (c.get("summary") or {}).values()):
-            raise InputError(f"{where}: a cell's runs, summary or excluded runs are not what a lab writes: it is "
-                             "damaged.")
-        for r in c["runs"]:
-            for k, kind in (("steps", list), ("mid_mean_cosine_by_step", list), ("params", dict),
-                            ("not_applicable", dict)):
-                if r.get(k) is not None and not isinstance(r[k], kind):
-                    raise InputError(f"{where}: a run's {k!r} is not a {kind.__name__}: the record is damaged.")
-    for k in ("effects", "claims"):
-        if not isinstance(doc.get(k) or [], list) or not all(isinstance(x, dict) for x in doc.get(k) or []):
-            raise InputError(f"{where}: {k!r} is not a list of records: it is damaged.")
-    return doc
-
-
-def load_lab(lab_id: str, cache_dir: str | Path | None = None) -> dict:
-    """The stored lab `lab_id` (checked), with its "id". InputError: no such lab, or an unreadable record."""
-    check_lab_id(lab_id)
-    path = labs_dir(cache_dir) / f"{lab_id}.json"
-    try:
-        if path.stat().st_size > MAX_LAB_BYTES:
-            raise InputError(f"The lab {quote_ident(lab_id)} is larger than {MAX_LAB_BYTES // 2**20} MiB: not read.")
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError(f"No lab {quote_ident(lab_id)} is stored here (the list shows the stored labs).") from None
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise InputError(f"The lab {quote_ident(lab_id)} could not be read ({type(e).__name__}): the file is damaged.") \
-            from None
-    return {**check_lab(doc, f"The lab {quote_ident(lab_id)}"), "id": lab_id}
-
-
 def list_labs(cache_dir: str | Path | None = None) -> tuple[list[dict], list[str]]:
     """(the stored labs, newest first, each with "id" and "mtime"; a note per file that could not be read)."""
     folder = labs_dir(cache_dir)

@@ -5,11 +5,11 @@ them, and the CLI prints the table (or one error line)."""
 from __future__ import annotations
 
 import json
-import time
 
 import jobkinds  # noqa: F401 - registers cancel-at
 import numpy as np
 import pytest
+from job_helpers import wait_done
 
 from core.entry import jobs
 from core.studies import lab as LAB
@@ -162,16 +162,6 @@ def here(tmp_path, monkeypatch):
     return tmp_path
 
 
-def _wait(jid, timeout=180):
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        job = jobs.status(jid)
-        if not job.active and job.finished is not None:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"job {jid} still {jobs.status(jid).status} after {timeout} s")
-
-
 @pytest.mark.slow
 def test_a_cancelled_lab_job_keeps_its_finished_runs_and_resumes_without_retraining_them(here, cycle_corpus, monkeypatch):
     from core.studies import series, training
@@ -186,7 +176,7 @@ def test_a_cancelled_lab_job_keeps_its_finished_runs_and_resumes_without_retrain
     params = {"lab": spec.to_dict()}
     marker = here / "pressed.txt"
     probe = {"kind": "lab", "params": params, "stage": "train", "done": 5, "message": "run 2 of 2", "marker": str(marker)}
-    job = _wait(jobs.run_here("cancel-at", probe))
+    job = wait_done(jobs.run_here("cancel-at", probe), timeout=180)
     took = job.finished - float(marker.read_text())
     assert job.status == jobs.CANCELLED and took < CANCEL_BOUND_S, (job.status, job.error, took)
     doc = LAB.load_lab(spec.lab_id)
@@ -207,7 +197,7 @@ def test_a_cancelled_lab_job_keeps_its_finished_runs_and_resumes_without_retrain
 
     monkeypatch.setattr(training, "_train", counting_train)
     monkeypatch.setattr(series, "analyze_series", counting_series)
-    job = _wait(jobs.run_here("lab", params))
+    job = wait_done(jobs.run_here("lab", params), timeout=180)
     assert job.status == jobs.DONE, job.error
     second = doc["cells"][0]["runs"][1]["run"]
     assert calls == {"train": [second], "series": [second]}  # the finished run neither retrained nor reanalysed

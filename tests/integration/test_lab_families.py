@@ -5,9 +5,9 @@ statistics."""
 
 import math
 
-import numpy as np
 import pytest
 import torch
+from foundation_helpers import tiny_train_spec, zipf_corpus
 
 from core.base.errors import InputError
 from core.studies.train_spec import (
@@ -23,8 +23,6 @@ from core.studies.training import build_model, model_parameters, train
 
 pytestmark = pytest.mark.fast
 
-WORDS = "the cat dog sat ran on under a mat tree house red blue small big and then it was there".split()
-
 # (arch, extra spec fields): the new families, the gated LLaMA and an untied GPT-2
 FAMILIES = [
     ("bert-causal", {}),
@@ -38,29 +36,11 @@ FAMILIES = [
 
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    p = 1.0 / np.arange(1, len(WORDS) + 1)
-    docs = [" ".join(rng.choice(WORDS, size=int(rng.integers(8, 30)), p=p / p.sum())) + "." for _ in range(120)]
-    path = tmp_path_factory.mktemp("corpus") / "lab.txt"
-    path.write_text("\n\n".join(docs))
-    return str(path)
+    return zipf_corpus(tmp_path_factory.mktemp("corpus") / "lab.txt", n_docs=120)
 
 
 def tiny(corpus, **kw) -> TrainSpec:
-    base = dict(
-        corpus=corpus,
-        n_layers=2,
-        d_model=32,
-        n_heads=2,
-        seq_len=16,
-        batch_size=4,
-        steps=5,
-        vocab_size=512,
-        eval_tokens=256,
-        lr=3e-3,
-        device="cpu",
-    )
-    return TrainSpec(**{**base, **kw})
+    return tiny_train_spec(corpus, **{"n_layers": 2, "d_model": 32, "steps": 5, **kw})
 
 
 def _label(arch, extra):

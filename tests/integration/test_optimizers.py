@@ -4,10 +4,10 @@ out naively, its plain parameters against torch's AdamW, SGD as torch's, and res
 import numpy as np
 import pytest
 import torch
+from foundation_helpers import tiny_train_spec, zipf_corpus
 from torch import nn
 
 from core.studies.optimizers import SGD_MOMENTUM, CoupledAdamW, embedding_matrices
-from core.studies.train_spec import TrainSpec
 
 pytestmark = pytest.mark.fast
 
@@ -169,34 +169,12 @@ def test_embedding_matrices_tied_and_untied():
 
 
 # ----------------------------------------------------------------------------- through the Trainer
-WORDS = "the cat dog sat ran on under a mat tree house red blue small big and then it was there".split()
-
-
 @pytest.fixture(scope="module")
 def corpus_file(tmp_path_factory):
-    rng = np.random.default_rng(0)
-    p = 1.0 / np.arange(1, len(WORDS) + 1)
-    docs = [" ".join(rng.choice(WORDS, size=int(rng.integers(8, 30)), p=p / p.sum())) + "." for _ in range(200)]
-    path = tmp_path_factory.mktemp("corpus") / "tiny.txt"
-    path.write_text("\n\n".join(docs))
-    return str(path)
+    return zipf_corpus(tmp_path_factory.mktemp("corpus") / "tiny.txt", n_docs=200)
 
 
-def tiny(corpus, **kw) -> TrainSpec:
-    base = dict(
-        corpus=corpus,
-        n_layers=1,
-        d_model=16,
-        n_heads=2,
-        seq_len=16,
-        batch_size=4,
-        steps=8,
-        vocab_size=512,
-        eval_tokens=256,
-        lr=3e-3,
-        device="cpu",
-    )
-    return TrainSpec(**{**base, **kw})
+tiny = tiny_train_spec
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "coupled-adam"])

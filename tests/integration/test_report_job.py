@@ -13,6 +13,7 @@ import zipfile
 
 import jobkinds  # noqa: F401 - registers cancel-at
 import pytest
+from job_helpers import wait_done
 
 from core.base.cache import get_store
 from core.compute.pipeline import analyze
@@ -22,8 +23,9 @@ from core.studies.selection import Selection
 from core.views import report
 
 CANCEL_BOUND_S = 5.0
-TEXT = "\n\n".join(f"Document {i}: the quick brown fox jumps over the lazy dog near river bank {i}." * 6
-                   for i in range(40)).encode()
+TEXT = "\n\n".join(
+    f"Document {i}: the quick brown fox jumps over the lazy dog near river bank {i}." * 6 for i in range(40)
+).encode()
 
 
 @pytest.fixture
@@ -42,8 +44,7 @@ def _computed(tiny_bert_dir) -> tuple[Selection, str]:
     uploads.save_upload(TEXT, "first-name.txt", owner="browser-a")
     path = uploads.save_upload(TEXT, "mine-b.txt", owner="browser-b")
     uid = uploads.upload_id(path)
-    sel = Selection(models=(str(tiny_bert_dir),), corpus=uid, max_tokens=2000, max_seq_len=64, batch_size=2,
-                    sample=200)
+    sel = Selection(models=(str(tiny_bert_dir),), corpus=uid, max_tokens=2000, max_seq_len=64, batch_size=2, sample=200)
     analyze(sel.spec(str(tiny_bert_dir)))
     return sel, uid
 
@@ -57,16 +58,6 @@ def _names_of(sel: Selection, viewer: str) -> dict:
         uploads.viewing_as(None)
 
 
-def _wait(jid: str, timeout: float = 120) -> jobs.Job:
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < timeout:
-        job = jobs.status(jid)
-        if not job.active and job.finished is not None:
-            return job
-        time.sleep(0.05)
-    raise AssertionError(f"{jid} still {job.status} after {timeout} s: {job.describe()}")
-
-
 @pytest.mark.fast
 def test_the_report_job_keeps_a_zip_that_names_this_browsers_uploads(here, tiny_bert_dir):
     sel, uid = _computed(tiny_bert_dir)
@@ -75,7 +66,7 @@ def test_the_report_job_keeps_a_zip_that_names_this_browsers_uploads(here, tiny_
     params = report.report_params(sel, names, image_formats=(), runs=["one"])
     jid = jobs.run_here("report", params)
     assert jobs.run_here("report", params) == jid  # a second click while it runs: the same job
-    job = _wait(jid)
+    job = wait_done(jid)
     assert job.status == jobs.DONE, job.error
     assert job.progress.stage.value == "report" and job.progress.done == job.progress.total == job.result["views"]
     assert job.result["views"] >= 10 and job.result["key"] == report.report_key(params)
@@ -98,9 +89,10 @@ def test_the_report_cancelled_while_writing_its_views_keeps_nothing(here, tiny_b
     sel, _ = _computed(tiny_bert_dir)
     params = report.report_params(sel, _names_of(sel, "browser-b"), image_formats=(), runs=["two"])
     marker = here / "cancel-report.txt"
-    jid = jobs.run_here("cancel-at", {"kind": "report", "params": params, "stage": "report", "done": 2,
-                                      "message": "", "marker": str(marker)})
-    job = _wait(jid)
+    jid = jobs.run_here(
+        "cancel-at", {"kind": "report", "params": params, "stage": "report", "done": 2, "message": "", "marker": str(marker)}
+    )
+    job = wait_done(jid)
     assert job.status == jobs.CANCELLED, (job.status, job.error)
     took = job.finished - float(marker.read_text())
     assert took < CANCEL_BOUND_S, f"cancelled {took:.1f} s after the press"
@@ -109,9 +101,8 @@ def test_the_report_cancelled_while_writing_its_views_keeps_nothing(here, tiny_b
 
 @pytest.mark.fast
 def test_a_report_of_nothing_computed_fails_with_a_message(here, tiny_bert_dir):
-    sel = Selection(models=(str(tiny_bert_dir),), corpus="wiki-en", max_tokens=2000, max_seq_len=64, batch_size=2,
-                    sample=200)
-    job = _wait(jobs.run_here("report", report.report_params(sel, image_formats=())))
+    sel = Selection(models=(str(tiny_bert_dir),), corpus="wiki-en", max_tokens=2000, max_seq_len=64, batch_size=2, sample=200)
+    job = wait_done(jobs.run_here("report", report.report_params(sel, image_formats=())))
     assert job.status == jobs.FAILED
     assert job.error == "Nothing computed yet for this selection: press Run first."
 
@@ -128,7 +119,7 @@ def test_a_report_past_its_time_bound_fails_saying_which_setting(here, tiny_bert
 
     monkeypatch.setattr(report, "report_views", slow_views)
     params = report.report_params(sel, image_formats=(), runs=["three"])
-    job = _wait(jobs.run_here("report", params))
+    job = wait_done(jobs.run_here("report", params))
     assert job.status == jobs.FAILED
     assert "longer than 1 s" in job.error and "ANISO_REPORT_TIMEOUT_S" in job.error, job.error
     assert report.report_key(params) not in get_store()
@@ -138,12 +129,12 @@ def test_a_report_past_its_time_bound_fails_saying_which_setting(here, tiny_bert
 def test_a_forged_report_selection_is_refused_by_the_worker(here, monkeypatch):
     monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "0")
     params = {"selection": {"models": ["/etc"]}, "names": [], "formats": [], "runs": []}
-    job = _wait(jobs.run_here("report", params))
+    job = wait_done(jobs.run_here("report", params))
     assert job.status == jobs.FAILED and job.error.startswith("The report's selection was refused"), job.error
 
 
 @pytest.mark.fast
 def test_forged_report_names_fail_with_a_message(here):
     params = {"selection": {}, "names": [["only-two", "items"]], "formats": [], "runs": []}
-    job = _wait(jobs.run_here("report", params))
+    job = wait_done(jobs.run_here("report", params))
     assert job.status == jobs.FAILED and "names or image formats" in job.error, job.error

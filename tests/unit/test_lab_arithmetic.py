@@ -200,7 +200,7 @@ def test_cells_lab_id_and_spec_round_trip():
     # base fields at TrainSpec's defaults do not change the id (new TrainSpec fields keep old labs' ids)
     assert LAB.LabSpec(factors=spec.factors, seeds=(0, 1), base={"steps": 20, "d_model": 32, "n_heads": 4}).lab_id == spec.lab_id
     assert LAB.LabSpec(factors=spec.factors, seeds=(0, 1, 2), base={"steps": 20, "d_model": 32}).lab_id != spec.lab_id
-    with pytest.raises(InputError, match="Not a lab id"):
+    with pytest.raises(InputError, match="is not a lab id"):
         LAB.lab_path("../etc/passwd")
 
 
