@@ -706,7 +706,7 @@ def check_lab(doc, where: str = "the lab record") -> dict:
             raise InputError(f"{where} has a cell without levels or runs: it is incomplete or damaged.")
         if not isinstance(c.get("summary") or {}, dict) or not isinstance(c.get("excluded") or [], list) or \
                 not all(isinstance(x, dict) for x in c["runs"] + list(c.get("excluded") or [])) or \
-                not all(isinstance(v, dict) for v in (c.get("summary") or {}).values()):
+                not all(v is None or isinstance(v, dict) for v in (c.get("summary") or {}).values()):
             raise InputError(f"{where}: a cell's runs, summary or excluded runs are not what a lab writes: it is "
                              "damaged.")
         for r in c["runs"]:

@@ -247,3 +247,26 @@ def test_unigram_entropy_and_the_learned_flag():
     assert LAB.unigram_entropy(rows) == pytest.approx(math.log(4))
     assert LAB.learned_flag(1.2, math.log(4)) is True and LAB.learned_flag(1.5, math.log(4)) is False
     assert LAB.learned_flag(None, 1.0) is None
+
+
+def test_a_lab_still_running_and_a_cell_where_nothing_learned_read_back(tmp_path):
+    """lab.json as written when a lab starts (every run pending), and a cell whose runs all failed to learn: both
+    carry `mean_cosine_by_layer: null` in their summaries, and both must read back, not be called damaged (the
+    Lab page said "it is damaged" of every lab still running)."""
+    from core.views import lab as LV
+
+    spec = LAB.LabSpec(factors={"arch": ["gpt2", "llama"]}, seeds=(0, 1), base={"steps": 20, "d_model": 32})
+    doc = LAB.new_doc(spec)
+    assert all(c["summary"]["mean_cosine_by_layer"] is None for c in doc["cells"])
+    LAB.save_lab(doc, tmp_path)
+    back = LAB.load_lab(spec.lab_id, tmp_path)
+    assert back["status"] == "running" and len(back["cells"]) == 2
+    labs, notes = LV.list_labs(tmp_path)
+    assert notes == [] and [x["id"] for x in labs] == [spec.lab_id]
+    for view in (LV.grid_view, LV.curves_view, LV.effects_view, LV.claims_view):
+        view(back)  # drawn, with nothing done yet
+
+    stuck = _doc({"arch": ["gpt2", "llama"]}, lambda levels, seed: {"mid_mean_cosine": 0.3}, learned=lambda levels, seed: levels["arch"] != "llama")
+    LAB.save_lab({**stuck, "id": "lab-stuck"}, tmp_path)
+    cell = next(c for c in LAB.load_lab("lab-stuck", tmp_path)["cells"] if c["levels"]["arch"] == "llama")
+    assert cell["summary"]["mean_cosine_by_layer"] is None and len(cell["excluded"]) == 3
