@@ -522,10 +522,10 @@ def claims(doc: dict) -> list[dict]:
                 ]
             )
             e = pair_effect(cells, factors, "arch", tr[0], a, "mid_mean_cosine", seeds)
-            iv["effect"] = e
+            iv["effect"], iv["centred"] = e, cen
             parts.append(
                 f"{a}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']})}, centred "
-                f"{_iv({**cen, 'delta': cen['mean']}) if cen['n'] else 'n/a'}, {_iv(e)} vs {tr[0]}"
+                f"{_iv({**cen, 'delta': cen['mean']}) if cen['n'] else 'n/a'}, Δ vs {tr[0]} {_iv(e)}"
             )
         tested = {a: iv for a, iv in levels.items() if iv["n"]}
         above = [a for a, iv in tested.items() if iv["lo"] is not None and iv["lo"] > th]
@@ -545,6 +545,17 @@ def claims(doc: dict) -> list[dict]:
                 else f"an interval contains {th:g}, or one seed gives none; run more seeds"
             )
         e = levels[pick]["effect"]
+        # Raw and centred judged alike (issue 35): a raw cosine above the threshold whose centred value lies below
+        # it is one direction shared by every token (the layer's mean), not a narrow cone of the tokens' spread.
+        cen = levels[pick]["centred"]
+        upto = "" if cen["hi"] is None else f" (95% interval up to {_fmt(cen['hi'])})"
+        shared = (
+            f"; raw and centred disagree: {pick}'s centred mid-depth mean cosine is {_fmt(cen['mean'])}{upto}, "
+            f"below {th:g}: its anisotropy is the mean vector every token shares, not the spread of the tokens "
+            "around it"
+            if verdict != NOT_SUPPORTED and cen["n"] and (cen["hi"] if cen["hi"] is not None else cen["mean"]) < th
+            else ""
+        )
         c.update(
             verdict=verdict,
             numbers="; ".join(parts),
@@ -552,7 +563,7 @@ def claims(doc: dict) -> list[dict]:
             lo=e["lo"],
             hi=e["hi"],
             why=f"{why} (anisotropic: final mid-depth mean cosine above {th:g}, the lab's lowest threshold; "
-            f"delta: {pick} minus {tr[0]})",
+            f"delta: {pick} minus {tr[0]}){shared}",
         )
     out.append(c)
     # 2. Coupled Adam lowers anisotropy; 3. the gate removes massive activations

@@ -146,7 +146,18 @@ def test_the_non_transformer_claim_reads_the_level_and_the_difference():
     c = doc["claims"][0]
     assert c["verdict"] == "supported" and "mamba's 95% interval lies above 0.2" in c["why"]
     assert c["delta"] == pytest.approx(-0.14) and c["lo"] < c["delta"] < c["hi"]  # mamba minus gpt2, per seed
-    assert "lstm: mid-depth mean cosine 0.060" in c["numbers"]
+    assert "lstm: mid-depth mean cosine 0.060" in c["numbers"] and "Δ vs gpt2 -0.140" in c["numbers"]
+    assert "disagree" not in c["why"]  # no centred values here: nothing to compare
+    # a raw cosine above the threshold that the centred one does not reach: the verdict (on the raw value, the
+    # papers' measure) says that it is the shared mean vector, with the centred number
+    shared = _doc(factors, lambda lv, s: {"mid_mean_cosine": level[lv["arch"]] + 0.02 * s,
+                                          "mid_centred_mean_cosine": 0.01 + 0.005 * s})
+    c = shared["claims"][0]
+    assert c["verdict"] == "supported" and "raw and centred disagree: mamba's centred mid-depth mean cosine is 0.015" \
+        in c["why"] and "mean vector every token shares" in c["why"]
+    cone = _doc(factors, lambda lv, s: {"mid_mean_cosine": level[lv["arch"]] + 0.02 * s,
+                                        "mid_centred_mean_cosine": 0.4 + 0.01 * s})
+    assert "disagree" not in cone["claims"][0]["why"]
     iso = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 if lv["arch"] == "gpt2" else 0.05 + 0.01 * s})
     assert iso["claims"][0]["verdict"] == "not supported"
     none = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.5}, learned=lambda lv, s: lv["arch"] == "gpt2")
