@@ -277,7 +277,8 @@ def test_a_lab_still_running_and_a_cell_where_nothing_learned_read_back(tmp_path
     for view in (LV.grid_view, LV.curves_view, LV.effects_view, LV.claims_view):
         view(back)  # drawn, with nothing done yet
 
-    stuck = _doc({"arch": ["gpt2", "llama"]}, lambda levels, seed: {"mid_mean_cosine": 0.3}, learned=lambda levels, seed: levels["arch"] != "llama")
+    stuck = _doc({"arch": ["gpt2", "llama"]}, lambda levels, seed: {"mid_mean_cosine": 0.3},
+                 learned=lambda levels, seed: levels["arch"] != "llama")
     LAB.save_lab({**stuck, "id": "lab-stuck"}, tmp_path)
     cell = next(c for c in LAB.load_lab("lab-stuck", tmp_path)["cells"] if c["levels"]["arch"] == "llama")
     assert cell["summary"]["mean_cosine_by_layer"] is None and len(cell["excluded"]) == 3
