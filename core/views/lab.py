@@ -382,10 +382,15 @@ def effects_view(lab: dict, statistic: str | None = None) -> View:
             else "this lab has no main effects (one cell, or no finished run yet)"
         return View(f"lab_effects_{statistic}", title, None, pd.DataFrame(rows), _manifest(lab, "lab_effects"),
                     caption=f"No effect to draw: {why}.", notes=[f"No effect to draw: {why}."])
+    # a contrast of the first factor takes its target level's colour in the curves (gpt2 → mamba: mamba's); the
+    # other factors' levels are dashes there, so their bars are grey
+    factors = list(lab["spec"]["factors"])
+    first_levels = list(map(_level, lab["spec"]["factors"][factors[0]])) if factors else []
     items = []
     for e, r in zip(effects, rows):
         if r["delta"] is None:
             continue
+        same = factors and e.get("factor") == factors[0] and r["to"] in first_levels
         has = r["lo"] is not None and r["hi"] is not None
         n = r["n"]
         items.append({"name": f"{e.get('factor')}:\n{_level(e.get('from'))} → {_level(e.get('to'))}",
@@ -393,7 +398,8 @@ def effects_view(lab: dict, statistic: str | None = None) -> View:
                       "label": f"{r['delta']:+.3g}\n[{r['lo']:+.2g}, {r['hi']:+.2g}]" if has
                       else f"{r['delta']:+.3g}\n(no interval:\n{plural(n, 'seed')})",
                       "hover": f"n = {plural(n, 'seed')}; averaged over {r['averaged_over'] or 'no other factor'}"
-                               + (f"; {r['note']}" if r["note"] else "")})
+                               + (f"; {r['note']}" if r["note"] else ""),
+                      "color": first_levels.index(r["to"]) if same else "#8c8c8c"})
     fig = F.interval_bars(items, title=title, subtitle=F.esc(_subtitle(lab) + " · error bar: 95% interval over seeds"),
                           y_title=f"Δ {F.esc(label)}")
     return View(f"lab_effects_{statistic}", title, fig, pd.DataFrame(rows), _manifest(lab, "lab_effects",

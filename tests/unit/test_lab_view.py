@@ -41,6 +41,13 @@ def test_effects_chart_draws_the_record_s_deltas_and_intervals(lab):
             assert b.y[0] - b.error_y.arrayminus[0] == pytest.approx(e["lo"])
         assert list(view.data["delta"]) == pytest.approx([e["delta"] for e in want])
         assert list(view.data["n"]) == [e["n"] for e in want]
+    # a family's bar has that family's colour in the curves; the optimizer's contrast (a dash there) is grey
+    curves = {t.name: t.line.color for t in LV.curves_view(lab).figure.data if t.line.color and "adamw" in (t.name or "")}
+    bars = _bars(LV.effects_view(lab, "mid_mean_cosine"))
+    for fam in ("mamba", "rwkv", "lstm"):
+        colour = next(c for name, c in curves.items() if f"arch={fam}" in name)
+        assert bars[f"arch: gpt2 → {fam}"].marker.color == colour
+    assert bars["optimizer: adamw → sgd"].marker.color == "#8c8c8c"
 
 
 def test_one_seed_draws_no_interval_and_says_so():
