@@ -21,7 +21,7 @@ from core.studies.train_spec import (
 )
 from core.studies.training import build_model, model_parameters, train
 
-pytestmark = pytest.mark.fast
+# Not in the fast tier: training every family twice takes about 10 s of its 60 s (the whole suite runs it).
 
 # (arch, extra spec fields): the new families, the gated LLaMA and an untied GPT-2
 FAMILIES = [
