@@ -446,12 +446,14 @@ def _fmt(x, nd=3) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
 
 
-def _iv(e: dict) -> str:
+def _iv(e: dict, unit: str = "seeds") -> str:
+    """A value with its interval; `unit` names what the interval is over ("runs" where the runs of several cells
+    are pooled: they are not that many seeds)."""
     if e.get("delta") is None:
         return "no learned pair"
     if e.get("lo") is None:
         return f"{_fmt(e['delta'])} (n = {e['n']}: no interval)"
-    return f"{_fmt(e['delta'])} [{_fmt(e['lo'])}, {_fmt(e['hi'])}] (95% over {e['n']} seeds)"
+    return f"{_fmt(e['delta'])} [{_fmt(e['lo'])}, {_fmt(e['hi'])}] (95% over {e['n']} {unit})"
 
 
 def _sign_verdict(e: dict, lowers: bool) -> tuple[str, str]:
@@ -524,8 +526,8 @@ def claims(doc: dict) -> list[dict]:
             e = pair_effect(cells, factors, "arch", tr[0], a, "mid_mean_cosine", seeds)
             iv["effect"], iv["centred"] = e, cen
             parts.append(
-                f"{a}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']})}, centred "
-                f"{_iv({**cen, 'delta': cen['mean']}) if cen['n'] else 'n/a'}, Δ vs {tr[0]} {_iv(e)}"
+                f"{a}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']}, 'runs')}, centred "
+                f"{_iv({**cen, 'delta': cen['mean']}, 'runs') if cen['n'] else 'n/a'}, Δ vs {tr[0]} {_iv(e)}"
             )
         tested = {a: iv for a, iv in levels.items() if iv["n"]}
         above = [a for a, iv in tested.items() if iv["lo"] is not None and iv["lo"] > th]

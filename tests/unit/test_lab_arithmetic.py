@@ -148,6 +148,9 @@ def test_the_non_transformer_claim_reads_the_level_and_the_difference():
     assert c["delta"] == pytest.approx(-0.14) and c["lo"] < c["delta"] < c["hi"]  # mamba minus gpt2, per seed
     assert "lstm: mid-depth mean cosine 0.060" in c["numbers"] and "Δ vs gpt2 -0.140" in c["numbers"]
     assert "disagree" not in c["why"]  # no centred values here: nothing to compare
+    # a family's level pools its runs over every cell of the other factors: an interval over runs, not seeds
+    assert "mamba: mid-depth mean cosine 0.470 [" in c["numbers"] and "(95% over 3 runs)" in c["numbers"]
+    assert "Δ vs gpt2 -0.140 [" in c["numbers"] and "(95% over 3 seeds)" in c["numbers"]
     # a raw cosine above the threshold that the centred one does not reach: the verdict (on the raw value, the
     # papers' measure) says that it is the shared mean vector, with the centred number
     shared = _doc(factors, lambda lv, s: {"mid_mean_cosine": level[lv["arch"]] + 0.02 * s,
