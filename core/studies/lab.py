@@ -550,14 +550,14 @@ def claims(doc: dict) -> list[dict]:
         # Raw and centred judged alike (issue 35): a raw cosine above the threshold whose centred value lies below
         # it is one direction shared by every token (the layer's mean), not a narrow cone of the tokens' spread.
         cen = levels[pick]["centred"]
-        upto = "" if cen["hi"] is None else f" (95% interval up to {_fmt(cen['hi'])})"
-        shared = (
-            f"; raw and centred disagree: {pick}'s centred mid-depth mean cosine is {_fmt(cen['mean'])}{upto}, "
-            f"below {th:g}: its anisotropy is the mean vector every token shares, not the spread of the tokens "
-            "around it"
-            if verdict != NOT_SUPPORTED and cen["n"] and (cen["hi"] if cen["hi"] is not None else cen["mean"]) < th
-            else ""
-        )
+        shared = ""
+        if verdict != NOT_SUPPORTED and cen["n"]:
+            upper = cen["mean"] if cen["hi"] is None else cen["hi"]  # one seed: the value itself
+            upto = "" if cen["hi"] is None else f" (95% interval up to {_fmt(cen['hi'])})"
+            if upper < th:
+                shared = (f"; raw and centred disagree: {pick}'s centred mid-depth mean cosine is "
+                          f"{_fmt(cen['mean'])}{upto}, below {th:g}: its anisotropy is the mean vector every token "
+                          "shares, not the spread of the tokens around it")
         c.update(
             verdict=verdict,
             numbers="; ".join(parts),
