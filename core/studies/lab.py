@@ -446,14 +446,13 @@ def _fmt(x, nd=3) -> str:
     return "n/a" if x is None else f"{x:.{nd}f}"
 
 
-def _iv(e: dict, unit: str = "seeds") -> str:
-    """A value with its interval; `unit` names what the interval is over ("runs" where the runs of several cells
-    are pooled: they are not that many seeds)."""
+def _iv(e: dict, empty: str = "no learned pair") -> str:
+    """A value with its 95% interval over seeds (`empty` where there is no value)."""
     if e.get("delta") is None:
-        return "no learned pair"
+        return empty
     if e.get("lo") is None:
         return f"{_fmt(e['delta'])} (n = {e['n']}: no interval)"
-    return f"{_fmt(e['delta'])} [{_fmt(e['lo'])}, {_fmt(e['hi'])}] (95% over {e['n']} {unit})"
+    return f"{_fmt(e['delta'])} [{_fmt(e['lo'])}, {_fmt(e['hi'])}] (95% over {e['n']} seeds)"
 
 
 def _sign_verdict(e: dict, lowers: bool) -> tuple[str, str]:
@@ -503,43 +502,44 @@ def claims(doc: dict) -> list[dict]:
             ),
         )
     else:
+        # Judged cell by cell: a non-Transformer against the Transformer trained identically (the same levels of every
+        # other factor), each interval over that cell's seeds. Pooling a family's runs across the other factors' cells
+        # (adamw and sgd, say) would treat runs of different trainings as repeats of one.
+        others = {k: v for k, v in factors.items() if k != "arch"}
+        idx = _index(cells)
         parts, levels = [], {}
         for a in nt:
-            vals = [
-                r["scalars"].get("mid_mean_cosine")
-                for cell in cells
-                if cell["levels"]["arch"] == a
-                for r in cell["runs"]
-                if usable(r)
-            ]
-            iv = seed_interval(vals)
-            levels[a] = iv
-            cen = seed_interval(
-                [
-                    r["scalars"].get("mid_centred_mean_cosine")
-                    for cell in cells
-                    if cell["levels"]["arch"] == a
-                    for r in cell["runs"]
-                    if usable(r)
-                ]
-            )
-            e = pair_effect(cells, factors, "arch", tr[0], a, "mid_mean_cosine", seeds)
-            iv["effect"], iv["centred"] = e, cen
-            parts.append(
-                f"{a}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']}, 'runs')}, centred "
-                f"{_iv({**cen, 'delta': cen['mean']}, 'runs') if cen['n'] else 'n/a'}, Δ vs {tr[0]} {_iv(e)}"
-            )
+            for combo in itertools.product(*others.values()):
+                rest = dict(zip(others, combo))
+                cell = idx.get(tuple(sorted({**rest, "arch": a}.items())))
+                if cell is None:
+                    continue
+                name = short_label({"arch": a, **rest})
+                runs = [r for r in cell["runs"] if usable(r)]
+                iv = seed_interval([r["scalars"].get("mid_mean_cosine") for r in runs])
+                cen = seed_interval([r["scalars"].get("mid_centred_mean_cosine") for r in runs])
+                matched = {**{k: [v] for k, v in rest.items()}, "arch": [tr[0], a]}
+                e = pair_effect(cells, matched, "arch", tr[0], a, "mid_mean_cosine", seeds)
+                iv["effect"], iv["centred"] = e, cen
+                iv["margins"] = [r["unigram_entropy"] - r["held_out_loss"] for r in runs
+                                 if _num(r.get("unigram_entropy")) is not None and _num(r.get("held_out_loss")) is not None]
+                levels[name] = iv
+                parts.append(
+                    f"{name}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']}, 'no learned run')}, centred "
+                    f"{_iv({**cen, 'delta': cen['mean']}) if cen['n'] else 'n/a'}, "
+                    f"Δ vs {short_label({'arch': tr[0], **rest})} {_iv(e)}"
+                )
         tested = {a: iv for a, iv in levels.items() if iv["n"]}
         above = [a for a, iv in tested.items() if iv["lo"] is not None and iv["lo"] > th]
         below = [a for a, iv in tested.items() if iv["hi"] is not None and iv["hi"] < th]
         if above:
             pick = max(above, key=lambda a: tested[a]["mean"])
             verdict, why = SUPPORTED, f"{pick}'s 95% interval lies above {th:g}"
-        elif tested and len(below) == len(tested) == len(nt):
+        elif tested and len(below) == len(tested) == len(levels):
             pick = max(below, key=lambda a: tested[a]["mean"])
-            verdict, why = NOT_SUPPORTED, f"every non-Transformer's 95% interval lies below {th:g}"
+            verdict, why = NOT_SUPPORTED, f"every non-Transformer cell's 95% interval lies below {th:g}"
         else:
-            pick = max(tested, key=lambda a: tested[a]["mean"]) if tested else nt[0]
+            pick = max(tested, key=lambda a: tested[a]["mean"]) if tested else next(iter(levels))
             verdict = INCONCLUSIVE
             why = (
                 "no non-Transformer run learned"
@@ -558,6 +558,12 @@ def claims(doc: dict) -> list[dict]:
                 shared = (f"; raw and centred disagree: {pick}'s centred mid-depth mean cosine is "
                           f"{_fmt(cen['mean'])}{upto}, below {th:g}: its anisotropy is the mean vector every token "
                           "shares, not the spread of the tokens around it")
+        # How far the deciding cell's runs learned: a run barely below the unigram entropy has learned little more than
+        # the token frequencies, and a referee weighs its cosine accordingly.
+        margins = levels[pick]["margins"] if levels else []
+        if margins:
+            shared += (f"; {pick}'s held-out loss is {_fmt(min(margins))}-{_fmt(max(margins))} nats below the corpus's "
+                       f"unigram entropy (runs that learned)")
         c.update(
             verdict=verdict,
             numbers="; ".join(parts),
@@ -565,7 +571,7 @@ def claims(doc: dict) -> list[dict]:
             lo=e["lo"],
             hi=e["hi"],
             why=f"{why} (anisotropic: final mid-depth mean cosine above {th:g}, the lab's lowest threshold; "
-            f"delta: {pick} minus {tr[0]}){shared}",
+            f"delta: {pick} minus {tr[0]} trained identically; each interval over one cell's seeds){shared}",
         )
     out.append(c)
     # 2. Coupled Adam lowers anisotropy; 3. the gate removes massive activations
