@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, fs, loadavg, log, machine_info, table, write_section
+from bench.common import ROOT, fr, fs, loadavg, log, machine_info, table, write_section
 from core.base import settings
 from core.base.errors import InputError
 
@@ -63,14 +63,9 @@ def build_spec(a) -> tuple[LAB.LabSpec, list[str]]:
         factors = {"arch": fams, **({"optimizer": opts} if len(opts) > 1 else {})}
         spec = LAB.LabSpec(factors=factors, seeds=(0, 1, 2), base={**base, "steps": a.steps or DEFAULT_STEPS})
     else:
-        spec = LAB.LabSpec(
-            factors={"arch": fams}, seeds=LAB.QUICK["seeds"], base={**base, "steps": a.steps or LAB.QUICK["steps"]}
-        )
+        spec = LAB.LabSpec(factors={"arch": fams}, seeds=LAB.QUICK["seeds"],
+                           base={**base, "steps": a.steps or LAB.QUICK["steps"]})
     return spec, skipped
-
-
-def _f3(x) -> str:
-    return "n/a" if x is None else f"{x:.3f}"
 
 
 def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: dict, which: str, argv) -> str:
@@ -78,68 +73,31 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
     for cell in doc["cells"]:
         for r in cell["runs"]:
             sec = r.get("seconds") or {}
-            rows.append(
-                [
-                    cell["cell"],
-                    r["seed"],
-                    r["status"],
-                    fs(sec.get("train"), 1),
-                    fs(sec.get("analysis"), 1),
-                    fs((sec.get("train") or 0) + (sec.get("analysis") or 0), 1),
-                    _f3(r.get("held_out_loss")),
-                    _f3(r.get("unigram_entropy")),
-                    r.get("learned"),
-                    _f3((r.get("scalars") or {}).get("mid_mean_cosine")),
-                ]
-            )
-    n = len(rows)
-    goal = GOAL_S[which]
+            rows.append([cell["cell"], r["seed"], r["status"], fs(sec.get("train"), 1), fs(sec.get("analysis"), 1),
+                         fs((sec.get("train") or 0) + (sec.get("analysis") or 0), 1), fr(r.get("held_out_loss")),
+                         fr(r.get("unigram_entropy")), r.get("learned"), fr((r.get("scalars") or {}).get("mid_mean_cosine"))])
+    n, goal, b = len(rows), GOAL_S[which], spec.to_dict()["base"]
     full = len(LAB.QUICK_FAMILIES) * (1 if which == "quick" else 3 * len(LAB.DEFAULT_OPTIMIZERS))
-    per_run = wall / max(n, 1)
-    b = spec.to_dict()["base"]
+    per_run, what = wall / max(n, 1), "quick lab" if which == "quick" else "default grid"
     start, end = markers(which)
     grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
-    lines = [
-        start,
-        f"## Lab (`python -m bench lab{' --default' if which == 'default' else ''}`)",
-        "",
+    runs = f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included)"
+    return "\n".join([
+        start, f"## Lab (`python -m bench lab{' --default' if which == 'default' else ''}`)", "",
         f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads "
         f"{info.get('torch_threads')}; load average at the start {info['loadavg_start']}, at the end {loadavg()}; "
-        f"{info['date_utc']}. Command: `python -m bench {' '.join(argv)}`.",
-        "",
-        f"Grid: {grid} x seeds "
-        f"{list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
+        f"{info['date_utc']}. Command: `python -m bench {' '.join(argv)}`.", "",
+        f"Grid: {grid} x seeds {list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
         f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on "
         f"{spec.analysis_tokens:,} tokens (sample {spec.analysis_sample:,}) with its attention statistics.",
-        "" if not skipped else f"\nLeft out (this version cannot train them yet): {', '.join(skipped)}.",
-        "",
-        table(
-            [
-                "cell",
-                "seed",
-                "status",
-                "train s",
-                "analysis s",
-                "run s",
-                "held-out loss",
-                "unigram entropy",
-                "learned",
-                "mid mean cosine",
-            ],
-            rows,
-        ),
-        "",
-        (f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included): the "
-         f"{'quick lab' if which == 'quick' else 'default grid'} measured whole, "
-         f"{'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on 2 cores." if n == full else
-         f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included). The goal is the "
-         f"{'quick lab' if which == 'quick' else 'default grid'} ({full} runs) under {goal / 60:.0f} min on 2 "
-         f"cores: at this rate {full} runs would take about {per_run * full / 60:.1f} min "
-         f"({'within' if per_run * full <= goal else 'over'} the goal; an extrapolation from the families run "
-         f"here, the other families' speed not measured)."),
-        end,
-    ]
-    return "\n".join(x for x in lines if x is not None)
+        "" if not skipped else f"\nLeft out (this version cannot train them yet): {', '.join(skipped)}.", "",
+        table(["cell", "seed", "status", "train s", "analysis s", "run s", "held-out loss", "unigram entropy", "learned",
+               "mid mean cosine"], rows), "",
+        (f"{runs}: the {what} measured whole, {'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on "
+         "2 cores." if n == full else
+         f"{runs}. The goal is the {what} ({full} runs) under {goal / 60:.0f} min on 2 cores: at this rate {full} runs "
+         f"would take about {per_run * full / 60:.1f} min ({'within' if per_run * full <= goal else 'over'} the goal; an "
+         "extrapolation from the families run here, the other families' speed not measured)."), end])
 
 
 def main(argv: list[str] | None = None) -> int:

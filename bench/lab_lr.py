@@ -71,69 +71,33 @@ def render(table_: dict) -> str:
     """The BENCHMARKS.md section: every entry of lab_lr.json."""
     rows = []
     for key, e in sorted(table_["entries"].items()):
-        arch, opt = key.split("/")
         tried = sorted(e["losses"], key=float)
-        cells = [
-            ("**" if float(k) == e["lr"] else "")
-            + (f"{e['losses'][k]:.3f}" if e["losses"][k] is not None else "diverged")
-            + ("**" if float(k) == e["lr"] else "")
-            for k in tried
-        ]
+        bold = lambda k: "**" if float(k) == e["lr"] else ""  # noqa: E731
+        cells = [bold(k) + (f"{e['losses'][k]:.3f}" if e["losses"][k] is not None else "diverged") + bold(k) for k in tried]
         edge = " (edge of the range)" if float(tried[0]) == e["lr"] or float(tried[-1]) == e["lr"] else ""
-        rows.append(
-            [
-                arch,
-                opt,
-                ", ".join(f"{float(k):g}" for k in tried),
-                " / ".join(cells),
-                f"{e['lr']:g}{edge}",
-                f"{e['unigram_entropy']:.3f}",
-                f"{e['seconds']:.0f}",
-                e["date_utc"][:16].replace("T", " "),
-                e["machine"],
-            ]
-        )
+        rows.append([*key.split("/"), ", ".join(f"{float(k):g}" for k in tried), " / ".join(cells), f"{e['lr']:g}{edge}",
+                     f"{e['unigram_entropy']:.3f}", f"{e['seconds']:.0f}", e["date_utc"][:16].replace("T", " "),
+                     e["machine"]])
     first = next(iter(table_["entries"].values()))
-    return "\n".join(
-        [
-            START,
-            f"## Learning rate per family (`{table_['command']}`)",
-            "",
-            f"The lab trains every family and optimizer at the rate below (`core.studies.train_spec.default_lr`, read "
-            f"from core/data/lab_lr.json): of the rates tried, the one with the lowest held-out loss after "
-            f"{fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
-            f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}, seed 0, cosine schedule, no "
-            f"warm-up (every run sees the same tokens in the same order). Coupled Adam, where it has no row, takes "
-            f"AdamW's rate. A run whose loss is not below the corpus's unigram entropy did not learn.",
-            "",
-            table(
-                [
-                    "Family",
-                    "Optimizer",
-                    "Rates tried",
-                    "Held-out loss (nats/token)",
-                    "Picked",
-                    "Unigram entropy",
-                    "Sweep time (s)",
-                    "Date (UTC)",
-                    "Machine",
-                ],
-                rows,
-            ),
-            "",
-            f"A short sweep at a small budget: the rate that is best after {fi(first['steps'])} steps need not be the best "
-            f"after 2,000; a pick at the edge of the range says a wider range might pick another.",
-            END,
-        ]
-    )
+    return "\n".join([
+        START, f"## Learning rate per family (`{table_['command']}`)", "",
+        f"The lab trains every family and optimizer at the rate below (`core.studies.train_spec.default_lr`, read "
+        f"from core/data/lab_lr.json): of the rates tried, the one with the lowest held-out loss after "
+        f"{fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
+        f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}, seed 0, cosine schedule, no "
+        f"warm-up (every run sees the same tokens in the same order). Coupled Adam, where it has no row, takes "
+        f"AdamW's rate. A run whose loss is not below the corpus's unigram entropy did not learn.", "",
+        table(["Family", "Optimizer", "Rates tried", "Held-out loss (nats/token)", "Picked", "Unigram entropy",
+               "Sweep time (s)", "Date (UTC)", "Machine"], rows), "",
+        f"A short sweep at a small budget: the rate that is best after {fi(first['steps'])} steps need not be the best "
+        f"after 2,000; a pick at the edge of the range says a wider range might pick another.", END])
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench lab-lr", description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", default=",".join(ARCHS), help=f"comma-separated families (default {','.join(ARCHS)})")
-    p.add_argument(
-        "--optimizer", default=",".join(OPTIMIZERS), help=f"comma-separated optimizers (default {','.join(OPTIMIZERS)})"
-    )
+    p.add_argument("--optimizer", default=",".join(OPTIMIZERS),
+                   help=f"comma-separated optimizers (default {','.join(OPTIMIZERS)})")
     p.add_argument("--steps", type=int, default=STEPS)
     p.add_argument("--corpus", default="wiki-en")
     p.add_argument("--quick", action="store_true", help="tiny sizes (8 steps, d=16): checks the code, writes nothing")
@@ -149,19 +113,15 @@ def main(argv: list[str] | None = None) -> int:
     opts = [x.strip() for x in a.optimizer.split(",") if x.strip()]
     bad = [x for x in archs if x not in ALL_ARCHS] + [x for x in opts if x not in ALL_OPTIMIZERS]
     if bad or a.steps < 1:
-        print(
-            f"error: unknown {bad} (families {list(ALL_ARCHS)}, optimizers {list(ALL_OPTIMIZERS)}) or steps < 1", file=sys.stderr
-        )
+        print(f"error: unknown {bad} (families {list(ALL_ARCHS)}, optimizers {list(ALL_OPTIMIZERS)}) or steps < 1",
+              file=sys.stderr)
         return 2
     base = TrainSpec(corpus=a.corpus, steps=a.steps, device="cpu")
     if a.quick:
         base = base.replace(steps=8, d_model=16, n_heads=2, batch_size=4, seq_len=16, eval_tokens=512)
     m = machine_info()
-    machine = (
-        f"{m['cpu_model']}, {m['usable_cores']} cores, load {m['loadavg_start'][0]:.1f}"
-        if m["loadavg_start"]
-        else f"{m['cpu_model']}, {m['usable_cores']} cores"
-    )
+    machine = f"{m['cpu_model']}, {m['usable_cores']} cores" + (
+        f", load {m['loadavg_start'][0]:.1f}" if m["loadavg_start"] else "")
     out = Path(a.out) if a.out else (None if a.quick else LR_JSON)
     old = json.loads(out.read_text()) if out is not None and out.exists() else {}
     entries = dict(old.get("entries", {}))
@@ -170,24 +130,11 @@ def main(argv: list[str] | None = None) -> int:
         for opt in opts:
             e = sweep_one(base.replace(arch=arch, optimizer=opt), GRID[opt])
             entries[f"{arch}/{opt}"] = {
-                **e,
-                "steps": base.steps,
-                "n_layers": base.n_layers,
-                "d_model": base.d_model,
-                "batch_size": base.batch_size,
-                "seq_len": base.seq_len,
-                "corpus": base.corpus,
-                "seed": base.seed,
-                "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "machine": machine,
-            }
-    doc = {
-        "kind": "lab-lr",
-        "version": 1,
-        "command": "python -m bench lab-lr" + "".join(f" {x}" for x in argv or []),
-        "grid": {k: list(v) for k, v in GRID.items()},
-        "entries": entries,
-    }
+                **e, **{k: getattr(base, k) for k in ("steps", "n_layers", "d_model", "batch_size", "seq_len", "corpus",
+                                                      "seed")},
+                "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine}
+    doc = {"kind": "lab-lr", "version": 1, "command": "python -m bench lab-lr" + "".join(f" {x}" for x in argv or []),
+           "grid": {k: list(v) for k, v in GRID.items()}, "entries": entries}
     md = render(doc)
     if out is not None:
         out.write_text(json.dumps(doc, indent=1) + "\n")

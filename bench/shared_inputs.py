@@ -31,42 +31,25 @@ from core.compute.pipeline import analyze  # noqa: E402
 from core.inputs.models import load_model, zero_shared_inputs  # noqa: E402
 
 # control -> (what its init adds to every token, [(state, parameters zeroed)])
+_BERT = ("token-type row 0 (one vector, every token); LayerNorm beta and Linear biases are 0 at init",
+         [("token type zeroed", ("embeddings.token_type_embeddings.weight",)),
+          ("position table zeroed too", ("embeddings.token_type_embeddings.weight",
+                                         "embeddings.position_embeddings.weight"))])
 STATES = {
-    "untrained-minilm-l6": (
-        "token-type row 0 (one vector, every token); LayerNorm beta and Linear biases are 0 at init",
-        [
-            ("token type zeroed", ("embeddings.token_type_embeddings.weight",)),
-            ("position table zeroed too", ("embeddings.token_type_embeddings.weight", "embeddings.position_embeddings.weight")),
-        ],
-    ),
-    "untrained-bert-base": (
-        "token-type row 0 (one vector, every token); LayerNorm beta and Linear biases are 0 at init",
-        [
-            ("token type zeroed", ("embeddings.token_type_embeddings.weight",)),
-            ("position table zeroed too", ("embeddings.token_type_embeddings.weight", "embeddings.position_embeddings.weight")),
-        ],
-    ),
-    "untrained-canine-s": (
-        "token-type row 0 (one vector, every character); learned character positions",
-        [
-            ("token type zeroed", ("char_embeddings.token_type_embeddings.weight",)),
-            (
-                "position table zeroed too",
-                ("char_embeddings.token_type_embeddings.weight", "char_embeddings.char_position_embeddings.weight"),
-            ),
-        ],
-    ),
+    "untrained-minilm-l6": _BERT, "untrained-bert-base": _BERT,
+    "untrained-canine-s": ("token-type row 0 (one vector, every character); learned character positions",
+                           [("token type zeroed", ("char_embeddings.token_type_embeddings.weight",)),
+                            ("position table zeroed too", ("char_embeddings.token_type_embeddings.weight",
+                                                           "char_embeddings.char_position_embeddings.weight"))]),
     "untrained-smollm2": ("nothing: no biases, RMSNorm has no offset, rotary positions", []),
     "untrained-byt5-small": ("nothing: no biases, T5 norm has no offset, relative positions inside attention", []),
 }
 
 
 def _curves(res: dict) -> dict:
-    return {
-        "mean_cosine": [lay["mean_cosine"] for lay in res["layers"]],
-        "centred_mean_cosine": [lay["centred_mean_cosine"] for lay in res["layers"]],
-        "n_tokens": int(res["manifest"]["tokens"]["analysed"]),
-    }
+    return {"mean_cosine": [lay["mean_cosine"] for lay in res["layers"]],
+            "centred_mean_cosine": [lay["centred_mean_cosine"] for lay in res["layers"]],
+            "n_tokens": int(res["manifest"]["tokens"]["analysed"])}
 
 
 def _folder(control: str, names: tuple[str, ...], root: Path) -> Path:
@@ -79,15 +62,14 @@ def _folder(control: str, names: tuple[str, ...], root: Path) -> Path:
 
 
 def measure(control: str, max_tokens: int, sample: int, cache_dir: Path, work: Path) -> dict:
-    spec = RunSpec(model=control, corpus="wiki-en", max_tokens=max_tokens, sample=sample, seed=0)
+    def run(model: str) -> dict:
+        return _curves(analyze(RunSpec(model=model, corpus="wiki-en", max_tokens=max_tokens, sample=sample, seed=0),
+                               cache_dir=cache_dir))
+
     what, states = STATES[control]
-    out = {"control": control, "shared": what, "states": {"as built": _curves(analyze(spec, cache_dir=cache_dir))}}
+    out = {"control": control, "shared": what, "states": {"as built": run(control)}}
     for name, params in states:
-        folder = _folder(control, params, work)
-        res = analyze(
-            RunSpec(model=str(folder), corpus="wiki-en", max_tokens=max_tokens, sample=sample, seed=0), cache_dir=cache_dir
-        )
-        out["states"][name] = {**_curves(res), "zeroed": list(params)}
+        out["states"][name] = {**run(str(_folder(control, params, work))), "zeroed": list(params)}
     return out
 
 
@@ -97,11 +79,10 @@ def _span(v: list) -> str:
 
 
 def render(rows: list[dict]) -> str:
-    return table(
-        ["control", "state", "mean cosine, layers 1..L", "centred, layers 1..L", "layer 0 raw / centred"],
-        [[f"`{r['control']}`", name, _span(c["mean_cosine"]), _span(c["centred_mean_cosine"]),
-          f"{c['mean_cosine'][0]:.3f} / {c['centred_mean_cosine'][0]:.3f}"] for r in rows for name, c in r["states"].items()],
-    )
+    return table(["control", "state", "mean cosine, layers 1..L", "centred, layers 1..L", "layer 0 raw / centred"],
+                 [[f"`{r['control']}`", name, _span(c["mean_cosine"]), _span(c["centred_mean_cosine"]),
+                   f"{c['mean_cosine'][0]:.3f} / {c['centred_mean_cosine'][0]:.3f}"]
+                  for r in rows for name, c in r["states"].items()])
 
 
 def main(argv=None) -> None:
