@@ -63,8 +63,7 @@ def noise_warning(meta: dict) -> str | None:
         bits.append(f"{steal:.1%} of CPU time was stolen by the hypervisor")
     if not bits:
         return None
-    return ("the machine was not quiet (" + "; ".join(bits) + "): ratios from one run still compare like "
-            "with like, but absolute tokens/s are low and the spread is wider.")
+    return "the machine was not quiet (" + "; ".join(bits) + "): ratios still compare like with like, but the spread is wider."
 
 
 def summary_rows(sec: dict) -> list[list]:
@@ -130,19 +129,13 @@ def summary_rows(sec: dict) -> list[list]:
 
 def render_overhead(o: dict) -> str:
     out = ["## 1. Extraction overhead: the tool vs the bare forward pass", "",
-           "Same model, same token windows (`core.inputs.corpora.tokenize_budget`, seed 0, max_seq_len 512), same "
-           "batches (`core.compute.extract.plan_batches`, batch 16), CPU, float32. Bare = `model(input_ids, "
-           "attention_mask)` under `torch.inference_mode()`, no hidden states kept, no metrics. Tool = "
-           "`core.compute.extract.extract_stats` (every streaming accumulator in float64, the shared 5000-token "
-           f"sample, metadata). Repetitions {o.get('order')}; one untimed warm-up of both first. "
-           "Ratio = median bare time / median tool time (= tool tokens/s over bare tokens/s); the range is "
-           "that of the per-pair ratios.", ""]
-    rows = []
-    for m in o.get("models", []):
-        rows.append([m["label"], f"{fi(m['tokens_analysed'])} ({fi(m['tokens_fed'])} fed)", m["n_batches"],
-                     f"{m['padding_fraction']:.1%}", m["reps"], ftps(m["bare_tokens_per_s"]),
-                     ftps(m["tool_tokens_per_s"]), f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})",
-                     met(m["met"])])
+           "Same model, token windows (seed 0, max_seq_len 512) and batches (batch 16), CPU, float32. Bare = "
+           "`model(input_ids, attention_mask)` under `torch.inference_mode()`; tool = `core.compute.extract.extract_stats` "
+           f"(every streaming sum in float64, the 5000-token sample). Repetitions {o.get('order')}, after one untimed "
+           "warm-up. Ratio = median bare time / median tool time; the range is that of the per-pair ratios.", ""]
+    rows = [[m["label"], f"{fi(m['tokens_analysed'])} ({fi(m['tokens_fed'])} fed)", m["n_batches"],
+             f"{m['padding_fraction']:.1%}", m["reps"], ftps(m["bare_tokens_per_s"]), ftps(m["tool_tokens_per_s"]),
+             _ratio_range(m), met(m["met"])] for m in o.get("models", [])]
     out.append(table(["Model", "Tokens analysed", "Batches", "Padding", "Reps", "Bare tok/s", "Tool tok/s",
                       "Ratio (range)", "Goal >= 0.90"], rows))
     for m in o.get("models", []):
@@ -150,9 +143,9 @@ def render_overhead(o: dict) -> str:
             out += ["", f"Note: {m['label']} was run at {fi(m['tokens_requested'])} requested tokens, not 40,000."]
         pr = m.get("profile")
         if pr:
-            out += ["", f"**Why {m['label']} misses the goal** - torch.profiler, self CPU time by op, bare forward vs "
-                    f"tool on the first {fi(pr['tokens'])} tokens (total {pr['total_bare_ms']:.0f} ms vs "
-                    f"{pr['total_tool_ms']:.0f} ms), ops sorted by the tool's extra time:", "",
+            out += ["", f"**Why {m['label']} misses the goal** - torch.profiler, self CPU time by op on the first "
+                    f"{fi(pr['tokens'])} tokens (bare {pr['total_bare_ms']:.0f} ms, tool {pr['total_tool_ms']:.0f} ms), "
+                    "by the tool's extra time:", "",
                     table(["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"],
                           [[r["op"], f"{r['bare_ms']:.1f}", f"{r['tool_ms']:.1f}", f"{r['extra_ms']:+.1f}",
                             r["bare_calls"], r["tool_calls"]] for r in pr["rows"]])]
@@ -161,24 +154,21 @@ def render_overhead(o: dict) -> str:
                 prof_share = max(tt - tb, 0.0) / tt
                 gap = 1 - m["ratio"]
                 out += ["", f"In the profile the tool's extra ops take {prof_share:.1%} of its time, against a measured "
-                        f"gap of {gap:.1%} (1 - ratio)."
-                        + (" Most of the measured gap is therefore not the tool's own work but variation of the "
-                           "machine between repetitions (see the per-pair range)." if prof_share < 0.5 * gap else "")]
+                        f"gap of {gap:.1%} (1 - ratio)." + (" Most of the gap is the machine's variation between "
+                                                            "repetitions (see the per-pair range)."
+                                                            if prof_share < 0.5 * gap else "")]
     return "\n".join(out)
 
 
 def render_peers(p: dict) -> str:
     out = ["## 2. The tool end to end vs a naive per-document peer", "",
-           "MiniLM-L6 on Wikipedia. Tool = `core.compute.pipeline.analyze` on an empty cache (read corpus, load model, "
-           "tokenize, extract, all metrics, cache write). Peer = what papers' scripts do: one forward per "
-           "document with `output_hidden_states=True`, every analysed token's hidden states copied to numpy "
-           "and kept, then per layer the mean cosine on sampled pairs "
-           f"({fi(p.get('pairs'))} random pairs i != j) or on all pairs (sklearn `cosine_similarity(H)`, the "
-           "N x N matrix averaged off the diagonal). Both see the same windows and analysed tokens. "
-           "Each configuration runs in its own process; peak = that process's high-water RSS (`VmHWM`). "
-           f"The all-pairs peer runs with its address space capped at {fb(p.get('cap_bytes'))} above what it "
-           "had after loading the model (`RLIMIT_AS`), so that it fails with `MemoryError` as the script would "
-           f"on a machine with that much free memory, instead of taking this one down. {p.get('note', '')}.", ""]
+           "MiniLM-L6 on Wikipedia. Tool = `core.compute.pipeline.analyze` on an empty cache. Peer = what papers' "
+           "scripts do (bench/peers.py): one forward per document, every analysed token's hidden states kept in numpy, "
+           f"then per layer the mean cosine on {fi(p.get('pairs'))} sampled pairs or on all pairs (sklearn "
+           "`cosine_similarity(H)`, N x N). Same windows and tokens; each run in its own process, peak = its `VmHWM`. "
+           f"The all-pairs peer's address space is capped at {fb(p.get('cap_bytes'))} above its size after loading "
+           f"the model (`RLIMIT_AS`): it fails with `MemoryError` as on a machine with that much free. {p.get('note', '')}.",
+           ""]
     rows = []
     for r in p.get("rows", []):
         for key, name in (("tool", "tool (exact)"), ("sampled", "peer, sampled pairs"), ("allpairs", "peer, all pairs")):
@@ -201,21 +191,17 @@ def render_peers(p: dict) -> str:
                    "not with MemoryError: see the table.")
     elif oom:
         need = 4 * oom * oom
-        out.append(f"The all-pairs peer ran out of memory at {fi(oom)} tokens: one float32 N x N similarity matrix "
-                   f"alone is {fb(need)} there, plus as much again for the off-diagonal copy; at 200,000 tokens it "
-                   f"would be {fb(4 * 200_000**2)}. Larger sizes were not attempted (the need only grows).")
+        out.append(f"The all-pairs peer ran out of memory at {fi(oom)} tokens: one float32 N x N matrix is {fb(need)} "
+                   f"there (twice that with the off-diagonal copy), {fb(4 * 200_000**2)} at 200,000 tokens; larger sizes "
+                   "were not attempted.")
     else:
         out.append("The all-pairs peer did not run out of memory at these sizes under this cap.")
     if p.get("tool_peak_growth"):
         out.append(f"Peak RSS from the smallest to the largest size grew x{fr(p['tool_peak_growth'], 2)} for the tool "
                    f"and x{fr(p.get('peer_peak_growth'), 2)} for the sampled-pairs peer (which keeps every hidden state).")
-    stages = []
-    for r in p.get("rows", []):
-        for key in ("tool", "sampled", "allpairs"):
-            bs = r[key].get("rss_by_stage")
-            if bs:
-                stages.append([fi(r["tokens"]), key, _stage_times(r[key]),
-                               ", ".join(f"{k} {fb(v)}" for k, v in bs.items())])
+    stages = [[fi(r["tokens"]), key, ", ".join(f"{k} {v:.2f}" for k, v in (r[key].get("seconds_by_stage") or {}).items()),
+               _by_stage(r[key])] for r in p.get("rows", []) for key in ("tool", "sampled", "allpairs")
+              if r[key].get("rss_by_stage")]
     if stages:
         out += ["", "<details><summary>Time and peak RSS by stage (RSS sampled every 20 ms)</summary>", "",
                 table(["Tokens", "Run", "Seconds per stage", "Max RSS per stage"], stages), "", "</details>"]
@@ -236,30 +222,32 @@ def _slower_by_stage(p: dict) -> list[str]:
         if not speed or speed >= 1.0 or "forward" not in ts or "forward+gather" not in ps:
             continue
         fixed = {k: v for k, v in ts.items() if k in ("fingerprints", "metrics")}
-        out += ["", f"**Where the time goes at {fi(r['tokens'])} tokens** (stage times above): the forward pass "
-                f"takes {ts['forward']:.2f} s in the tool (all streaming statistics and the sample included) vs "
-                f"{ps['forward+gather']:.2f} s in the peer's forward+gather. The difference is fixed work that "
-                "does not grow with the corpus: " + ", ".join(f"{k} {v:.2f} s" for k, v in fixed.items()) +
-                " (the sample-based metrics of every layer: covariance spectra, IsoScore, partition isotropy, "
-                "bootstrap CI, the outlier report: results the peer does not compute). Past a few tens of "
-                "thousands of tokens the per-token cost dominates and the tool is faster (table above). Plan: "
-                "compute the spectral metrics of a layer on demand in the dashboard and in float32, which would "
-                "take most of that fixed cost off a first `analyze`."]
+        out += ["", f"**Where the time goes at {fi(r['tokens'])} tokens**: the forward pass takes {ts['forward']:.2f} s "
+                f"in the tool (streaming statistics and sample included) vs {ps['forward+gather']:.2f} s in the peer's "
+                "forward+gather. The rest is fixed work that does not grow with the corpus: "
+                + ", ".join(f"{k} {v:.2f} s" for k, v in fixed.items()) + " (every layer's sample metrics, which the "
+                "peer does not compute); past a few tens of thousands of tokens the tool is faster (table above)."]
     return out
 
 
-def _stage_times(r: dict) -> str:
-    return ", ".join(f"{k} {v:.2f}" for k, v in (r.get("seconds_by_stage") or {}).items())
+def _by_stage(r: dict) -> str:
+    return ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())
+
+
+def _ratio_range(m: dict) -> str:
+    return f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})"
+
+
+def _runs(ts, nd: int = 2) -> str:
+    return " / ".join(fs(t, nd) for t in ts)
 
 
 def render_memory(m: dict) -> str:
     out = ["## 3. Memory: peak RSS does not grow with the corpus", "",
-           f"`core.compute.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size in "
-           "its own fresh process (peak = the process's high-water RSS, `VmHWM`).", ""]
-    rows = []
-    for r in m.get("rows", []):
-        rows.append([fi(r["tokens"]), _status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")),
-                     ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())])
+           f"`core.compute.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size "
+           "in its own fresh process (peak = its `VmHWM`).", ""]
+    rows = [[fi(r["tokens"]), _status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")), _by_stage(r)]
+            for r in m.get("rows", [])]
     out.append(table(["Tokens", "Status", "Time", "Peak RSS", "Max RSS per stage"], rows))
     if m.get("ratio"):
         out += ["", f"Ratio of peaks: **{fr(m['ratio'])}** (goal <= 1.10: {met(m['met'])})."]
@@ -268,10 +256,9 @@ def render_memory(m: dict) -> str:
 
 def render_cache(c: dict) -> str:
     out = ["## 4. Cache hits", "",
-           "A repeated `python -m core analyze ... --out r.json` on this run's own cache directory, timed end to "
-           "end from outside (interpreter start included; each repeat a fresh process, timed by pyperf's "
-           "`python -m pyperf command`); the first call computes. Whether torch/transformers "
-           "were imported is checked by running the same command in a fresh interpreter and reading `sys.modules`.", ""]
+           "A repeated `python -m core analyze ... --out r.json` on this run's cache, each repeat a fresh process timed "
+           "from outside by `python -m pyperf command` (interpreter start included); the first call computes. The "
+           "imported modules are read from `sys.modules` after the same command in a fresh interpreter.", ""]
     rows = []
     for r in c.get("runs", []):
         if r.get("status") == "error":
@@ -279,7 +266,7 @@ def render_cache(c: dict) -> str:
             continue
         rows.append([r["model"], f"{fi(r['tokens_analysed'])}, sample {fi(r['sample'])} x {r['n_layers']} layers "
                      f"({fb(r['stats_sample_bytes'])})", fs(r["first_s"]),
-                     " / ".join(fs(t) for t in r["repeat_s"]) + f" (median **{fs(r['repeat_median_s'])}**)",
+                     _runs(r["repeat_s"]) + f" (median **{fs(r['repeat_median_s'])}**)",
                      str(r["torch_imported"]), ", ".join(r.get("heavy_modules") or []) or "none", met(r["met"])])
     out.append(table(["Model", "Tokens, sample", "First (computes)", "Repeats", "torch imported",
                       "Heavy modules imported", "Goal < 2 s, no torch"], rows))
@@ -296,14 +283,12 @@ def render_cache(c: dict) -> str:
         if pg.get("selection_override"):
             warm = f" (--quick: the selection was overridden to {pg['selection_override']} through the app's session state.)"
         elif "umap_warmup_wait_s" in pg:
-            warm = (f" The app compiles UMAP in a background thread at start; the re-renders were timed after it "
-                    f"finished (waited {fs(pg['umap_warmup_wait_s'])} after the first page render; finished: "
-                    f"{pg.get('umap_warm')}).")
-        out[-1] += (f"The runs of the app's default selection ({'; '.join(pg.get('runs') or [])}) were computed first "
-                    f"into this run's cache. In a fresh process, `streamlit.testing.v1.AppTest` runs `app.py` "
-                    f"({fs(pg.get('app_first_render_s'))}, the page read from the disk cache), switches to "
-                    f"`{pg.get('page')}` ({fs(pg.get('page_first_render_s'))}), then re-renders it: "
-                    f"{' / '.join(fs(t) for t in pg['rerender_s'])}, median **{fs(pg['rerender_median_s'])}** "
+            warm = (f" The re-renders were timed after the app's UMAP warm-up (waited {fs(pg['umap_warmup_wait_s'])} "
+                    f"after the first page render; finished: {pg.get('umap_warm')}).")
+        out[-1] += (f"The app's default selection ({'; '.join(pg.get('runs') or [])}) computed first; in a fresh process "
+                    f"`streamlit.testing.v1.AppTest` runs `app.py` ({fs(pg.get('app_first_render_s'))}, from the disk "
+                    f"cache), switches to `{pg.get('page')}` ({fs(pg.get('page_first_render_s'))}), then re-renders it: "
+                    f"{_runs(pg['rerender_s'])}, median **{fs(pg['rerender_median_s'])}** "
                     f"(goal < 1 s: {met(pg.get('met'))}).{warm} Exceptions: {pg.get('exceptions') or 'none'}; errors "
                     f"shown: {pg.get('errors_shown') or 'none'}; Plotly charts on the page: {pg.get('n_plotly_charts')}, "
                     f"tables: {pg.get('n_dataframes')}; torch imported by the app process: {pg.get('torch_imported')}.")
@@ -315,8 +300,8 @@ def render_cache(c: dict) -> str:
 def render_projection(p: dict) -> str:
     out = ["## 5. Projections", "",
            f"{fi(p.get('n_points'))} points at d={p.get('d')} ({p.get('source')}). UMAP through "
-           "`core.compute.projection.umap_2d` (cosine metric, 15 neighbours, seeded); every UMAP figure comes from a fresh "
-           "process, so that 'cold' really includes importing umap and numba's JIT compilation.", ""]
+           "`core.compute.projection.umap_2d` (cosine, 15 neighbours, seeded), in fresh processes: 'cold' includes "
+           "importing umap and numba's JIT compilation.", ""]
     rows = []
     cold = p.get("cold") or {}
     if cold.get("status") == "ok":
@@ -326,7 +311,7 @@ def render_projection(p: dict) -> str:
         rows.append(["UMAP cold: fresh process, empty numba cache", _status(cold), ""])
     if p.get("warm_s"):
         rows.append(["UMAP warm (same process, kernels compiled)", fs(p.get("warm_median_s")),
-                     "runs: " + " / ".join(fs(t) for t in p["warm_s"])])
+                     "runs: " + _runs(p["warm_s"])])
     rows.append(["PCA (`core.compute.projection.pca_2d`)", fs(p.get("pca_median_s"), 3), "median of 5"])
     for method in ("umap", "pca"):
         pr = p.get(f"project_{method}") or {}
@@ -337,7 +322,7 @@ def render_projection(p: dict) -> str:
                          + ("; numba's disk cache filled by the cold run"
                             if method == "umap" and cold.get("status") == "ok" else "")])
             rows.append([f"`core.compute.projection.project(..., '{method}')`, cache hit", fs(pr["hit_median_s"], 3),
-                         "runs: " + " / ".join(fs(t, 3) for t in pr["hit_s"]) + f" (cached={pr['hit_cached']})"])
+                         "runs: " + _runs(pr["hit_s"], 3) + f" (cached={pr['hit_cached']})"])
     if (p.get("project_status") or {}).get("status") not in (None, "ok"):
         rows.append(["`core.compute.projection.project`", _status(p["project_status"]), ""])
     out.append(table(["What", "Time", "Detail"], rows))
@@ -349,9 +334,8 @@ def render_projection(p: dict) -> str:
 def render_batching(b: dict) -> str:
     out = ["## 6. Batch size and padding", "",
            f"`core.compute.extract.extract_stats`, MiniLM-L6, {fi(b.get('tokens_analysed'))} analysed tokens in "
-           f"{fi(b.get('n_windows'))} windows, {b.get('reps')} alternating repetition(s), median. Padding fraction = "
-           "`core.compute.extract.padding_fraction` (padded positions / all positions) for the tool's length-sorted "
-           "batches; the last column is the same for batches in corpus order (no sorting), for comparison.", ""]
+           f"{fi(b.get('n_windows'))} windows, {b.get('reps')} alternating repetition(s), median. Padding = padded / all "
+           "positions, for the tool's length-sorted batches and for batches in corpus order.", ""]
     rows = [[f"{r['batch_size']}" + (" (default)" if r["default"] else ""), r["n_batches"], ftps(r["tokens_per_s"]),
              fr(r["speedup_vs_1"], 2) if r.get("speedup_vs_1") else "n/a", f"{r['padding_fraction']:.1%}",
              f"{r['padding_fraction_unsorted']:.1%}"] for r in b.get("rows", [])]
@@ -362,10 +346,10 @@ def render_batching(b: dict) -> str:
 
 def render_postproc(p: dict) -> str:
     out = ["## 7. Post-processing what-ifs", "",
-           f"`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral "
-           f"metrics, IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the "
-           f"post-processing; X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer "
-           f"{p.get('layer')}. Median of {p.get('reps')} runs after a warm-up.", ""]
+           "`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral metrics, "
+           "IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the post-processing; "
+           f"X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer {p.get('layer')}. "
+           f"Median of {p.get('reps')} runs after a warm-up.", ""]
     rows = [[r["post"], fs(r["median_s"], 3), met(r["met"])] for r in p.get("rows", [])]
     out.append(table(["Post-processing", "Time", "Goal < 0.5 s"], rows))
     if p.get("profile"):
@@ -376,20 +360,15 @@ def render_postproc(p: dict) -> str:
 
 def render_attention(a: dict) -> str:
     out = ["## 8. Attention statistics", "",
-           "`core.studies.attention.extract_attention` (eager attention; hooks reduce each layer's probabilities and the "
-           "pre-rotary q/k projections per head, in float32 per row or column, into float64 sums: entropy, sinks, "
-           "received attention and the outlier "
-           "link for 10 dims, query/key geometry) against the bare forward with the model's default SDPA attention "
-           "and the bare forward with eager attention and `output_attentions=True`; same windows, same batches "
-           f"(batch 16), CPU, float32. Goal: at least {a.get('goal')} of the latter. Order: {a.get('order')}; "
-           "medians. The last column is the model's attention implementation after the run (statistics off: "
-           "SDPA kept).", ""]
-    rows = []
-    for r in a.get("models", []):
-        tps = r["tokens_per_s"]
-        rows.append([r["label"], fi(r["tokens_analysed"]), ftps(tps["sdpa"]), ftps(tps["eager"]), ftps(tps["tool"]),
-                     fr(r["ratio_vs_eager"]), fr(r["ratio_vs_sdpa"]),
-                     f"{r['attn_implementation_before']} -> {r['attn_implementation_after']}", met(r["met"])])
+           "`core.studies.attention.extract_attention` (eager attention, hooks reducing each layer's probabilities and "
+           "q/k projections into float64 sums, the outlier link for 10 dims) against the bare forward with SDPA and "
+           "with eager attention and `output_attentions=True`; same windows and batches (16), CPU, float32. Goal: at "
+           f"least {a.get('goal')} of the latter. Order: {a.get('order')}; medians. Last column: the model's "
+           "attention implementation before -> after.", ""]
+    rows = [[r["label"], fi(r["tokens_analysed"]), *(ftps(r["tokens_per_s"][k]) for k in ("sdpa", "eager", "tool")),
+             fr(r["ratio_vs_eager"]), fr(r["ratio_vs_sdpa"]),
+             f"{r['attn_implementation_before']} -> {r['attn_implementation_after']}", met(r["met"])]
+            for r in a.get("models", [])]
     out.append(table(["Model", "Tokens", "Bare SDPA tok/s", "Bare eager + output_attentions tok/s",
                       "Attention statistics tok/s", "vs eager", "vs SDPA", "attention impl.", "Goal"], rows))
     return "\n".join(out)
@@ -397,23 +376,18 @@ def render_attention(a: dict) -> str:
 
 def render_chain(a: dict) -> str:
     out = ["## 10. The outlier chain's extra statistics (issue 24)", "",
-           "`core.compute.extract.extract_stats` on the same windows and batches (batch 16, CPU, float32): base = without "
-           "recording where each max |x_d| sits (`TRACK_MAX_POSITION` off), chain = with it, plus the chain's "
-           "per-layer sections computed from the statistics (massive activations with token, position and position "
-           "class; Otsu's high-norm split and where the tokens sit; top-1/median and the 100x/1000x counts); chain + "
-           "hooks = also the super-weight maxima of every MLP output projection and the LLM.int8 counts on the "
-           "projection inputs, hooked into the same forward (`core chain` computes those in a pass of its own). "
-           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base. The CPU-time columns are base / "
-           "variant of the process CPU time (all threads): the work done, steadier than wall time on a loaded machine.", ""]
-    rows = []
-    for r in a.get("models", []):
-        t = r["tokens_per_s"]
-        rows.append([r["label"], fi(r["tokens_analysed"]), str(r["reps"]), ftps(t["base"]), ftps(t["chain"]),
-                     ftps(t["hooks"]), fr(r["ratio"]), fr(r["ratio_hooks"]),
-                     " ".join(f"{v:.3f}" for v in r["pair_ratio"]), fr(r.get("cpu_ratio")),
-                     fr(r.get("cpu_ratio_hooks")),
-                     (f"{r['sections_share']:.1%}, {fr(r['extraction_ratio'])}" if "sections_share" in r else "n/a"),
-                     met(r["met"])])
+           "`core.compute.extract.extract_stats` on the same windows and batches (16, CPU, float32): base = without "
+           "recording where each max |x_d| sits (`TRACK_MAX_POSITION` off); chain = with it, plus the chain's per-layer "
+           "sections (massive activations, Otsu's high-norm split, top-1/median, 100x/1000x counts); chain + hooks = also "
+           "the super-weight maxima and LLM.int8 counts hooked into the same forward. "
+           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base. CPU time: base / variant of the "
+           "process CPU time (all threads), steadier than wall time on a loaded machine.", ""]
+    rows = [[r["label"], fi(r["tokens_analysed"]), str(r["reps"]), *(ftps(r["tokens_per_s"][k]) for k in
+                                                                      ("base", "chain", "hooks")),
+             fr(r["ratio"]), fr(r["ratio_hooks"]), " ".join(f"{v:.3f}" for v in r["pair_ratio"]), fr(r.get("cpu_ratio")),
+             fr(r.get("cpu_ratio_hooks")),
+             f"{r['sections_share']:.1%}, {fr(r['extraction_ratio'])}" if "sections_share" in r else "n/a", met(r["met"])]
+            for r in a.get("models", [])]
     out.append(table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
                       "Chain + hooks / base", "Per-rep chain/base", "CPU time: chain / base", "CPU time: chain + hooks "
                       "/ base", "Own account: sections / base, extraction alone base / (chain - sections)", "Goal"],
@@ -425,17 +399,11 @@ def render_gpu(g: dict | None, reason: str) -> str:
     """The GPU section between markers; `g` is None when not measured."""
     out = [GPU_START, "## GPU", ""]
     if not g:
-        out += [f"**Not measured yet.** {reason}",
-                "",
-                "On a machine with a CUDA GPU, `python -m bench --device cuda` measures it and replaces this section "
-                "in place: random-init models of real sizes built from configs (BERT-base, GPT-2 124M, LLaMA-style 1B "
-                "and 8B) in bf16; tokens/s of the tool (`extract_stats` on the device) vs the bare forward on the same "
-                "windows and batches, and the forward's achieved TFLOP/s (2 x n_params x tokens / time) against the "
-                "card's dense bf16 peak; the tool vs the per-document peer on the GPU (BERT-base, GPT-2); and one "
-                "`analyze` in one process vs the same spec under torchrun with one NCCL rank per GPU (agreement "
-                "and wall time). The distributed path itself is tested on CPU in CI (two gloo ranks equal one "
-                "process).", GPU_END]
-        return "\n".join(out)
+        return "\n".join(out + [
+            f"**Not measured yet.** {reason}", "",
+            "On a CUDA machine `python -m bench --device cuda` replaces this section: random-init BERT-base, GPT-2, "
+            "LLaMA-style 1B and 8B in bf16, the tool's tokens/s vs the bare forward's and its TFLOP/s against the card's "
+            "peak, the tool vs the per-document peer, and one process vs torchrun (one NCCL rank per GPU).", GPU_END])
     out.insert(1, GPU_MEASURED)
     m = g.get("meta", {})
     out += [f"Measured on {g.get('device')} ({m.get('date_utc', '')}; torch {m.get('torch', '')}, transformers "
@@ -457,16 +425,15 @@ def render_gpu(g: dict | None, reason: str) -> str:
                       "of peak", "Max GPU memory"], rows))
     peers = [(r["model"], r["peer"]) for r in g.get("models", []) if r.get("peer")]
     if peers:
-        out += ["", "**The tool vs the per-document peer on the GPU** (one forward per document, every hidden state "
-                "copied to the host, 10,000 sampled pairs per layer; the tool batches and keeps its sums on the device):", ""]
-        out.append(table(["Model", "Tokens", "Tool", "Peer", "Tool speed / peer's"],
-                         [[m, fi(p["tokens"]), fs(p["tool_s"]), fs(p["peer_s"]), f"**{p['speedup']:.1f}x**"]
-                          for m, p in peers]))
+        out += ["", "**The tool vs the per-document peer on the GPU** (hidden states copied to the host, 10,000 sampled "
+                "pairs per layer):", "", table(["Model", "Tokens", "Tool", "Peer", "Tool speed / peer's"],
+                                               [[m, fi(p["tokens"]), fs(p["tool_s"]), fs(p["peer_s"]),
+                                                 f"**{p['speedup']:.1f}x**"] for m, p in peers])]
     d = g.get("distributed")
     if d:
         runs = [k for k in d if isinstance(d[k], dict) and "wall_s" in d[k]]
         out += ["", f"**torchrun** ({d['model']}, {fi(d.get('tokens_analysed') or d['tokens_requested'])} tokens, "
-                f"{d['nproc']} NCCL rank(s), one per GPU; NCCL refuses two ranks on one GPU): max relative difference "
+                f"{d['nproc']} NCCL rank(s), one per GPU): max relative difference "
                 f"of the exact metrics vs one process {d.get('max_rel_diff_exact', 'n/a')}, same sample bit for bit: "
                 f"{d.get('sample_identical', 'n/a')}, sample metrics identical: "
                 f"{d.get('sample_metrics_identical', 'n/a')}, same cache key: {d.get('same_cache_key', 'n/a')}.", ""]
@@ -485,16 +452,12 @@ def merge_gpu(existing: str | None, new_doc: str) -> str:
 
 def render_modalities(o: dict) -> str:
     out = ["## Other modalities: extraction overhead for a vision and a speech Transformer", "",
-           "Same items (images-crops resized to 224x224: CLS + 256 patches each; speech-human clips in 30 s "
-           "windows of 1500 frames, frames past the end of a clip not analysed), same batches (8 items), same "
-           "input preparation (pixels / log-mel features), CPU, float32. Bare = `model(pixel_values | "
-           "input_features)` under `torch.inference_mode()`, no hidden states kept. Tool = "
-           "`core.compute.extract.extract_stats` with the modality adapter (every streaming accumulator in float64, "
-           f"the shared 5000-position sample). Repetitions {o.get('order')}, after one untimed warm-up. Ratio = "
-           "median bare time / median tool time.", ""]
+           "Same items (images-crops at 224x224: CLS + 256 patches; speech-human clips in 30 s windows of 1500 frames), "
+           "batches (8 items) and input preparation, CPU, float32. Bare = `model(pixel_values | input_features)` under "
+           "`torch.inference_mode()`; tool = `extract_stats` with the modality adapter (5000-position sample). "
+           f"Repetitions {o.get('order')}, after one untimed warm-up. Ratio = median bare time / median tool time.", ""]
     rows = [[m["label"], m["corpus"], f"{fi(m['positions_analysed'])} ({fi(m['positions_fed'])} fed)", m["items"],
-             m["reps"], ftps(m["bare_per_s"]), ftps(m["tool_per_s"]),
-             f"**{fr(m['ratio'])}** ({fr(m['pair_ratio_min'])}-{fr(m['pair_ratio_max'])})", met(m["met"])]
+             m["reps"], ftps(m["bare_per_s"]), ftps(m["tool_per_s"]), _ratio_range(m), met(m["met"])]
             for m in o.get("models", [])]
     out.append(table(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s",
                       "Ratio (range)", "Goal >= 0.90"], rows))
@@ -503,15 +466,11 @@ def render_modalities(o: dict) -> str:
 
 def render_geometry(o: dict) -> str:
     out = ["## Geometry statistics (issue 25): their cost at the default size", "",
-           f"The app's default run (wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}, CPU, "
-           "float32): `core.compute.pipeline.analyze` on an empty cache of its own, in the bench process (corpus read, "
-           "model load, tokenize, forward, every statistic, isotropic baselines, cache write; imports excluded). "
-           "New = the new statistics of that run timed on its own statistics as `build_results` computes them: "
-           "intrinsic dimension (duplicates, neighbours, TwoNN, GRIDE and its scales) and matrix entropy of every "
-           "layer, the layers x layers CKA section, and their isotropic baselines. Ratio = median new / "
-           "(median run - median new): what they add to a run without them (wall clock; in CPU seconds of the "
-           "process beside it). Logit lens (opt-in, causal LMs) = `core.compute.lens.logit_lens` on the same run's "
-           "sample with the loaded model, over the run without it.", ""]
+           f"The app's default run (wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}, CPU, float32): "
+           "`core.compute.pipeline.analyze` on an empty cache, in the bench process (imports excluded). New = that run's "
+           "intrinsic dimension, matrix entropy, CKA section and their isotropic baselines, timed as `build_results` "
+           "computes them. Ratio = median new / (median run - median new), also in CPU seconds. Logit lens (opt-in, "
+           "causal LMs) = `core.compute.lens.logit_lens` on the run's sample, over the run without it.", ""]
     rows = []
     for m in o.get("models", []):
         p = m.get("parts_s", {})
@@ -527,25 +486,19 @@ def render_geometry(o: dict) -> str:
     return "\n".join(out)
 
 
-RENDERERS = {
-    "overhead": render_overhead,
-    "modalities": render_modalities, "peers": render_peers, "memory": render_memory, "cache": render_cache,
-    "projection": render_projection, "batching": render_batching, "postproc": render_postproc,
-    "attention": render_attention, "chain": render_chain,
-    "geometry": render_geometry,
-}
+RENDERERS = {"overhead": render_overhead, "modalities": render_modalities, "peers": render_peers, "memory": render_memory,
+             "cache": render_cache, "projection": render_projection, "batching": render_batching,
+             "postproc": render_postproc, "attention": render_attention, "chain": render_chain, "geometry": render_geometry}
 
 
 def render(results: dict) -> str:
     meta = results["meta"]
     sec = results["sections"]
     out = ["# Benchmarks", "",
-           f"Written by `{meta['command']}` (bench v{meta.get('bench_version')}). Every figure below was measured in "
-           "this one run on the machine described, and goals are stated as ratios between runs of that same run, "
-           "so the machine's speed cancels out."]
+           f"Written by `{meta['command']}` (bench v{meta.get('bench_version')}). Every figure was measured in this one "
+           "run on the machine described; goals are ratios within the run, so the machine's speed cancels out."]
     if meta.get("quick"):
-        out += ["", "> **QUICK MODE**: tiny sizes that only check that every section runs. These numbers say "
-                "nothing about the goals; run `python -m bench` for the real figures."]
+        out += ["", "> **QUICK MODE**: tiny sizes that only check that every section runs; `python -m bench` measures."]
     if meta.get("overrides"):
         out += ["", f"> Sizes overridden on the command line: {meta['overrides']}: not the standard benchmark."]
     if meta.get("only"):
