@@ -10,6 +10,7 @@ On the way out it stops the worker the app started for `cache_dir` (if any), the
 from __future__ import annotations
 
 import contextlib
+import signal
 import socket
 import subprocess
 import sys
@@ -71,3 +72,13 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
             proc.kill()
         log.close()
 
+
+
+def browser_main() -> bool:
+    """For a benchmark's main(): SIGTERM (`timeout`, a Ctrl-C elsewhere) exits through the finally blocks, so that the
+    app server and its worker do not outlive it; False (said on stderr) when Debian's chromium is missing."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if not Path(CHROMIUM).exists():
+        print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
+        return False
+    return True

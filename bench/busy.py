@@ -26,7 +26,6 @@ import asyncio
 import datetime as dt
 import json
 import platform
-import signal
 import subprocess
 import sys
 import tempfile
@@ -36,7 +35,7 @@ from pathlib import Path
 import psutil
 
 from bench import common
-from bench.appserver import CHROMIUM, ROOT, app_server
+from bench.appserver import ROOT, app_server, browser_main
 from core.base import settings
 from core.base.spec import RunSpec
 from core.entry import jobs, worker
@@ -76,14 +75,10 @@ def stop(procs: list[psutil.Popen]) -> dict:
     return cpu
 
 
-def _spec(tokens: int, seed: int = 0) -> RunSpec:
-    return RunSpec(max_tokens=tokens, seed=seed)
-
-
 def cli_run(tokens: int, cache: Path) -> dict:
     """`python -m core analyze` on the default model and corpus at `tokens`, in a fresh process."""
     out = cache / "cli.json"
-    spec = _spec(tokens)
+    spec = RunSpec(max_tokens=tokens)
     cmd = [sys.executable, "-m", "core", "analyze", "--model", spec.model, "--corpus", spec.corpus, "--max-tokens",
            str(tokens), "--cache-dir", str(cache), "--quiet", "--out", str(out)]
     t0 = time.perf_counter()
@@ -122,19 +117,18 @@ def job_run(spec: RunSpec, cache: Path, timeout_s: float = 3600) -> dict:
             "forward_s": m["timing"]["forward_s"], "queued_s": queued}
 
 
-def _worker_nice(cache: Path) -> int | None:
+def _worker(cache: Path, what: str):
+    """A figure of the worker process (psutil.Process's `what`: nice, num_threads), None when it does not run."""
     pid = worker.worker_pid(cache)
     try:
-        return psutil.Process(pid).nice() if pid and pid > 0 else None
+        return getattr(psutil.Process(pid), what)() if pid and pid > 0 else None
     except psutil.NoSuchProcess:
         return None
 
 
 def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 2) -> dict:
-    # lazy: bench.load imports playwright's helpers; the pipeline imports torch
+    # lazy: bench.load imports playwright's helpers
     from bench import load
-    from core.compute.pipeline import analyze
-    from core.studies.selection import from_query_params
 
     tokens, job_tokens = max(1000, min(tokens, 400_000)), max(10_000, min(job_tokens, 400_000))
     users, seconds = max(1, min(users, 16)), max(10.0, min(seconds, 600.0))
@@ -149,18 +143,17 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
         print(f"CLI: {tokens:,} tokens beside {n_busy} busy processes", file=sys.stderr)
         out["cli"] = cli = cli_run(tokens, cli_cache)
         app_cache = Path(tempfile.mkdtemp(prefix="aniso-busy-app-"))
-        settings.set_cache_dir(app_cache)
-        sel, _ = from_query_params(dict(kv.split("=") for kv in load.QUERY.split("&")))
-        print("computing the browsed run (not timed)", file=sys.stderr)
-        analyze(sel.spec(sel.models[0]), cache_dir=app_cache)
-        env = settings.child_env(app_cache, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-        with app_server(app_cache, app_cache / "streamlit.log", env=env) as (url, server):
+        load.compute_browsed_run(app_cache)
+        with app_server(app_cache, app_cache / "streamlit.log") as (url, server):
             worker.ensure_worker(app_cache)  # as a page opening does (ui.jobs_panel.prestart_worker)
             print(f"dashboard job: {tokens:,} tokens through the worker", file=sys.stderr)
-            out["job"] = job = job_run(_spec(tokens), app_cache)
-            out["worker_nice"] = _worker_nice(app_cache)
-            out["worker_threads"] = _worker_threads(app_cache)
-            out["page"] = _browse_while_job(load, url, server.pid, app_cache, job_tokens, users, seconds)
+            out["job"] = job = job_run(RunSpec(max_tokens=tokens), app_cache)
+            out["worker_nice"], out["worker_threads"] = _worker(app_cache, "nice"), _worker(app_cache, "num_threads")
+            jid = load.start_job(app_cache, job_tokens, "bench.busy: long job")
+            print(f"{users} users browse for {seconds:.0f} s while job {jid} runs", file=sys.stderr)
+            page = load.summarize(*asyncio.run(load.run_phase(url, users, seconds, load.THINK_MEAN_S, server.pid)))
+            out["page"] = {**{k: page[k] for k in ("n", "p50", "p95", "max", "errors", "per_page")},
+                           **load.job_figures(jid, app_cache, cancel=True)}
     finally:
         out["busy_cpu_s"] = stop(busy)
     out["load_after"] = common.loadavg()
@@ -173,42 +166,11 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
     return out
 
 
-def _worker_threads(cache: Path) -> int | None:
-    pid = worker.worker_pid(cache)
-    try:
-        return psutil.Process(pid).num_threads() if pid and pid > 0 else None
-    except psutil.NoSuchProcess:
-        return None
-
-
 def _autogroups() -> bool | None:
     try:
         return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
     except OSError:
         return None
-
-
-def _browse_while_job(load, url: str, server_pid: int, cache: Path, job_tokens: int, users: int,
-                      seconds: float) -> dict:
-    """`users` browse (bench.load's users) while a long job runs; the page views' p50/p95 and the job's rate."""
-    jid = jobs.submit("analyze", {"spec": _spec(job_tokens, seed=7).to_dict()}, label="bench.busy: long job",
-                      cache_dir=cache)
-    worker.ensure_worker(cache)
-    t0 = time.time()
-    while time.time() - t0 < 300:
-        j = jobs.status(jid, cache)
-        if not j.active or (j.progress.stage == "forward" and j.progress.done > 0):
-            break
-        time.sleep(0.5)
-    print(f"{users} users browse for {seconds:.0f} s while job {jid} runs", file=sys.stderr)
-    summary = load.summarize(*asyncio.run(load.run_phase(url, users, seconds, load.THINK_MEAN_S, server_pid)))
-    j = jobs.status(jid, cache)
-    summary["job_status"], summary["job_tokens_per_s"], summary["job_done"] = j.status, j.progress.rate, j.progress.done
-    if j.active:
-        jobs.cancel(jid, cache)
-        jobs.wait(jid, cache, timeout=120)
-    return {k: summary[k] for k in ("n", "p50", "p95", "max", "errors", "per_page", "job_status", "job_tokens_per_s",
-                                    "job_done")}
 
 
 def render(r: dict, command: str) -> str:
@@ -221,9 +183,9 @@ def render(r: dict, command: str) -> str:
              "the forward pass's (`manifest.timing.tokens_per_s`). Then "
              f"{r['users']} browser users browse for {r['seconds']:.0f} s (as in `python -m bench.load`) while a "
              f"{r['job_tokens']:,}-token job runs.", "",
-             "| | tokens/s | wall (s) |", "|---|---|---|",
-             f"| CLI | {cli['tokens_per_s']:,.0f} | {cli['wall_s']:.1f} |",
-             f"| dashboard job | {job['tokens_per_s']:,.0f} | {job['wall_s']:.1f} (submit to done) |", "",
+             common.table(["", "tokens/s", "wall (s)"], [["CLI", f"{cli['tokens_per_s']:,.0f}", f"{cli['wall_s']:.1f}"],
+                                                         ["dashboard job", f"{job['tokens_per_s']:,.0f}",
+                                                          f"{job['wall_s']:.1f} (submit to done)"]]), "",
              f"Ratio job / CLI: **{r['ratio']:.2f}** (goal >= {GOAL_RATIO}); page views while the job runs: "
              f"{page['n']}, p50 {page['p50']:.2f} s, **p95 {page['p95']:.2f} s** (goal < {GOAL_P95_S:g} s), "
              f"{len(page['errors'])} navigations failed (not in the p95: a failure fails the goal); "
@@ -237,10 +199,6 @@ def render(r: dict, command: str) -> str:
     return "\n".join(lines)
 
 
-def write_md(md: str, path: Path) -> None:
-    common.write_section(md, path, BUSY_START, BUSY_END)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.busy", description=__doc__.splitlines()[0])
     p.add_argument("--json", required=True, help="where to write the figures (JSON)")
@@ -252,9 +210,7 @@ def main(argv=None) -> int:
     p.add_argument("--busy", type=int, default=2, help="unrelated busy processes")
     p.add_argument("--note", default="", help="a sentence about the machine, added to the section (e.g. other work)")
     a = p.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally blocks: nothing left behind
-    if not Path(CHROMIUM).exists():
-        print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
+    if not browser_main():
         return 2
     r = run(a.tokens, a.job_tokens, a.users, a.seconds, max(0, min(a.busy, 16)))
     r["note"] = a.note.strip()[:500]
@@ -267,7 +223,7 @@ def main(argv=None) -> int:
     md = render(r, cmd)
     print(md)
     if a.md:
-        write_md(md, Path(a.md))
+        common.write_section(md, Path(a.md), BUSY_START, BUSY_END)
     return 0
 
 

@@ -4,22 +4,14 @@
     python -m bench.live --out /tmp/l.md  # the section alone, into another file
     python -m bench.live --quick          # tiny sizes, prints the markdown (checks the code)
 
-1. Cost of publishing: the default model's extraction (MiniLM, wiki-en) with and without partial results,
-   in one process, alternating A B B A, each run with the same windows and batches. "With" is the job's
-   path: after the first batch and then every few seconds, the sums so far become partial results
-   (`core.stats.assemble.partial_results`: every streaming statistic with its bootstrap interval) written into
-   the job queue's store as JSON. The ratio of tokens/s (goal: >= 0.98), and the loop's own account of the
-   time spent publishing (`timing["partial_s"]` / forward time).
-2. First curve in a real browser: `streamlit run app.py` on 127.0.0.1 (its own port), Debian's chromium via
-   Playwright; the app's default selection (MiniLM on wiki-en, the UI's default budget); the clock starts
-   at the click on Run and stops when the first Plotly figure with traces is drawn (the partial curve), then
-   when the final one is. Fresh: a new server on a new cache directory, the click as soon as the page is
-   ready (a fresh clone's first Run: the worker the app started when the page opened is still importing torch
-   and loading the model). Warm: the same server and worker after that run, the run's statistics and results
-   deleted from the cache (the model files and the worker's imports warm). With the steps in between
-   (queued, taken by the worker, first partial published, drawn) and the CPU seconds of each process.
-   Goals: warm <= 10 s, fresh <= 30 s.
-`python -m bench` keeps this section when it rewrites BENCHMARKS.md.
+1. Cost of publishing: MiniLM's extraction on wiki-en without and with partial results (the job's path:
+   `core.stats.assemble.partial_results` written to the job queue's store every few seconds), in one
+   process, alternating A B B A on the same windows and batches; goal: a ratio of tokens/s >= 0.98.
+2. First curve in a real browser (`streamlit run app.py`, Debian's chromium via Playwright, the app's
+   default selection): from the click on Run to the first drawn figure (the partial curve), then to the
+   final one, with the job's steps and each process's CPU seconds. Fresh: a new server and cache, the click
+   as soon as the page is ready; warm: the same server and worker, the run deleted from the cache.
+   Goals: warm <= 10 s, fresh <= 30 s. `python -m bench` keeps this section when it rewrites BENCHMARKS.md.
 """
 
 from __future__ import annotations
@@ -28,7 +20,6 @@ import argparse
 import datetime as dt
 import json
 import platform
-import signal
 import sys
 import tempfile
 import time
@@ -41,7 +32,7 @@ from core.base import settings
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
-from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server  # noqa: E402
+from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
 from bench.common import loadavg, log, machine_info, median, met, n_analysed, proc_cpu_s, table, write_section  # noqa: E402
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
@@ -109,9 +100,6 @@ FIRST_CURVE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'
     .map(el => ((el.layout || {}).title || {}).text || '')"""
 
 
-_cpu_s = proc_cpu_s  # user + system CPU seconds of a process so far (0 when it does not run)
-
-
 def _others_cpu_s(server_pid: int, exclude: set) -> float:
     """CPU seconds so far of the app server's other child processes (the UMAP process that compiles umap's
     kernels when the app starts), the job worker left out."""
@@ -150,7 +138,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         page.evaluate("() => { window.__no_reload = true; }")
         worker0 = worker.worker_pid(cache)
         warmed0 = _warmed(cache)
-        server0, wcpu0 = _cpu_s(server_pid), _cpu_s(worker0)
+        server0, wcpu0 = proc_cpu_s(server_pid), proc_cpu_s(worker0)
         others0 = _others_cpu_s(server_pid, {worker0})
         t0, wall0 = time.monotonic(), time.time()
         run.click()
@@ -162,8 +150,8 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         def step(what: str, at: float | None = None) -> None:
             wpid = worker.worker_pid(cache)
             steps.append({"step": what, "s": round(time.monotonic() - t0 if at is None else at, 2),
-                          "server_cpu_s": round(_cpu_s(server_pid) - server0, 2),
-                          "worker_cpu_s": round(_cpu_s(wpid) - (wcpu0 if wpid == worker0 else 0.0), 2),
+                          "server_cpu_s": round(proc_cpu_s(server_pid) - server0, 2),
+                          "worker_cpu_s": round(proc_cpu_s(wpid) - (wcpu0 if wpid == worker0 else 0.0), 2),
                           "other_cpu_s": round(_others_cpu_s(server_pid, {wpid, worker0}) - others0, 2)})
 
         seen: set[str] = set()
@@ -191,7 +179,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
                     step("run stored, job done", job.finished - wall0)
             if titles and first is None:
                 first, first_title = now, titles[0]
-                cpu_first = _cpu_s(server_pid) - server0 + _cpu_s(worker.worker_pid(cache)) - (
+                cpu_first = proc_cpu_s(server_pid) - server0 + proc_cpu_s(worker.worker_pid(cache)) - (
                     wcpu0 if worker.worker_pid(cache) == worker0 else 0.0)
                 step("first figure drawn")
             if any("partial" not in t for t in titles):
@@ -312,7 +300,8 @@ def main(argv=None) -> int:
                    help="the worker's niceness (default: the app's, 10); 0 on a machine busy with other work, where a "
                         "niced worker waits for everyone else")
     a = p.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # through the finally blocks: server and worker stop
+    if not a.no_browser and not browser_main():
+        return 2
     m = machine_info()
     meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{m.get('cpu_model') or platform.processor()}, {m.get('usable_cores')} cores, "
@@ -323,9 +312,6 @@ def main(argv=None) -> int:
             cost = publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d))
             log(f"cost: ratio {cost['ratio']:.3f}, share {cost['share_median']:.2%}")
     if not a.no_browser:
-        if not Path(CHROMIUM).exists():
-            print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
-            return 2
         curve = first_curve(1000 if a.quick else None, a.timeout, a.worker_nice)
     meta["load_end"] = loadavg()
     busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0

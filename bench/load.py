@@ -3,16 +3,12 @@
     python -m bench.load                      # 8 users -> the load section of BENCHMARKS.md
     python -m bench.load --users 4 --seconds 30 --out /tmp/load.md
 
-One `streamlit run app.py` on 127.0.0.1 (a free port, a fresh cache directory), one run computed
-beforehand (MiniLM on wiki-en). Each user is its own browser context (its own session and
-websocket) in one Debian chromium, looping over the four pages through the navigation and
-timing each page from the click until all of its figures are drawn and Streamlit is idle. Between
-two views a user reads the page for a think time drawn as in the TPC-W web benchmark's user model
-(negative exponential, mean 7 s, cut at 70 s; seeded per user). Phase 1: no job. Phase 2: the same
-while the worker computes another extraction (a long MiniLM run). Phase 3, a stress variant: the
-same job, no think time (every user clicks the moment a page is drawn). The job is cancelled at the
-end. Bounded: users <= 16, seconds per phase <= 600, each page wait <= 120 s (counted as an error).
-Peak memory: RSS of the server process (and of the worker) sampled every 0.25 s.
+One `streamlit run app.py` on loopback with a fresh cache and one computed run (MiniLM on wiki-en). Each
+user is a browser context of one Debian chromium, looping over the four pages and timing each from the
+click until all its figures are drawn and Streamlit is idle, with TPC-W's think time between views
+(exponential, mean 7 s, cut at 70 s; seeded per user). Phase 1: no job; phase 2: while the worker computes a
+long MiniLM run; phase 3 (stress): the same job, no think time. Bounded: users <= 16, seconds per phase <=
+600, each page wait <= 120 s (an error). Peak RSS of the server and the worker sampled every 0.25 s.
 """
 
 from __future__ import annotations
@@ -23,16 +19,16 @@ import datetime as dt
 import os
 import platform
 import random
-import signal
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import psutil
 
-from bench.appserver import CHROMIUM, ROOT, app_server
+from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
 from bench.appserver import CHROMIUM_ARGS as ARGS
 from bench.common import cpu_times, loadavg, proc_cpu_s, rss, table, write_section
 from core.base import settings
@@ -207,12 +203,7 @@ async def run_phase(url: str, users: int, seconds: float, think_mean: float = TH
 
 
 def _pct(xs: list[float], q: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    k = (len(xs) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(xs) - 1)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+    return float(np.percentile(xs, 100 * q)) if xs else float("nan")  # linear between the two nearest ranks
 
 
 def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) -> dict:
@@ -225,22 +216,48 @@ def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) ->
             "max_page": {p: max([t for n, t in times if n == p], default=float("nan")) for p in PAGES}}
 
 
-def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
-    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
+def compute_browsed_run(cache: Path) -> None:
+    """The run the users browse (QUERY), computed into `cache` before the server starts (untimed)."""
+    # lazy: the pipeline imports torch, which the benchmark's other processes are started without
     from core.compute.pipeline import analyze
     from core.studies.selection import from_query_params
 
+    settings.set_cache_dir(cache)
+    sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
+    print(f"computing the browsed run ({sel.max_tokens} tokens, not timed)", file=sys.stderr)
+    analyze(sel.spec(sel.models[0]), cache_dir=cache)
+
+
+def start_job(cache: Path, tokens: int, label: str) -> str:
+    """A long `analyze` job through the worker (seed 7: not the browsed run); returns once its forward pass runs."""
+    jid = jobs.submit("analyze", {"spec": RunSpec(max_tokens=tokens, seed=7).to_dict()}, label=label, cache_dir=cache)
+    worker.ensure_worker(cache)
+    t0 = time.time()
+    while time.time() - t0 < 300:
+        j = jobs.status(jid, cache)
+        if not j.active or (j.progress.stage == "forward" and j.progress.done > 0):
+            break
+        time.sleep(0.5)
+    return jid
+
+
+def job_figures(jid: str, cache: Path, cancel: bool = False) -> dict:
+    """The job's status and progress now; with `cancel`, then stop it."""
+    j = jobs.status(jid, cache)
+    if cancel and j.active:
+        jobs.cancel(jid, cache)
+        jobs.wait(jid, cache, timeout=120)
+    return {"job_status": j.status, "job_tokens_per_s": j.progress.rate, "job_done": j.progress.done}
+
+
+def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
     users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
     think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
     cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
-    settings.set_cache_dir(cache)
-    env = settings.child_env(cache, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
-    sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
-    print(f"computing the browsed run ({sel.max_tokens} tokens)...", file=sys.stderr)
-    analyze(sel.spec(sel.models[0]))
+    compute_browsed_run(cache)
     out = {"users": users, "seconds": seconds, "think_mean": think_mean, "stress_seconds": stress_seconds,
            "load_before": loadavg()}
-    with app_server(cache, cache / "streamlit.log", env=env) as (url, proc):
+    with app_server(cache, cache / "streamlit.log") as (url, proc):
         probe = MemoryProbe(proc.pid, cache)
         try:
             _phases(url, users, seconds, probe, out)
@@ -306,34 +323,23 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     probe.t.start()
     print("warm-up: one user browses until the server is warm (not timed)", file=sys.stderr)
     _warm_up(url, probe.server_pid)
-    probe.reset()
-    print(f"phase 1: {users} users, {seconds:.0f} s, no job", file=sys.stderr)
-    out["idle"] = summarize(*asyncio.run(run_phase(url, users, seconds, out["think_mean"], probe.server_pid)))
-    out["idle"]["peak_server"], out["idle"]["load"] = probe.peak_server, loadavg()
-    probe.reset()
-    spec = RunSpec(max_tokens=JOB_TOKENS, seed=7)
-    jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label=f"load-test job, {JOB_TOKENS:,} tokens")
-    worker.ensure_worker()
-    t1 = time.time()
-    while time.time() - t1 < 300 and not (jobs.status(jid).progress.stage == "forward" and jobs.status(jid).progress.done > 0):
-        time.sleep(0.5)
-    print(f"phase 2: {users} users, {seconds:.0f} s, job {jid} running", file=sys.stderr)
+    jid = None
 
-    def with_job(summary: dict) -> dict:  # a phase's views, the peaks and the job's progress at its end
-        j = jobs.status(jid)
-        return {**summary, "peak_server": probe.peak_server, "peak_worker": probe.peak_worker,
-                "load": loadavg(), "job_status": j.status, "job_tokens_per_s": j.progress.rate,
-                "job_done": j.progress.done}
+    def phase(what: str, length: float, think: float, reset: bool = True) -> dict:  # views, peaks, the job's progress
+        if reset:
+            probe.reset()
+        print(f"{what}: {users} users, {length:.0f} s", file=sys.stderr)
+        got = summarize(*asyncio.run(run_phase(url, users, length, think, probe.server_pid)))
+        got.update(peak_server=probe.peak_server, load=loadavg())
+        return got if jid is None else {**got, "peak_worker": probe.peak_worker, **job_figures(jid, probe.cache)}
 
-    out["job"] = with_job(summarize(*asyncio.run(run_phase(url, users, seconds, out["think_mean"], probe.server_pid))))
-    if out["stress_seconds"] > 0 and jobs.status(jid).active:
-        probe.reset()
-        print(f"phase 3: {users} users, {out['stress_seconds']:.0f} s, job {jid} running, no think time",
-              file=sys.stderr)
-        out["stress"] = with_job(summarize(*asyncio.run(run_phase(url, users, out["stress_seconds"], 0.0, probe.server_pid))))
-    if jobs.status(jid).active:
-        jobs.cancel(jid)
-        jobs.wait(jid, timeout=120)
+    out["idle"] = phase("phase 1, no job", seconds, out["think_mean"])
+    probe.reset()  # the worker's peak includes its start on the job
+    jid = start_job(probe.cache, JOB_TOKENS, f"load-test job, {JOB_TOKENS:,} tokens")
+    out["job"] = phase(f"phase 2, job {jid} running", seconds, out["think_mean"], reset=False)
+    if out["stress_seconds"] > 0 and jobs.status(jid, probe.cache).active:
+        out["stress"] = phase(f"phase 3, job {jid} running, no think time", out["stress_seconds"], 0.0)
+    job_figures(jid, probe.cache, cancel=True)
 
 
 def _s(v: float) -> str:
@@ -357,13 +363,10 @@ def render(r: dict, command: str) -> str:
     lines = [LOAD_START, "## Load: browser users while a job runs", "",
              f"{r['users']} simultaneous browser users (Playwright, one Debian chromium, one context each, loopback), "
              f"{r['seconds']:.0f} s per phase, each looping Layers → Outliers → Projection → Compare on a computed "
-             f"run (MiniLM, wiki-en, {QUERY}); {reading}. Render time: click in the navigation until the browser "
-             "is at that page, Streamlit is idle and every figure of the page is drawn (not the last page's, "
-             "still on screen). Each phase starts with every user opening the app at the same instant; these "
-             "first loads (a cold chromium context each: its JavaScript parsed, a new Streamlit session) are the "
-             "ramp-up and are not counted as views, and the timed browsing starts when every user's first page is "
-             "drawn. Phase 2 runs while the worker computes another MiniLM extraction "
-             f"({JOB_TOKENS:,} tokens)."
+             f"run (MiniLM, wiki-en, {QUERY}); {reading}. Render time: from the click in the navigation until that "
+             "page is idle with every figure drawn. The users' first loads, all at once, are the ramp-up (not "
+             "counted as views); the timed browsing starts when every user has its first page. Phase 2 runs while "
+             f"the worker computes another MiniLM extraction ({JOB_TOKENS:,} tokens)."
              + (f" Phase 3 (stress) keeps the job running and drops the think time, for "
                 f"{r['stress_seconds']:.0f} s: the users' browsers then take all the cores they can."
                 if "stress" in r else "")
@@ -420,11 +423,7 @@ def main(argv=None) -> int:
                    help="length of phase 3 (job running, no think time; 0: skip it)")
     p.add_argument("--out", default=None, help="markdown file whose load section is replaced (default BENCHMARKS.md)")
     a = p.parse_args(argv)
-    # `timeout` or a Ctrl-C in another terminal sends SIGTERM: exit through the finally blocks, so that
-    # the app server and the worker it started (a 400k-token job) do not outlive the benchmark.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if not Path(CHROMIUM).exists():
-        print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
+    if not browser_main():
         return 2
     r = run(a.users, a.seconds, a.think_mean, a.stress_seconds)
     for key in ("idle", "job", "stress"):  # every slow view (the markdown shows six per phase)
