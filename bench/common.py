@@ -58,6 +58,27 @@ def alternate(reps: int, runs: dict, log_as: str = "") -> dict[str, list]:
     return out
 
 
+def seconds(fn) -> float:
+    """Wall seconds of one call of fn()."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def timeit(fn, reps: int) -> list[float]:
+    """Wall seconds of `reps` calls of fn(), one after the other."""
+    return [seconds(fn) for _ in range(reps)]
+
+
+def ab_ratio(bare_s: list, tool_s: list, n: int, per: str = "tokens_per_s", goal: float = 0.90) -> dict:
+    """An A/B of the bare forward and the tool over `n` analysed positions: the times, each side's throughput
+    (`bare_<per>`, `tool_<per>`), ratio = median bare / median tool, and the range of the per-pair ratios."""
+    pair = [b / t for b, t in zip(bare_s, tool_s)]
+    ratio = median(bare_s) / median(tool_s)
+    return {"bare_s": bare_s, "tool_s": tool_s, f"bare_{per}": n / median(bare_s), f"tool_{per}": n / median(tool_s),
+            "ratio": ratio, "pair_ratio_min": min(pair), "pair_ratio_max": max(pair), "met": ratio >= goal}
+
+
 # ----------------------------------------------------------------------------- markdown
 def finite(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 
-from bench.common import alternate, log, median
+from bench.common import ab_ratio, alternate, log, seconds
 from core.compute.extract import extract_stats
 from core.inputs.convert.whisper import log_mel
 from core.inputs.modalities.adapters import adapter_for, pixel_array
@@ -36,9 +36,7 @@ def _bare(model, adapter, items, batches) -> float:
 
 
 def _tool(model, adapter, items, sample: int) -> float:
-    t0 = time.perf_counter()
-    extract_stats(model, items, batch_size=BATCH, sample_size=sample, seed=SEED, adapter=adapter)
-    return time.perf_counter() - t0
+    return seconds(lambda: extract_stats(model, items, batch_size=BATCH, sample_size=sample, seed=SEED, adapter=adapter))
 
 
 def section_modalities(ctx) -> dict:
@@ -58,13 +56,8 @@ def section_modalities(ctx) -> dict:
         _tool(lm.base, adapter, items, 500)
         runs = alternate(reps, {"bare": lambda: _bare(lm.base, adapter, items, batches),
                                 "tool": lambda: _tool(lm.base, adapter, items, 5000)})
-        bare_s, tool_s = runs["bare"], runs["tool"]
-        ratio = median(bare_s) / median(tool_s)
-        pair = [b / t for b, t in zip(bare_s, tool_s)]
         out["models"].append({"model": ident, "label": lm.info.get("label", ident), "corpus": corpus,
                               "items": len(items.ids), "positions_fed": int(items.n_tokens_total),
                               "positions_analysed": int(n), "batch_size": BATCH, "reps": reps,
-                              "bare_s": bare_s, "tool_s": tool_s, "bare_per_s": n / median(bare_s),
-                              "tool_per_s": n / median(tool_s), "ratio": ratio, "pair_ratio_min": min(pair),
-                              "pair_ratio_max": max(pair), "met": ratio >= 0.90})
+                              **ab_ratio(runs["bare"], runs["tool"], n, per="per_s")})
     return out

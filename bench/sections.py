@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import psutil
 
 from bench.common import (
     ROOT,
+    ab_ratio,
     alternate,
     bare_forward,
     child_env,
@@ -27,11 +29,12 @@ from bench.common import (
     fresh_process_times,
     log,
     median,
-    mem_available,
     n_analysed,
     profile_diff_table,
     run_task,
+    seconds,
     subset_windows,
+    timeit,
     torch_profile_ops,
 )
 from core.base.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
@@ -151,6 +154,13 @@ def _tool(lm, windows, batch_size=BATCH, sample=SAMPLE):
     return time.perf_counter() - t0, arrays
 
 
+def _tool_e2e(ctx: Ctx, tokens: int) -> dict:
+    """The tool end to end (`analyze` on a fresh cache) in a fresh process; shared by sections 2 and 3."""
+    return ctx.task("tool_e2e", {"model": "minilm-l6", "tokens": tokens, "batch_size": BATCH, "sample": SAMPLE,
+                                 "cache_dir": str(ctx.fresh_dir("e2e"))},
+                    memo_key=("tool_e2e", "minilm-l6", tokens), timeout=3600)
+
+
 # ----------------------------------------------------------------------------- 1. overhead
 def section_overhead(ctx: Ctx) -> dict:
     """The tool's extraction (all streaming metrics + sample) vs the bare forward, same windows/batches."""
@@ -175,17 +185,13 @@ def section_overhead(ctx: Ctx) -> dict:
             return s
 
         runs = alternate(reps, {"bare": lambda: bare_forward(lm.base, w, batches, pad), "tool": tool})
-        bare_s, tool_s, arrays = runs["bare"], runs["tool"], last.pop("arrays", None)
-        ratio = median(bare_s) / median(tool_s)
-        pair = [b / t for b, t in zip(bare_s, tool_s)]
+        arrays = last.pop("arrays", None)
         row = {"model": ident, "label": lm.info.get("label", ident), "n_params": lm.info.get("n_params"),
                "n_layers": lm.info.get("n_layers"), "d": lm.info.get("hidden_size"), "tokens_requested": tokens,
                "tokens_analysed": n, "tokens_fed": int(w.n_tokens_total), "n_windows": len(w.ids),
                "n_batches": len(batches), "batch_size": BATCH, "padding_fraction": padding_fraction(w, batches),
                "sample": int(arrays["sample"].shape[1]) if arrays is not None else None, "reps": reps,
-               "bare_s": bare_s, "tool_s": tool_s, "bare_tokens_per_s": n / median(bare_s),
-               "tool_tokens_per_s": n / median(tool_s), "ratio": ratio,
-               "pair_ratio_min": min(pair), "pair_ratio_max": max(pair), "met": ratio >= 0.90}
+               **ab_ratio(runs["bare"], runs["tool"], n)}
         if ident == "smollm2-135m" and arrays is not None:
             _stash_smollm(ctx, arrays, arrays["sample"].shape[0] // 2,
                           f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)")
@@ -193,7 +199,7 @@ def section_overhead(ctx: Ctx) -> dict:
         if not row["met"]:
             sub = subset_windows(w, min(n, ctx.sizes.profile_tokens))
             sb = plan_batches(sub, BATCH)
-            log(f"  ratio {ratio:.3f} < 0.90: profiling bare and tool on {sub.n_content_tokens:,} tokens")
+            log(f"  ratio {row['ratio']:.3f} < 0.90: profiling bare and tool on {sub.n_content_tokens:,} tokens")
             pb = torch_profile_ops(lambda: bare_forward(lm.base, sub, sb, pad))
             pt = torch_profile_ops(lambda: _tool(lm, sub))
             row["profile"] = {"tokens": int(sub.n_content_tokens), **profile_diff_table(pb, pt)}
@@ -213,16 +219,14 @@ def _stash_smollm(ctx: Ctx, arrays: dict, layer: int, source: str) -> dict:
 def section_peers(ctx: Ctx) -> dict:
     """The tool end to end vs the naive per-document peer (sampled pairs and all pairs)."""
     s = ctx.sizes
-    cap = int(min(s.peer_mem_cap, 0.6 * mem_available())) if not ctx.quick else s.peer_mem_cap
+    cap = int(min(s.peer_mem_cap, 0.6 * psutil.virtual_memory().available)) if not ctx.quick else s.peer_mem_cap
     out = {"model": "minilm-l6", "cap_bytes": cap, "pairs": s.peer_pairs, "rows": [],
            "note": "Each configuration runs once, in its own fresh process; the clock starts before the "
                    "corpus is read and the model is loaded (imports of torch/transformers excluded for all)"}
     allpairs_oom_at, allpairs_failure = None, None
     for N in s.peer_tokens:
         log(f"peers: {N:,} tokens: tool")
-        tool = ctx.task("tool_e2e", {"model": "minilm-l6", "tokens": N, "batch_size": BATCH, "sample": SAMPLE,
-                                     "cache_dir": str(ctx.fresh_dir("e2e"))},
-                        memo_key=("tool_e2e", "minilm-l6", N), timeout=3600)
+        tool = _tool_e2e(ctx, N)
         log(f"peers: {N:,} tokens: per-document peer, sampled pairs")
         samp = ctx.task("peer", {"model": "minilm-l6", "tokens": N, "mode": "sampled", "pairs": s.peer_pairs,
                                  "cache_dir": str(ctx.cache)}, timeout=3600)
@@ -281,14 +285,10 @@ def _slim(r: dict) -> dict:
 
 # ----------------------------------------------------------------------------- 3. memory
 def section_memory(ctx: Ctx) -> dict:
-    a, b = ctx.sizes.memory_tokens
     rows = []
-    for N in (a, b):
+    for N in ctx.sizes.memory_tokens:
         log(f"memory: tool end to end at {N:,} tokens")
-        r = ctx.task("tool_e2e", {"model": "minilm-l6", "tokens": N, "batch_size": BATCH, "sample": SAMPLE,
-                                  "cache_dir": str(ctx.fresh_dir("e2e"))},
-                     memo_key=("tool_e2e", "minilm-l6", N), timeout=3600)
-        rows.append({"tokens": N, **_slim(r)})
+        rows.append({"tokens": N, **_slim(_tool_e2e(ctx, N))})
     out = {"model": "minilm-l6", "batch_size": BATCH, "sample": SAMPLE, "rows": rows, "goal": 1.10}
     if all(r.get("status") == "ok" for r in rows):
         out["ratio"] = rows[1]["peak_rss_bytes"] / rows[0]["peak_rss_bytes"]
@@ -394,15 +394,9 @@ def section_projection(ctx: Ctx) -> dict:
         out["cold"] = {"status": "skipped", "reason": "--quick (a cold numba compile takes 30-55 s)"}
         warm_from = None  # --quick: the warm fits run in the `project` process below
     if warm_from is not None and warm_from.get("status") == "ok":
-        out["warm_s"] = warm_from["warm_s"]
-        out["warm_median_s"] = median(warm_from["warm_s"])
-    pca = []
+        out["warm_s"], out["warm_median_s"] = warm_from["warm_s"], median(warm_from["warm_s"])
     Xd = X.astype(np.float64)
-    for _ in range(5):
-        t0 = time.perf_counter()
-        pca_2d(Xd)
-        pca.append(time.perf_counter() - t0)
-    out["pca_median_s"] = median(pca)
+    out["pca_median_s"] = median(timeit(lambda: pca_2d(Xd), 5))
     log("projection: core.compute.projection.project in a fresh process: first call, then cache hits")
     pr = run_task("project", {"model": "minilm-l6", "tokens": s.cache_minilm_tokens, "layer": layer,
                               "cache_dir": str(ctx.cache), "hit_reps": 3,
@@ -410,12 +404,9 @@ def section_projection(ctx: Ctx) -> dict:
                   env_extra=numba_env, timeout=900)
     out["project_status"] = {k: pr[k] for k in ("status", "error") if k in pr}
     if warm_from is None and pr.get("warm_s"):
-        out["warm_s"] = pr["warm_s"]
-        out["warm_median_s"] = median(pr["warm_s"])
-    for method in ("umap", "pca"):
-        if method in pr:
-            r = pr[method]
-            out[f"project_{method}"] = {**r, "hit_median_s": median(r["hit_s"])}
+        out["warm_s"], out["warm_median_s"] = pr["warm_s"], median(pr["warm_s"])
+    for method in set(pr) & {"umap", "pca"}:
+        out[f"project_{method}"] = {**pr[method], "hit_median_s": median(pr[method]["hit_s"])}
     if (out.get("project_umap") or {}).get("hit_median_s", 0) > 0.5:
         out["project_profile"] = cprofile_table(lambda: project(spec, layer, "umap", cache_dir=ctx.cache), top=14)
     return out
@@ -468,11 +459,7 @@ def section_postproc(ctx: Ctx) -> dict:
     rows = []
     sample_metrics(X)  # warm-up (BLAS threads, page faults)
     for name, post in choices:
-        ts = []
-        for _ in range(ctx.sizes.post_reps):
-            t0 = time.perf_counter()
-            sample_metrics(X, post)
-            ts.append(time.perf_counter() - t0)
+        ts = timeit(lambda: sample_metrics(X, post), ctx.sizes.post_reps)
         rows.append({"post": name, "seconds": ts, "median_s": median(ts), "met": median(ts) < 0.5})
         log(f"post-processing: {name}: {median(ts):.3f} s")
     out = {"shape": list(X.shape), "layer": smp["layer"], "source": smp["source"], "reps": ctx.sizes.post_reps,
@@ -510,11 +497,6 @@ def section_attention(ctx: Ctx) -> dict:
         dims = list(range(10))  # the link's cost depends on how many dims, not which
         log(f"attention: {ident}, {n:,} analysed tokens, {len(batches)} batches, {ctx.sizes.attention_reps} reps")
 
-        def tool():
-            t0 = time.perf_counter()
-            extract_attention(lm.base, w, dims, batch_size=BATCH, pad_id=pad)
-            return time.perf_counter() - t0
-
         warm = subset_windows(w, min(n, 600))
         wb = plan_batches(warm, BATCH)
         bare_forward(lm.base, warm, wb, pad)
@@ -522,7 +504,8 @@ def section_attention(ctx: Ctx) -> dict:
         extract_attention(lm.base, warm, dims, batch_size=BATCH, pad_id=pad)
         times = alternate(int(ctx.sizes.attention_reps), {"sdpa": lambda: bare_forward(lm.base, w, batches, pad),
                                                          "eager": lambda: _eager_forward(lm.base, w, batches, pad),
-                                                         "tool": tool})
+                                                         "tool": lambda: seconds(lambda: extract_attention(
+                                                             lm.base, w, dims, batch_size=BATCH, pad_id=pad))})
         med = {k: median(v) for k, v in times.items()}
         row = {"model": ident, "label": lm.info.get("label", ident), "tokens_analysed": n, "n_windows": len(w.ids),
                "n_batches": len(batches), "batch_size": BATCH, "times": times,
@@ -534,25 +517,14 @@ def section_attention(ctx: Ctx) -> dict:
         out["models"].append(row)
     return out
 
+from bench.chain import section_chain  # noqa: E402 - sections of their own modules
+from bench.geometry import section_geometry  # noqa: E402
+from bench.modalities import section_modalities  # noqa: E402
 
-
-from bench.chain import section_chain  # noqa: E402 - a section of its own module
-from bench.geometry import section_geometry  # noqa: E402 - a section of its own module
-from bench.modalities import section_modalities  # noqa: E402 - a section of its own module
-
-SECTIONS = {
-    "overhead": section_overhead,
-    "modalities": section_modalities,
-    "peers": section_peers,
-    "memory": section_memory,
-    "cache": section_cache,
-    "projection": section_projection,
-    "batching": section_batching,
-    "postproc": section_postproc,
-    "attention": section_attention,
-    "chain": section_chain,
-    "geometry": section_geometry,
-}
+SECTIONS = {"overhead": section_overhead, "modalities": section_modalities, "peers": section_peers,
+            "memory": section_memory, "cache": section_cache, "projection": section_projection,
+            "batching": section_batching, "postproc": section_postproc, "attention": section_attention,
+            "chain": section_chain, "geometry": section_geometry}
 
 
 def cleanup(path: Path) -> None:
