@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib
 import json
 import re
 import sys
@@ -102,36 +103,26 @@ def _command(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lab-lr"]:  # a mode of its own: the learning-rate sweep behind the lab (core/data/lab_lr.json)
-        from bench.lab_lr import main as lab_lr_main  # lazy: only this mode trains
-
-        return lab_lr_main(argv[1:])
-    if argv[:1] == ["lab"]:  # the lab's budget (issue 41): a mode of its own, minutes to an hour
-        from bench.lab import main as lab_main  # lazy: only this mode imports the lab
-
-        return lab_main(argv[1:])
-    if "--godey" in argv:  # a mode of its own (tens of minutes): Godey et al.'s 14 models, one process vs 14
-        from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
-
-        return papers_main([x for x in argv if x != "--godey"])
+    modes = {"lab-lr": "bench.lab_lr", "lab": "bench.lab"}  # modes of their own: the lab's learning rates, its budget
+    if argv[:1] and argv[0] in modes:  # (imported only for that mode, as bench.papers below)
+        return importlib.import_module(modes[argv[0]]).main(argv[1:])
+    if "--godey" in argv:  # Godey et al.'s 14 models, one process vs 14 (tens of minutes)
+        return importlib.import_module("bench.papers").main([x for x in argv if x != "--godey"])
     a = build_parser().parse_args(argv)
     if a.device == "cuda":
         return run_gpu(a, argv)
     only = SECTION_ORDER if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in only if s not in SECTION_ORDER]
-    if bad:
-        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}", file=sys.stderr)
-        return 2
-    if a.smollm_tokens < 1:
-        print("error: --smollm-tokens must be positive", file=sys.stderr)
+    if bad or a.smollm_tokens < 1:
+        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}" if bad else
+              "error: --smollm-tokens must be positive", file=sys.stderr)
         return 2
     if a.quick and not a.threads:
         a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
     if a.threads:
         settings.export_env(**{var: str(a.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                  "OPENBLAS_NUM_THREADS")})  # children inherit it
-        # lazy: torch only in the sections that run a model
-        import torch
+        import torch  # lazy: torch only in the sections that run a model
 
         torch.set_num_threads(a.threads)
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
@@ -147,8 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-"))
-    cache = root / "cache"
-    cache.mkdir()
+    (cache := root / "cache").mkdir()
     linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
     settings.set_cache_dir(cache)
     ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)
@@ -251,8 +241,7 @@ def run_gpu(a, argv: list[str]) -> int:
         print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
               "the CPU benchmark is `python -m bench`.", file=sys.stderr)
         return 2
-    # lazy: torch and transformers only in the sections that run a model
-    import torch
+    import torch  # lazy: torch and transformers only in the sections that run a model
     import transformers
 
     log(f"GPU section on {torch.cuda.get_device_name(0)}")

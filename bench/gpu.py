@@ -11,9 +11,16 @@ on the same windows and batches, and the bare forward's achieved TFLOP/s, estima
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
-from bench.common import ROOT, alternate, bare_forward, child_env, log, median, n_analysed, subset_windows
+import numpy as np
+
+from bench.common import ROOT, alternate, bare_forward, child_env, log, median, n_analysed, seconds, subset_windows
 from bench.peers import run_peer
 from core.base.cache import CacheStore
 from core.base.spec import RunSpec
@@ -30,10 +37,7 @@ BF16_PEAK_TFLOPS = [("H200", 989.0), ("H100 PCIe", 756.0), ("H100", 989.0), ("GH
 
 
 def peak_tflops(device_name: str) -> float | None:
-    for key, val in BF16_PEAK_TFLOPS:
-        if key.lower() in device_name.lower():
-            return val
-    return None
+    return next((val for key, val in BF16_PEAK_TFLOPS if key.lower() in device_name.lower()), None)
 
 
 # The registered random-init models of real sizes (`python -m core models`), one definition of each shape.
@@ -42,14 +46,9 @@ GPU_MODELS = {"BERT-base": ("bert", "untrained-bert-base"), "GPT-2 (124M)": ("gp
 PEER_MODELS = ("BERT-base", "GPT-2 (124M)")  # the per-document peer keeps every hidden state on the host
 
 
-def _configs():
-    return {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
-
-
 def _tokenizer(kind: str):
     if kind == "bert":
-        # lazy: transformers only in the sections that run a model
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer  # lazy: transformers only in the sections that run a model
 
         return AutoTokenizer.from_pretrained(str(minilm_folder()))
 
@@ -58,8 +57,7 @@ def _tokenizer(kind: str):
 
 def build_model(cfg, device: str, dtype):
     """A random-init base model (no LM head) directly on `device` in `dtype`."""
-    # lazy: torch and transformers only in the sections that run a model
-    import torch
+    import torch  # lazy: torch and transformers only in the sections that run a model
     import transformers as tf
 
     torch.manual_seed(0)
@@ -71,8 +69,7 @@ def build_model(cfg, device: str, dtype):
 def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100_000, batch_size: int = 16,
                 reps: int = 3, configs: dict | None = None, peak: float | None = None,
                 peer_tokens: int = 20_000) -> dict:
-    # lazy: torch only in the sections that run a model
-    import torch
+    import torch  # lazy: torch only in the sections that run a model
 
     from core.inputs.corpora import load_documents, tokenize_budget
 
@@ -82,7 +79,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
     name = torch.cuda.get_device_name(0) if is_cuda else "cpu"
     peak = peak or (peak_tflops(name) if is_cuda else None)
     docs = load_documents("wiki-en")
-    configs = configs or _configs()
+    configs = configs or {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
     out = {"device": name, "dtype": dtype, "tokens_requested": tokens, "batch_size": batch_size, "reps": reps,
            "peak_tflops": peak, "models": []}
     toks = {}
@@ -147,9 +144,7 @@ def _peer_vs_tool(model, w, tool, device: str) -> dict:
 
     analysed = analysed_masks(w, "exclude")
     tool_s = tool(w)
-    t0 = time.perf_counter()
-    run_peer(model, w, analysed, "sampled", device=device)
-    peer_s = time.perf_counter() - t0
+    peer_s = seconds(lambda: run_peer(model, w, analysed, "sampled", device=device))
     n = int(sum(int(m.sum()) for m in analysed))
     return {"tokens": n, "tool_s": tool_s, "peer_s": peer_s, "speedup": peer_s / tool_s}
 
@@ -158,12 +153,6 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
                         batch_size: int = 16, timeout_s: int = 3600) -> dict:
     """One `analyze` run in one process vs the same spec under torchrun with `nproc` ranks (NCCL on
     CUDA, gloo on CPU), each in fresh processes and caches: wall time and the agreement of results."""
-    import json
-    import subprocess
-    import sys
-    import tempfile
-    from pathlib import Path
-
     spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, device=device)
     out = {"model": model, "device": device, "nproc": nproc, "tokens_requested": tokens}
     with tempfile.TemporaryDirectory(prefix="aniso-dist-") as tmp:
@@ -197,8 +186,6 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
 
 def _same_sample(key: str, one: str, many: str) -> bool:
     """Whether two cache entries of one key hold the same sample, bit for bit."""
-    import numpy as np
-
     a, b = CacheStore(one).get(key), CacheStore(many).get(key)
     return a is not None and b is not None and bool(np.array_equal(a[1]["sample"], b[1]["sample"]))
 
@@ -206,8 +193,7 @@ def _same_sample(key: str, one: str, many: str) -> bool:
 def cuda_refusal() -> str | None:
     """None when CUDA is usable; otherwise the reason, in one line."""
     try:
-        # lazy: torch only in the sections that run a model
-        import torch
+        import torch  # lazy: torch only in the sections that run a model
     except ImportError:
         return "torch is not installed"
     if not torch.cuda.is_available():
