@@ -127,8 +127,7 @@ def _worker(cache: Path, what: str):
 
 
 def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 2) -> dict:
-    # lazy: bench.load imports playwright's helpers
-    from bench import load
+    from bench import load  # lazy: bench.load imports playwright's helpers
 
     tokens, job_tokens = max(1000, min(tokens, 400_000)), max(10_000, min(job_tokens, 400_000))
     users, seconds = max(1, min(users, 16)), max(10.0, min(seconds, 600.0))

@@ -246,8 +246,7 @@ def machine_info() -> dict:
             "os": platform.platform(), "versions": versions(),
             "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "loadavg_start": loadavg()}
     try:
-        # lazy: torch only in the sections that run a model
-        import torch
+        import torch  # lazy: torch only in the sections that run a model
 
         info["torch_threads"] = torch.get_num_threads()
         info["cuda_available"] = bool(torch.cuda.is_available())
@@ -296,8 +295,7 @@ def fresh_process_times(cmd: list[str], processes: int, env: dict, cwd: Path = R
                            cwd=str(cwd), env=env, capture_output=True, text=True, timeout=timeout)
         if p.returncode != 0 or not out.exists():
             raise RuntimeError(f"pyperf command failed ({p.returncode}): {(p.stderr or p.stdout)[-600:]}")
-        # lazy: pyperf only where a fresh-process timing is made
-        import pyperf
+        import pyperf  # lazy: pyperf only where a fresh-process timing is made
 
         return list(pyperf.Benchmark.load(str(out)).get_values())
 
@@ -390,8 +388,7 @@ class RssSampler:
 # ----------------------------------------------------------------------------- profiles
 def torch_profile_ops(fn) -> dict[str, tuple[float, int]]:
     """Run fn() under torch.profiler (CPU); {op name: (self CPU ms, calls)}."""
-    # lazy: torch only in the sections that run a model
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile  # lazy: torch only in the sections that run a model
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
@@ -433,8 +430,7 @@ def n_analysed(windows) -> int:
 
 def subset_windows(windows, n_tokens: int):
     """The first windows of `windows` holding about n_tokens analysed tokens (for profiles)."""
-    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    import numpy as np
+    import numpy as np  # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
 
     from core.inputs.corpora import TokenWindows
 
@@ -458,8 +454,7 @@ def padded_batch(windows, b, pad_id: int):
 def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None, **kw) -> float:
     """Seconds for the bare forward pass over `batches`: no hidden states kept, no metrics (`kw`: passed to
     the model, e.g. output_attentions=True)."""
-    # lazy: torch only in the sections that run a model
-    import torch
+    import torch  # lazy: torch only in the sections that run a model
 
     t0 = time.perf_counter()
     with torch.inference_mode():

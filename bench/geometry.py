@@ -83,8 +83,7 @@ def section_geometry(ctx) -> dict:
     # numpy was imported before --threads could reach OpenBLAS: hold its pool to torch's thread count here, so
     # the run and the new statistics use as many threads as the forward (2 BLAS threads spinning against a busy
     # machine made the small float64 products of the new statistics 3x slower than on one)
-    # lazy: torch and threadpoolctl only when this section runs
-    import torch
+    import torch  # lazy: torch and threadpoolctl only when this section runs
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=torch.get_num_threads()):

@@ -43,8 +43,7 @@ LR_JSON = ROOT / "core" / "data" / "lab_lr.json"
 
 def sweep_one(base, lrs, say=log) -> dict:
     """Train `base` at each of `lrs` (a temporary cache, deleted): the held-out loss of each, the pick."""
-    # lazy: torch and transformers only once the sweep runs
-    from core.studies.training import train
+    from core.studies.training import train  # lazy: torch and transformers only once the sweep runs
 
     losses, seconds, entropy = {}, 0.0, None
     cache = tempfile.mkdtemp(prefix="aniso-bench-lr-")
@@ -104,8 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="the JSON to update (default core/data/lab_lr.json; --quick: none)")
     p.add_argument("--md", default=None, help="the markdown to update (default BENCHMARKS.md; --quick: printed)")
     a = p.parse_args(argv)
-    # lazy: the spec module reads the corpora registry
-    from core.studies.train_spec import ARCHS as ALL_ARCHS
+    from core.studies.train_spec import ARCHS as ALL_ARCHS  # lazy: the spec module reads the corpora registry
     from core.studies.train_spec import OPTIMIZERS as ALL_OPTIMIZERS
     from core.studies.train_spec import TrainSpec
 

@@ -198,8 +198,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
 
 def first_curve(tokens: int | None, timeout_s: float, worker_nice: int | None = None) -> dict:
     """The fresh and the warm measurement on one server (see the module's doc)."""
-    # lazy: playwright only for the browser measurement
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import sync_playwright  # lazy: playwright only for the browser measurement
 
     query = f"tokens={tokens}" if tokens else ""
     root = Path(tempfile.mkdtemp(prefix="aniso-live-"))

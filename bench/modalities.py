@@ -20,8 +20,7 @@ SEED = 0
 
 
 def _bare(model, adapter, items, batches) -> float:
-    # lazy: torch only in the sections that run a model
-    import numpy as np
+    import numpy as np  # lazy: torch only in the sections that run a model
     import torch
 
     t0 = time.perf_counter()

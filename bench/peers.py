@@ -19,8 +19,7 @@ import numpy as np
 def gather_hidden_states(model, windows, analysed: list[np.ndarray],
                          stage: Callable[[str], None] | None = None, device: str = "cpu") -> list[np.ndarray]:
     """Per layer (N, d) float32 hidden states of all analysed tokens, one forward per document."""
-    # lazy: torch only in the sections that run a model
-    import torch
+    import torch  # lazy: torch only in the sections that run a model
 
     per_layer: list[list[np.ndarray]] | None = None
     with torch.no_grad():

@@ -446,8 +446,7 @@ def _smollm_sample(ctx: Ctx) -> dict:
 
 
 def section_postproc(ctx: Ctx) -> dict:
-    # lazy: plotly and pandas only for the commands that report a series
-    from core.stats.assemble import sample_metrics
+    from core.stats.assemble import sample_metrics  # lazy: plotly and pandas only for the commands that report a series
 
     smp = _smollm_sample(ctx)
     X = smp["X"]

@@ -30,8 +30,7 @@ settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 def bare_loop(spec, data, steps: int) -> float:
     """Seconds of a plain PyTorch loop: same model, rows, fused AdamW, cosine schedule, clipping."""
-    # lazy: torch and transformers only in the sections that run a model
-    import torch
+    import torch  # lazy: torch and transformers only in the sections that run a model
     import transformers as tf
 
     from core.studies.training import Collator, build_model

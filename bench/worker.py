@@ -1,12 +1,13 @@
 """Tasks run in a fresh process: `python -m bench.worker TASK 'JSON ARGS'`.
 
-Each prints one line `BENCH_RESULT {json}` on stdout. A fresh process per run makes peak RSS
-(measured by the parent with os.wait4) a per-run figure, and lets a peer fail with MemoryError
-under a memory cap without touching the bench process.
+Each prints one line `BENCH_RESULT {json}` on stdout. A fresh process per run makes peak RSS a per-run
+figure, and lets a peer fail with MemoryError under a memory cap without touching the bench process.
+The tasks import inside their functions (`# lazy`): each measures its own imports in its fresh process.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import resource
 import sys
@@ -15,13 +16,13 @@ import traceback
 
 import psutil
 
-from bench.common import RESULT_TAG, RssSampler, cprofile_table, vm_hwm
+from bench.common import RESULT_TAG, RssSampler, cprofile_table, timeit, vm_hwm
 from core.base import settings
 
 
 def _preimport():
     """Import the heavy libraries before any clock starts (both the tool and the peers pay them)."""
-    # lazy: each task measures its own imports in a fresh process
+    # lazy: see the module's doc (here: before the clocks)
     import numpy  # noqa: F401
     import torch  # noqa: F401
     import transformers  # noqa: F401
@@ -34,8 +35,7 @@ def _preimport():
 def task_tool_e2e(a: dict) -> dict:
     """core.compute.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
     _preimport()
-    # lazy: each task measures its own imports in a fresh process
-    from core.base.spec import RunSpec
+    from core.base.spec import RunSpec  # lazy: see the module's doc
     from core.compute.pipeline import analyze
 
     spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]),
@@ -63,7 +63,7 @@ def task_tool_e2e(a: dict) -> dict:
 def task_peer(a: dict) -> dict:
     """The naive peer (bench.peers) end to end, optionally under a memory cap (RLIMIT_AS)."""
     _preimport()
-    # lazy: each task measures its own imports in a fresh process
+    # lazy: see the module's doc
     import sklearn.metrics.pairwise  # noqa: F401 - a script imports it at the top
     import torch
 
@@ -120,12 +120,10 @@ def task_umap_fit(a: dict) -> dict:
 
     X = np.load(a["x_path"]).astype(np.float32)
     t0 = time.perf_counter()
-    # lazy: each task measures its own imports in a fresh process
-    import umap  # noqa: F401
+    import umap  # noqa: F401  # lazy: see the module's doc
 
     t1 = time.perf_counter()
-    # lazy: each task measures its own imports in a fresh process
-    from core.compute.projection import umap_2d
+    from core.compute.projection import umap_2d  # lazy: see the module's doc
 
     xy = umap_2d(X, n_neighbors=int(a.get("n_neighbors", 15)))
     t2 = time.perf_counter()
@@ -136,21 +134,18 @@ def task_umap_fit(a: dict) -> dict:
 
 def task_project(a: dict) -> dict:
     """core.compute.projection.project in a fresh process: first call (computes and stores), then cache hits."""
-    # lazy: each task measures its own imports in a fresh process
-    from core.base.spec import RunSpec
+    from core.base.spec import RunSpec  # lazy: see the module's doc
     from core.compute.projection import project
 
     spec = RunSpec(model=a["model"], corpus=a.get("corpus", "wiki-en"), max_tokens=int(a["tokens"]))
     out = {}
     for method in a.get("methods", ["umap", "pca"]):
+        call = functools.partial(project, spec, int(a["layer"]), method, cache_dir=a["cache_dir"])
         t0 = time.perf_counter()
-        first = project(spec, int(a["layer"]), method, cache_dir=a["cache_dir"])
+        first = call()
         t_first = time.perf_counter() - t0
-        hits, r = [], first
-        for _ in range(int(a.get("hit_reps", 3))):
-            t0 = time.perf_counter()
-            r = project(spec, int(a["layer"]), method, cache_dir=a["cache_dir"])
-            hits.append(time.perf_counter() - t0)
+        hits = timeit(call, int(a.get("hit_reps", 3)))
+        r = call() if hits else first  # a hit's answer (untimed)
         out[method] = {"first_s": t_first, "first_cached": bool(first["cached"]), "fit_s": first.get("seconds"),
                        "hit_s": hits, "hit_cached": bool(r["cached"]), "n_points": int(r["n_points"])}
     if a.get("warm_x_path"):  # warm UMAP fits in this process (kernels compiled by the first call)
@@ -160,23 +155,17 @@ def task_project(a: dict) -> dict:
 
 def _warm_fits(x_path: str, reps: int, n_neighbors: int = 15) -> list[float]:
     """Seconds of `reps` UMAP fits of the points saved at x_path, in this process (kernels compiled)."""
-    # lazy: each task measures its own imports in a fresh process
     import numpy as np
 
-    from core.compute.projection import umap_2d
+    from core.compute.projection import umap_2d  # lazy: see the module's doc
 
-    X, out = np.load(x_path).astype(np.float32), []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        umap_2d(X, n_neighbors=n_neighbors)
-        out.append(time.perf_counter() - t0)
-    return out
+    X = np.load(x_path).astype(np.float32)
+    return timeit(lambda: umap_2d(X, n_neighbors=n_neighbors), reps)
 
 
 def task_cli_modules(a: dict) -> dict:
     """Run `python -m core ARGV` in this process; report whether torch/transformers got imported."""
-    # lazy: each task measures its own imports in a fresh process
-    from core.entry.cli import main
+    from core.entry.cli import main  # lazy: see the module's doc
 
     t0 = time.perf_counter()
     rc = main(a["argv"])
@@ -187,8 +176,7 @@ def task_cli_modules(a: dict) -> dict:
 
 
 def task_cprofile_cli(a: dict) -> dict:
-    # lazy: each task measures its own imports in a fresh process
-    from core.entry.cli import main
+    from core.entry.cli import main  # lazy: see the module's doc
 
     return {"table": cprofile_table(lambda: main(a["argv"]), top=int(a.get("top", 18)))}
 
@@ -206,8 +194,7 @@ def task_apptest(a: dict) -> dict:
     at = AppTest.from_file(a["app"], default_timeout=float(a.get("timeout", 120)))
     if a.get("selection"):
         # Only for --quick: a smaller run than the app's default, through the app's session key.
-        # lazy: each task measures its own imports in a fresh process
-        from core.studies.selection import Selection
+        from core.studies.selection import Selection  # lazy: see the module's doc
         from ui.state import KEY
 
         at.session_state[KEY] = Selection(**a["selection"])
@@ -222,8 +209,7 @@ def task_apptest(a: dict) -> dict:
         at.run()
         out["page_first_render_s"] = time.perf_counter() - t0
     try:
-        # lazy: each task measures its own imports in a fresh process
-        from core.compute import projection
+        from core.compute import projection  # lazy: see the module's doc
 
         t0 = time.perf_counter()
         if float(a.get("warmup_wait", 240)) > 0:
@@ -232,12 +218,7 @@ def task_apptest(a: dict) -> dict:
         out["umap_warm"] = projection.umap_warm.is_set()
     except (ImportError, AttributeError):
         pass
-    times = []
-    for _ in range(int(a.get("reps", 3))):
-        t0 = time.perf_counter()
-        at.run()
-        times.append(time.perf_counter() - t0)
-    out["rerender_s"] = times
+    out["rerender_s"] = timeit(at.run, int(a.get("reps", 3)))
     out["exceptions"] = [str(getattr(e, "value", e))[:300] for e in at.exception]
     out["errors_shown"] = [str(getattr(e, "value", e))[:200] for e in at.error]
     out["n_plotly_charts"] = len(at.get("plotly_chart"))
@@ -248,8 +229,7 @@ def task_apptest(a: dict) -> dict:
 
 def task_analyze_specs(a: dict) -> dict:
     """core.compute.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
-    # lazy: each task measures its own imports in a fresh process
-    from core.base.spec import RunSpec
+    from core.base.spec import RunSpec  # lazy: see the module's doc
     from core.compute.pipeline import analyze
 
     t0 = time.perf_counter()
@@ -261,8 +241,7 @@ def task_analyze_specs(a: dict) -> dict:
 def task_attention_memory(a: dict) -> dict:
     """core.studies.attention.extract_attention on `tokens` wiki-en tokens; this process's VmHWM before it (after
     loading and tokenizing); the parent reads the peak at the end (peak_rss_bytes)."""
-    # lazy: each task measures its own imports in a fresh process
-    import torch
+    import torch  # lazy: see the module's doc
 
     torch.set_num_threads(int(a.get("threads", 2)))
     # lazy: imported once the thread count is set, as the task's own imports in a fresh process
@@ -284,25 +263,13 @@ def task_attention_memory(a: dict) -> dict:
 def task_train_one(a: dict) -> dict:
     """One timed training run of bench.training (the tool, the bare loop or the bare loop after the tool's
     malloc setting) in this fresh interpreter."""
-    # lazy: each task measures its own imports in a fresh process
-    from bench.training import one_run
+    from bench.training import one_run  # lazy: see the module's doc
     from core.studies.train_spec import TrainSpec
 
     return one_run(TrainSpec.from_dict(a["spec"]), a["which"])
 
 
-TASKS = {
-    "train_one": task_train_one,
-    "attention_memory": task_attention_memory,
-    "tool_e2e": task_tool_e2e,
-    "peer": task_peer,
-    "umap_fit": task_umap_fit,
-    "project": task_project,
-    "cli_modules": task_cli_modules,
-    "cprofile_cli": task_cprofile_cli,
-    "apptest": task_apptest,
-    "analyze_specs": task_analyze_specs,
-}
+TASKS = {name[5:]: fn for name, fn in globals().items() if name.startswith("task_")}  # task_peer -> "peer"
 
 
 def main(argv: list[str]) -> int:
