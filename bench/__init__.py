@@ -1,10 +1,7 @@
 """Benchmark of the anisotropy workbench: `python -m bench` writes BENCHMARKS.md.
 
-Every figure is a ratio (or a pair of numbers) measured in ONE run on ONE machine, so that the
-machine's speed cancels out: the tool's extraction against the bare forward pass of the same model
-on the same token windows, the tool end to end against a naive per-document peer written the way
-papers' scripts do it, peak memory at two corpus sizes, cache hits, projections, batching and
-post-processing. See `python -m bench --help`; `--quick` runs every section at tiny sizes.
+Every figure is a ratio (or a pair of numbers) measured in ONE run on ONE machine, so that the machine's
+speed cancels out. See `python -m bench --help`; `--quick` runs every section at tiny sizes.
 
 Modules:
     __main__   argument parsing, the run, the markdown file

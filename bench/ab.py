@@ -3,15 +3,11 @@
     python -m bench.ab --base 0853774                 # that revision vs the working tree
     python -m bench.ab --base 0853774 --head main --model smollm2-135m --tokens 20000 --rounds 3
 
-Each revision is exported (`git archive`) to a temporary folder and measured in its own fresh
-processes, alternating base, head, head, base, ... (`--rounds` pairs). Every process loads the model,
-tokenizes the same corpus with its own code, warms up, then times the bare forward and that
-revision's `core.compute.extract.extract_stats` alternately on the same windows and batches. The figure is
-each revision's tool/bare throughput ratio, so the machine's speed cancels out: the median of its
-processes' ratios (each the ratio of that process's median times), and the best-of ratio (fastest
-bare / fastest tool over all its repetitions), which a transient load on a shared machine disturbs
-least. The cost of the change is 1 - head ratio / base ratio. Written for issue 10's
-"the extra sums cost at most 3% of throughput"; prints a markdown table (and --json).
+Each revision is exported (`git archive`) and measured in its own fresh processes, alternating base, head,
+head, base, ... (`--rounds` pairs); each process times the bare forward and that revision's `extract_stats`
+alternately on the same windows. The figure is each revision's tool/bare ratio (the median of its processes'
+ratios, and the best-of ratio: fastest bare / fastest tool); the cost of the change is 1 - head / base.
+Prints a markdown table (and --json).
 """
 
 from __future__ import annotations

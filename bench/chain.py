@@ -1,9 +1,6 @@
-"""Section "chain" (issue 24): what the outlier chain's extra per-layer statistics cost the extraction.
-
-Three variants on the same windows and batches, alternating: base (`core.compute.extract.TRACK_MAX_POSITION` off),
-chain (on, plus the chain's per-layer sections as results.json gets them), chain + hooks (also
-`core.studies.chain.hooks.ChainHooks` attached); each with its wall and process CPU time. What each variant is
-and the goal (chain >= 0.95 x base) are stated once, in the section's text (bench.report.render_chain).
+"""Section "chain" (issue 24): what the outlier chain's extra per-layer statistics cost the extraction: base,
+chain and chain + hooks on the same windows and batches, alternating, with wall and process CPU time (the
+variants and the goal are stated in the section's text, bench.report.render_chain).
 """
 
 from __future__ import annotations

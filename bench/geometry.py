@@ -1,17 +1,7 @@
-"""Bench section "geometry": what the statistics of issue 25 (intrinsic dimension, matrix entropy,
-linear CKA between layers) add to a run at the app's default size (8,000 tokens, sample 5,000).
-
-Run = `core.compute.pipeline.analyze` of the default spec on an empty cache of its own, in this process
-(corpus read, model load, tokenize, forward, every statistic, the isotropic baseline, cache write;
-imports excluded). New = the same run's new statistics timed on its own statistics, as
-`build_results` computes them: every layer's intrinsic dimension (duplicates, neighbours, TwoNN,
-GRIDE and its scales) and matrix entropy, the layers x layers CKA section, and their isotropic
-baselines (computed once per sample size and width). Ratio = new / (run - new): the share they add
-to a run without them; also in CPU seconds of the process (less sensitive to a busy machine).
-Registry = every per-layer statistic of core/stats/registry.py at every layer, as `build_results` computes a layer's
-row (`registry_s`, beside the figures above: a new statistic is timed there without an edit of this file).
-The opt-in logit lens (causal LMs: SmolLM2) is timed the same way on the run's sample with the
-loaded model: its ratio to the run says why it is opt-in.
+"""Bench section "geometry": what the statistics of issue 25 (intrinsic dimension, matrix entropy, linear CKA
+between layers) add to a run at the app's default size (8,000 tokens, sample 5,000); the method is stated in the
+section's text (bench.report.render_geometry). `registry_s` times every per-layer statistic of
+core/stats/registry.py as `build_results` computes a layer's row, so that a new statistic is timed without an edit.
 """
 
 from __future__ import annotations

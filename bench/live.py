@@ -241,9 +241,9 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
              f"{meta['load_end']}; {meta['cores']} usable cores). What a partial curve is: docs/pages.md.", ""]
     if cost:
         lines += [
-            "**Cost of publishing** (one process, the same windows and batches, alternating A B B A): the extraction "
-            f"of {cost['model']} on wiki-en, {cost['tokens']:,} tokens in {cost['batches']} batches, without and with "
-            f"partial results written to the job queue's store ({cost['reps']} runs each).", "",
+            f"**Cost of publishing** (one process, alternating A B B A): {cost['model']} on wiki-en, {cost['tokens']:,} "
+            f"tokens in {cost['batches']} batches, without and with partial results written to the job queue's store "
+            f"({cost['reps']} runs each).", "",
             table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Loop's own account: time publishing / "
                    "forward (median, max)", "Partial results per run", "Goal: cost <= 2%"],
                   [[f"{cost['plain_tok_s']:,.0f}", f"{cost['live_tok_s']:,.0f}", f"**{cost['ratio']:.3f}** ("
@@ -264,23 +264,19 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
                  for x in (curve.get(name) or {}).get("steps", [])]
         lines += [
             f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}, Debian "
-            f"chromium via Playwright; selection {curve['query']}: MiniLM on wiki-en, the UI's default budget). From "
-            "the click on Run to the first drawn figure, then to the final one. Fresh: a new server on a new cache "
-            "directory, the click as soon as the page is ready (a fresh clone's first Run: the worker the app starts "
-            "when the page opens is still warming up, importing torch and transformers and loading the model, unless "
-            "the column 'worker warm at the click' says otherwise); warm: the same server and worker after that run, "
-            "its statistics and results deleted from the cache. CPU to the first curve: the CPU seconds the app "
-            "server and the worker process spent from the click to the first curve (the worker's forward pass uses "
-            "up to 2 threads, whose spin-waits count as CPU on a busy machine)."
+            f"chromium via Playwright; selection {curve['query']}: MiniLM on wiki-en). From the click on Run to the first "
+            "drawn figure, then to the final one. Fresh: a new server and cache, the click as soon as the page is ready "
+            "(the worker the app starts is then still warming up, unless the table says otherwise); warm: the same "
+            "server and worker, the run deleted from the cache. CPU to the first curve: the CPU seconds of the server "
+            "and the worker from the click to the first curve."
             + (f" The worker ran at niceness {curve['worker_nice']} (the app's default is 10)."
                if curve.get("worker_nice") is not None else ""), "",
             table(["Run", "First curve", "It was", "Final curve", "Page reloaded", "CPU to the first curve",
                    "Worker warm at the click", "Goal"], rows), ""]
         if steps:
-            lines += ["Where the seconds went, as the benchmark's 0.1 s poll saw the job (the times of 'queued', 'taken', "
-                      "'published' and 'done' are the job record's own; each step's CPU seconds since the click, of the "
-                      "server, the worker and the server's other processes (the UMAP process, which compiles umap's "
-                      "kernels after the server starts), are read when the poll saw it):", "",
+            lines += ["Where the seconds went, as the benchmark's 0.1 s poll saw the job ('queued', 'taken', 'published' "
+                      "and 'done' at the job record's times), with the CPU seconds since the click of the server, the "
+                      "worker and the server's other processes (the UMAP process) when the poll saw each step:", "",
                       table(["Run", "Step", "Since the click", "Server CPU-s", "Worker CPU-s", "Other CPU-s"], steps), ""]
     lines += meta.get("notes", [])
     return "\n".join(lines + [LIVE_END])

@@ -66,12 +66,9 @@ class MemoryProbe:
         self.peak_server = self.peak_worker = 0
 
 
-# Ready: at the page's own path, no script running, and every figure of the page drawn (at least the
-# page's count), none of them the last page's (Streamlit marks the elements of a run being replaced
-# data-stale). Without the path and the stale check, the last page's figures counted in the instant
-# before the status widget shows, and the next click then raced the navigation still in flight (a page
-# stuck blank for 70-80 s in one run); counting only the first figure of a page left the others to
-# draw on the next view's time.
+# Ready: at the page's own path, no script running, and every figure of the page drawn, none of them the last
+# page's (data-stale): without the path and stale checks the last page's figures counted, and the next click raced
+# the navigation still in flight.
 READY_JS = """(a) => {
     if (!a.paths.includes(location.pathname) || document.querySelector('[data-testid=stStatusWidget]')) return false;
     const charts = Array.from(document.querySelectorAll('[data-testid=stPlotlyChart]'))
@@ -267,10 +264,8 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
 
 
 def _warm_up(url: str, server_pid: int) -> None:
-    """One user browses every page for 10 s (the app's first visit starts its UMAP process, which
-    compiles umap's numba kernels: core.compute.projection.start_warmup), then wait until the server's
-    processes are idle. Waiting for fast page views instead never ended in one run: one browser's
-    Projection view takes 1.5-2 s on this machine, most of it drawing in chromium."""
+    """One user browses every page for 10 s (the app's first visit starts its UMAP process, which compiles umap's
+    kernels), then wait until the server's processes are idle (fast page views never came in one run)."""
     times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
     print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
     _wait_idle(server_pid)
@@ -301,10 +296,8 @@ def _cpu_s(server_pid: int) -> dict:
 
 
 def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
-    """Until the server's processes use under 10% of a core for `window_s`: a fresh server compiles
-    umap's kernels in its UMAP process for minutes (core.compute.projection.start_warmup), niced but in the
-    server's scheduling group, so it takes CPU from the browsers; a phase measured meanwhile measured
-    that (p50 4.4 s instead of 0.3 s in one run, while one user's browsing already looked warm)."""
+    """Until the server's processes use under 10% of a core for `window_s`: a fresh server's UMAP process compiles
+    umap's kernels for minutes, taking CPU from the browsers (a phase measured meanwhile: p50 4.4 s, not 0.3 s)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
         before = _tree_cpu_s(root)

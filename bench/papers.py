@@ -1,12 +1,9 @@
-"""`python -m bench --godey` (or `python -m bench.papers`): Godey et al.'s whole comparison (14 models:
-text, characters, vision, speech, CNN and the random-init controls) as ONE `python -m core reproduce
-godey` against the same 14 runs as 14 separate `python -m core analyze` commands.
+"""`python -m bench --godey` (or `python -m bench.papers`): Godey et al.'s whole comparison (14 models) as ONE
+`python -m core reproduce godey` against the same 14 runs as 14 separate `python -m core analyze` commands.
 
-A mode of its own (two full comparisons: tens of minutes on 2 cores), not part of the default run.
-Each side starts from its own empty cache (each converts its models once); same settings as the
-reproduction (8,192 positions, sample 2,000, seed 0). The load average is recorded before and after
-each side: the machine may be shared. The numbers of both sides are compared (they must be equal).
-Writes its block of BENCHMARKS.md (between the markers), leaving the rest of the file as it is.
+A mode of its own (tens of minutes on 2 cores). Each side starts from its own empty cache, with the
+reproduction's settings (8,192 positions, sample 2,000, seed 0); the load is recorded before and after each
+side, and both sides' numbers are compared. Writes its block of BENCHMARKS.md (between the markers).
 """
 
 from __future__ import annotations
