@@ -178,10 +178,6 @@ def vm_hwm() -> int:
     return status_bytes("VmHWM")
 
 
-def mem_available() -> int:
-    return psutil.virtual_memory().available
-
-
 def loadavg() -> list[float]:
     """The 1, 5 and 15-minute load averages ([] where the platform has none)."""
     try:
@@ -242,7 +238,7 @@ def versions() -> dict:
 
 def machine_info() -> dict:
     info = {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(), "usable_cores": usable_cores(),
-            "ram_bytes": psutil.virtual_memory().total, "ram_available_bytes": mem_available(),
+            "ram_bytes": psutil.virtual_memory().total, "ram_available_bytes": psutil.virtual_memory().available,
             "os": platform.platform(), "versions": versions(),
             "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "loadavg_start": loadavg()}
     try:

@@ -95,9 +95,8 @@ def throughput(spec, reps: int) -> dict:
             runs[which].append(got)
             if which == "tool":
                 parts.append(got["timing"])
-    med = median
-    tool = {k: med([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
-    bare, steady = med([g["bare"] for g in runs["bare"]]), med([g["bare-steady"] for g in runs["bare-steady"]])
+    tool = {k: median([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
+    bare, steady = median([g["bare"] for g in runs["bare"]]), median([g["bare-steady"] for g in runs["bare-steady"]])
     tokens = spec.steps * spec.batch_size * spec.seq_len
     return {"tokens": tokens, **tool, "bare": bare, "bare_steady": steady, "ratio": tool["tool"] / bare,
             "ratio_without_checkpoints": tool["tool_without_checkpoints"] / bare, "ratio_loop": tool["tool_loop"] / bare,
@@ -182,16 +181,12 @@ def main(argv=None) -> int:
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.studies.train_spec import TrainSpec
 
+    tiny = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,
+                     eval_tokens=512, device="cpu")
     if a.quick:
-        spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,
-                         eval_tokens=512, device="cpu")
-        series_spec = spec.replace(steps=16)
-        max_tokens = 1000
+        spec, series_spec, max_tokens = tiny, tiny.replace(steps=16), 1000
     else:
-        spec = TrainSpec(steps=a.steps, device="cpu")
-        series_spec = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=1024,
-                                vocab_size=512, eval_tokens=512, device="cpu")
-        max_tokens = 20_000
+        spec, series_spec, max_tokens = TrainSpec(steps=a.steps, device="cpu"), tiny.replace(steps=1024), 20_000
     thr = throughput(spec, 1 if a.quick else a.reps)
     ser = None if a.no_series else series_cost(series_spec, max_tokens)
     cmd = "python -m bench.training" + (" --quick" if a.quick else "") + \
