@@ -16,7 +16,7 @@ from core.base.cache import get_store
 from core.base.errors import InputError
 from core.base.escape import markdown_text
 from core.base.spec import RunSpec
-from core.entry import jobs
+from core.entry import job_queue, jobs
 from core.stats.postprocess import PostProcess
 from core.stats.registry import DEFINITIONS, DOCS_PATH, docs_section
 from core.studies.selection import LAYER_BY, META_PREFIX, METRICS, PROJ_COLORS, strongest_dims
@@ -146,7 +146,7 @@ def status(sel) -> None:
     store = get_store()
     for note in ([store.degraded] if store.degraded else []) + store.notes:  # unwritable; a damaged index set aside
         st.warning(markdown_text(note), icon=":material/warning:")
-    for note in jobs.notes():  # the job queue set aside (corrupted) or read-only
+    for note in job_queue.notes():  # the job queue set aside (corrupted) or read-only
         st.warning(markdown_text(note), icon=":material/warning:")
     url_warnings()
     if lg.corpus_problem:

@@ -18,7 +18,7 @@ from core.base import settings
 from core.base.errors import InputError
 from core.base.escape import markdown_text as md
 from core.compute import pipeline
-from core.entry import jobs
+from core.entry import job_queue, jobs
 from core.inputs.models import describe_model
 from core.studies.attention import maps_params
 
@@ -193,7 +193,7 @@ def panel(sel, active_only: bool = False, trainings: bool = False) -> None:
 
     active_only: only the selection's jobs queued or running and Run's errors (the pages that show no
     run); trainings: the training and series jobs too (Train, Dynamics)."""
-    damaged = jobs.queue_notice()  # a damaged job queue was set aside: said once per page
+    damaged = job_queue.queue_notice()  # a damaged job queue was set aside: said once per page
     if damaged:
         st.warning(md(damaged), icon=":material/warning:")
     rows = _jobs_of(sel, active_only, trainings)  # read once per page run; the polling fragment reads them again

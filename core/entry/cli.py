@@ -79,7 +79,7 @@ from ..studies.train_spec import (
     matched_spec,
     preset_specs,
 )
-from . import api, job_records, jobs, worker
+from . import api, job_queue, job_records, jobs, worker
 from .serve import serve
 
 
@@ -589,7 +589,7 @@ def cmd_lab(a) -> int:
 
 
 def _queue_notes(jobs, cache_dir) -> None:
-    for n in jobs.notes(cache_dir):  # a corrupted queue set aside, a read-only queue: said once, here
+    for n in job_queue.notes(cache_dir):  # a corrupted queue set aside, a read-only queue: said once, here
         print("warning: " + " ".join(n.split()), file=sys.stderr)
 
 

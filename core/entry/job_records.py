@@ -1,5 +1,6 @@
-"""What a job is, without its queue: the job kinds (`KINDS`, "module:function" targets the worker imports) and
-`Job`, the record any process can poll (JSON in the queue's store; core/entry/jobs.py reads and writes it).
+"""What a job is, without its queue: the job kinds (`KINDS`, "module:function" targets the worker imports, and
+`resolve_target` that imports one) and `Job`, the record any process can poll (JSON in the queue's store;
+core/entry/job_queue.py reads and writes it).
 
 Statuses: queued -> running -> done | failed | cancelled. A kind is a function
 `fn(params: dict, progress, cancel) -> dict | None`, optionally with a `key` function that derives the job id.
@@ -9,10 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import importlib
 import json
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
+from ..base import settings
+from ..base.errors import InputError
 from ..base.progress import Progress, Stage
 
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
@@ -62,6 +67,24 @@ KINDS: dict[str, JobKind] = {
 def register(kind: str, run: str, key: str | None = None, title: str = "") -> None:
     """Add a job kind at run time (tests; a plugin). The worker must import the same registration."""
     KINDS[kind] = JobKind(run, key, title or kind)
+
+
+def resolve_target(target: str) -> Callable:
+    mod, _, name = target.partition(":")
+    return getattr(importlib.import_module(mod), name)
+
+
+def load_job_modules() -> None:
+    for mod in settings.job_modules():
+        importlib.import_module(mod)
+
+
+def _kind(kind: str) -> JobKind:
+    if kind not in KINDS:
+        load_job_modules()
+    if kind not in KINDS:
+        raise InputError(f"Unknown job kind {kind!r}; known: {', '.join(sorted(KINDS))}.")
+    return KINDS[kind]
 
 
 @dataclass

@@ -1,5 +1,6 @@
-"""The worker process: `python -m core worker` serves the job queue (core/entry/jobs.py); the app starts one per
-cache directory (`ensure_worker`), which holds `<cache>/jobs/worker.lock` for its lifetime.
+"""The worker process: `python -m core worker` serves the job queue (core/entry/job_queue.py), each job run as
+core/entry/job_run.py says; the app starts one per cache directory (`ensure_worker`), which holds
+`<cache>/jobs/worker.lock` for its lifetime.
 
     ensure_worker()       start the worker process when none runs (the app calls it)
     run_worker()          the worker itself (`python -m core worker`)
@@ -22,7 +23,7 @@ from pathlib import Path
 from ..base import settings
 from ..base.errors import InputError
 from ..base.settings import cache_root
-from . import jobs
+from . import job_queue, job_records, job_run, jobs
 
 log = logging.getLogger(__name__)
 
@@ -65,9 +66,9 @@ def ensure_worker(cache_dir=None, idle_exit: float = AUTOSTART_IDLE_EXIT_S) -> i
     The worker warms up before its first job (`run_worker(warm=True)`) unless `ANISO_WORKER_WARM=0`.
     """
     pid = worker_pid(cache_dir)
-    if pid is not None or not settings.worker_autostart() or not jobs.writable(cache_dir):
+    if pid is not None or not settings.worker_autostart() or not job_queue.writable(cache_dir):
         return pid  # a read-only queue: the app runs its jobs itself (submit(..., here=True))
-    d = jobs.jobs_dir(cache_dir)
+    d = job_queue.jobs_dir(cache_dir)
     with open(d / "spawn.lock", "a+") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:
@@ -141,13 +142,13 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     pay what it did not do."""
     root = cache_root(cache_dir)
     settings.set_cache_dir(root)  # job kinds and the pipeline use this cache
-    if not jobs.writable(root):
+    if not job_queue.writable(root):
         raise InputError(
-            f"The job queue of {root} cannot be written ({jobs.readonly_reason(root)}): a worker needs a "
+            f"The job queue of {root} cannot be written ({job_queue.readonly_reason(root)}): a worker needs a "
             "writable cache directory."
         )
-    jobs.mark_worker_process()
-    jobs.jobs_dir(root)  # created here (a Redis queue makes no folder of its own)
+    job_run.mark_worker_process()
+    job_queue.jobs_dir(root)  # created here (a Redis queue makes no folder of its own)
     path = _worker_lock_path(root)
     f = open(path, "a+")
     try:  # a probe (worker_pid) may hold a shared lock for an instant: retry briefly before giving up
@@ -173,7 +174,7 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     f.flush()
     workers = settings.worker_threads(workers)
     _lower_priority(settings.worker_nice())
-    jobs.load_job_modules()
+    job_records.load_job_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     jobs.list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)
     h = jobs.queue(root)
@@ -200,7 +201,7 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     finally:
         fcntl.flock(f, fcntl.LOCK_UN)
         f.close()
-    if jobs.busy():  # stopped (SIGTERM) mid-job: its record says so (_on_interrupted); its thread is not waited for
+    if job_run.busy():  # stopped (SIGTERM) mid-job: its record says so (job_run._on_interrupted); its thread is not waited for
         logging.shutdown()
         os._exit(0)
     return 0
@@ -223,7 +224,7 @@ def _warm_up(root: Path, h) -> list[str]:
             print(f"worker {os.getpid()}: a job is queued, the warm-up stops before {target}", file=sys.stderr, flush=True)
             break
         try:
-            jobs.resolve_target(target)(root)
+            job_records.resolve_target(target)(root)
             done.append(target)
         except Exception as e:  # noqa: BLE001 - a warm-up is an optimisation: the first job pays instead
             log.warning("warm-up %s failed: %s: %s", target, type(e).__name__, e)
@@ -259,7 +260,7 @@ def _idle_watch(consumer, h, idle_exit: float) -> None:
     last_busy = time.monotonic()
     while True:
         time.sleep(min(5.0, idle_exit / 4))
-        busy = jobs.busy()
+        busy = job_run.busy()
         try:
             busy = busy or h.storage.queue_size() > 0
         except Exception:  # noqa: BLE001 - a locked database counts as busy

@@ -6,7 +6,7 @@ from __future__ import annotations
 from app_helpers import by_title, no_exception, run_clicked
 from faults import read_only
 
-from core.entry import jobs
+from core.entry import job_queue, job_run, jobs
 
 
 def _warnings(at) -> str:
@@ -85,7 +85,7 @@ def _forged_record(spec, **fields):
 
     jid = jobs.submit("analyze", analyze_params(spec), label="forged")
     job = dataclasses.replace(jobs.status(jid), **fields)
-    jobs._write(job)
+    job_queue._write(job)
     return jid
 
 
@@ -99,7 +99,7 @@ def test_a_job_that_failed_for_a_full_cache_is_computed_in_memory_and_shown(app,
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     at = app(tokens="500", sample="100")
     [spec] = at.session_state["selection"].specs()
-    full = jobs._cache_full_error(OSError(errno.ENOSPC, "No space left on device"))
+    full = job_run._cache_full_error(OSError(errno.ENOSPC, "No space left on device"))
     jid = _forged_record(spec, status=jobs.FAILED, error=full, finished=time.time())
     assert jobs.cache_full(jobs.status(jid))
     at.run()  # the page sees the failed job and starts the run here, in memory
@@ -124,9 +124,9 @@ def test_a_running_job_whose_record_is_late_says_so_in_its_panel(app, tmp_path, 
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     at = app(tokens="500", sample="100")
     [spec] = at.session_state["selection"].specs()
-    worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": jobs._proc_start(os.getpid())}  # alive
+    worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())}  # alive
     jid = _forged_record(spec, status=jobs.RUNNING, started=time.time() - 60, worker=worker,
-                         heartbeat=time.time() - jobs.HEARTBEAT_S)
+                         heartbeat=time.time() - job_run.HEARTBEAT_S)
     at.run()
     no_exception(at)
     assert "No news from the worker" not in _warnings(at)  # one beat late: not yet

@@ -5,6 +5,7 @@ the synthetic run's sums, counted as half of the budget); no worker runs them, n
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import time
@@ -14,7 +15,7 @@ import synthetic_runs
 from app_helpers import by_title, figures, no_exception
 
 from core.compute.pipeline import RunStats, analyze_params, is_cached
-from core.entry import jobs
+from core.entry import job_queue, job_run, jobs
 from core.stats.assemble import partial_results
 from core.studies.selection import Selection
 
@@ -30,9 +31,9 @@ def _plant(spec, status: str, error: str = "") -> tuple[str, dict]:
     params = analyze_params(spec)
     jid = jobs.job_id("analyze", params)
     job = jobs.Job(jid, "analyze", params, "planted", status, created=time.time(), started=time.time(), error=error,
-                   worker={"host": socket.gethostname(), "pid": os.getpid(), "start": jobs._proc_start(os.getpid())})
-    jobs._write(job)
-    jobs._store().put_data(jobs._partial_key(jid, 1), jobs.json.dumps(part).encode())
+                   worker={"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())})
+    job_queue._write(job)
+    job_queue._store().put_data(job_queue._partial_key(jid, 1), json.dumps(part).encode())
     return jid, part
 
 
@@ -42,8 +43,8 @@ def planted(spec, status: str, error: str = ""):
     try:
         yield jid, part
     finally:  # a planted running job must never outlive the test (others wait for every job to end)
-        jobs._store().pop_data(f"job:{jid}")
-        jobs._store().pop_data(jobs._partial_key(jid, 1))
+        job_queue._store().pop_data(f"job:{jid}")
+        job_queue._store().pop_data(job_queue._partial_key(jid, 1))
 
 
 @pytest.mark.parametrize("page, title", [

@@ -52,7 +52,7 @@ def cancel_at(params: dict, progress, cancel) -> dict | None:
     starting with `params["message"]`, when given); the instant is written to `params["marker"]` (UNIX s)."""
     from core.base.progress import Progress
 
-    target = jobs.resolve_target(job_records.KINDS[params["kind"]].run)
+    target = job_records.resolve_target(job_records.KINDS[params["kind"]].run)
     me = jobs.job_id("cancel-at", params)
     state = {"set": False}
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from core.base.spec import RunSpec
 from core.compute import pipeline
-from core.entry import jobs
+from core.entry import job_records, jobs
 from core.studies.attention import attention_maps, cached_maps, maps_params
 
 
@@ -26,7 +26,8 @@ def test_viewer_maps_are_computed_by_a_job_and_read_back(tiny_llama_dir, varied_
     assert jobs.submit("attention-maps", maps_params(run, 2)) != jid
     job = jobs.status(jid)
     seen = []
-    out = jobs.resolve_target(jobs._kind(job.kind).run)(dict(job.params), lambda p=None, **kw: seen.append(p), lambda: False)
+    run_kind = job_records.resolve_target(job_records._kind(job.kind).run)
+    out = run_kind(dict(job.params), lambda p=None, **kw: seen.append(p), lambda: False)
     assert out["window"] == 1 and out["blocks"] == 2
     assert [p.stage for p in seen if p is not None][-1] == "ablation"  # the job reports its passes (as is, dims zeroed)
     got = cached_maps(run, 1)

@@ -24,7 +24,7 @@ from core.base.cache import get_store
 from core.base.procfs import stat_fields
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze, is_cached, run_key
-from core.entry import jobs
+from core.entry import job_queue, job_run, jobs
 from core.entry import worker as worker_process
 
 
@@ -49,7 +49,7 @@ def test_messages_are_json_and_a_pickle_is_refused(cache):
     msg = json.loads(raw)["message"]
     assert msg["args"] == [jid, 1]
     with pytest.raises(ValueError):
-        jobs.JsonSerializer().deserialize(pickle.dumps({"a": 1}))
+        job_queue.JsonSerializer().deserialize(pickle.dumps({"a": 1}))
     # A pickled message planted in the queue is never unpickled: the worker's read fails on it.
     h.storage.flush_queue()
     h.storage.enqueue(pickle.dumps(("anything",)), None)
@@ -142,7 +142,7 @@ def test_a_queued_job_says_its_place_and_what_runs_ahead(cache, monkeypatch):
     mine = jobs.Job("analyze-bbb", "analyze", {"spec": {}}, "my run", jobs.QUEUED, created=t - 5, owner="me")
     me2 = jobs.Job("analyze-ccc", "analyze", {"spec": {}}, "my other run", jobs.QUEUED, created=t - 1, owner="me")
     for j in (running, mine, me2):
-        jobs._write(j, cache)
+        job_queue._write(j, cache)
     line = jobs.queue_line(mine, owner="me")
     assert line == "2nd in the queue, behind: Godey reproduction, run 3 of 6, started by another user", line
     line = jobs.queue_line(me2, owner="me")
@@ -283,7 +283,7 @@ def _running_record(cache, worker: dict, heartbeat: float, attempt: int = 1) -> 
     jid = jobs.job_id("test-steps", {"n": 1})
     job = jobs.Job(jid, "test-steps", {"n": 1}, "x", jobs.RUNNING, attempt, created=time.time(),
                    started=time.time(), heartbeat=heartbeat, worker=worker)
-    jobs._write(job, cache)
+    job_queue._write(job, cache)
     return job
 
 
@@ -292,7 +292,7 @@ def test_a_starved_worker_on_this_host_is_alive_a_dead_or_reused_pid_is_not(cach
     machine was once reported dead, and its job failed while it ran); another host: the heartbeat."""
     import socket
 
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": jobs._proc_start(os.getpid())}
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())}
     job = _running_record(cache, me, heartbeat=time.time() - 10 * jobs.STALE_S)
     assert jobs.status(job.id, cache).status == jobs.RUNNING
     reused = {**me, "start": me["start"] - 1}  # this pid, but another process's start time: the worker is gone
@@ -334,15 +334,15 @@ def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch
                    sample=100)
     jid = jobs.submit("attention", {"spec": spec.to_dict()})
     written = []
-    write = jobs._write
+    write = job_queue._write
 
     def record(job, cache_dir=None):  # every record the worker writes for the job, as a poller reads it
         written.append((job.status, job.progress))
         write(job, cache_dir)
 
-    monkeypatch.setattr(jobs, "_write", record)
-    monkeypatch.setattr(jobs, "PROGRESS_WRITE_S", 0.0)  # each report is written (a poller may see any)
-    jobs._run_job(jid, 1)  # the worker's task, in this process
+    monkeypatch.setattr(job_queue, "_write", record)
+    monkeypatch.setattr(job_run, "PROGRESS_WRITE_S", 0.0)  # each report is written (a poller may see any)
+    job_run._run_job(jid, 1)  # the worker's task, in this process
     assert jobs.status(jid).status == jobs.DONE, jobs.status(jid).error
     passes = [p for s, p in written if s == jobs.RUNNING and p.stage == Stage.ATTENTION]
     done = [p.done for p in passes]
@@ -367,10 +367,10 @@ def test_a_damaged_queue_is_set_aside_with_one_warning(cache, caplog, damage):
     else:  # a real queue cut short: the header is fine, the pages are gone
         jid = jobs.submit("test-steps", _steps(1), cache_dir=cache)
         assert jobs.status(jid, cache) is not None
-        jobs._queues.clear()
+        job_queue._queues.clear()
         raw = db.read_bytes()
         db.write_bytes(raw[:100] + b"\xff" * (len(raw) - 100))
-    with caplog.at_level(logging.WARNING, logger="core.entry.jobs"):
+    with caplog.at_level(logging.WARNING, logger="core.entry.job_queue"):
         assert jobs.list_jobs(cache) == []
         assert jobs.list_jobs(cache) == []
     warned = [r.getMessage() for r in caplog.records if "damaged" in r.getMessage()]
@@ -378,7 +378,7 @@ def test_a_damaged_queue_is_set_aside_with_one_warning(cache, caplog, damage):
     side = ("-wal", "-shm", "-journal")  # the aside file itself ends in its pid, which may be 3 digits (CI)
     aside = [p for p in db.parent.iterdir() if p.name.startswith("queue.db.damaged-") and not p.name.endswith(side)]
     assert aside and aside[0].read_bytes()[:4] in (b"this", b"SQLi")  # kept as it was
-    assert jobs.queue_notice(cache) == warned[0]
+    assert job_queue.queue_notice(cache) == warned[0]
     jid = jobs.submit("test-steps", _steps(1), cache_dir=cache)  # the fresh queue works
     assert jobs.status(jid, cache).status == jobs.QUEUED
 
@@ -396,8 +396,8 @@ def test_the_cli_survives_a_damaged_queue(tmp_path):
 
 def _forged(cache, jid: str, params: dict) -> None:
     """A job record and a queue message written straight into queue.db, as plain SQL could."""
-    jobs._write(jobs.Job(jid, "analyze", params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
-    jobs._tasks[id(jobs.queue(cache))](jid, 1)
+    job_queue._write(jobs.Job(jid, "analyze", params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+    job_run._tasks[id(jobs.queue(cache))](jid, 1)
 
 
 def test_the_worker_rechecks_a_forged_job(cache, tmp_path, monkeypatch):
@@ -420,12 +420,12 @@ def test_the_worker_rechecks_a_forged_job(cache, tmp_path, monkeypatch):
     }
     for name, (spec, expected) in cases.items():
         _forged(cache, f"forged-{name}", {"spec": spec.to_dict()})
-        jobs._run_job(f"forged-{name}", 1)
+        job_run._run_job(f"forged-{name}", 1)
         job = jobs.status(f"forged-{name}", cache)
         assert job.status == jobs.FAILED and expected in job.error, (name, job.error)
     monkeypatch.setenv("ANISO_SHARED", "1")  # a shared server's worker refuses hub ids too
     _forged(cache, "forged-hub", {"spec": RunSpec(model="someone/model", corpus="wiki-en").to_dict()})
-    jobs._run_job("forged-hub", 1)
+    job_run._run_job("forged-hub", 1)
     assert "switched off" in jobs.status("forged-hub", cache).error
     assert not marker.exists()
 
@@ -466,8 +466,8 @@ def test_the_worker_rechecks_series_and_torchrun_parameters(cache, tmp_path, mon
         "torchrun-nproc": ("analyze-torchrun", {"spec": small, "nproc": 64}, "torchrun processes"),
     }
     for name, (kind, params, expected) in cases.items():
-        jobs._write(jobs.Job(f"forged-{name}", kind, params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
-        jobs._run_job(f"forged-{name}", 1)
+        job_queue._write(jobs.Job(f"forged-{name}", kind, params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+        job_run._run_job(f"forged-{name}", 1)
         job = jobs.status(f"forged-{name}", cache)
         assert job.status == jobs.FAILED and expected in job.error, (name, job.error)
     assert not elsewhere.exists()

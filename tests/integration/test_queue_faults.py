@@ -1,6 +1,6 @@
 """Faults of the job queue that the docs promise to survive (docs/safety.md, Faults): a read-only
 cache, a full cache (the results cannot be stored, the job's outcome cannot be written), a
-corrupted queue.db. Jobs run in this process (`jobs._run_job`, as a worker thread runs it) or in
+corrupted queue.db. Jobs run in this process (`job_run._run_job`, as a worker thread runs it) or in
 `python -m core` subprocesses."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from core.base import cache as cache_module
 from core.base.errors import InputError
 from core.base.spec import RunSpec
 from core.compute import pipeline
-from core.entry import jobs
+from core.entry import job_queue, job_run, jobs
 from core.entry import worker as worker_process
 
 
@@ -34,8 +34,9 @@ def cache(tmp_path, monkeypatch):
 
 
 def _fresh_process(monkeypatch):
-    for name in ("_queues", "_notes", "_readonly", "_here", "_queue_notices"):
-        monkeypatch.setattr(jobs, name, {}, raising=False)
+    for name in ("_queues", "_notes", "_readonly", "_queue_notices"):
+        monkeypatch.setattr(job_queue, name, {})
+    monkeypatch.setattr(jobs, "_here", {})
     monkeypatch.setattr(cache_module, "_stores", {})
 
 
@@ -63,7 +64,7 @@ def test_a_read_only_cache_lists_its_jobs_and_runs_new_ones_in_memory(cache, mon
         assert r.returncode == 2 and "Traceback" not in r.stderr and "writable cache directory" in r.stderr
 
         _fresh_process(monkeypatch)  # the app, started on the read-only cache
-        assert not jobs.writable() and "cannot be written" in jobs.notes()[0]
+        assert not job_queue.writable() and "cannot be written" in job_queue.notes()[0]
         assert [j.id for j in jobs.list_jobs()] == [old]
         with pytest.raises(InputError, match="cannot be written"):
             jobs.submit("test-steps", {"n": 2, "delay": 0.01})  # the CLI: a message, not a traceback
@@ -97,7 +98,7 @@ def test_a_full_cache_fails_the_job_and_the_app_shows_the_result_from_memory(cac
     spec = _spec(tiny_bert_dir)
     jid = jobs.submit("analyze", {"spec": spec.to_dict()}, label="tiny")
     monkeypatch.setattr(diskcache.Cache, "set", _full)  # every cache entry write finds the disk full
-    jobs._run_job(jid, 1)  # as the worker's thread runs it
+    job_run._run_job(jid, 1)  # as the worker's thread runs it
     job = jobs.status(jid)
     assert job.status == jobs.FAILED and jobs.cache_full(job)  # not "done", not in flight for good
     assert job.error.startswith("the cache is full (No space left on device)")
@@ -113,7 +114,7 @@ def test_a_full_cache_fails_the_job_and_the_app_shows_the_result_from_memory(cac
 
 def test_an_outcome_that_cannot_be_written_never_leaves_the_job_in_flight(cache, monkeypatch):
     jid = jobs.submit("test-steps", {"n": 3, "delay": 0.01})
-    real, final = jobs._write, []
+    real, final = job_queue._write, []
 
     def write(job, cache_dir=None):
         if job.status != jobs.RUNNING and not final:  # the first write of the outcome finds the disk full
@@ -121,27 +122,27 @@ def test_an_outcome_that_cannot_be_written_never_leaves_the_job_in_flight(cache,
             raise sqlite3.OperationalError("database or disk is full")
         real(job, cache_dir)
 
-    monkeypatch.setattr(jobs, "_write", write)
-    jobs._run_job(jid, 1)
+    monkeypatch.setattr(job_queue, "_write", write)
+    job_run._run_job(jid, 1)
     job = jobs.status(jid)
     assert final == [jobs.DONE] and job.status == jobs.FAILED and jobs.cache_full(job), job
 
     jid = jobs.submit("test-steps", {"n": 4, "delay": 0.01})
     stopped = []
-    monkeypatch.setattr(jobs, "_write", lambda job, cache_dir=None: (
+    monkeypatch.setattr(job_queue, "_write", lambda job, cache_dir=None: (
         _full() if job.status != jobs.RUNNING else real(job, cache_dir)))
-    monkeypatch.setattr(jobs, "_unrecordable", stopped.append)  # a worker process exits here
-    monkeypatch.setattr(jobs, "FINAL_WRITE_TRIES", 2)
-    jobs._run_job(jid, 1)
+    monkeypatch.setattr(job_run, "_unrecordable", stopped.append)  # a worker process exits here
+    monkeypatch.setattr(job_run, "FINAL_WRITE_TRIES", 2)
+    job_run._run_job(jid, 1)
     assert [j.id for j in stopped] == [jid] and jobs.cache_full(stopped[0])
 
 
 def test_a_worker_whose_outcome_cannot_be_written_stops(cache, monkeypatch):
     """The process side of the above: `_unrecordable` in a worker process exits it, so readers see it gone."""
-    monkeypatch.setattr(jobs, "_in_worker", True)
+    monkeypatch.setattr(job_run, "_in_worker", True)
     exits = []
-    monkeypatch.setattr(jobs.os, "_exit", exits.append)
-    jobs._unrecordable(jobs.Job("x", "test-steps", {}))
+    monkeypatch.setattr(job_run.os, "_exit", exits.append)
+    job_run._unrecordable(jobs.Job("x", "test-steps", {}))
     assert exits == [75]
 
 
@@ -176,7 +177,7 @@ def test_a_corrupted_queue_is_set_aside_and_a_fresh_one_started(cache, monkeypat
 
     _garble(cache, garbage)
     jobs.queue()  # the app opens it: one warning, shown on its pages
-    assert "was damaged" in jobs.queue_notice()
+    assert "was damaged" in job_queue.queue_notice()
     jid = jobs.submit("test-steps", {"n": 2, "delay": 0.01})
     with worker(cache):  # a worker serves the fresh queue
         assert jobs.wait(jid, timeout=60).status == jobs.DONE
@@ -217,7 +218,7 @@ def test_a_full_disk_is_said_within_two_heartbeats_and_the_worker_stops(tmp_path
             job = wait_for(lambda: (lambda j: j if not j.active else None)(jobs.status(jid)), 60, "the job to end")
             said = time.monotonic() - t0
             assert jobs.cache_full(job), job.error
-            assert said <= jobs.LATE_S + jobs.HEARTBEAT_S + 2, said  # the last write at most a beat before the fill
+            assert said <= jobs.LATE_S + job_run.HEARTBEAT_S + 2, said  # the last write at most a beat before the fill
             proc.wait(timeout=30)  # its next cancel probe stops the job; an outcome that cannot be written: it exits
             assert proc.returncode == 75, proc.returncode
             assert jobs.cache_full(jobs.status(jid))
@@ -242,7 +243,7 @@ def _sigterm_on_a_full_disk(tmp_path, monkeypatch, kind: str, params: dict, stag
             wait_for(lambda: (lambda j: j.status == jobs.RUNNING and j.progress.stage == stage)(jobs.status(jid)),
                      180, f"the job's {stage} stage")
             _fill(disk)
-            time.sleep(jobs.HEARTBEAT_S + 0.5)  # at least one heartbeat has failed
+            time.sleep(job_run.HEARTBEAT_S + 0.5)  # at least one heartbeat has failed
             t0 = time.monotonic()
             proc.send_signal(signal.SIGTERM)
             try:
