@@ -1,8 +1,9 @@
 """The job queue's backend: the huey instance of a cache directory and the job records it stores.
 
     queue(cache_dir)          the huey instance (SQLite in `<cache>/jobs/queue.db`, or Redis); opened once
-    _read / _write            a job's record (`core.entry.job_records.Job`, JSON) in the queue's key-value store
-    _cancel_key / _partial_key  the store's keys of a job attempt's Cancel and of its partial result
+    store(cache_dir)          its key-value store (the records, the Cancel and partial-result keys)
+    read / write              a job's record (`core.entry.job_records.Job`, JSON) in the queue's key-value store
+    cancel_key / partial_key  the store's keys of a job attempt's Cancel and of its partial result
     notes / writable / readonly_reason / queue_notice   what is wrong with this cache's queue, if anything
 
 The queue is huey (a maintained task queue): SQLite in `<cache>/jobs/queue.db` by default (no
@@ -75,7 +76,7 @@ def jobs_dir(cache_dir=None) -> Path:
     return d
 
 
-_QUEUE_ERRORS = (OSError, sqlite3.Error)  # what a read-only, full or broken queue raises on access
+QUEUE_ERRORS = (OSError, sqlite3.Error)  # what a read-only, full or broken queue raises on access
 CACHE_FULL = "the cache is full"  # how a job that could not store its results fails (ui and tests match it)
 _notes: dict[str, list[str]] = {}  # cache root -> warnings about its queue (read-only), once each
 _readonly: dict[str, str] = {}  # cache root -> why its queue cannot be written (jobs then run in memory)
@@ -208,15 +209,15 @@ def _open_sqlite(path: Path, root: str):
         h = _sqlite_queue(str(path))
         h.storage.put_data("writable", b"1")  # a read-only file opens and reads fine: find out now
         return h
-    except _QUEUE_ERRORS as e:
-        why = _why(e)
+    except QUEUE_ERRORS as e:
+        why = reason(e)
     _readonly[root] = why
     # no server path in it: the pages show it to every visitor (the CLI's `cache size` names the folder)
     _note(root, f"The job queue of the cache directory cannot be written ({why}): runs are computed in this process "
                 "instead and kept in memory only. Make the cache directory writable or set ANISO_CACHE_DIR to a "
                 "writable folder.")
     for mode in (1, 2) if path.is_file() else ():  # read-only, with its write-ahead log; else the file alone
-        with contextlib.suppress(*_QUEUE_ERRORS):
+        with contextlib.suppress(*QUEUE_ERRORS):
             h = _sqlite(path, readonly=mode)
             h.storage.result_items()
             return h
@@ -225,14 +226,14 @@ def _open_sqlite(path: Path, root: str):
     return MemoryHuey("aniso-jobs", results=False, serializer=JsonSerializer())  # nothing to list
 
 
-def _store(cache_dir=None):
+def store(cache_dir=None):
     return queue(cache_dir).storage
 
 
-def _read(jid: str, cache_dir=None) -> Job | None:
+def read(jid: str, cache_dir=None) -> Job | None:
     from huey.constants import EmptyData
 
-    blob = _store(cache_dir).peek_data(f"job:{jid}")
+    blob = store(cache_dir).peek_data(f"job:{jid}")
     if blob is EmptyData or blob is None:
         return None
     try:
@@ -242,17 +243,17 @@ def _read(jid: str, cache_dir=None) -> Job | None:
         return None
 
 
-def _write(job: Job, cache_dir=None) -> None:
-    _store(cache_dir).put_data(f"job:{job.id}", job.to_json())
+def write(job: Job, cache_dir=None) -> None:
+    store(cache_dir).put_data(f"job:{job.id}", job.to_json())
 
 
-def _cancel_key(jid: str, attempt: int) -> str:
+def cancel_key(jid: str, attempt: int) -> str:
     return f"cancel:{jid}:{attempt}"
 
 
-def _partial_key(jid: str, attempt: int) -> str:
+def partial_key(jid: str, attempt: int) -> str:
     return f"partial:{jid}:{attempt}"
 
 
-def _why(e: Exception) -> str:
+def reason(e: Exception) -> str:
     return (getattr(e, "strerror", None) or str(e) or type(e).__name__) if isinstance(e, OSError) else str(e)

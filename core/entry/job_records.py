@@ -79,7 +79,7 @@ def load_job_modules() -> None:
         importlib.import_module(mod)
 
 
-def _kind(kind: str) -> JobKind:
+def lookup(kind: str) -> JobKind:
     if kind not in KINDS:
         load_job_modules()
     if kind not in KINDS:

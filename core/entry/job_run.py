@@ -1,8 +1,8 @@
 """One job attempt run: in a worker's thread (the queue's task, `_run_job`) or in this process (`run_here`).
 
-    _Running        the handle on a running job: its record's progress and heartbeat writes, its partial
+    Running         the handle on a running job: its record's progress and heartbeat writes, its partial
                     result, the Cancel probe
-    _execute(run)   run the kind's function and record the outcome (done, failed, cancelled); never raises
+    execute(run)    run the kind's function and record the outcome (done, failed, cancelled); never raises
     task(h)         the queue's job task (`_run_job`), bound to huey instance `h` once
 
 A job kind is a function `fn(params: dict, progress, cancel) -> dict | None` named in `KINDS`
@@ -39,8 +39,8 @@ from ..base.procfs import stat_fields
 from ..base.progress import Progress
 from ..inputs.access import check_job_params
 from . import job_queue
-from .job_queue import _QUEUE_ERRORS, CACHE_FULL, _why
-from .job_records import CANCELLED, DONE, FAILED, QUEUED, RUNNING, Job, _kind, resolve_target
+from .job_queue import CACHE_FULL, QUEUE_ERRORS, reason
+from .job_records import CANCELLED, DONE, FAILED, QUEUED, RUNNING, Job, lookup, resolve_target
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ HEARTBEAT_S = 3.0  # a running job's record is rewritten at least this often
 PROGRESS_WRITE_S = 0.5  # progress records are written at most this often (stage changes always)
 
 
-class _Running:
+class Running:
     """The handle on one running job: progress and heartbeat writes, the cancel probe.
 
     here=True: a job run in this process (`run_here`): its record lives in memory, Cancel is an event.
@@ -75,22 +75,22 @@ class _Running:
             self.partial_result = result
             return
         try:
-            job_queue._store(self.cache_dir).put_data(job_queue._partial_key(self.job.id, self.job.attempt),
+            job_queue.store(self.cache_dir).put_data(job_queue.partial_key(self.job.id, self.job.attempt),
                                             json.dumps(result, allow_nan=False).encode())
-        except _QUEUE_ERRORS as e:
-            log.warning("partial result of %s could not be recorded: %s", self.job.id, _why(e))
+        except QUEUE_ERRORS as e:
+            log.warning("partial result of %s could not be recorded: %s", self.job.id, reason(e))
 
     def drop_partial(self) -> None:
         self.partial_result = None
         if not self.here:
-            with contextlib.suppress(*_QUEUE_ERRORS):
-                job_queue._store(self.cache_dir).pop_data(job_queue._partial_key(self.job.id, self.job.attempt))
+            with contextlib.suppress(*QUEUE_ERRORS):
+                job_queue.store(self.cache_dir).pop_data(job_queue.partial_key(self.job.id, self.job.attempt))
 
     def write(self) -> None:
         with self.lock:
             self.job.heartbeat = self.last_write = time.time()
             if not self.here:
-                job_queue._write(self.job, self.cache_dir)
+                job_queue.write(self.job, self.cache_dir)
 
     def _heartbeat(self) -> None:
         while not self.stop.wait(HEARTBEAT_S):
@@ -104,7 +104,7 @@ class _Running:
         """A write of the job's record failed for want of disk: the job stops at its next cancel probe (results it
         could not store are of use to nobody; the dashboard computes the run in its own memory instead)."""
         if _disk_error(e) and self.disk_error is None:
-            log.error("job %s: its record cannot be written (%s): the job stops", self.job.id, _why(e))
+            log.error("job %s: its record cannot be written (%s): the job stops", self.job.id, reason(e))
             self.disk_error = e
 
     def progress(self, p: Progress | None = None, **kw) -> None:
@@ -123,21 +123,21 @@ class _Running:
         if not same_stage or now - self.last_write >= PROGRESS_WRITE_S or p.finished:
             try:
                 self.write()
-            except _QUEUE_ERRORS as e:  # busy: the job goes on; a full disk: it stops at its next cancel probe
-                log.warning("progress of %s could not be recorded: %s", j.id, _why(e))
+            except QUEUE_ERRORS as e:  # busy: the job goes on; a full disk: it stops at its next cancel probe
+                log.warning("progress of %s could not be recorded: %s", j.id, reason(e))
                 self._disk_failed(e)
 
     def cancel_requested(self) -> bool:
-        if self.disk_error is not None:  # not a Cancel: _execute records it as the cache being full
+        if self.disk_error is not None:  # not a Cancel: execute records it as the cache being full
             return True
         if self.here:
             return self.cancel_event.is_set()
         now = time.time()
         if not self.cancelled and now - self.last_cancel_check >= 0.25:
             self.last_cancel_check = now
-            with contextlib.suppress(*_QUEUE_ERRORS):
-                key = job_queue._cancel_key(self.job.id, self.job.attempt)
-                self.cancelled = job_queue._store(self.cache_dir).has_data_for_key(key)
+            with contextlib.suppress(*QUEUE_ERRORS):
+                key = job_queue.cancel_key(self.job.id, self.job.attempt)
+                self.cancelled = job_queue.store(self.cache_dir).has_data_for_key(key)
         return self.cancelled
 
 
@@ -145,7 +145,7 @@ class _Report:
     """What a job kind receives as `progress`: call it with a Progress; `.partial(dict)` publishes the
     job's result so far (`partial`)."""
 
-    def __init__(self, run: _Running):
+    def __init__(self, run: Running):
         self.partial = run.publish_partial
         self._progress = run.progress
 
@@ -153,7 +153,7 @@ class _Report:
         self._progress(p, **kw)
 
 
-_in_flight: dict[str, _Running] = {}
+_in_flight: dict[str, Running] = {}
 _in_flight_lock = threading.Lock()
 _in_worker = False  # True in a `python -m core worker` process (core.entry.worker.run_worker)
 
@@ -173,15 +173,15 @@ def busy() -> bool:
 def _run_job(jid: str, attempt: int) -> None:
     """The huey task: run one job attempt and record its outcome. Never raises."""
     cache_dir = settings.cache_root()  # the worker's (run_worker set it from its --cache-dir)
-    job = job_queue._read(jid, cache_dir)
+    job = job_queue.read(jid, cache_dir)
     if job is None or job.attempt != attempt or job.status != QUEUED:
         return  # cancelled before it started, or superseded by a newer attempt
-    _execute(_Running(job, cache_dir))
+    execute(Running(job, cache_dir))
 
 
 def _cache_full_error(e: BaseException) -> str:
     """The message of a job whose results could not be stored: the cache's disk is full (or unwritable)."""
-    why = _why(e)
+    why = reason(e)
     if getattr(e, "errno", None) == errno.ENOSPC or "full" in str(e):
         return (f"{CACHE_FULL} ({why}): the results were computed but could not be stored. Free disk space "
                 "(or set ANISO_CACHE_DIR to a larger disk) and retry; meanwhile the dashboard computes them "
@@ -195,15 +195,15 @@ def _disk_error(e: BaseException) -> bool:
         isinstance(e, sqlite3.OperationalError) and ("full" in str(e) or "readonly" in str(e)))
 
 
-def _execute(run: _Running) -> None:
+def execute(run: Running) -> None:
     """Run one job attempt (in a worker, or here) and record its outcome. Never raises."""
     job, jid = run.job, run.job.id
     job.status, job.started, job.message = RUNNING, time.time(), "starting"
-    job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": _proc_start(os.getpid()),
+    job.worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": proc_start(os.getpid()),
                   "thread": threading.current_thread().name, **({"here": True} if run.here else {})}
     try:
         run.write()
-    except _QUEUE_ERRORS as e:
+    except QUEUE_ERRORS as e:
         job.status, job.error, job.finished = FAILED, _cache_full_error(e), time.time()
         _record_outcome(run)
         return
@@ -214,7 +214,7 @@ def _execute(run: _Running) -> None:
     try:
         if run.cancel_requested():
             raise Cancelled("cancelled before it started")
-        fn = resolve_target(_kind(job.kind).run)
+        fn = resolve_target(lookup(job.kind).run)
         check_job_params(job.params)  # the worker re-checks what the queue says, under its own settings
         result = fn(dict(job.params), run.report, run.cancel_requested)
         json.dumps(result, allow_nan=False)
@@ -255,7 +255,7 @@ def _execute(run: _Running) -> None:
 FINAL_WRITE_TRIES = 5  # attempts at writing a job's outcome before the worker gives up and stops
 
 
-def _record_outcome(run: _Running) -> None:
+def _record_outcome(run: Running) -> None:
     """Write the job's outcome. On a full disk, retry with a smaller record (failed, the cache is full);
     a worker that still cannot write it stops, so that no job stays in flight for good: readers then
     see its process gone and report the job failed (with "the cache is full" while the disk is)."""
@@ -264,8 +264,8 @@ def _record_outcome(run: _Running) -> None:
         try:
             run.write()
             return
-        except _QUEUE_ERRORS as e:
-            log.warning("the outcome of job %s could not be recorded (%s); try %d/%d", job.id, _why(e), i + 1,
+        except QUEUE_ERRORS as e:
+            log.warning("the outcome of job %s could not be recorded (%s); try %d/%d", job.id, reason(e), i + 1,
                         FINAL_WRITE_TRIES)
             if job.status != FAILED or not job.error.startswith(CACHE_FULL):
                 job.status, job.result, job.message = FAILED, None, "failed"
@@ -289,11 +289,11 @@ def _on_interrupted(signal_name, task, *a) -> None:
     if run is not None:
         run.job.status, run.job.finished = FAILED, time.time()
         run.job.error = "the worker was stopped while running this job; nothing partial was stored; retry it"
-        with contextlib.suppress(*_QUEUE_ERRORS):
+        with contextlib.suppress(*QUEUE_ERRORS):
             run.write()
 
 
-def _proc_start(pid: int) -> int | None:
+def proc_start(pid: int) -> int | None:
     """The start time of process `pid` (clock ticks since boot), or None where unknown."""
     st = stat_fields(pid)
     try:

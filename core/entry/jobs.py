@@ -55,9 +55,9 @@ from ..base.errors import InputError
 from ..base.procfs import stat_fields
 from ..base.settings import cache_root
 from . import job_queue, job_run
-from .job_queue import _QUEUE_ERRORS, CACHE_FULL, _why
-from .job_records import CANCELLED, DONE, FAILED, KINDS, QUEUED, RUNNING, Job, _kind, resolve_target  # noqa: F401 (DONE: jobs.DONE)
-from .job_run import HEARTBEAT_S, _execute, _proc_start, _Running
+from .job_queue import CACHE_FULL, QUEUE_ERRORS, reason
+from .job_records import CANCELLED, DONE, FAILED, KINDS, QUEUED, RUNNING, Job, lookup, resolve_target  # noqa: F401 (DONE: jobs.DONE)
+from .job_run import HEARTBEAT_S, Running, execute, proc_start
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ def queue(cache_dir=None):
 
 def job_id(kind: str, params: dict) -> str:
     """The id of the one job that computes `params` (same params, same id, in every process)."""
-    k = _kind(kind)
+    k = lookup(kind)
     key = resolve_target(k.key)(params) if k.key else json.dumps(params, sort_keys=True, default=str)
     return f"{kind}-{hashlib.sha256(key.encode()).hexdigest()[:12]}"
 
@@ -92,9 +92,9 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool 
     json.dumps(params, allow_nan=False)  # params are plain JSON (they travel through the queue)
     jid = job_id(kind, params)
     try:
-        st = job_queue._store(cache_dir)
+        st = job_queue.store(cache_dir)
         if not job_queue.writable(cache_dir):
-            raise OSError(errno.EROFS, job_queue._readonly[str(cache_root(cache_dir))])
+            raise OSError(errno.EROFS, job_queue.readonly_reason(cache_dir))
         for _ in range(100):
             job = status(jid, cache_dir)
             if job is not None and job.active:
@@ -104,22 +104,22 @@ def submit(kind: str, params: dict, label: str = "", cache_dir=None, here: bool 
                 new = Job(jid, kind, params, label or (job.label if job else ""), QUEUED, attempt, created=time.time(),
                           message="waiting for a worker", owner=owner)
                 with _record_lock(cache_dir):  # never between _mark_failed's re-read and its write
-                    job_queue._write(new, cache_dir)
+                    job_queue.write(new, cache_dir)
                 if job is not None:  # the last attempt's partial result (a failed run's) goes with it
-                    st.pop_data(job_queue._partial_key(jid, job.attempt))
+                    st.pop_data(job_queue.partial_key(jid, job.attempt))
                 job_run.task(job_queue.queue(cache_dir))(jid, attempt)  # enqueues the message {"args": [jid, attempt]}
                 return jid
             time.sleep(0.05)  # another process claimed this attempt: its record is being written
         return jid
-    except _QUEUE_ERRORS as e:
-        why = _why(e)
+    except QUEUE_ERRORS as e:
+        why = reason(e)
         if here:
             return run_here(kind, params, label, cache_dir, owner)
         raise InputError(f"The job queue cannot be written ({why}); nothing was queued.") from e
 
 
 # Jobs run in this process (the app, when the queue cannot be written): records in memory only.
-_here: dict[tuple[str, str], "_Running"] = {}
+_here: dict[tuple[str, str], "Running"] = {}
 _here_lock = threading.Lock()
 
 
@@ -139,8 +139,8 @@ def run_here(kind: str, params: dict, label: str = "", cache_dir=None, owner: st
         job = Job(jid, kind, params, label, QUEUED, (cur.job.attempt + 1) if cur else 1, created=time.time(),
                   message="computed in this process; kept in memory only", worker={"pid": os.getpid(), "here": True},
                   owner=owner)
-        run = _here[k] = _Running(job, cache_dir, here=True)
-    threading.Thread(target=_execute, args=(run,), name=f"job-here-{jid}", daemon=True).start()
+        run = _here[k] = Running(job, cache_dir, here=True)
+    threading.Thread(target=execute, args=(run,), name=f"job-here-{jid}", daemon=True).start()
     return jid
 
 
@@ -162,10 +162,10 @@ def status(jid: str, cache_dir=None) -> Job | None:
     """
     mine = _here_job(jid, cache_dir)
     try:
-        job = job_queue._read(jid, cache_dir)
-    except _QUEUE_ERRORS as e:
+        job = job_queue.read(jid, cache_dir)
+    except QUEUE_ERRORS as e:
         if mine is None:
-            raise InputError(f"The job queue cannot be read ({_why(e)}).") from e
+            raise InputError(f"The job queue cannot be read ({reason(e)}).") from e
         job = None
     if mine is not None and (job is None or mine.created >= job.created):
         return mine
@@ -183,7 +183,7 @@ def status(jid: str, cache_dir=None) -> Job | None:
                                     "space (or set ANISO_CACHE_DIR to a larger disk) and retry; meanwhile the "
                                     "dashboard computes the run in its own memory.", cache_dir)
     if job.active:
-        job.cancel_requested = job_queue._store(cache_dir).has_data_for_key(job_queue._cancel_key(jid, job.attempt))
+        job.cancel_requested = job_queue.store(cache_dir).has_data_for_key(job_queue.cancel_key(jid, job.attempt))
     return job
 
 
@@ -227,14 +227,14 @@ def _mark_failed(seen: Job, why: str, cache_dir=None) -> Job:
     Where the record cannot be written (a read-only or full cache), the failure is reported unsaved.
     """
     with _record_lock(cache_dir):
-        now = job_queue._read(seen.id, cache_dir)
+        now = job_queue.read(seen.id, cache_dir)
         if now is None or (now.attempt, now.status, now.worker) != (seen.attempt, RUNNING, seen.worker):
             return now if now is not None else seen
         now.status, now.error, now.finished, now.message = FAILED, why, time.time(), "failed"
         try:
-            job_queue._write(now, cache_dir)
-        except _QUEUE_ERRORS as e:
-            log.warning("job %s failed (%s); its record could not be updated: %s", now.id, why, _why(e))
+            job_queue.write(now, cache_dir)
+        except QUEUE_ERRORS as e:
+            log.warning("job %s failed (%s); its record could not be updated: %s", now.id, why, reason(e))
         return now
 
 
@@ -242,7 +242,7 @@ def _worker_gone(job: Job) -> str:
     """Why the running job's worker is gone ('' while it lives)."""
     host, pid, start = job.worker.get("host"), job.worker.get("pid"), job.worker.get("start")
     if host == socket.gethostname() and pid:
-        alive = pid_alive(int(pid)) and (start is None or _proc_start(int(pid)) in (None, start))
+        alive = pid_alive(int(pid)) and (start is None or proc_start(int(pid)) in (None, start))
         if alive:
             return ""  # same host: the process decides, however late its heartbeat (a starved worker)
         return (f"the worker (pid {pid}) stopped while running this job: killed, out of memory or shut "
@@ -269,9 +269,9 @@ def list_jobs(cache_dir=None, kinds: tuple[str, ...] | None = None) -> list[Job]
     """Every job record, newest first (running jobs with a dead worker read as failed), with this process's own."""
     out, seen = [], set()
     try:
-        items = job_queue._store(cache_dir).result_items()
-    except _QUEUE_ERRORS as e:
-        raise InputError(f"The job queue cannot be read ({_why(e)}).") from e
+        items = job_queue.store(cache_dir).result_items()
+    except QUEUE_ERRORS as e:
+        raise InputError(f"The job queue cannot be read ({reason(e)}).") from e
     root = str(cache_root(cache_dir))
     with _here_lock:
         mine = [jid for (r, jid) in _here if r == root]
@@ -349,12 +349,12 @@ def cancel(jid: str, cache_dir=None, owner: str | None = None) -> Job:
         job.cancel_requested = True
         return job
     try:
-        job_queue._store(cache_dir).put_data(job_queue._cancel_key(jid, job.attempt), b"1")
+        job_queue.store(cache_dir).put_data(job_queue.cancel_key(jid, job.attempt), b"1")
         if job.status == QUEUED:  # the worker skips it when it reaches it
             job.status, job.finished, job.message = CANCELLED, time.time(), "cancelled before it started"
-            job_queue._write(job, cache_dir)
-    except _QUEUE_ERRORS as e:
-        raise InputError(f"The job queue cannot be written ({_why(e)}): job {jid} was not cancelled.") from e
+            job_queue.write(job, cache_dir)
+    except QUEUE_ERRORS as e:
+        raise InputError(f"The job queue cannot be written ({reason(e)}): job {jid} was not cancelled.") from e
     job.cancel_requested = True
     return job
 
@@ -401,8 +401,8 @@ def partial(job: Job | None, cache_dir=None) -> dict | None:
     from huey.constants import EmptyData
 
     try:
-        blob = job_queue._store(cache_dir).peek_data(job_queue._partial_key(job.id, job.attempt))
-    except _QUEUE_ERRORS:
+        blob = job_queue.store(cache_dir).peek_data(job_queue.partial_key(job.id, job.attempt))
+    except QUEUE_ERRORS:
         return None
     if blob is EmptyData or blob is None:
         return None

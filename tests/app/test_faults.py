@@ -85,7 +85,7 @@ def _forged_record(spec, **fields):
 
     jid = jobs.submit("analyze", analyze_params(spec), label="forged")
     job = dataclasses.replace(jobs.status(jid), **fields)
-    job_queue._write(job)
+    job_queue.write(job)
     return jid
 
 
@@ -124,7 +124,7 @@ def test_a_running_job_whose_record_is_late_says_so_in_its_panel(app, tmp_path, 
     monkeypatch.setenv("ANISO_WORKER_AUTOSTART", "0")
     at = app(tokens="500", sample="100")
     [spec] = at.session_state["selection"].specs()
-    worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())}  # alive
+    worker = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run.proc_start(os.getpid())}  # alive
     jid = _forged_record(spec, status=jobs.RUNNING, started=time.time() - 60, worker=worker,
                          heartbeat=time.time() - job_run.HEARTBEAT_S)
     at.run()

@@ -31,9 +31,9 @@ def _plant(spec, status: str, error: str = "") -> tuple[str, dict]:
     params = analyze_params(spec)
     jid = jobs.job_id("analyze", params)
     job = jobs.Job(jid, "analyze", params, "planted", status, created=time.time(), started=time.time(), error=error,
-                   worker={"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())})
-    job_queue._write(job)
-    job_queue._store().put_data(job_queue._partial_key(jid, 1), json.dumps(part).encode())
+                   worker={"host": socket.gethostname(), "pid": os.getpid(), "start": job_run.proc_start(os.getpid())})
+    job_queue.write(job)
+    job_queue.store().put_data(job_queue.partial_key(jid, 1), json.dumps(part).encode())
     return jid, part
 
 
@@ -43,8 +43,8 @@ def planted(spec, status: str, error: str = ""):
     try:
         yield jid, part
     finally:  # a planted running job must never outlive the test (others wait for every job to end)
-        job_queue._store().pop_data(f"job:{jid}")
-        job_queue._store().pop_data(job_queue._partial_key(jid, 1))
+        job_queue.store().pop_data(f"job:{jid}")
+        job_queue.store().pop_data(job_queue.partial_key(jid, 1))
 
 
 @pytest.mark.parametrize("page, title", [

@@ -26,7 +26,7 @@ def test_viewer_maps_are_computed_by_a_job_and_read_back(tiny_llama_dir, varied_
     assert jobs.submit("attention-maps", maps_params(run, 2)) != jid
     job = jobs.status(jid)
     seen = []
-    run_kind = job_records.resolve_target(job_records._kind(job.kind).run)
+    run_kind = job_records.resolve_target(job_records.lookup(job.kind).run)
     out = run_kind(dict(job.params), lambda p=None, **kw: seen.append(p), lambda: False)
     assert out["window"] == 1 and out["blocks"] == 2
     assert [p.stage for p in seen if p is not None][-1] == "ablation"  # the job reports its passes (as is, dims zeroed)

@@ -142,7 +142,7 @@ def test_a_queued_job_says_its_place_and_what_runs_ahead(cache, monkeypatch):
     mine = jobs.Job("analyze-bbb", "analyze", {"spec": {}}, "my run", jobs.QUEUED, created=t - 5, owner="me")
     me2 = jobs.Job("analyze-ccc", "analyze", {"spec": {}}, "my other run", jobs.QUEUED, created=t - 1, owner="me")
     for j in (running, mine, me2):
-        job_queue._write(j, cache)
+        job_queue.write(j, cache)
     line = jobs.queue_line(mine, owner="me")
     assert line == "2nd in the queue, behind: Godey reproduction, run 3 of 6, started by another user", line
     line = jobs.queue_line(me2, owner="me")
@@ -283,7 +283,7 @@ def _running_record(cache, worker: dict, heartbeat: float, attempt: int = 1) -> 
     jid = jobs.job_id("test-steps", {"n": 1})
     job = jobs.Job(jid, "test-steps", {"n": 1}, "x", jobs.RUNNING, attempt, created=time.time(),
                    started=time.time(), heartbeat=heartbeat, worker=worker)
-    job_queue._write(job, cache)
+    job_queue.write(job, cache)
     return job
 
 
@@ -292,7 +292,7 @@ def test_a_starved_worker_on_this_host_is_alive_a_dead_or_reused_pid_is_not(cach
     machine was once reported dead, and its job failed while it ran); another host: the heartbeat."""
     import socket
 
-    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run._proc_start(os.getpid())}
+    me = {"host": socket.gethostname(), "pid": os.getpid(), "start": job_run.proc_start(os.getpid())}
     job = _running_record(cache, me, heartbeat=time.time() - 10 * jobs.STALE_S)
     assert jobs.status(job.id, cache).status == jobs.RUNNING
     reused = {**me, "start": me["start"] - 1}  # this pid, but another process's start time: the worker is gone
@@ -334,13 +334,13 @@ def test_an_attention_job_reports_a_moving_bar(cache, tiny_gpt2_dir, monkeypatch
                    sample=100)
     jid = jobs.submit("attention", {"spec": spec.to_dict()})
     written = []
-    write = job_queue._write
+    write = job_queue.write
 
     def record(job, cache_dir=None):  # every record the worker writes for the job, as a poller reads it
         written.append((job.status, job.progress))
         write(job, cache_dir)
 
-    monkeypatch.setattr(job_queue, "_write", record)
+    monkeypatch.setattr(job_queue, "write", record)
     monkeypatch.setattr(job_run, "PROGRESS_WRITE_S", 0.0)  # each report is written (a poller may see any)
     job_run._run_job(jid, 1)  # the worker's task, in this process
     assert jobs.status(jid).status == jobs.DONE, jobs.status(jid).error
@@ -396,8 +396,8 @@ def test_the_cli_survives_a_damaged_queue(tmp_path):
 
 def _forged(cache, jid: str, params: dict) -> None:
     """A job record and a queue message written straight into queue.db, as plain SQL could."""
-    job_queue._write(jobs.Job(jid, "analyze", params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
-    job_run._tasks[id(jobs.queue(cache))](jid, 1)
+    job_queue.write(jobs.Job(jid, "analyze", params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+    job_run.task(jobs.queue(cache))(jid, 1)
 
 
 def test_the_worker_rechecks_a_forged_job(cache, tmp_path, monkeypatch):
@@ -466,7 +466,7 @@ def test_the_worker_rechecks_series_and_torchrun_parameters(cache, tmp_path, mon
         "torchrun-nproc": ("analyze-torchrun", {"spec": small, "nproc": 64}, "torchrun processes"),
     }
     for name, (kind, params, expected) in cases.items():
-        job_queue._write(jobs.Job(f"forged-{name}", kind, params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
+        job_queue.write(jobs.Job(f"forged-{name}", kind, params, "forged", jobs.QUEUED, 1, created=time.time()), cache)
         job_run._run_job(f"forged-{name}", 1)
         job = jobs.status(f"forged-{name}", cache)
         assert job.status == jobs.FAILED and expected in job.error, (name, job.error)

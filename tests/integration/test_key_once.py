@@ -61,7 +61,7 @@ def _one_run_through_the_job_path(spec: RunSpec, n: dict) -> dict:
     n["keys"] = 0
     forget()  # a worker process does not share the app's memory of the hub
     job = jobs.status(jid)
-    fn = job_records.resolve_target(job_records._kind(job.kind).run)
+    fn = job_records.resolve_target(job_records.lookup(job.kind).run)
     out = fn(dict(job.params), lambda *a, **kw: None, lambda: False)
     assert out["layers"] > 0 and not out["cache_hit"]
     got["worker"], got["hub_worker"] = n["keys"], _api(n)

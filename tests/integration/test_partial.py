@@ -106,7 +106,7 @@ def _job(tiny_bert_dir, varied_txt) -> tuple[RunSpec, str]:
 def test_a_cancelled_run_stores_nothing_and_keeps_no_partial(queue_cache, tiny_bert_dir, varied_txt, monkeypatch):
     spec, jid = _job(tiny_bert_dir, varied_txt)
     seen = []
-    publish = job_run._Running.publish_partial
+    publish = job_run.Running.publish_partial
 
     def cancel_after_first(run, result):  # Cancel pressed once the first partial curve is drawn
         publish(run, result)
@@ -114,20 +114,20 @@ def test_a_cancelled_run_stores_nothing_and_keeps_no_partial(queue_cache, tiny_b
         jobs.cancel(jid)
         run.last_cancel_check = 0.0  # the next batch reads the request at once
 
-    monkeypatch.setattr(job_run._Running, "publish_partial", cancel_after_first)
+    monkeypatch.setattr(job_run.Running, "publish_partial", cancel_after_first)
     job_run._run_job(jid, 1)
     job = jobs.status(jid)
     assert job.status == jobs.CANCELLED
     assert seen and seen[0]["partial"]["tokens"] > 0 and seen[0]["layers"][0]["mean_cosine"] is not None
     assert jobs.partial(job) is None
-    assert not job_queue._store().has_data_for_key(job_queue._partial_key(jid, 1))
+    assert not job_queue.store().has_data_for_key(job_queue.partial_key(jid, 1))
     assert not is_cached(spec) and get_store().get_json(results_key(spec)) is None
 
 
 def test_a_failed_run_keeps_its_last_partial(queue_cache, tiny_bert_dir, varied_txt, monkeypatch):
     spec, jid = _job(tiny_bert_dir, varied_txt)
     published = []
-    publish = job_run._Running.publish_partial
+    publish = job_run.Running.publish_partial
 
     def fail_on_second(run, result):
         publish(run, result)
@@ -135,7 +135,7 @@ def test_a_failed_run_keeps_its_last_partial(queue_cache, tiny_bert_dir, varied_
         if len(published) == 2:
             raise InputError("the disk went away")
 
-    monkeypatch.setattr(job_run._Running, "publish_partial", fail_on_second)
+    monkeypatch.setattr(job_run.Running, "publish_partial", fail_on_second)
     job_run._run_job(jid, 1)
     job = jobs.status(jid)
     assert job.status == jobs.FAILED and "the disk went away" in job.error
@@ -144,7 +144,7 @@ def test_a_failed_run_keeps_its_last_partial(queue_cache, tiny_bert_dir, varied_
     assert 0 < last["partial"]["tokens"] < last["partial"]["total_tokens"]
     assert not is_cached(spec)
     jobs.retry(jid)  # a new attempt starts without the failed one's partial
-    assert not job_queue._store().has_data_for_key(job_queue._partial_key(jid, 1))
+    assert not job_queue.store().has_data_for_key(job_queue.partial_key(jid, 1))
 
 
 def test_partial_curves_keep_their_cadence_when_a_partial_is_slow(snapshots, monkeypatch):

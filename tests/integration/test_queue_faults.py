@@ -114,7 +114,7 @@ def test_a_full_cache_fails_the_job_and_the_app_shows_the_result_from_memory(cac
 
 def test_an_outcome_that_cannot_be_written_never_leaves_the_job_in_flight(cache, monkeypatch):
     jid = jobs.submit("test-steps", {"n": 3, "delay": 0.01})
-    real, final = job_queue._write, []
+    real, final = job_queue.write, []
 
     def write(job, cache_dir=None):
         if job.status != jobs.RUNNING and not final:  # the first write of the outcome finds the disk full
@@ -122,14 +122,14 @@ def test_an_outcome_that_cannot_be_written_never_leaves_the_job_in_flight(cache,
             raise sqlite3.OperationalError("database or disk is full")
         real(job, cache_dir)
 
-    monkeypatch.setattr(job_queue, "_write", write)
+    monkeypatch.setattr(job_queue, "write", write)
     job_run._run_job(jid, 1)
     job = jobs.status(jid)
     assert final == [jobs.DONE] and job.status == jobs.FAILED and jobs.cache_full(job), job
 
     jid = jobs.submit("test-steps", {"n": 4, "delay": 0.01})
     stopped = []
-    monkeypatch.setattr(job_queue, "_write", lambda job, cache_dir=None: (
+    monkeypatch.setattr(job_queue, "write", lambda job, cache_dir=None: (
         _full() if job.status != jobs.RUNNING else real(job, cache_dir)))
     monkeypatch.setattr(job_run, "_unrecordable", stopped.append)  # a worker process exits here
     monkeypatch.setattr(job_run, "FINAL_WRITE_TRIES", 2)
