@@ -35,13 +35,13 @@ class JobKind:
 
 # Job kinds. Add yours here (the worker imports the target only when it runs such a job).
 KINDS: dict[str, JobKind] = {
-    "analyze": JobKind("core.compute.pipeline:job_analyze", "core.compute.pipeline:job_analyze_key", "extraction"),
-    "ablation": JobKind("core.compute.pipeline:job_ablation", "core.compute.pipeline:job_ablation_key", "ablation"),
+    "analyze": JobKind("core.compute.analysis_jobs:job_analyze", "core.compute.analysis_jobs:job_analyze_key", "extraction"),
+    "ablation": JobKind("core.compute.analysis_jobs:job_ablation", "core.compute.analysis_jobs:job_ablation_key", "ablation"),
     "analyze-torchrun": JobKind(
-        "core.compute.distributed:job_torchrun", "core.compute.pipeline:job_analyze_key", "torchrun extraction"
+        "core.compute.distributed:job_torchrun", "core.compute.analysis_jobs:job_analyze_key", "torchrun extraction"
     ),
     "attention": JobKind(
-        "core.studies.attention.run:job_attention", "core.compute.pipeline:job_analyze_key", "attention statistics"
+        "core.studies.attention.run:job_attention", "core.compute.analysis_jobs:job_analyze_key", "attention statistics"
     ),
     "attention-maps": JobKind(
         "core.studies.attention.viewer:job_attention_maps",

@@ -125,7 +125,7 @@ def stop_worker(cache_dir=None, timeout: float = 20) -> bool:
 
 
 # What `run_worker(warm=True)` calls, in order, with the cache directory; a step is skipped once a job is queued.
-WARM_UP = ("core.compute.pipeline:warm_imports", "core.compute.pipeline:warm_up")
+WARM_UP = ("core.compute.analysis_jobs:warm_imports", "core.compute.analysis_jobs:warm_up")
 IDLE_POLL_S = 0.5  # an idle worker looks at the queue this often (a Run's job waits half of it on average)
 
 

@@ -223,7 +223,7 @@ def seed(spec: RunSpec, cache_dir=None) -> str:
 def job_analyze(params: dict, progress, cancel) -> dict:
     """The app tier's "analyze" job: the real job on a synthetic run. A run of more than 100,000 tokens
     first spends a few seconds in steps (checking Cancel), so that a test can cancel it while it runs."""
-    from core.compute.pipeline import job_analyze as real
+    from core.compute.analysis_jobs import job_analyze as real
 
     refuse_models()  # in the worker, before anything runs (tests/app/conftest.py does it in the test process)
     spec = RunSpec.from_dict(params["spec"])
@@ -276,4 +276,4 @@ def use_synthetic_analyze() -> None:
     """The "analyze" job kind runs `job_analyze` in this process (the app tier's worker: synthetic_jobs.py;
     the test process while the app tier runs). `allow_models` gives the real kind back."""
     _REAL.setdefault("analyze", job_records.KINDS["analyze"])
-    job_records.register("analyze", "synthetic_runs:job_analyze", "core.compute.pipeline:job_analyze_key", "extraction")
+    job_records.register("analyze", "synthetic_runs:job_analyze", "core.compute.analysis_jobs:job_analyze_key", "extraction")

@@ -15,7 +15,8 @@ import pandas as pd
 import pytest
 
 import aniso
-from core.compute.pipeline import analyze_params, cached_ablation, get_stats, job_analyze, resolve
+from core.compute.analysis_jobs import job_analyze
+from core.compute.pipeline import analyze_params, cached_ablation, get_stats, resolve
 from core.entry import jobs
 from core.entry.cli import main as cli_main
 from core.stats import registry as S

@@ -15,9 +15,10 @@ from foundation_helpers import ROOT, cli_env, make_documents, write_txt
 from core.base.cache import CacheStore
 from core.base.errors import Cancelled, InputError
 from core.base.spec import RunSpec
+from core.compute.analysis_jobs import job_analyze
 from core.compute.distributed import job_torchrun, torchrun_command
 from core.compute.extract import MAX_KEYS, SUM_KEYS
-from core.compute.pipeline import analyze, job_analyze, run_key
+from core.compute.pipeline import analyze, run_key
 
 pytestmark = pytest.mark.slow
 

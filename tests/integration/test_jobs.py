@@ -125,7 +125,7 @@ def test_a_warm_worker_takes_a_queued_job_before_any_warm_up(cache):
     finally:
         proc.terminate()
         out, _ = proc.communicate(timeout=30)
-    assert "a job is queued, the warm-up stops before core.compute.pipeline:warm_imports" in out, out
+    assert "a job is queued, the warm-up stops before core.compute.analysis_jobs:warm_imports" in out, out
     assert "0 of 2 steps" in out, out
 
 

@@ -17,8 +17,9 @@ from foundation_helpers import make_documents, write_txt
 
 from core.base.cache import get_store
 from core.base.spec import RunSpec
-from core.compute import pipeline, prepare
-from core.compute.pipeline import analyze_params, job_analyze
+from core.compute import analysis_jobs, pipeline, prepare
+from core.compute.analysis_jobs import job_analyze
+from core.compute.pipeline import analyze_params
 from core.entry import worker
 
 
@@ -66,7 +67,7 @@ def _layers(spec: RunSpec) -> list:
 def test_a_worker_thread_reads_and_tokenizes_a_corpus_once_for_its_jobs(queue_cache, tiny_bert_dir, counted):
     corpus = write_txt(queue_cache / "c.txt", make_documents([30, 8, 50, 20, 12], seed=4))
     spec = RunSpec(model=str(tiny_bert_dir), corpus=str(corpus), max_tokens=400, max_seq_len=24, sample=20)
-    pipeline._thread_memo.__dict__.clear()
+    analysis_jobs._thread_memo.__dict__.clear()
     _run(spec)
     first = _layers(spec)
     assert counted == {"read": 1, "tokenize": 1}
@@ -89,13 +90,13 @@ def test_a_worker_thread_reads_and_tokenizes_a_corpus_once_for_its_jobs(queue_ca
 
 def test_the_memo_drops_a_large_corpus_and_many_windows(monkeypatch):
     memo = {("documents", "c", None, "utf-8", "sha"): ["x" * 10, "y" * 10]}
-    pipeline._trim_memo(memo)
+    analysis_jobs._trim_memo(memo)
     assert len(memo) == 1  # small: kept
-    monkeypatch.setattr(pipeline, "MEMO_MAX_CHARS", 15)
-    pipeline._trim_memo(memo)
+    monkeypatch.setattr(analysis_jobs, "MEMO_MAX_CHARS", 15)
+    analysis_jobs._trim_memo(memo)
     assert memo == {}
-    memo = {("windows", i): None for i in range(pipeline.MEMO_MAX_ENTRIES + 1)}
-    pipeline._trim_memo(memo)
+    memo = {("windows", i): None for i in range(analysis_jobs.MEMO_MAX_ENTRIES + 1)}
+    analysis_jobs._trim_memo(memo)
     assert memo == {}
 
 
@@ -144,7 +145,7 @@ def test_the_warm_up_yields_to_a_queued_job(tmp_path, monkeypatch, capsys):
     """Issue 36: the first job never waits behind a warm-up. Before each step the warm-up looks at the queue;
     once a job waits there it stops (the consumer then takes the job), and a worker started by a Run (its job
     already queued) skips it entirely."""
-    assert worker.WARM_UP[0] == "core.compute.pipeline:warm_imports"  # what any job imports comes first
+    assert worker.WARM_UP[0] == "core.compute.analysis_jobs:warm_imports"  # what any job imports comes first
     called = []
     mod = types.ModuleType("warm_probe")
     mod.a = lambda root: called.append("a")
@@ -161,14 +162,14 @@ def test_warm_up_imports_the_default_models_classes(tmp_path, monkeypatch):
     """The real warm-up: the default model is loaded once, so its classes (what the first from_pretrained
     imports: most of a fresh worker's CPU before its first batch) are imported."""
     loaded = []
-    load = pipeline.load_model
+    load = analysis_jobs.load_model
 
     def spy(ident, **kw):
         got = load(ident, **kw)
         loaded.append((ident, type(got.base).__module__))
         return got
 
-    monkeypatch.setattr(pipeline, "load_model", spy)
-    pipeline.warm_up(tmp_path)
+    monkeypatch.setattr(analysis_jobs, "load_model", spy)
+    analysis_jobs.warm_up(tmp_path)
     assert loaded == [(RunSpec().model, "transformers.models.bert.modeling_bert")]
     assert "transformers.models.bert.modeling_bert" in sys.modules and "core.stats.assemble" in sys.modules

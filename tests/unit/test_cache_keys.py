@@ -56,8 +56,8 @@ def test_the_closures_hold_the_modules_that_make_each_entry():
     # the two misses of the hand-kept lists: massive_activations of results.json, the token windows
     assert "core.stats.chain_summary" in C.key_modules("results")
     assert "core.compute.prepare" in C.key_modules("stats")
-    # a lazy import (inside a function) counts: core.compute.pipeline reads core.compute.distributed's group only through
-    # job_torchrun, core.compute.ablation is imported at the top; both make statistics
+    # an import for type checking counts: core.compute.pipeline names core.compute.distributed's Group (the torchrun
+    # ranks' reduction) only in its annotations; core.compute.ablation is imported at the top; both make statistics
     assert {"core.compute.extract", "core.compute.distributed", "core.compute.ablation", "core.inputs.modalities.run"} <= set(
         C.key_modules("stats")
     )
