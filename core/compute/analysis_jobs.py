@@ -17,7 +17,7 @@ from ..base import settings
 from ..base.spec import RunSpec, stable_hash
 from ..inputs.models import load_model
 from .distributed import job_torchrun
-from .pipeline import ResolvedRun, _ablation_defaults, analyze, is_cached, resolve, run_ablation, run_key, run_of
+from .pipeline import ResolvedRun, ablation_defaults, analyze, is_cached, resolve, run_ablation, run_key, run_of
 
 
 def job_analyze_key(params: dict) -> str:
@@ -91,7 +91,7 @@ def job_analyze(params: dict, progress, cancel) -> dict:
 
 def _ablation_params(params: dict) -> tuple[RunSpec | ResolvedRun, list[int] | None, int, int]:
     dims = params.get("dims")
-    n_random, held = _ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
+    n_random, held = ablation_defaults(params.get("n_random"), params.get("held_out_tokens"))
     return run_of(params), None if dims is None else sorted({int(d) for d in dims}), n_random, held  # one set, one job
 
 

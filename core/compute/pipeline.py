@@ -552,7 +552,8 @@ def _ablation_request(res: dict, dims, n_random: int, held_out_tokens: int) -> t
     return dims, key
 
 
-def _ablation_defaults(n_random, held_out_tokens) -> tuple[int, int]:
+def ablation_defaults(n_random, held_out_tokens) -> tuple[int, int]:
+    """(n_random, held_out_tokens) of an ablation: CONFIG's where None (a job's parameters, the API's defaults)."""
     n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
     held_out_tokens = CONFIG.ablation_held_out_tokens if held_out_tokens is None else int(held_out_tokens)
     return n_random, held_out_tokens
@@ -564,7 +565,7 @@ def cached_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, 
     run = resolve(spec, cache_dir)
     if not is_cached(run, cache_dir):
         return None
-    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    n_random, held_out_tokens = ablation_defaults(n_random, held_out_tokens)
     res = analyze(run, cache_dir)
     try:
         _, key = _ablation_request(res, dims, n_random, held_out_tokens)
@@ -585,7 +586,7 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
     # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it
     from ..stats.assemble import json_safe
 
-    n_random, held_out_tokens = _ablation_defaults(n_random, held_out_tokens)
+    n_random, held_out_tokens = ablation_defaults(n_random, held_out_tokens)
     run = resolve(spec, cache_dir)
     spec = run.spec
     res = analyze(run, cache_dir, progress, cancel)
