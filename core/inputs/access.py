@@ -5,8 +5,8 @@
     url_ident / split_corpus                                              how identifiers are written in a URL
 
 Every refusal is decided on the text and the server's settings (core.base.settings), never on what exists here,
-with one message whatever the reason. The dashboard's selection (core/studies/selection.py) and the job queue
-(core/entry/jobs.py) both use it.
+with one message whatever the reason. The dashboard's selection (core/studies/selection.py) and the jobs (a job's
+parameters, re-checked where it runs: core/entry/job_run.py) both use it.
 """
 
 from __future__ import annotations
