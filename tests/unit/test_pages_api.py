@@ -12,6 +12,7 @@ import pytest
 PAGES = sorted((Path(__file__).resolve().parents[2] / "pages").glob("*.py"))
 OURS = ("core", "ui")
 BROAD = {"Exception", "BaseException"}
+JOBS = ("core.entry.jobs", "core.entry.job_queue", "core.entry.job_run")  # the jobs' API, queue and run: ui.run's
 
 
 def _ours(module: str | None) -> bool:
@@ -26,15 +27,15 @@ def problems(source: str) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name == "core.entry.jobs" or a.name.startswith("core.entry.jobs."):
-                    out.append(f"{node.lineno}: imports core.entry.jobs (the job queue is ui.run's)")
+                if a.name in JOBS or a.name.startswith(tuple(j + "." for j in JOBS)):
+                    out.append(f"{node.lineno}: imports {a.name} (the job queue is ui.run's)")
                 if _ours(a.name):
                     modules.add(a.asname or a.name.split(".")[0])
         elif isinstance(node, ast.ImportFrom) and _ours(node.module):
             for a in node.names:
                 full = f"{node.module}.{a.name}"
-                if full == "core.entry.jobs" or node.module == "core.entry.jobs":
-                    out.append(f"{node.lineno}: imports core.entry.jobs (the job queue is ui.run's)")
+                if full in JOBS or node.module in JOBS:
+                    out.append(f"{node.lineno}: imports {full if full in JOBS else node.module} (the job queue is ui.run's)")
                 if a.name.startswith("_"):
                     out.append(f"{node.lineno}: imports the private name {full}")
                 modules.add(a.asname or a.name)
@@ -59,6 +60,7 @@ def test_a_page_uses_only_public_ui_and_core(path):
 def test_the_check_finds_what_it_forbids():
     bad = '''
 from core.entry import jobs
+from core.entry import job_queue
 import core.entry.jobs as J
 from ui.page import _through_entrypoint
 from ui import page
@@ -77,5 +79,5 @@ except:
     pass
 '''
     got = problems(bad)
-    assert len(got) == 7, got
+    assert len(got) == 8, got
     assert problems("from ui import page\npage.header('x')\ntry:\n    pass\nexcept ValueError:\n    pass\n") == []
