@@ -5,6 +5,7 @@ page; a server path in the URL is refused. Screenshots go to $ANISO_SCREENSHOT_D
 
 from __future__ import annotations
 
+import contextlib
 import os
 import urllib.parse
 import urllib.request
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from browser_helpers import CHROMIUM
+from playwright.sync_api import expect
 from test_default_flow import _goto_page, _settle, _wait_plots
 
 from bench.appserver import app_server
@@ -112,6 +114,12 @@ def test_models_answer_the_same_whether_a_folder_exists_on_the_server(server, pa
     for value in ("core/data", "core/nodata"):
         page.goto(f"{server}/?{urllib.parse.urlencode({'models': f'minilm-l6,{value}', 'tokens': '800'})}")
         page.get_by_test_id("stSidebar").get_by_role("button", name="Run").wait_for()
+        _settle(page)
+        # On a loaded machine the page can be read between two reruns of the sidebar: give the models box up to 30 s
+        # to show the value (where it never does, the comparison below fails as it should).
+        box = page.get_by_test_id("stSidebar").get_by_test_id("stMultiSelect").first
+        with contextlib.suppress(AssertionError):
+            expect(box).to_contain_text(value, timeout=30_000)
         _settle(page)
         body = page.inner_text("body")
         assert "Traceback" not in body and "Errno" not in body
