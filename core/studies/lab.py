@@ -524,8 +524,9 @@ def claims(doc: dict) -> list[dict]:
                 iv["margins"] = [r["unigram_entropy"] - r["held_out_loss"] for r in runs
                                  if _num(r.get("unigram_entropy")) is not None and _num(r.get("held_out_loss")) is not None]
                 levels[name] = iv
+                none = "not run yet" if any(r.get("status") == "pending" for r in cell["runs"]) else "no learned run"
                 parts.append(
-                    f"{name}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']}, 'no learned run')}, centred "
+                    f"{name}: mid-depth mean cosine {_iv({**iv, 'delta': iv['mean']}, none)}, centred "
                     f"{_iv({**cen, 'delta': cen['mean']}) if cen['n'] else 'n/a'}, "
                     f"Δ vs {short_label({'arch': tr[0], **rest})} {_iv(e)}"
                 )
@@ -541,8 +542,10 @@ def claims(doc: dict) -> list[dict]:
         else:
             pick = max(tested, key=lambda a: tested[a]["mean"]) if tested else next(iter(levels))
             verdict = INCONCLUSIVE
+            waiting = any(r.get("status") == "pending" for cell in cells if cell["levels"]["arch"] in nt
+                          for r in cell["runs"])
             why = (
-                "no non-Transformer run learned"
+                ("no non-Transformer run has finished yet" if waiting else "no non-Transformer run learned")
                 if not tested
                 else f"an interval contains {th:g}, or one seed gives none; run more seeds"
             )

@@ -188,6 +188,19 @@ def test_the_non_transformer_claim_is_judged_cell_by_cell_against_the_transforme
     assert "every non-Transformer cell's 95% interval lies below 0.2" in low["claims"][0]["why"]
 
 
+def test_a_running_lab_says_its_non_transformer_runs_have_not_finished_not_that_they_did_not_learn():
+    doc = _doc({"arch": ["gpt2", "mamba"]}, lambda lv, s: {"mid_mean_cosine": 0.3})
+    for r in doc["cells"][1]["runs"]:
+        r.update(status="pending", learned=None, scalars={})
+    c = LAB.finish(doc)["claims"][0]
+    assert c["verdict"] == "inconclusive" and "no non-Transformer run has finished yet" in c["why"]
+    assert "mamba: mid-depth mean cosine not run yet" in c["numbers"]
+    for r in doc["cells"][1]["runs"]:
+        r.update(status="done", learned=False)
+    c = LAB.finish(doc)["claims"][0]
+    assert "no non-Transformer run learned" in c["why"] and "mamba: mid-depth mean cosine no learned run" in c["numbers"]
+
+
 def test_factor_table_refuses_what_this_trainspec_lacks_and_clashes():
     with pytest.raises(InputError, match="Unknown factor 'size'"):
         LAB.LabSpec(factors={"size": ["a"]})
