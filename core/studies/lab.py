@@ -534,8 +534,12 @@ def claims(doc: dict) -> list[dict]:
         above = [a for a, iv in tested.items() if iv["lo"] is not None and iv["lo"] > th]
         below = [a for a, iv in tested.items() if iv["hi"] is not None and iv["hi"] < th]
         if above:
-            pick = max(above, key=lambda a: tested[a]["mean"])
-            verdict, why = SUPPORTED, f"{pick}'s 95% interval lies above {th:g}"
+            # The deciding cell is the one whose runs learned most (the largest margin below the unigram entropy, its
+            # worst run): a cell that barely learned is weaker evidence than one that did, however high its cosine.
+            pick = max(above, key=lambda a: min(tested[a]["margins"], default=-math.inf))
+            also = [a for a in above if a != pick]
+            verdict, why = SUPPORTED, f"{pick}'s 95% interval lies above {th:g}" + (
+                f" (so do {', '.join(also)}'s)" if also else "")
         elif tested and len(below) == len(tested) == len(levels):
             pick = max(below, key=lambda a: tested[a]["mean"])
             verdict, why = NOT_SUPPORTED, f"every non-Transformer cell's 95% interval lies below {th:g}"

@@ -188,6 +188,20 @@ def test_the_non_transformer_claim_is_judged_cell_by_cell_against_the_transforme
     assert "every non-Transformer cell's 95% interval lies below 0.2" in low["claims"][0]["why"]
 
 
+def test_the_deciding_cell_is_the_one_that_learned_most_not_the_highest_cosine():
+    """Two non-Transformer cells above the threshold: lstm's cosine is higher but its runs end just below the unigram
+    entropy; mamba's learned. The verdict names mamba, says lstm is above too, and gives mamba's margin."""
+    doc = _doc({"arch": ["gpt2", "mamba", "lstm"]},
+               lambda lv, s: {"mid_mean_cosine": {"gpt2": 0.1, "mamba": 0.4, "lstm": 0.9}[lv["arch"]] + 0.01 * s})
+    for cell in doc["cells"]:
+        if cell["levels"]["arch"] == "lstm":
+            for r in cell["runs"]:
+                r["held_out_loss"] = 3.99  # 0.01 nats below the unigram entropy of 4.0: learned, barely
+    c = LAB.finish(doc)["claims"][0]
+    assert c["verdict"] == "supported" and c["why"].startswith("mamba's 95% interval lies above 0.2 (so do lstm's)")
+    assert "mamba's held-out loss is 1.000-1.000 nats below" in c["why"] and c["delta"] == pytest.approx(0.3)
+
+
 def test_a_running_lab_says_its_non_transformer_runs_have_not_finished_not_that_they_did_not_learn():
     doc = _doc({"arch": ["gpt2", "mamba"]}, lambda lv, s: {"mid_mean_cosine": 0.3})
     for r in doc["cells"][1]["runs"]:
