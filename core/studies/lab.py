@@ -539,7 +539,7 @@ def claims(doc: dict) -> list[dict]:
             pick = max(above, key=lambda a: min(tested[a]["margins"], default=-math.inf))
             also = [a for a in above if a != pick]
             verdict, why = SUPPORTED, f"{pick}'s 95% interval lies above {th:g}" + (
-                f" (so do {', '.join(also)}'s)" if also else "")
+                f" (as do those of {', '.join(also)})" if also else "")
         elif tested and len(below) == len(tested) == len(levels):
             pick = max(below, key=lambda a: tested[a]["mean"])
             verdict, why = NOT_SUPPORTED, f"every non-Transformer cell's 95% interval lies below {th:g}"

@@ -198,7 +198,7 @@ def test_the_deciding_cell_is_the_one_that_learned_most_not_the_highest_cosine()
             for r in cell["runs"]:
                 r["held_out_loss"] = 3.99  # 0.01 nats below the unigram entropy of 4.0: learned, barely
     c = LAB.finish(doc)["claims"][0]
-    assert c["verdict"] == "supported" and c["why"].startswith("mamba's 95% interval lies above 0.2 (so do lstm's)")
+    assert c["verdict"] == "supported" and c["why"].startswith("mamba's 95% interval lies above 0.2 (as do those of lstm)")
     assert "mamba's held-out loss is 1.000-1.000 nats below" in c["why"] and c["delta"] == pytest.approx(0.3)
 
 
