@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import json
 import re
 import sys
@@ -103,11 +102,18 @@ def _command(argv: list[str]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    modes = {"lab-lr": "bench.lab_lr", "lab": "bench.lab"}  # modes of their own: the lab's learning rates, its budget
-    if argv[:1] and argv[0] in modes:  # (imported only for that mode, as bench.papers below)
-        return importlib.import_module(modes[argv[0]]).main(argv[1:])
+    if argv[:1] == ["lab-lr"]:  # a mode of its own: the learning-rate sweep behind the lab (core/data/lab_lr.json)
+        from bench.lab_lr import main as lab_lr_main  # lazy: only this mode trains
+
+        return lab_lr_main(argv[1:])
+    if argv[:1] == ["lab"]:  # the lab's budget (issue 41): a mode of its own, minutes to an hour
+        from bench.lab import main as lab_main  # lazy: only this mode imports the lab
+
+        return lab_main(argv[1:])
     if "--godey" in argv:  # Godey et al.'s 14 models, one process vs 14 (tens of minutes)
-        return importlib.import_module("bench.papers").main([x for x in argv if x != "--godey"])
+        from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
+
+        return papers_main([x for x in argv if x != "--godey"])
     a = build_parser().parse_args(argv)
     if a.device == "cuda":
         return run_gpu(a, argv)
@@ -138,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-"))
-    (cache := root / "cache").mkdir()
+    cache = root / "cache"
+    cache.mkdir()
     linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
     settings.set_cache_dir(cache)
     ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)

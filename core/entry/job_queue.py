@@ -147,8 +147,6 @@ def queue_notice(cache_dir=None) -> str | None:
 
 def _sqlite_problem(where: str) -> str | None:
     """Why the SQLite queue file cannot be used (None: it can, or it does not exist yet)."""
-    import sqlite3
-
     if not os.path.exists(where) or os.path.getsize(where) == 0:
         return None
     try:
@@ -165,8 +163,6 @@ def _sqlite_problem(where: str) -> str | None:
 def _sqlite_queue(where: str):
     """The SQLite queue at `where`; a damaged file is renamed aside (never deleted) and a fresh queue
     started, with one warning (logged, and shown by the pages through `queue_notice`)."""
-    import sqlite3
-
     from huey import SqliteHuey
 
     def make():
