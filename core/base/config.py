@@ -33,7 +33,8 @@ from pathlib import Path
 # walked: core imports neither ui/ nor pages/, and the torch-side modules it reaches (the extraction, the
 # torchrun reduction, the model loaders) all change numbers, so none is left out.
 KEY_ENTRIES: dict[str, tuple[str, ...]] = {
-    # the statistics: core.compute.pipeline's get_stats (prepare's windows, the extraction, the norm parameters, the manifest)
+    # the statistics: core.compute.pipeline's get_stats, and on a miss (its in-function import) core.compute.forward_run
+    # (prepare's windows, the extraction, the norm parameters, the manifest)
     "stats": ("core.compute.pipeline",),
     # what is derived from statistics: results.json (with core.stats.chain_summary's massive_activations), the
     # post-processing what-ifs, the isotropic baselines and the LM-loss ablations (core.compute.pipeline calls them)
@@ -51,8 +52,8 @@ KEY_CUTS: dict[str, dict[tuple[str, str], str]] = {
         ("core.compute.pipeline", "core.stats.assemble"): "core.compute.pipeline calls it for results, which have their own key "
                                             "(the statistics' key and the 'results' code), and for the partial results shown "
                                             "while a run computes, which are never stored",
-        ("core.compute.pipeline", "core.compute.lens"): "its numbers enter the statistics only with spec.logit_lens, and then "
-                                        "the key adds the 'lens' code (so that the keys of runs without it stay)",
+        ("core.compute.forward_run", "core.compute.lens"): "its numbers enter the statistics only with spec.logit_lens, and then "
+                                           "the key adds the 'lens' code (so that the keys of runs without it stay)",
     },
 }
 

@@ -4,33 +4,28 @@
     analyze(spec)    -> results dict (results.json), cached; derived from RunStats only
     run_ablation(spec, dims) -> the LM-loss ablation of chosen dims, cached
 
-A cache hit never loads a model nor imports torch. The job kinds that run these in a worker ("analyze",
-"ablation") are core/compute/analysis_jobs.py.
+A cache hit never loads a model nor imports torch: what needs torch (a miss's forward passes, an ablation's
+held-out batches) is core/compute/forward_run.py, imported inside the functions that run on a miss. The job
+kinds that run these in a worker ("analyze", "ablation") are core/compute/analysis_jobs.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
-import platform
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
-from .. import __version__
 from ..base.cache import get_store
 from ..base.config import CONFIG, cache_identity, key_code
 from ..base.errors import Cancelled, InputError
 from ..base.settings import default_cache_dir
 from ..base.spec import RunSpec, stable_hash
-from ..inputs.corpora import BUILTIN_CORPORA, corpus_fingerprint, numeric_share
+from ..inputs.corpora import corpus_fingerprint
 from ..inputs.hub import known_commit, split
 from ..inputs.modalities import corpus_modality, modal_fingerprint
-from ..inputs.modalities import run as modal
-from ..inputs.modalities.adapters import adapter_for
-from ..inputs.modalities.items import FRAME_SECONDS
 from ..inputs.models import (
     ModelRef,
     check_model_ident,
@@ -38,23 +33,16 @@ from ..inputs.models import (
     hub_fingerprint,
     is_hub_model,
     model_fingerprint,
-    model_modality,
-    package_versions,
     parse_model,
 )
-from ..stats.batching import pad_batch
 from ..stats.outliers import run_outlier_dims
-from ..stats.reference import ENGLISH_DETECTION, english_share
-from .ablation import ablation, norm_parameters
-from .extract import Progress, extract_stats
-from .lens import logit_lens
-from .lens import not_applicable as lens_not_applicable
+from .ablation import ablation
+from .extract import Progress
 from .prepare import check_cancel, loading_message, prepare
 
 if TYPE_CHECKING:  # the torchrun ranks' Group (its reduction makes the statistics of a distributed run)
     from .distributed import Group
 
-CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
 
 @dataclass
 class RunStats:
@@ -178,10 +166,6 @@ def resolve(spec: RunSpec | ResolvedRun, cache_dir=None) -> ResolvedRun:
     return ResolvedRun(spec, key, parts, commit, ref)
 
 
-def _versions() -> dict:
-    return {"python": platform.python_version(), "core": __version__, **package_versions(), "numpy": np.__version__}
-
-
 def run_key(spec: RunSpec | ResolvedRun, cache_dir=None) -> str:
     """The cache key of the run's statistics (derived entries are keyed on it). No torch."""
     return resolve(spec, cache_dir).key
@@ -277,163 +261,11 @@ def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpe
 
 def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
              partial=None, commit: str | None = None):
-    if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
-        if group is not None:
-            raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
-        return _compute_items(spec, parts, cache_dir, progress, cancel, partial, commit)
-    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
-    if group is not None:
-        device = group.device  # this rank's GPU ("cuda:<local rank>") or the CPU
-    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, device_map=spec.device_map, memo=memo,
-                   corpus_sha=parts["corpus_sha256"], fingerprint=parts["model_fingerprint"], progress=progress,
-                   cancel=cancel, commit=commit)
+    """(manifest, meta, arrays) of a cache miss: the forward passes of core.compute.forward_run."""
     # lazy: keeps torch out of a cache hit
-    import torch
+    from . import forward_run
 
-    lm, windows, documents, seq_len = prep.lm, prep.windows, prep.documents, prep.seq_len
-    n_hidden = int(lm.info["n_layers"]) + 1
-    corpus_id = spec.corpus if spec.corpus in BUILTIN_CORPORA else Path(spec.corpus).name
-    if partial is not None:
-        partial.start(lm, {"id": corpus_id, "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
-                           "n_documents": windows.n_documents, "n_windows": len(windows.ids)})
-    try:
-        arrays, timing = extract_stats(
-            lm.base, windows, special_policy=spec.special_tokens, batch_size=spec.batch_size,
-            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype,
-            pad_id=prep.pad_id, progress=progress, cancel=cancel, layers=spec.layers,
-            shard=group.shard if group is not None else None, reduce=group.reduce if group is not None else None,
-            adapter=adapter_for(lm.base), partial=partial)
-    except torch.OutOfMemoryError:
-        raise InputError(f"Out of memory on {device} (a batch that does not fit is halved, down to one window): "
-                         f"lower the batch size ({spec.batch_size}) or the max sequence length ({spec.max_seq_len}), "
-                         "or use a smaller model.") from None
-    meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
-            "sample_context": _contexts(lm.tokenizer, windows, arrays["sample_window"], arrays["sample_position"]),
-            "sample_special": np.isin(arrays["sample_token_id"], list(lm.tokenizer.all_special_ids or [])).tolist()}
-    if "max_abs_token_id" in arrays:  # the tokens holding each layer's max |x_d| (massive activations), by id
-        top_ids = sorted({int(i) for i in np.unique(arrays["max_abs_token_id"]) if i >= 0})
-        meta["max_abs_tokens"] = dict(zip(map(str, top_ids), lm.tokenizer.convert_ids_to_tokens(top_ids)))
-        meta["special_ids"] = sorted(int(i) for i in (lm.tokenizer.all_special_ids or []))
-    try:
-        norms = norm_parameters(lm.model)
-        arrays["norm_weight"] = norms["weights"]
-        if norms.get("biases") is not None:
-            arrays["norm_bias"] = norms["biases"]
-        meta["norm_modules"] = norms["modules"]
-        meta["norm_kind"] = norms.get("kind")
-        meta["norm_placement"] = norms.get("placement")
-        meta["norm_layer_offset"] = norms.get("layer_offset", 1)
-    except ValueError as e:
-        meta["norm_modules"] = []
-        meta["norm_error"] = str(e)
-    if spec.logit_lens:
-        why = lens_not_applicable(lm.model)
-        if why is None:
-            got, meta["logit_lens"] = logit_lens(lm.model, lm.tokenizer, arrays["sample"], arrays["layer_index"], n_hidden,
-                                                 seed=spec.seed)
-            arrays.update(got)
-        else:
-            meta["logit_lens"] = {"not_applicable": why}
-    info = describe_model(spec.model) | lm.info
-    manifest = {
-        "spec": parts["spec"],
-        "model": {**info, "fingerprint": parts["model_fingerprint"]},
-        "corpus": {"id": corpus_id,
-                   "sha256": parts["corpus_sha256"], "text_column": spec.text_column,
-                   "n_documents": windows.n_documents, "n_windows": len(windows.ids),
-                   "english_share": english_share(documents), "english_detection": ENGLISH_DETECTION},
-        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": windows.n_tokens_total,
-                   "content": windows.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
-                   "max_seq_len": seq_len,
-                   "special_tokens": spec.special_tokens},
-        "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])",
-                   "kept": arrays["layer_index"].tolist(), "model_layers": n_hidden},
-        "device": parts["spec"]["device"], "dtype": dtype, "seed": spec.seed, "device_map": spec.device_map,
-        "versions": _versions(), "timing": timing,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "stats_code": parts["stats_code"],
-        "warnings": _corpus_warnings(documents),
-    }
-    if group is not None:
-        manifest["distributed"] = {"world_size": group.world, "backend": group.backend}
-    return manifest, meta, arrays
-
-
-def _corpus_warnings(documents: list[str]) -> list[str]:
-    share = numeric_share(documents)
-    if share >= 0.5:
-        return [f"{share:.0%} of the documents are numbers only: is this the text column?"]
-    return []
-
-
-def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, partial=None, commit: str | None = None):
-    """An image or audio run: the same extraction on items laid out by a modality adapter."""
-
-    device, dtype = parts["spec"]["device"], parts["spec"]["dtype"]
-    prep = prepare(spec, device=device, dtype=dtype, cache_dir=cache_dir, fingerprint=parts["model_fingerprint"],
-                   progress=progress, cancel=cancel, commit=commit)
-    # lazy: keeps torch out of a cache hit
-    import torch
-
-    lm, adapter, items, modality = prep.lm, prep.adapter, prep.windows, prep.modality
-    info = describe_model(spec.model)
-    if partial is not None:
-        kept = np.arange(int(adapter.dims(lm.base)[0])) if spec.layers is None else np.asarray(sorted(set(spec.layers)))
-        widths = ({"layer_dims": np.asarray(adapter.channels, dtype=np.int64)[kept]}
-                  if hasattr(adapter, "channels") else {})
-        partial.start(lm, modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality), modality,
-                      widths)
-    try:
-        arrays, timing = extract_stats(
-            lm.base, items, special_policy=spec.special_tokens, batch_size=spec.batch_size,
-            sample_size=spec.sample, seed=spec.seed, device=device, dtype=dtype, progress=progress,
-            cancel=cancel, layers=spec.layers, adapter=adapter, partial=partial)
-    except torch.OutOfMemoryError:
-        raise InputError(f"Out of memory on {device} with batch size {spec.batch_size}: lower it and run "
-                         f"again.") from None
-    extra, meta = modal.sample_metadata(items, arrays)
-    arrays.update(extra)
-    if hasattr(adapter, "channels"):  # CNN: each stage's true width (the rest is zero padding)
-        arrays["layer_dims"] = np.asarray(adapter.channels, dtype=np.int64)[arrays["layer_index"]]
-    meta["norm_modules"] = []
-    meta["norm_error"] = "LayerNorm-parameter outliers are computed for text models only."
-    meta["modality"] = modality
-    # How a position of an item reads (where high-norm tokens and massive activations sit): the patch grid
-    # after `n_prefix` positions (CLS) for images, 20 ms frames for audio.
-    meta["position_layout"] = {"modality": modality, "grid": list(items.grid) if items.grid else None,
-                               "n_prefix": int(getattr(items, "n_prefix", 0) or 0),
-                               "frame_seconds": float(FRAME_SECONDS) if modality == "audio" else None}
-    info = info | lm.info
-    manifest = {
-        "spec": parts["spec"],
-        "model": {**info, "fingerprint": parts["model_fingerprint"]},
-        "corpus": modal.corpus_manifest(spec.corpus, parts["corpus_sha256"], items, modality),
-        "modality": modality,
-        "tokens": {"analysed": int(arrays["n"]), "fed_to_model": items.n_tokens_total,
-                   "content": items.n_content_tokens, "sample": int(arrays["sample"].shape[1]),
-                   "max_seq_len": int(max(len(i) for i in items.ids)), "special_tokens": spec.special_tokens,
-                   "unit": "patch" if modality == "image" and info.get("architecture") != "cnn"
-                   else ("grid position" if modality == "image" else "audio frame (20 ms)")},
-        "layers": {"n": int(arrays["sum_abs"].shape[0]),
-                   "layer_0": ("stem output" if info.get("architecture") == "cnn" else "embedding output (hidden_states[0])"),
-                   "kept": arrays["layer_index"].tolist(), "model_layers": int(adapter.dims(lm.base)[0])},
-        "device": device, "dtype": dtype, "seed": spec.seed, "device_map": None,
-        "versions": _versions(), "timing": timing,
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "stats_code": parts["stats_code"],
-    }
-    return manifest, meta, arrays
-
-
-def _contexts(tokenizer, windows, win_of: np.ndarray, pos: np.ndarray) -> list[str]:
-    out = []
-    for w, p in zip(win_of.tolist(), pos.tolist()):
-        ids = windows.ids[w]
-        left = tokenizer.decode(ids[max(0, p - CONTEXT_TOKENS):p], skip_special_tokens=True)
-        tok = tokenizer.decode(ids[p:p + 1])
-        right = tokenizer.decode(ids[p + 1:p + 1 + CONTEXT_TOKENS], skip_special_tokens=True)
-        out.append(f"{left} [{tok.strip()}] {right}".strip())
-    return out
+    return forward_run._compute(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
 
 
 def _results_code() -> str:
@@ -594,6 +426,9 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
     dims, key = _ablation_request(res, dims, n_random, held_out_tokens)
 
     def compute() -> dict:
+        # lazy: keeps torch out of a cache hit
+        from .forward_run import held_out_batches
+
         prep = prepare_for_ablation(spec, res, cache_dir, progress, "for the ablation")
         batches, held = held_out_batches(prep, held_out_tokens)
         on_pass = pass_reporter(progress, cancel, "The ablation was cancelled; nothing partial was stored.")
@@ -618,21 +453,6 @@ def prepare_for_ablation(spec: RunSpec, res: dict, cache_dir, progress, purpose:
                    fingerprint=m["model"].get("fingerprint"), progress=progress,
                    load_message=loading_message(spec.model, purpose), commit=m["model"].get("commit"))
 
-
-def held_out_batches(prep, held_out_tokens: int, device=None) -> tuple[list[dict], object]:
-    """(batches, windows): the held-out text of an ablation (the documents after the analysed ones in
-    the run's seeded order, `held_out_tokens` of them, windows of at most CONFIG.ablation_max_seq_len)
-    as batches of CONFIG.ablation_batch_size windows ({input_ids, attention_mask} tensors on `device`)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
-    held = prep.windows_after(held_out_tokens, min(prep.seq_len, CONFIG.ablation_max_seq_len))
-    batches = []
-    for i in range(0, len(held.ids), CONFIG.ablation_batch_size):
-        ids, att = pad_batch(held.ids[i:i + CONFIG.ablation_batch_size], prep.pad_id)
-        batches.append({"input_ids": torch.as_tensor(ids, device=device),
-                        "attention_mask": torch.as_tensor(att, device=device)})
-    return batches, held
 
 
 def pass_reporter(progress: Callable[[Progress], None] | None, cancel: Callable[[], bool] | None,

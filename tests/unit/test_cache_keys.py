@@ -61,6 +61,8 @@ def test_the_closures_hold_the_modules_that_make_each_entry():
     assert {"core.compute.extract", "core.compute.distributed", "core.compute.ablation", "core.inputs.modalities.run"} <= set(
         C.key_modules("stats")
     )
+    # the forward passes of a miss: core.compute.pipeline imports them only inside a function (no torch on a cache hit)
+    assert "core.compute.forward_run" in C.key_modules("stats")
     assert "core.compute.lens" in C.key_modules("lens") and "core.compute.lens" not in C.key_modules("stats")
     assert "core.studies.attention.stats" in C.key_modules("attention")
     assert "core.studies.chain.hooks" in C.key_modules("chain")
@@ -107,10 +109,11 @@ def test_a_module_planted_under_a_results_module_changes_the_results_key(core_co
     assert C.key_code("results") not in (planted, before["results"])
 
 
-def test_an_edit_to_prepare_changes_the_statistics_key(core_copy):
+@pytest.mark.parametrize("module", ["prepare", "forward_run"])  # the windows; the forward passes of a miss
+def test_an_edit_to_prepare_or_the_forward_run_changes_the_statistics_key(core_copy, module):
     before = C.key_code("stats"), C.key_code("results")
-    prepare = core_copy / "compute" / "prepare.py"
-    prepare.write_text(prepare.read_text() + "\n# a change to how windows are planned\n")
+    source = core_copy / "compute" / f"{module}.py"
+    source.write_text(source.read_text() + "\n# a change to how statistics are computed\n")
     _clear()
     assert C.key_code("stats") != before[0]
     assert C.key_code("results") == before[1]  # results embed the statistics' key, not its code

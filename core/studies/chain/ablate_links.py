@@ -429,11 +429,14 @@ def run_chain_ablation(spec, targets: dict | None = None, held_out_tokens: int |
     key = _key(run.key, targets, held_tokens, spec.seed)
 
     def compute() -> dict:
+        # lazy: keeps torch out of a cache hit
+        from ...compute.forward_run import held_out_batches
+
         prep = P.prepare_for_ablation(spec, res, cache_dir, progress, "for the chain ablations", memo=memo)
         lm, info = prep.lm, res["manifest"]["model"]
         if prep.modality == "text":
             model = lm.model
-            batches, held = P.held_out_batches(prep, held_tokens, device=lm.base.device)
+            batches, held = held_out_batches(prep, held_tokens, device=lm.base.device)
             where = {"held_out_tokens": held.n_content_tokens, "held_out_documents": held.n_documents}
         else:
             model = lm.base
