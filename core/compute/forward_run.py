@@ -36,8 +36,12 @@ from .prepare import prepare
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
 
 
-def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
-             partial=None, commit: str | None = None):
+def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
+                  partial=None, commit: str | None = None):
+    """(manifest, meta, arrays) of `spec`: its model loaded, its corpus read and the forward passes run.
+    `parts`: the run key's parts (device, dtype, fingerprints; core.compute.pipeline.resolve); `group`: the
+    torchrun ranks' Group (text runs only); `partial`: a core.compute.pipeline.PartialHook. Stores nothing:
+    core.compute.pipeline.get_stats does."""
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")

@@ -261,11 +261,11 @@ def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpe
 
 def _compute(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
              partial=None, commit: str | None = None):
-    """(manifest, meta, arrays) of a cache miss: the forward passes of core.compute.forward_run."""
+    """(manifest, meta, arrays) of a cache miss: core.compute.forward_run.compute_stats."""
     # lazy: keeps torch out of a cache hit
-    from . import forward_run
+    from .forward_run import compute_stats
 
-    return forward_run._compute(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
+    return compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
 
 
 def _results_code() -> str:
