@@ -1,17 +1,14 @@
-"""`python -m bench`: run the benchmark and write BENCHMARKS.md.
+"""`python -m bench`: run the benchmark and write its sections of BENCHMARKS.md (method: BENCHMARKS.md).
 
-    python -m bench                       # full run (about 20-25 min on 2 quiet CPU cores) -> BENCHMARKS.md
+    python -m bench                       # full run (about 20-25 min on 2 quiet CPU cores)
     python -m bench --quick               # every section at tiny sizes (< 1-2 min); prints the markdown
-    python -m bench --only overhead,cache # some sections only
-    python -m bench --device cuda         # the GPU section (refuses without CUDA); updates BENCHMARKS.md in place
-    python -m bench --godey               # Godey et al.'s 14 models: one `core reproduce` vs 14 commands (~30 min)
-    python -m bench --godey --one-only    # the one `core reproduce godey` alone (the goal; ~10 min on 2 cores)
-    python -m bench lab-lr                # the learning rate per family and optimizer (bench/lab_lr.py; ~5-15 min)
-    python -m bench lab [--default]       # the quick lab (< 10 min) or the default grid (< 90 min) -> BENCHMARKS.md
+    python -m bench --only overhead,cache # some sections only (each says when and where it was measured)
+    python -m bench --device cuda         # the GPU section (refuses without CUDA)
+    python -m bench --godey [--one-only]  # Godey et al.'s 14 models in one process vs 14 commands (bench/papers.py)
+    python -m bench lab-lr                # the learning rate per family and optimizer (bench/lab_lr.py)
+    python -m bench lab [--default]       # the quick lab or the default grid, timed (bench/lab.py)
 
-Run it on a quiet machine: the file records the load average and the CPU steal share and warns
-when the machine was busy. Each run uses its own empty cache directory (deleted at the end unless
---keep-cache), so cache effects are explicit.
+Each run uses its own empty cache directory (deleted at the end unless --keep-cache).
 """
 
 from __future__ import annotations
@@ -32,30 +29,18 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
-from bench.busy import BUSY_END, BUSY_START  # noqa: E402
 from bench.common import (  # noqa: E402
     ROOT,
     cpu_share,
     cpu_times,
-    keep_section,
     link_converted_models,
     loadavg,
     log,
     machine_info,
-    put_section,
+    publish,
 )
-from bench.lab import markers  # noqa: E402
-from bench.lab_lr import END as LAB_LR_END  # noqa: E402
-from bench.lab_lr import START as LAB_LR_START  # noqa: E402
-from bench.live import LIVE_END, LIVE_START  # noqa: E402
-from bench.load import LOAD_END, LOAD_START  # noqa: E402
-from bench.papers import END as PAPERS_END  # noqa: E402
-from bench.papers import START as PAPERS_START  # noqa: E402
-from bench.report import GPU_END, GPU_START, merge_gpu, render, render_gpu  # noqa: E402
+from bench.report import GPU_TITLE, render_doc, render_gpu  # noqa: E402
 
-# The sections other modules measure (python -m bench.load, .live, --godey, .busy): a rewrite keeps them.
-KEPT = ((LOAD_START, LOAD_END), (LIVE_START, LIVE_END), (PAPERS_START, PAPERS_END), (BUSY_START, BUSY_END),
-        (LAB_LR_START, LAB_LR_END), markers("quick"), markers("default"))
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
                  "attention", "chain", "geometry"]
 
@@ -66,22 +51,13 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog="sections: " + ", ".join(SECTION_ORDER))
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks that every section runs (numbers meaningless)")
     p.add_argument("--only", default=None, help="comma-separated sections to run (default: all)")
-    p.add_argument("--out", default=None, help="markdown file to write (default: BENCHMARKS.md at the repository "
-                   "root; with --quick: none, the markdown is printed)")
+    p.add_argument("--out", default=None, help="markdown file whose sections are rewritten (default BENCHMARKS.md; "
+                   "--quick: printed)")
     p.add_argument("--json", default=None, help="also write the raw numbers as JSON here")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
-                   help="cpu: the CPU benchmark; cuda: the GPU section only (refuses without CUDA)")
-    p.add_argument("--smollm-tokens", type=int, default=40_000,
-                   help="tokens for SmolLM2 in section 1 (default 40000; the markdown states what was run)")
-    p.add_argument("--peer-mem-cap-gib", type=float, default=8.0,
-                   help="memory the all-pairs peer may allocate beyond the loaded model (default 8 GiB, "
-                   "bounded by 60%% of the available memory); --quick uses 48 MiB")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the GPU section only")
     p.add_argument("--set", action="append", default=[], metavar="SIZE=VALUE",
-                   help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 "
-                   "(repeatable; the markdown lists every size used)")
-    p.add_argument("--threads", type=int, default=None,
-                   help="torch/BLAS threads for every process of the run (default: torch's default, one per core; "
-                   "--quick: 1)")
+                   help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 (repeatable)")
+    p.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of every process (--quick: 1)")
     p.add_argument("--keep-cache", action="store_true", help="keep this run's temporary cache directory")
     g = p.add_argument_group("GPU (--device cuda)")
     g.add_argument("--gpu-tokens", type=int, default=100_000, help="tokens per model (default 100000)")
@@ -119,9 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_gpu(a, argv)
     only = SECTION_ORDER if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in only if s not in SECTION_ORDER]
-    if bad or a.smollm_tokens < 1:
-        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}" if bad else
-              "error: --smollm-tokens must be positive", file=sys.stderr)
+    if bad:
+        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}", file=sys.stderr)
         return 2
     if a.quick and not a.threads:
         a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
@@ -132,12 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(a.threads)
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from bench.gpu import cuda_refusal
     from bench.sections import SECTIONS, Ctx, Sizes, cleanup
 
-    sizes = Sizes.quick() if a.quick else Sizes.full(smollm_tokens=a.smollm_tokens)
-    if not a.quick:
-        sizes.peer_mem_cap = int(a.peer_mem_cap_gib * 2**30)
+    sizes = Sizes.quick() if a.quick else Sizes()
     try:
         overrides = apply_overrides(sizes, a.set)
     except ValueError as e:
@@ -178,19 +150,14 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": _command(argv), "bench_version": __version__, "quick": a.quick,
             "only": only if only != SECTION_ORDER else None, "machine": machine,
             "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
-            "sizes": _sizes_summary(sizes, only), "overrides": overrides, "gpu_reason": _gpu_reason(cuda_refusal())}
+            "sizes": _sizes_summary(sizes), "overrides": overrides}
     results = {"meta": meta, "sections": sections}
-    md = render(results)
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
-        existing = out.read_text() if out.exists() else None
-        md = merge_gpu(existing, md)
-        for start, end in KEPT:
-            md = keep_section(existing, md, start, end)
-        out.write_text(md)
+        out.write_text(render_doc(results, out.read_text() if out.exists() else None))
         log(f"wrote {out}")
     else:
-        sys.stdout.write(md + "\n")
+        sys.stdout.write(render_doc(results) + "\n")
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1, default=_jsonable))
     return 0
@@ -226,17 +193,10 @@ def _jsonable(o):
     return o.tolist() if hasattr(o, "tolist") else str(o)  # numpy arrays and scalars; anything else as text
 
 
-def _sizes_summary(sizes, only) -> dict:
+def _sizes_summary(sizes) -> dict:
     d = dataclasses.asdict(sizes)
     d["peer_mem_cap"] = f"{d['peer_mem_cap'] / 2**30:.2f} GiB"
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
-
-
-def _gpu_reason(refusal: str | None) -> str:
-    if refusal:
-        return (f"This file was written on a machine without a usable GPU ({refusal}), and no GPU machine was "
-                "available to the author of this benchmark, so no GPU figure has been measured.")
-    return "This CPU run did not measure the GPU section."
 
 
 def run_gpu(a, argv: list[str]) -> int:
@@ -258,12 +218,9 @@ def run_gpu(a, argv: list[str]) -> int:
     g["distributed"] = section_distributed("cuda", torch.cuda.device_count(), tokens=a.gpu_dist_tokens)
     g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
                  "transformers": transformers.__version__, "command": _command(argv)}
-    out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
-    existing = out.read_text() if out.exists() else None
-    out.write_text(put_section(existing, render_gpu(g, ""), GPU_START, GPU_END))
+    publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     if a.json:
         Path(a.json).write_text(json.dumps(g, indent=1, default=_jsonable))
-    log(f"wrote the GPU section of {out}")
     return 0
 
 

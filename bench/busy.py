@@ -40,8 +40,7 @@ from core.base import settings
 from core.base.spec import RunSpec
 from core.entry import jobs, worker
 
-BUSY_START = "<!-- bench:busy:start -->"
-BUSY_END = "<!-- bench:busy:end -->"
+TITLE = "Busy machine: the dashboard's job against the CLI (`python -m bench.busy`)"
 SPIN = "import time\nt = time.monotonic()\nwhile True:\n    t += 1\n"  # pure-Python, holds one core
 TOKENS = 40_000
 JOB_TOKENS = 400_000
@@ -174,28 +173,21 @@ def _autogroups() -> bool | None:
 
 def render(r: dict, command: str) -> str:
     page, cli, job = r["page"], r["cli"], r["job"]
-    verdict = "met" if r["met"] else "not met"
-    lines = [BUSY_START, "## Busy machine: the dashboard's job against the CLI (`python -m bench.busy`)", "",
-             f"{r['busy_processes']} unrelated busy processes (pure-Python spins, niceness 0, each in a session of "
-             f"its own) run throughout. The same run (MiniLM on wiki-en, {r['tokens']:,} tokens) is computed by "
-             "`python -m core analyze` and by an `analyze` job through the worker the dashboard starts; tokens/s is "
-             "the forward pass's (`manifest.timing.tokens_per_s`). Then "
-             f"{r['users']} browser users browse for {r['seconds']:.0f} s (as in `python -m bench.load`) while a "
-             f"{r['job_tokens']:,}-token job runs.", "",
-             common.table(["", "tokens/s", "wall (s)"], [["CLI", f"{cli['tokens_per_s']:,.0f}", f"{cli['wall_s']:.1f}"],
-                                                         ["dashboard job", f"{job['tokens_per_s']:,.0f}",
-                                                          f"{job['wall_s']:.1f} (submit to done)"]]), "",
-             f"Ratio job / CLI: **{r['ratio']:.2f}** (goal >= {GOAL_RATIO}); page views while the job runs: "
-             f"{page['n']}, p50 {page['p50']:.2f} s, **p95 {page['p95']:.2f} s** (goal < {GOAL_P95_S:g} s), "
-             f"{len(page['errors'])} navigations failed (not in the p95: a failure fails the goal); "
-             f"the long job ran at {page['job_tokens_per_s']:,.0f} tokens/s meanwhile. "
-             f"Goals: **{verdict}**.", "",
-             f"Measured {r['date_utc']} UTC on {r['cores']} cores ({r['cpu']}), Python {r['python']}, autogroups "
-             f"{'on' if r['autogroups'] else 'off'}; worker niceness {r.get('worker_nice')}; 1-min load average "
-             f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after."
-             + (f" {r['note']}" if r.get("note") else ""), "",
-             f"Command: `{command}`", BUSY_END]
-    return "\n".join(lines)
+    return "\n".join([
+        f"{r['busy_processes']} busy processes; the run: {r['tokens']:,} tokens; {r['users']} users browse for "
+        f"{r['seconds']:.0f} s beside a {r['job_tokens']:,}-token job.", "",
+        common.table(["", "tokens/s", "wall (s)"], [["CLI", f"{cli['tokens_per_s']:,.0f}", f"{cli['wall_s']:.1f}"],
+                                                    ["dashboard job", f"{job['tokens_per_s']:,.0f}",
+                                                     f"{job['wall_s']:.1f} (submit to done)"]]), "",
+        f"Ratio job / CLI: **{r['ratio']:.2f}** (goal >= {GOAL_RATIO}); page views while the job runs: "
+        f"{page['n']}, p50 {page['p50']:.2f} s, **p95 {page['p95']:.2f} s** (goal < {GOAL_P95_S:g} s), "
+        f"{len(page['errors'])} navigations failed (not in the p95: a failure fails the goal); "
+        f"the long job ran at {page['job_tokens_per_s']:,.0f} tokens/s meanwhile. "
+        f"Goals: **{'met' if r['met'] else 'not met'}**.", "",
+        f"Measured {r['date_utc']} UTC on {r['cores']} cores ({r['cpu']}), Python {r['python']}, autogroups "
+        f"{'on' if r['autogroups'] else 'off'}; worker niceness {r.get('worker_nice')}; 1-min load average "
+        f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after." + (f" {r['note']}" if r.get("note") else ""),
+        "", f"Command: `{command}`"])
 
 
 def main(argv=None) -> int:
@@ -219,10 +211,7 @@ def main(argv=None) -> int:
                                                                                          JOB_TOKENS),
                                                           ("users", a.users, 8), ("seconds", a.seconds, 60),
                                                           ("busy", a.busy, 2)) if v != d)
-    md = render(r, cmd)
-    print(md)
-    if a.md:
-        common.write_section(md, Path(a.md), BUSY_START, BUSY_END)
+    common.publish(render(r, cmd), "busy", TITLE, Path(a.md) if a.md else None)
     return 0
 
 

@@ -12,7 +12,6 @@ import math
 import os
 import platform
 import pstats
-import re
 import signal
 import statistics
 import subprocess
@@ -127,32 +126,28 @@ def code(text: str) -> str:
     return "```\n" + (text or "").rstrip() + "\n```"
 
 
-def section_of(text: str | None, start: str, end: str) -> str | None:
-    """The block between the markers `start` and `end` of `text` (markers included), or None."""
-    if not text or start not in text or end not in text:
-        return None
-    return text[text.index(start):text.index(end) + len(end)]
+def markers(name: str) -> tuple[str, str]:
+    """The markers around a section's measured figures in BENCHMARKS.md (its method is stated above them)."""
+    return f"<!-- bench:{name}:start -->", f"<!-- bench:{name}:end -->"
 
 
-def put_section(text: str | None, block: str, start: str, end: str) -> str:
-    """`text` with its marked section replaced by `block` (which holds the markers), or with `block` appended
-    when it has none (a new file: under the header)."""
-    if section_of(text, start, end) is not None:
-        return re.sub(re.escape(start) + ".*?" + re.escape(end), lambda _: block, text, flags=re.S)
-    return (text or HEADER + "\n").rstrip() + "\n\n" + block + "\n"
+def put_section(text: str | None, name: str, body: str, title: str | None = None) -> str:
+    """`text` with the figures between the markers of section `name` replaced by `body`; a text without them gets
+    them appended (under `## title`). Everything outside the markers is kept: each section's method, notes."""
+    start, end = markers(name)
+    block = f"{start}\n{body}\n{end}"
+    if text and start in text and end in text:
+        return text[:text.index(start)] + block + text[text.index(end) + len(end):]
+    return (text or HEADER).rstrip() + "\n\n" + (f"## {title}\n\n" if title else "") + block + "\n"
 
 
-def write_section(md: str, path: Path, start: str, end: str) -> None:
-    """Replace the section between the markers `start` and `end` of a markdown file with `md` (which holds
-    them), or append it when the file has none."""
-    path.write_text(put_section(path.read_text() if path.exists() else None, md, start, end))
-
-
-def keep_section(existing: str | None, new_doc: str, start: str, end: str) -> str:
-    """`python -m bench` rewrites BENCHMARKS.md: the marked section of `existing` (measured by another module)
-    appended to `new_doc`, unless `new_doc` has one."""
-    block = section_of(existing, start, end)
-    return new_doc if block is None or start in new_doc else new_doc.rstrip() + "\n\n" + block + "\n"
+def publish(body: str, name: str, title: str, out: Path | None) -> None:
+    """A section's figures into the markdown file `out` (put_section), or printed when `out` is None."""
+    if out is None:
+        sys.stdout.write(f"## {title}\n\n{body}\n")
+        return
+    out.write_text(put_section(out.read_text() if out.exists() else None, name, body, title))
+    log(f"wrote the {name} section of {out}")
 
 
 # ----------------------------------------------------------------------------- machine and process figures

@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, fr, fs, loadavg, log, machine_info, table, write_section
+from bench.common import ROOT, fr, fs, loadavg, log, machine_info, publish, table
 from core.base import settings
 from core.base.errors import InputError
 
@@ -28,12 +28,6 @@ settings.export_env(HF_HUB_OFFLINE="1")
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from core.studies import lab as LAB  # noqa: E402
-
-
-def markers(which: str) -> tuple[str, str]:
-    """BENCHMARKS.md's section of the quick lab or of the default grid (each rewritten on its own)."""
-    return f"<!-- bench:lab-{which}:start -->", f"<!-- bench:lab-{which}:end -->"
-
 
 GOAL_S = {"quick": 600, "default": 5400}
 DEFAULT_STEPS = 2000
@@ -79,11 +73,9 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
     n, goal, b = len(rows), GOAL_S[which], spec.to_dict()["base"]
     full = len(LAB.QUICK_FAMILIES) * (1 if which == "quick" else 3 * len(LAB.DEFAULT_OPTIMIZERS))
     per_run, what = wall / max(n, 1), "quick lab" if which == "quick" else "default grid"
-    start, end = markers(which)
     grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
     runs = f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included)"
     return "\n".join([
-        start, f"## Lab (`python -m bench lab{' --default' if which == 'default' else ''}`)", "",
         f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads "
         f"{info.get('torch_threads')}; load average at the start {info['loadavg_start']}, at the end {loadavg()}; "
         f"{info['date_utc']}. Command: `python -m bench {' '.join(argv)}`.", "",
@@ -97,7 +89,7 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
          "2 cores." if n == full else
          f"{runs}. The goal is the {what} ({full} runs) under {goal / 60:.0f} min on 2 cores: at this rate {full} runs "
          f"would take about {per_run * full / 60:.1f} min ({'within' if per_run * full <= goal else 'over'} the goal; an "
-         "extrapolation from the families run here, the other families' speed not measured)."), end])
+         "extrapolation from the families run here, the other families' speed not measured).")])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,11 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     md = render(doc, spec, skipped, wall, info, which, ["lab", *argv])
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1))
-    if a.no_write:
-        print(md)
-    else:
-        write_section(md, ROOT / "BENCHMARKS.md", *markers(which))
-        log(f"BENCHMARKS.md: the lab-{which} section written ({wall:.0f} s)")
+    title = f"Lab (`python -m bench lab{' --default' if a.default else ''}`)"
+    publish(md, f"lab-{which}", title, None if a.no_write else ROOT / "BENCHMARKS.md")
     return 0
 
 

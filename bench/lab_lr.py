@@ -26,14 +26,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, fi, log, machine_info, table, write_section
+from bench.common import ROOT, fi, log, machine_info, publish, table
 from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
-START = "<!-- bench:lab-lr:start -->"
-END = "<!-- bench:lab-lr:end -->"
+TITLE = "Learning rate per family (`python -m bench lab-lr`)"
 GRID = {"adamw": (3e-4, 1e-3, 3e-3, 1e-2), "coupled-adam": (3e-4, 1e-3, 3e-3, 1e-2), "sgd": (0.03, 0.1, 0.3, 1.0, 3.0)}
 ARCHS = ("gpt2", "llama")
 OPTIMIZERS = ("adamw", "sgd")
@@ -79,17 +78,10 @@ def render(table_: dict) -> str:
                      e["machine"]])
     first = next(iter(table_["entries"].values()))
     return "\n".join([
-        START, f"## Learning rate per family (`{table_['command']}`)", "",
-        f"The lab trains every family and optimizer at the rate below (`core.studies.train_spec.default_lr`, read "
-        f"from core/data/lab_lr.json): of the rates tried, the one with the lowest held-out loss after "
-        f"{fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
-        f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}, seed 0, cosine schedule, no "
-        f"warm-up (every run sees the same tokens in the same order). Coupled Adam, where it has no row, takes "
-        f"AdamW's rate. A run whose loss is not below the corpus's unigram entropy did not learn.", "",
+        f"Each rate trained {fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
+        f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}. Command: `{table_['command']}`.", "",
         table(["Family", "Optimizer", "Rates tried", "Held-out loss (nats/token)", "Picked", "Unigram entropy",
-               "Sweep time (s)", "Date (UTC)", "Machine"], rows), "",
-        f"A short sweep at a small budget: the rate that is best after {fi(first['steps'])} steps need not be the best "
-        f"after 2,000; a pick at the edge of the range says a wider range might pick another.", END])
+               "Sweep time (s)", "Date (UTC)", "Machine"], rows)])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,16 +125,10 @@ def main(argv: list[str] | None = None) -> int:
                 "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine}
     doc = {"kind": "lab-lr", "version": 1, "command": "python -m bench lab-lr" + "".join(f" {x}" for x in argv or []),
            "grid": {k: list(v) for k, v in GRID.items()}, "entries": entries}
-    md = render(doc)
     if out is not None:
         out.write_text(json.dumps(doc, indent=1) + "\n")
         log(f"wrote {out}")
-    md_path = Path(a.md) if a.md else (None if a.quick else ROOT / "BENCHMARKS.md")
-    if md_path is not None:
-        write_section(md, md_path, START, END)
-        log(f"wrote the lab-lr section of {md_path}")
-    else:
-        sys.stdout.write(md + "\n")
+    publish(render(doc), "lab-lr", TITLE, Path(a.md) if a.md else (None if a.quick else ROOT / "BENCHMARKS.md"))
     return 0
 
 

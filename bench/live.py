@@ -11,7 +11,7 @@
    default selection): from the click on Run to the first drawn figure (the partial curve), then to the
    final one, with the job's steps and each process's CPU seconds. Fresh: a new server and cache, the click
    as soon as the page is ready; warm: the same server and worker, the run deleted from the cache.
-   Goals: warm <= 10 s, fresh <= 30 s. `python -m bench` keeps this section when it rewrites BENCHMARKS.md.
+   Goals: warm <= 10 s, fresh <= 30 s.
 """
 
 from __future__ import annotations
@@ -33,12 +33,11 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
-from bench.common import loadavg, log, machine_info, median, met, n_analysed, proc_cpu_s, table, write_section  # noqa: E402
+from bench.common import loadavg, log, machine_info, median, met, n_analysed, proc_cpu_s, publish, table  # noqa: E402
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
 
-LIVE_START = "<!-- bench:live:start -->"
-LIVE_END = "<!-- bench:live:end -->"
+TITLE = "Live curves: partial results while a run computes (`python -m bench.live`)"
 GOAL_SHARE = 0.02
 GOAL_WARM_S, GOAL_FRESH_S = 10.0, 30.0
 
@@ -236,13 +235,11 @@ def _s(x) -> str:
 
 
 def render(cost: dict, curve: dict, meta: dict) -> str:
-    lines = [LIVE_START, "## Live curves: partial results while a run computes (`python -m bench.live`)", "",
-             f"Measured {meta['date']} on {meta['machine']} (load average at start {meta['load_start']}, at end "
-             f"{meta['load_end']}; {meta['cores']} usable cores). What a partial curve is: docs/pages.md.", ""]
+    lines = [f"Measured {meta['date']} on {meta['machine']} (load average at start {meta['load_start']}, at end "
+             f"{meta['load_end']}; {meta['cores']} usable cores).", ""]
     if cost:
         lines += [
-            f"**Cost of publishing** (one process, alternating A B B A): {cost['model']} on wiki-en, {cost['tokens']:,} "
-            f"tokens in {cost['batches']} batches, without and with partial results written to the job queue's store "
+            f"**Cost of publishing**: {cost['model']} on wiki-en, {cost['tokens']:,} tokens in {cost['batches']} batches "
             f"({cost['reps']} runs each).", "",
             table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Loop's own account: time publishing / "
                    "forward (median, max)", "Partial results per run", "Goal: cost <= 2%"],
@@ -263,23 +260,16 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
                   f"{x.get('other_cpu_s', 0.0):.1f}"] for name in ("fresh", "warm")
                  for x in (curve.get(name) or {}).get("steps", [])]
         lines += [
-            f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}, Debian "
-            f"chromium via Playwright; selection {curve['query']}: MiniLM on wiki-en). From the click on Run to the first "
-            "drawn figure, then to the final one. Fresh: a new server and cache, the click as soon as the page is ready "
-            "(the worker the app starts is then still warming up, unless the table says otherwise); warm: the same "
-            "server and worker, the run deleted from the cache. CPU to the first curve: the CPU seconds of the server "
-            "and the worker from the click to the first curve."
+            f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}; "
+            f"selection {curve['query']})."
             + (f" The worker ran at niceness {curve['worker_nice']} (the app's default is 10)."
                if curve.get("worker_nice") is not None else ""), "",
             table(["Run", "First curve", "It was", "Final curve", "Page reloaded", "CPU to the first curve",
                    "Worker warm at the click", "Goal"], rows), ""]
         if steps:
-            lines += ["Where the seconds went, as the benchmark's 0.1 s poll saw the job ('queued', 'taken', 'published' "
-                      "and 'done' at the job record's times), with the CPU seconds since the click of the server, the "
-                      "worker and the server's other processes (the UMAP process) when the poll saw each step:", "",
+            lines += ["Where the seconds went:", "",
                       table(["Run", "Step", "Since the click", "Server CPU-s", "Worker CPU-s", "Other CPU-s"], steps), ""]
-    lines += meta.get("notes", [])
-    return "\n".join(lines + [LIVE_END])
+    return "\n".join(lines + meta.get("notes", [])).rstrip()
 
 
 def main(argv=None) -> int:
@@ -315,12 +305,8 @@ def main(argv=None) -> int:
                          f"{meta['cores']} cores, other jobs running): the times are longer than on a quiet machine"
                          + (", and the A/B ratio has a spread of several percent; the loop's own account is the "
                             "precise figure for the cost." if cost else "."), ""]
-    block = render(cost, curve, meta)
-    if a.quick and not a.out:
-        print(block)
-        return 0
-    write_section(block, Path(a.out) if a.out else ROOT / "BENCHMARKS.md", LIVE_START, LIVE_END)
-    log(f"wrote {a.out or 'BENCHMARKS.md'}")
+    out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
+    publish(render(cost, curve, meta), "live", TITLE, out)
     return 0
 
 

@@ -30,7 +30,7 @@ import psutil
 
 from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from bench.common import cpu_times, loadavg, proc_cpu_s, rss, table, write_section
+from bench.common import cpu_times, loadavg, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
 from core.entry import jobs, worker
@@ -40,8 +40,7 @@ from core.entry import jobs, worker
 PAGES = {"Layers": 1, "Outliers": 2, "Projection": 1, "Compare": 1}
 QUERY = "tokens=4000&sample=1000"
 JOB_TOKENS = 400_000  # the background job: long enough to outlast phase 2 on 2 cores
-LOAD_START = "<!-- bench:load:start -->"
-LOAD_END = "<!-- bench:load:end -->"
+TITLE = "Load: browser users while a job runs"
 PAGE_TIMEOUT_S = 120
 SLOW_S = 10  # a view slower than this is described in the report (what the page showed)
 THINK_MEAN_S = 7.0  # TPC-W's think time: exponential with this mean, cut at 10 times the mean
@@ -350,21 +349,12 @@ def render(r: dict, command: str) -> str:
     phases = [("idle", "no job"), ("job", "job running")] + ([("stress", "job running, no think time")]
                                                               if "stress" in r else [])
     busy = max([r["load_before"][0]] + [r[k]["load"][0] for k, _ in phases])
-    reading = (f"between two views each user reads the page for a think time drawn as in the TPC-W web "
-               f"benchmark's user model (exponential, mean {think:g} s, cut at {10 * think:g} s)"
-               if think > 0 else "no think time (each user clicks the moment a page is drawn)")
-    lines = [LOAD_START, "## Load: browser users while a job runs", "",
-             f"{r['users']} simultaneous browser users (Playwright, one Debian chromium, one context each, loopback), "
-             f"{r['seconds']:.0f} s per phase, each looping Layers → Outliers → Projection → Compare on a computed "
-             f"run (MiniLM, wiki-en, {QUERY}); {reading}. Render time: from the click in the navigation until that "
-             "page is idle with every figure drawn. The users' first loads, all at once, are the ramp-up (not "
-             "counted as views); the timed browsing starts when every user has its first page. Phase 2 runs while "
-             f"the worker computes another MiniLM extraction ({JOB_TOKENS:,} tokens)."
-             + (f" Phase 3 (stress) keeps the job running and drops the think time, for "
-                f"{r['stress_seconds']:.0f} s: the users' browsers then take all the cores they can."
-                if "stress" in r else "")
-             + f" Measured {dt.date.today().isoformat()} on this project's machine: {cores} cores, Python "
-               f"{platform.python_version()}; the browsers run on the same cores as the server and the job.", "",
+    lines = [f"{r['users']} users, {r['seconds']:.0f} s per phase, on a computed run ({QUERY}); think time "
+             + (f"mean {think:g} s, cut at {10 * think:g} s" if think > 0 else "none (each user clicks the moment a page "
+                "is drawn)") + f"; the job: {JOB_TOKENS:,} tokens"
+             + (f"; phase 3: {r['stress_seconds']:.0f} s" if "stress" in r else "")
+             + f". Measured {dt.date.today().isoformat()} on this project's machine: {cores} cores, Python "
+               f"{platform.python_version()}.", "",
              table(["phase", "page views", "p50 (s)", "p95 (s)", "max (s)", "errors", "server peak RSS",
                     "worker peak RSS"], [row(label, r[key], job=key != "idle") for key, label in phases])]
     lines += ["", f"First loads ({r['users']} users opening at once, not counted above): "
@@ -402,7 +392,7 @@ def render(r: dict, command: str) -> str:
     if errs:
         lines.append("Errors: " + "; ".join(sorted(set(errs))[:8]))
         lines.append("")
-    lines += [f"Command: `{command}`", LOAD_END]
+    lines.append(f"Command: `{command}`")
     return "\n".join(lines)
 
 
@@ -426,9 +416,7 @@ def main(argv=None) -> int:
           (f" --seconds {a.seconds:g}" if a.seconds != 120 else "") + \
           (f" --think-mean {a.think_mean:g}" if a.think_mean != THINK_MEAN_S else "") + \
           (f" --stress-seconds {a.stress_seconds:g}" if a.stress_seconds != STRESS_S else "")
-    md = render(r, cmd)
-    print(md)
-    write_section(md, Path(a.out) if a.out else ROOT / "BENCHMARKS.md", LOAD_START, LOAD_END)
+    publish(render(r, cmd), "load", TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     return 0
 
 

@@ -21,10 +21,10 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import ROOT, child_env, cpu_model, loadavg, log, table, usable_cores, write_section
+from bench.common import ROOT, child_env, cpu_model, loadavg, log, publish, table, usable_cores
 from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
 
-START, END = "<!-- bench-papers:start -->", "<!-- bench-papers:end -->"
+TITLE = "Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)"
 GOAL_S = 600.0
 QUICK_MODELS = ("untrained-minilm-l6", "untrained-vit-s14")
 
@@ -123,10 +123,8 @@ def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path
 
 
 def render(r: dict, machine: str, date: str, command: str) -> str:
-    lines = [START, "## Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)", "",
-             f"Measured {date} on {machine}, with `{command}`. {len(r['models'])} runs (text, characters, vision, speech, "
-             f"CNN and their random-init controls), {r['tokens']:,} positions and a sample of {r['sample']:,} each, "
-             "each side from an empty cache (models converted once per side). "
+    lines = [f"Measured {date} on {machine}, with `{command}`. {len(r['models'])} runs, {r['tokens']:,} positions and a "
+             f"sample of {r['sample']:,} each. "
              + ("Both sides ran AT THE SAME TIME, so that each saw the same load of the shared machine (each "
                 "also slowed the other). " if r.get("parallel") else "")
              + "The load of the machine (`uptime`) before and after each side:", "",
@@ -150,9 +148,6 @@ def render(r: dict, machine: str, date: str, command: str) -> str:
                        [[f"{m} on {sep[m]['corpus'] if m in sep else corpus.get(m, '')}",
                          f"{sep[m]['wall_s']:.1f}" if m in sep else "not run", f"{inside.get(m, float('nan')):.1f}"]
                         for m in r["models"]]))
-    lines += ["", "The separate commands each import torch and transformers, read (or decode) their corpus, hash it "
-              "for the cache key, and tokenize; the reproduction does each once per process, corpus and tokenizer "
-              "(the pipeline's memo, `core.inputs.modalities.shared_decoding`).", END]
     return "\n".join(lines)
 
 
@@ -184,15 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     machine = f"{cpu_model()}, {usable_cores()} usable cores"
     cmd = "python -m bench --godey" + (" --quick" if a.quick else "") + (" --one-only" if a.one_only else "") + (
         " --sequential" if a.sequential and not a.one_only else "")
-    md = render(r, machine, date, cmd)
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1))
-    if a.quick and not a.out:
-        print(md)
-        return 0
-    out = Path(a.out) if a.out else ROOT / "BENCHMARKS.md"
-    write_section(md, out, START, END)
-    log(f"wrote {out}")
+    out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
+    publish(render(r, machine, date, cmd), "papers", TITLE, out)
     return 0 if r["one_rc"] == 0 else 1
 
 

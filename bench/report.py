@@ -1,16 +1,12 @@
-"""The markdown writer: results dicts in, BENCHMARKS.md text out.
+"""The markdown of `python -m bench`: each section's measured figures, for its markers in BENCHMARKS.md.
 
-The GPU section sits between markers so that `python -m bench --device cuda` can replace it in an
-existing BENCHMARKS.md (and a later CPU run keeps a measured GPU section).
+The method of each section is written once in BENCHMARKS.md, above its markers; here only what a run measured
+(tables, the sentences that hold a figure or a parameter of the run, met or missed).
 """
 
 from __future__ import annotations
 
-from bench.common import code, fb, fi, finite, fr, fs, ftps, median, met, put_section, section_of, table
-
-GPU_START = "<!-- bench:gpu:start -->"
-GPU_END = "<!-- bench:gpu:end -->"
-GPU_MEASURED = "<!-- bench:gpu:measured -->"
+from bench.common import code, fb, fi, finite, fr, fs, ftps, median, met, put_section, table
 
 
 def _status(r: dict) -> str:
@@ -26,28 +22,33 @@ def _status(r: dict) -> str:
     return f"{st}: {(r.get('error') or '')[-160:]}"
 
 
-# ----------------------------------------------------------------------------- sections
-def render_machine(meta: dict) -> str:
-    m = meta["machine"]
-    v = m.get("versions", {})
-    cores = f"{m.get('logical_cores')} logical, {m.get('usable_cores')} usable; torch threads: {m.get('torch_threads')}"
+# ----------------------------------------------------------------------------- the run: machine and summary
+def render_run(meta: dict, sec: dict) -> str:
+    m, v = meta["machine"], meta["machine"].get("versions", {})
+    out = [f"Written by `{meta['command']}` (bench v{meta.get('bench_version')})."]
+    if meta.get("quick"):
+        out += ["", "> **QUICK MODE**: tiny sizes that only check that every section runs; `python -m bench` measures."]
+    if meta.get("overrides"):
+        out += ["", f"> Sizes overridden on the command line: {meta['overrides']}: not the standard benchmark."]
+    if meta.get("only"):
+        out += ["", f"Sections run: {', '.join(meta['only'])}."]
     share = meta.get("cpu_share") or {}
     rows = [
-        ["CPU", m.get("cpu_model")], ["Cores", cores], ["RAM", fb(m.get("ram_bytes"))],
-        ["OS", m.get("os")], ["Python", v.get("python")], ["torch", v.get("torch")],
+        ["CPU", m.get("cpu_model")],
+        ["Cores", f"{m.get('logical_cores')} logical, {m.get('usable_cores')} usable; torch threads: {m.get('torch_threads')}"],
+        ["RAM", fb(m.get("ram_bytes"))], ["OS", m.get("os")], ["Python", v.get("python")], ["torch", v.get("torch")],
         ["transformers", v.get("transformers")], ["numpy / scikit-learn", f"{v.get('numpy')} / {v.get('scikit-learn')}"],
-        ["umap-learn / numba", f"{v.get('umap-learn')} / {v.get('numba')}"],
-        ["Date (UTC)", m.get("date_utc")],
+        ["umap-learn / numba", f"{v.get('umap-learn')} / {v.get('numba')}"], ["Date (UTC)", m.get("date_utc")],
         ["Load average at start / end", f"{m.get('loadavg_start')} / {meta.get('loadavg_end')}"],
         ["CPU steal / idle share during the run",
-         f"{share.get('steal', float('nan')):.1%} / {share.get('idle', float('nan')):.1%}"
-         if share else "n/a"],
-        ["Duration of the run", fs(meta.get("duration_s"), 0)],
-    ]
-    out = ["## Machine", "", table(["", ""], rows)]
+         f"{share.get('steal', float('nan')):.1%} / {share.get('idle', float('nan')):.1%}" if share else "n/a"],
+        ["Duration of the run", fs(meta.get("duration_s"), 0)]]
+    out += ["", "## Machine", "", table(["", ""], rows)]
     warn = noise_warning(meta)
     if warn:
         out += ["", f"> **Warning:** {warn}"]
+    out += ["", "## Summary", "", table(["Figure", "Goal", "Measured", "Status"], summary_rows(sec)), "",
+            "Sizes: " + ", ".join(f"{k}={v}" for k, v in meta.get("sizes", {}).items()) + "."]
     return "\n".join(out)
 
 
@@ -107,11 +108,9 @@ def summary_rows(sec: dict) -> list[list]:
                      f"{fs(r['repeat_median_s'])}, torch imported: {r['torch_imported']}", met(r["met"])])
     pg = c.get("page")
     if pg:
-        if pg.get("status") == "ok":
-            rows.append(["Layers page re-render from cache (AppTest)", "< 1 s", fs(pg["rerender_median_s"]),
-                         met(pg.get("met"))])
-        else:
-            rows.append(["Layers page re-render from cache (AppTest)", "< 1 s", _status(pg), "n/a"])
+        ok = pg.get("status") == "ok"
+        rows.append(["Layers page re-render from cache (AppTest)", "< 1 s",
+                     fs(pg["rerender_median_s"]) if ok else _status(pg), met(pg.get("met")) if ok else "n/a"])
     pp = sec.get("postproc") or {}
     if pp.get("rows"):
         worst = max(pp["rows"], key=lambda r: r["median_s"])
@@ -127,17 +126,13 @@ def summary_rows(sec: dict) -> list[list]:
     return rows
 
 
+# ----------------------------------------------------------------------------- sections
 def render_overhead(o: dict) -> str:
-    out = ["## 1. Extraction overhead: the tool vs the bare forward pass", "",
-           "Same model, token windows (seed 0, max_seq_len 512) and batches (batch 16), CPU, float32. Bare = "
-           "`model(input_ids, attention_mask)` under `torch.inference_mode()`; tool = `core.compute.extract.extract_stats` "
-           f"(every streaming sum in float64, the 5000-token sample). Repetitions {o.get('order')}, after one untimed "
-           "warm-up. Ratio = median bare time / median tool time; the range is that of the per-pair ratios.", ""]
     rows = [[m["label"], f"{fi(m['tokens_analysed'])} ({fi(m['tokens_fed'])} fed)", m["n_batches"],
              f"{m['padding_fraction']:.1%}", m["reps"], ftps(m["bare_tokens_per_s"]), ftps(m["tool_tokens_per_s"]),
              _ratio_range(m), met(m["met"])] for m in o.get("models", [])]
-    out.append(table(["Model", "Tokens analysed", "Batches", "Padding", "Reps", "Bare tok/s", "Tool tok/s",
-                      "Ratio (range)", "Goal >= 0.90"], rows))
+    out = [table(["Model", "Tokens analysed", "Batches", "Padding", "Reps", "Bare tok/s", "Tool tok/s", "Ratio (range)",
+                  "Goal >= 0.90"], rows)]
     for m in o.get("models", []):
         if m.get("tokens_requested") and m["tokens_requested"] < 40_000:
             out += ["", f"Note: {m['label']} was run at {fi(m['tokens_requested'])} requested tokens, not 40,000."]
@@ -151,8 +146,7 @@ def render_overhead(o: dict) -> str:
                             r["bare_calls"], r["tool_calls"]] for r in pr["rows"]])]
             tb, tt = pr["total_bare_ms"], pr["total_tool_ms"]
             if tt > 0:
-                prof_share = max(tt - tb, 0.0) / tt
-                gap = 1 - m["ratio"]
+                prof_share, gap = max(tt - tb, 0.0) / tt, 1 - m["ratio"]
                 out += ["", f"In the profile the tool's extra ops take {prof_share:.1%} of its time, against a measured "
                         f"gap of {gap:.1%} (1 - ratio)." + (" Most of the gap is the machine's variation between "
                                                             "repetitions (see the per-pair range)."
@@ -161,14 +155,8 @@ def render_overhead(o: dict) -> str:
 
 
 def render_peers(p: dict) -> str:
-    out = ["## 2. The tool end to end vs a naive per-document peer", "",
-           "MiniLM-L6 on Wikipedia. Tool = `core.compute.pipeline.analyze` on an empty cache. Peer = what papers' "
-           "scripts do (bench/peers.py): one forward per document, every analysed token's hidden states kept in numpy, "
-           f"then per layer the mean cosine on {fi(p.get('pairs'))} sampled pairs or on all pairs (sklearn "
-           "`cosine_similarity(H)`, N x N). Same windows and tokens; each run in its own process, peak = its `VmHWM`. "
-           f"The all-pairs peer's address space is capped at {fb(p.get('cap_bytes'))} above its size after loading "
-           f"the model (`RLIMIT_AS`): it fails with `MemoryError` as on a machine with that much free. {p.get('note', '')}.",
-           ""]
+    out = [f"Sampled pairs: {fi(p.get('pairs'))}; the all-pairs peer's address space is capped at "
+           f"{fb(p.get('cap_bytes'))} above its size after loading the model.", ""]
     rows = []
     for r in p.get("rows", []):
         for key, name in (("tool", "tool (exact)"), ("sampled", "peer, sampled pairs"), ("allpairs", "peer, all pairs")):
@@ -182,18 +170,16 @@ def render_peers(p: dict) -> str:
             else:
                 rows.append([fi(r["tokens"]), name, _status(x), fs(x.get("seconds")), "", fb(x.get("peak_rss_bytes"))
                              if x.get("status") != "skipped" else "", "", ""])
-    out.append(table(["Tokens", "Run", "Status", "Time", "Tokens/s", "Peak RSS", "Max abs error of mean cosine "
-                      "vs the tool's exact value (over layers)", "Tool speed / this run's"], rows))
+    out += [table(["Tokens", "Run", "Status", "Time", "Tokens/s", "Peak RSS", "Max abs error of mean cosine "
+                   "vs the tool's exact value (over layers)", "Tool speed / this run's"], rows), ""]
     oom = p.get("allpairs_oom_at")
-    out.append("")
     if p.get("allpairs_failed_at") and not oom:
         out.append(f"The all-pairs peer failed at {fi(p['allpairs_failed_at'])} tokens ({p.get('allpairs_failure')}), "
                    "not with MemoryError: see the table.")
     elif oom:
-        need = 4 * oom * oom
-        out.append(f"The all-pairs peer ran out of memory at {fi(oom)} tokens: one float32 N x N matrix is {fb(need)} "
-                   f"there (twice that with the off-diagonal copy), {fb(4 * 200_000**2)} at 200,000 tokens; larger sizes "
-                   "were not attempted.")
+        out.append(f"The all-pairs peer ran out of memory at {fi(oom)} tokens: one float32 N x N matrix is "
+                   f"{fb(4 * oom * oom)} there (twice that with the off-diagonal copy), {fb(4 * 200_000**2)} at 200,000 "
+                   "tokens; larger sizes were not attempted.")
     else:
         out.append("The all-pairs peer did not run out of memory at these sizes under this cap.")
     if p.get("tool_peak_growth"):
@@ -205,29 +191,19 @@ def render_peers(p: dict) -> str:
     if stages:
         out += ["", "<details><summary>Time and peak RSS by stage (RSS sampled every 20 ms)</summary>", "",
                 table(["Tokens", "Run", "Seconds per stage", "Max RSS per stage"], stages), "", "</details>"]
-    out += _slower_by_stage(p)
+    for r in p.get("rows", []):  # where the tool is slower than the sampled peer: forward vs fixed costs
+        ts, ps = r["tool"].get("seconds_by_stage") or {}, r["sampled"].get("seconds_by_stage") or {}
+        if (r.get("tool_vs_sampled_speed") or 1.0) < 1.0 and "forward" in ts and "forward+gather" in ps:
+            fixed = ", ".join(f"{k} {v:.2f} s" for k, v in ts.items() if k in ("fingerprints", "metrics"))
+            out += ["", f"**Where the time goes at {fi(r['tokens'])} tokens**: the forward pass takes {ts['forward']:.2f} s "
+                    f"in the tool (streaming statistics and sample included) vs {ps['forward+gather']:.2f} s in the "
+                    f"peer's forward+gather. The rest is fixed work that does not grow with the corpus: {fixed} (every "
+                    "layer's sample metrics, which the peer does not compute); past a few tens of thousands of tokens "
+                    "the tool is faster (table above)."]
     if p.get("profile"):
         out += ["", f"**Why the tool is slower than the peer** - cProfile of `python -m core analyze` at "
                 f"{fi(p['profile']['tokens'])} tokens (cumulative):", "", code(p["profile"]["table"])]
     return "\n".join(out)
-
-
-def _slower_by_stage(p: dict) -> list[str]:
-    """Where the tool is slower than the sampled peer, compare their stages: forward vs fixed costs."""
-    out = []
-    for r in p.get("rows", []):
-        speed = r.get("tool_vs_sampled_speed")
-        tool, peer = r.get("tool", {}), r.get("sampled", {})
-        ts, ps = tool.get("seconds_by_stage") or {}, peer.get("seconds_by_stage") or {}
-        if not speed or speed >= 1.0 or "forward" not in ts or "forward+gather" not in ps:
-            continue
-        fixed = {k: v for k, v in ts.items() if k in ("fingerprints", "metrics")}
-        out += ["", f"**Where the time goes at {fi(r['tokens'])} tokens**: the forward pass takes {ts['forward']:.2f} s "
-                f"in the tool (streaming statistics and sample included) vs {ps['forward+gather']:.2f} s in the peer's "
-                "forward+gather. The rest is fixed work that does not grow with the corpus: "
-                + ", ".join(f"{k} {v:.2f} s" for k, v in fixed.items()) + " (every layer's sample metrics, which the "
-                "peer does not compute); past a few tens of thousands of tokens the tool is faster (table above)."]
-    return out
 
 
 def _by_stage(r: dict) -> str:
@@ -243,22 +219,16 @@ def _runs(ts, nd: int = 2) -> str:
 
 
 def render_memory(m: dict) -> str:
-    out = ["## 3. Memory: peak RSS does not grow with the corpus", "",
-           f"`core.compute.pipeline.analyze`, MiniLM-L6, batch {m.get('batch_size')}, sample {m.get('sample')}, each size "
-           "in its own fresh process (peak = its `VmHWM`).", ""]
     rows = [[fi(r["tokens"]), _status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")), _by_stage(r)]
             for r in m.get("rows", [])]
-    out.append(table(["Tokens", "Status", "Time", "Peak RSS", "Max RSS per stage"], rows))
+    out = [f"Batch {m.get('batch_size')}, sample {m.get('sample')}.", "",
+           table(["Tokens", "Status", "Time", "Peak RSS", "Max RSS per stage"], rows)]
     if m.get("ratio"):
         out += ["", f"Ratio of peaks: **{fr(m['ratio'])}** (goal <= 1.10: {met(m['met'])})."]
     return "\n".join(out)
 
 
 def render_cache(c: dict) -> str:
-    out = ["## 4. Cache hits", "",
-           "A repeated `python -m core analyze ... --out r.json` on this run's cache, each repeat a fresh process timed "
-           "from outside by `python -m pyperf command` (interpreter start included); the first call computes. The "
-           "imported modules are read from `sys.modules` after the same command in a fresh interpreter.", ""]
     rows = []
     for r in c.get("runs", []):
         if r.get("status") == "error":
@@ -268,8 +238,8 @@ def render_cache(c: dict) -> str:
                      f"({fb(r['stats_sample_bytes'])})", fs(r["first_s"]),
                      _runs(r["repeat_s"]) + f" (median **{fs(r['repeat_median_s'])}**)",
                      str(r["torch_imported"]), ", ".join(r.get("heavy_modules") or []) or "none", met(r["met"])])
-    out.append(table(["Model", "Tokens, sample", "First (computes)", "Repeats", "torch imported",
-                      "Heavy modules imported", "Goal < 2 s, no torch"], rows))
+    out = [table(["Model", "Tokens, sample", "First (computes)", "Repeats", "torch imported", "Heavy modules imported",
+                  "Goal < 2 s, no torch"], rows)]
     if c.get("note"):
         out += ["", c["note"] + "."]
     for r in c.get("runs", []):
@@ -277,31 +247,23 @@ def render_cache(c: dict) -> str:
             out += ["", f"**Why the repeat for {r['model']} misses the goal** - cProfile of the cache-hit path "
                     "(cumulative):", "", code(r["profile"])]
     pg = c.get("page") or {}
-    out += ["", "**Page re-render from cache.** "]
-    if pg.get("status") == "ok":
-        warm = ""
-        if pg.get("selection_override"):
-            warm = f" (--quick: the selection was overridden to {pg['selection_override']} through the app's session state.)"
-        elif "umap_warmup_wait_s" in pg:
-            warm = (f" The re-renders were timed after the app's UMAP warm-up (waited {fs(pg['umap_warmup_wait_s'])} "
-                    f"after the first page render; finished: {pg.get('umap_warm')}).")
-        out[-1] += (f"The app's default selection ({'; '.join(pg.get('runs') or [])}) computed first; in a fresh process "
-                    f"`streamlit.testing.v1.AppTest` runs `app.py` ({fs(pg.get('app_first_render_s'))}, from the disk "
-                    f"cache), switches to `{pg.get('page')}` ({fs(pg.get('page_first_render_s'))}), then re-renders it: "
-                    f"{_runs(pg['rerender_s'])}, median **{fs(pg['rerender_median_s'])}** "
-                    f"(goal < 1 s: {met(pg.get('met'))}).{warm} Exceptions: {pg.get('exceptions') or 'none'}; errors "
-                    f"shown: {pg.get('errors_shown') or 'none'}; Plotly charts on the page: {pg.get('n_plotly_charts')}, "
-                    f"tables: {pg.get('n_dataframes')}; torch imported by the app process: {pg.get('torch_imported')}.")
-    else:
-        out[-1] += _status(pg) + "."
+    if pg.get("status") != "ok":
+        return "\n".join(out + ["", f"**Page re-render from cache.** {_status(pg)}."])
+    warm = ""
+    if pg.get("selection_override"):
+        warm = f" (--quick: the selection was overridden to {pg['selection_override']} through the app's session state.)"
+    elif "umap_warmup_wait_s" in pg:
+        warm = f" Waited {fs(pg['umap_warmup_wait_s'])} for the UMAP warm-up (finished: {pg.get('umap_warm')})."
+    out += ["", f"**Page re-render from cache** ({'; '.join(pg.get('runs') or [])}): `app.py` "
+            f"{fs(pg.get('app_first_render_s'))}, `{pg.get('page')}` {fs(pg.get('page_first_render_s'))}, re-renders "
+            f"{_runs(pg['rerender_s'])}, median **{fs(pg['rerender_median_s'])}** (goal < 1 s: {met(pg.get('met'))})."
+            f"{warm} Exceptions: {pg.get('exceptions') or 'none'}; errors shown: {pg.get('errors_shown') or 'none'}; "
+            f"Plotly charts on the page: {pg.get('n_plotly_charts')}, tables: {pg.get('n_dataframes')}; torch imported "
+            f"by the app process: {pg.get('torch_imported')}."]
     return "\n".join(out)
 
 
 def render_projection(p: dict) -> str:
-    out = ["## 5. Projections", "",
-           f"{fi(p.get('n_points'))} points at d={p.get('d')} ({p.get('source')}). UMAP through "
-           "`core.compute.projection.umap_2d` (cosine, 15 neighbours, seeded), in fresh processes: 'cold' includes "
-           "importing umap and numba's JIT compilation.", ""]
     rows = []
     cold = p.get("cold") or {}
     if cold.get("status") == "ok":
@@ -310,8 +272,7 @@ def render_projection(p: dict) -> str:
     else:
         rows.append(["UMAP cold: fresh process, empty numba cache", _status(cold), ""])
     if p.get("warm_s"):
-        rows.append(["UMAP warm (same process, kernels compiled)", fs(p.get("warm_median_s")),
-                     "runs: " + _runs(p["warm_s"])])
+        rows.append(["UMAP warm (same process, kernels compiled)", fs(p.get("warm_median_s")), "runs: " + _runs(p["warm_s"])])
     rows.append(["PCA (`core.compute.projection.pca_2d`)", fs(p.get("pca_median_s"), 3), "median of 5"])
     for method in ("umap", "pca"):
         pr = p.get(f"project_{method}") or {}
@@ -325,92 +286,64 @@ def render_projection(p: dict) -> str:
                          "runs: " + _runs(pr["hit_s"], 3) + f" (cached={pr['hit_cached']})"])
     if (p.get("project_status") or {}).get("status") not in (None, "ok"):
         rows.append(["`core.compute.projection.project`", _status(p["project_status"]), ""])
-    out.append(table(["What", "Time", "Detail"], rows))
+    out = [f"{fi(p.get('n_points'))} points at d={p.get('d')} ({p.get('source')}).", "",
+           table(["What", "Time", "Detail"], rows)]
     if p.get("project_profile"):
         out += ["", "cProfile of a cached `project()` call (cumulative):", "", code(p["project_profile"])]
     return "\n".join(out)
 
 
 def render_batching(b: dict) -> str:
-    out = ["## 6. Batch size and padding", "",
-           f"`core.compute.extract.extract_stats`, MiniLM-L6, {fi(b.get('tokens_analysed'))} analysed tokens in "
-           f"{fi(b.get('n_windows'))} windows, {b.get('reps')} alternating repetition(s), median. Padding = padded / all "
-           "positions, for the tool's length-sorted batches and for batches in corpus order.", ""]
     rows = [[f"{r['batch_size']}" + (" (default)" if r["default"] else ""), r["n_batches"], ftps(r["tokens_per_s"]),
              fr(r["speedup_vs_1"], 2) if r.get("speedup_vs_1") else "n/a", f"{r['padding_fraction']:.1%}",
              f"{r['padding_fraction_unsorted']:.1%}"] for r in b.get("rows", [])]
-    out.append(table(["Batch size", "Batches", "Tokens/s", "Speed vs batch 1", "Padding (sorted)",
-                      "Padding (unsorted)"], rows))
-    return "\n".join(out)
+    return "\n".join([f"{fi(b.get('tokens_analysed'))} analysed tokens in {fi(b.get('n_windows'))} windows, "
+                      f"{b.get('reps')} alternating repetition(s).", "",
+                      table(["Batch size", "Batches", "Tokens/s", "Speed vs batch 1", "Padding (sorted)",
+                             "Padding (unsorted)"], rows)])
 
 
 def render_postproc(p: dict) -> str:
-    out = ["## 7. Post-processing what-ifs", "",
-           "`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral metrics, "
-           "IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the post-processing; "
-           f"X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer {p.get('layer')}. "
-           f"Median of {p.get('reps')} runs after a warm-up.", ""]
-    rows = [[r["post"], fs(r["median_s"], 3), met(r["met"])] for r in p.get("rows", [])]
-    out.append(table(["Post-processing", "Time", "Goal < 0.5 s"], rows))
+    out = [f"X = {p['shape'][0]} x {p['shape'][1]} float32, {p.get('source')}, layer {p.get('layer')}; median of "
+           f"{p.get('reps')} runs.", "",
+           table(["Post-processing", "Time", "Goal < 0.5 s"], [[r["post"], fs(r["median_s"], 3), met(r["met"])]
+                                                               for r in p.get("rows", [])])]
     if p.get("profile"):
-        out += ["", f"cProfile of the slowest choice ({p['profile']['post']}, cumulative):", "",
-                code(p["profile"]["table"])]
+        out += ["", f"cProfile of the slowest choice ({p['profile']['post']}, cumulative):", "", code(p["profile"]["table"])]
     return "\n".join(out)
 
 
 def render_attention(a: dict) -> str:
-    out = ["## 8. Attention statistics", "",
-           "`core.studies.attention.extract_attention` (eager attention, hooks reducing each layer's probabilities and "
-           "q/k projections into float64 sums, the outlier link for 10 dims) against the bare forward with SDPA and "
-           "with eager attention and `output_attentions=True`; same windows and batches (16), CPU, float32. Goal: at "
-           f"least {a.get('goal')} of the latter. Order: {a.get('order')}; medians. Last column: the model's "
-           "attention implementation before -> after.", ""]
     rows = [[r["label"], fi(r["tokens_analysed"]), *(ftps(r["tokens_per_s"][k]) for k in ("sdpa", "eager", "tool")),
              fr(r["ratio_vs_eager"]), fr(r["ratio_vs_sdpa"]),
              f"{r['attn_implementation_before']} -> {r['attn_implementation_after']}", met(r["met"])]
             for r in a.get("models", [])]
-    out.append(table(["Model", "Tokens", "Bare SDPA tok/s", "Bare eager + output_attentions tok/s",
-                      "Attention statistics tok/s", "vs eager", "vs SDPA", "attention impl.", "Goal"], rows))
-    return "\n".join(out)
+    return "\n".join([f"Goal: at least {a.get('goal')} of the eager forward's throughput.", "",
+                      table(["Model", "Tokens", "Bare SDPA tok/s", "Bare eager + output_attentions tok/s",
+                             "Attention statistics tok/s", "vs eager", "vs SDPA", "attention impl.", "Goal"], rows)])
 
 
 def render_chain(a: dict) -> str:
-    out = ["## 10. The outlier chain's extra statistics (issue 24)", "",
-           "`core.compute.extract.extract_stats` on the same windows and batches (16, CPU, float32): base = without "
-           "recording where each max |x_d| sits (`TRACK_MAX_POSITION` off); chain = with it, plus the chain's per-layer "
-           "sections (massive activations, Otsu's high-norm split, top-1/median, 100x/1000x counts); chain + hooks = also "
-           "the super-weight maxima and LLM.int8 counts hooked into the same forward. "
-           f"Order: {a.get('order')}; medians. Goal: chain >= {a.get('goal')} x base. CPU time: base / variant of the "
-           "process CPU time (all threads), steadier than wall time on a loaded machine.", ""]
     rows = [[r["label"], fi(r["tokens_analysed"]), str(r["reps"]), *(ftps(r["tokens_per_s"][k]) for k in
                                                                       ("base", "chain", "hooks")),
              fr(r["ratio"]), fr(r["ratio_hooks"]), " ".join(f"{v:.3f}" for v in r["pair_ratio"]), fr(r.get("cpu_ratio")),
              fr(r.get("cpu_ratio_hooks")),
              f"{r['sections_share']:.1%}, {fr(r['extraction_ratio'])}" if "sections_share" in r else "n/a", met(r["met"])]
             for r in a.get("models", [])]
-    out.append(table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
-                      "Chain + hooks / base", "Per-rep chain/base", "CPU time: chain / base", "CPU time: chain + hooks "
-                      "/ base", "Own account: sections / base, extraction alone base / (chain - sections)", "Goal"],
-                     rows))
-    return "\n".join(out)
+    return "\n".join([f"Goal: chain >= {a.get('goal')} x base. Medians:", "",
+                      table(["Model", "Tokens", "Reps", "Base tok/s", "Chain tok/s", "Chain + hooks tok/s", "Chain / base",
+                             "Chain + hooks / base", "Per-rep chain/base", "CPU time: chain / base", "CPU time: chain + "
+                             "hooks / base", "Own account: sections / base, extraction alone base / (chain - sections)",
+                             "Goal"], rows)])
 
 
-def render_gpu(g: dict | None, reason: str) -> str:
-    """The GPU section between markers; `g` is None when not measured."""
-    out = [GPU_START, "## GPU", ""]
-    if not g:
-        return "\n".join(out + [
-            f"**Not measured yet.** {reason}", "",
-            "On a CUDA machine `python -m bench --device cuda` replaces this section: random-init BERT-base, GPT-2, "
-            "LLaMA-style 1B and 8B in bf16, the tool's tokens/s vs the bare forward's and its TFLOP/s against the card's "
-            "peak, the tool vs the per-document peer, and one process vs torchrun (one NCCL rank per GPU).", GPU_END])
-    out.insert(1, GPU_MEASURED)
+def render_gpu(g: dict) -> str:
+    """The GPU section's figures (`python -m bench --device cuda`)."""
     m = g.get("meta", {})
-    out += [f"Measured on {g.get('device')} ({m.get('date_utc', '')}; torch {m.get('torch', '')}, transformers "
-            f"{m.get('transformers', '')}), dtype {g.get('dtype')}, batch {g.get('batch_size')}, "
-            f"{fi(g.get('tokens_requested'))} tokens requested per model, {g.get('reps')} alternating repetitions; "
-            f"command `{m.get('command', '')}`. Peak bf16 (dense) assumed: "
-            f"{g.get('peak_tflops') or 'unknown'} TFLOP/s. Random-init weights (throughput does not depend on them).", ""]
+    out = [f"Measured on {g.get('device')} ({m.get('date_utc', '')}; torch {m.get('torch', '')}, transformers "
+           f"{m.get('transformers', '')}), dtype {g.get('dtype')}, batch {g.get('batch_size')}, "
+           f"{fi(g.get('tokens_requested'))} tokens requested per model, {g.get('reps')} alternating repetitions; "
+           f"command `{m.get('command', '')}`. Peak bf16 (dense) assumed: {g.get('peak_tflops') or 'unknown'} TFLOP/s.", ""]
     rows = []
     for r in g.get("models", []):
         if r.get("status") != "ok":
@@ -425,52 +358,32 @@ def render_gpu(g: dict | None, reason: str) -> str:
                       "of peak", "Max GPU memory"], rows))
     peers = [(r["model"], r["peer"]) for r in g.get("models", []) if r.get("peer")]
     if peers:
-        out += ["", "**The tool vs the per-document peer on the GPU** (hidden states copied to the host, 10,000 sampled "
-                "pairs per layer):", "", table(["Model", "Tokens", "Tool", "Peer", "Tool speed / peer's"],
-                                               [[m, fi(p["tokens"]), fs(p["tool_s"]), fs(p["peer_s"]),
-                                                 f"**{p['speedup']:.1f}x**"] for m, p in peers])]
+        out += ["", "**The tool vs the per-document peer on the GPU:**", "",
+                table(["Model", "Tokens", "Tool", "Peer", "Tool speed / peer's"],
+                      [[m, fi(p["tokens"]), fs(p["tool_s"]), fs(p["peer_s"]), f"**{p['speedup']:.1f}x**"] for m, p in peers])]
     d = g.get("distributed")
     if d:
         runs = [k for k in d if isinstance(d[k], dict) and "wall_s" in d[k]]
         out += ["", f"**torchrun** ({d['model']}, {fi(d.get('tokens_analysed') or d['tokens_requested'])} tokens, "
-                f"{d['nproc']} NCCL rank(s), one per GPU): max relative difference "
-                f"of the exact metrics vs one process {d.get('max_rel_diff_exact', 'n/a')}, same sample bit for bit: "
-                f"{d.get('sample_identical', 'n/a')}, sample metrics identical: "
-                f"{d.get('sample_metrics_identical', 'n/a')}, same cache key: {d.get('same_cache_key', 'n/a')}.", ""]
-        out.append(table(["Run", "Wall time (process start included)", "Forward", "Status"],
-                         [[k, fs(d[k]["wall_s"]), fs((d.get("forward_s") or {}).get(k)),
-                           "ok" if d[k]["returncode"] == 0 else f"failed: {d[k]['stderr_tail']}"] for k in runs]))
-    out.append(GPU_END)
+                f"{d['nproc']} NCCL rank(s)): max relative difference of the exact metrics vs one process "
+                f"{d.get('max_rel_diff_exact', 'n/a')}, same sample bit for bit: {d.get('sample_identical', 'n/a')}, "
+                f"sample metrics identical: {d.get('sample_metrics_identical', 'n/a')}, same cache key: "
+                f"{d.get('same_cache_key', 'n/a')}.", "",
+                table(["Run", "Wall time (process start included)", "Forward", "Status"],
+                      [[k, fs(d[k]["wall_s"]), fs((d.get("forward_s") or {}).get(k)),
+                        "ok" if d[k]["returncode"] == 0 else f"failed: {d[k]['stderr_tail']}"] for k in runs])]
     return "\n".join(out)
-
-
-def merge_gpu(existing: str | None, new_doc: str) -> str:
-    """new_doc with its GPU block replaced by the one in `existing` when that one was measured."""
-    old = section_of(existing, GPU_START, GPU_END)
-    return put_section(new_doc, old, GPU_START, GPU_END) if old and GPU_MEASURED in old else new_doc
 
 
 def render_modalities(o: dict) -> str:
-    out = ["## Other modalities: extraction overhead for a vision and a speech Transformer", "",
-           "Same items (images-crops at 224x224: CLS + 256 patches; speech-human clips in 30 s windows of 1500 frames), "
-           "batches (8 items) and input preparation, CPU, float32. Bare = `model(pixel_values | input_features)` under "
-           "`torch.inference_mode()`; tool = `extract_stats` with the modality adapter (5000-position sample). "
-           f"Repetitions {o.get('order')}, after one untimed warm-up. Ratio = median bare time / median tool time.", ""]
     rows = [[m["label"], m["corpus"], f"{fi(m['positions_analysed'])} ({fi(m['positions_fed'])} fed)", m["items"],
              m["reps"], ftps(m["bare_per_s"]), ftps(m["tool_per_s"]), _ratio_range(m), met(m["met"])]
             for m in o.get("models", [])]
-    out.append(table(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s",
-                      "Ratio (range)", "Goal >= 0.90"], rows))
-    return "\n".join(out)
+    return table(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s", "Ratio (range)",
+                  "Goal >= 0.90"], rows)
 
 
 def render_geometry(o: dict) -> str:
-    out = ["## Geometry statistics (issue 25): their cost at the default size", "",
-           f"The app's default run (wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}, CPU, float32): "
-           "`core.compute.pipeline.analyze` on an empty cache, in the bench process (imports excluded). New = that run's "
-           "intrinsic dimension, matrix entropy, CKA section and their isotropic baselines, timed as `build_results` "
-           "computes them. Ratio = median new / (median run - median new), also in CPU seconds. Logit lens (opt-in, "
-           "causal LMs) = `core.compute.lens.logit_lens` on the run's sample, over the run without it.", ""]
     rows = []
     for m in o.get("models", []):
         p = m.get("parts_s", {})
@@ -481,39 +394,51 @@ def render_geometry(o: dict) -> str:
                      f"{fs(median(m['new_s']))} ({fs(median(m.get('new_cpu_s', [])))} CPU)",
                      f"per layer {fs(p.get('per_layer'))}, CKA {fs(p.get('cka'))}, baselines {fs(p.get('isotropic'))}",
                      f"**{fr(m['ratio'])}** (CPU {fr(m.get('ratio_cpu'))})", met(m["met"]), lens])
-    out.append(table(["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
-                      f"Ratio (goal <= {o.get('goal')})", "Status", "Logit lens (opt-in): time, ratio"], rows))
-    return "\n".join(out)
+    return "\n".join([f"The app's default run: wiki-en, {fi(o.get('tokens'))} tokens, sample {fi(o.get('sample'))}.", "",
+                      table(["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
+                             f"Ratio (goal <= {o.get('goal')})", "Status", "Logit lens (opt-in): time, ratio"], rows)])
 
 
-RENDERERS = {"overhead": render_overhead, "modalities": render_modalities, "peers": render_peers, "memory": render_memory,
-             "cache": render_cache, "projection": render_projection, "batching": render_batching,
-             "postproc": render_postproc, "attention": render_attention, "chain": render_chain, "geometry": render_geometry}
+# section -> (its title where a file has no such section yet, its renderer), in the order of a new file
+RENDERERS = {"overhead": ("1. Extraction overhead: the tool vs the bare forward pass", render_overhead),
+             "peers": ("2. The tool end to end vs a naive per-document peer", render_peers),
+             "memory": ("3. Memory: peak RSS does not grow with the corpus", render_memory),
+             "cache": ("4. Cache hits", render_cache), "projection": ("5. Projections", render_projection),
+             "batching": ("6. Batch size and padding", render_batching),
+             "postproc": ("7. Post-processing what-ifs", render_postproc),
+             "attention": ("8. Attention statistics", render_attention),
+             "modalities": ("9. Other modalities: extraction overhead for a vision and a speech Transformer",
+                            render_modalities),
+             "chain": ("The outlier chain's extra statistics (issue 24)", render_chain),
+             "geometry": ("Geometry statistics (issue 25): their cost at the default size", render_geometry)}
+GPU_TITLE = "GPU"
 
 
-def render(results: dict) -> str:
-    meta = results["meta"]
-    sec = results["sections"]
-    out = ["# Benchmarks", "",
-           f"Written by `{meta['command']}` (bench v{meta.get('bench_version')}). Every figure was measured in this one "
-           "run on the machine described; goals are ratios within the run, so the machine's speed cancels out."]
-    if meta.get("quick"):
-        out += ["", "> **QUICK MODE**: tiny sizes that only check that every section runs; `python -m bench` measures."]
-    if meta.get("overrides"):
-        out += ["", f"> Sizes overridden on the command line: {meta['overrides']}: not the standard benchmark."]
-    if meta.get("only"):
-        out += ["", f"Sections run: {', '.join(meta['only'])}."]
-    out += ["", render_machine(meta), "", "## Summary", "",
-            table(["Figure", "Goal", "Measured", "Status"], summary_rows(sec)), ""]
-    out.append("Sizes: " + ", ".join(f"{k}={v}" for k, v in meta.get("sizes", {}).items()) + ".")
-    for name, fn in RENDERERS.items():
-        if name not in sec:
+def render_blocks(results: dict) -> list[tuple[str, str | None, str]]:
+    """(marker name, title, figures) of the run and of each section measured. A run of some sections only
+    (--only) says when and where at the top of each section."""
+    meta, sec = results["meta"], results["sections"]
+    m = meta["machine"]
+    la = [f"{(x or [float('nan')])[0]:.2f}" for x in (m.get("loadavg_start"), meta.get("loadavg_end"))]
+    apart = (f"Measured {m.get('date_utc')} by `{meta['command']}` on {m.get('cpu_model')}, {m.get('usable_cores')} "
+             f"usable cores (1-minute load average {la[0]} at the start, {la[1]} at the end).\n\n" if meta.get("only") else "")
+    blocks = [("run", None, render_run(meta, sec))]
+    for name, (title, fn) in RENDERERS.items():
+        r = sec.get(name)
+        if r is None:
             continue
-        out.append("")
-        r = sec[name]
         if isinstance(r, dict) and r.get("section_error"):
-            out += [f"## {name}", "", f"This section failed: `{r['section_error']}`", "", code(r.get("traceback", ""))]
+            blocks.append((name, title, apart + f"This section failed: `{r['section_error']}`\n\n"
+                           + code(r.get("traceback", ""))))
         else:
-            out.append(fn(r))
-    out += ["", render_gpu(None, meta.get("gpu_reason", "")), ""]
-    return "\n".join(out)
+            blocks.append((name, title, apart + fn(r)))
+    return blocks
+
+
+def render_doc(results: dict, text: str | None = None) -> str:
+    """`text` (a markdown file's, or a new one) with the run's blocks written in (bench.common.put_section). A run
+    of some sections only leaves the run block of `text` alone: its machine and summary are a full run's."""
+    for name, title, body in render_blocks(results):
+        if not (name == "run" and results["meta"].get("only") and text and "<!-- bench:run:start -->" in text):
+            text = put_section(text, name, body, title)
+    return text

@@ -59,7 +59,7 @@ SEED = 0
 # ----------------------------------------------------------------------------- sizes
 @dataclass
 class Sizes:
-    """Every size the bench uses; `full()` is what BENCHMARKS.md reports, `quick()` checks the code."""
+    """Every size the bench uses: the defaults are what BENCHMARKS.md reports, `quick()` checks the code."""
 
     minilm_tokens: int = 40_000
     smollm_tokens: int = 40_000
@@ -89,10 +89,6 @@ class Sizes:
     chain_reps: int = 3
     geometry_tokens: int = UI_MAX_TOKENS  # the app's default first look (8,000 tokens)
     geometry_reps: dict = field(default_factory=lambda: {"minilm-l6": 3, "smollm2-135m": 1})
-
-    @classmethod
-    def full(cls, smollm_tokens: int = 40_000) -> "Sizes":
-        return cls(smollm_tokens=smollm_tokens)
 
     @classmethod
     def quick(cls) -> "Sizes":
@@ -220,9 +216,7 @@ def section_peers(ctx: Ctx) -> dict:
     """The tool end to end vs the naive per-document peer (sampled pairs and all pairs)."""
     s = ctx.sizes
     cap = int(min(s.peer_mem_cap, 0.6 * psutil.virtual_memory().available)) if not ctx.quick else s.peer_mem_cap
-    out = {"model": "minilm-l6", "cap_bytes": cap, "pairs": s.peer_pairs, "rows": [],
-           "note": "Each configuration runs once, in its own fresh process; the clock starts before the "
-                   "corpus is read and the model is loaded (imports of torch/transformers excluded for all)"}
+    out = {"model": "minilm-l6", "cap_bytes": cap, "pairs": s.peer_pairs, "rows": []}
     allpairs_oom_at, allpairs_failure = None, None
     for N in s.peer_tokens:
         log(f"peers: {N:,} tokens: tool")

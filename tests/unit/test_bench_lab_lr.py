@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from bench import common
-from bench.__main__ import KEPT
-from bench.lab_lr import END, START, render
+from bench import common, report
+from bench.lab_lr import TITLE, render
 
 
 def _doc():
@@ -30,16 +29,15 @@ def _doc():
 
 def test_render_marks_the_pick_the_edge_and_a_diverged_rate():
     md = render(_doc())
-    assert md.startswith(START) and md.endswith(END)
     assert "| gpt2 | adamw | 0.0003, 0.001, 0.003 | 6.390 / **5.700** / 5.940 | 0.001 | 6.250 | 70 |" in md
     assert "| gpt2 | sgd | 0.1, 0.3, 1, 3 | 6.900 / diverged / 6.100 / **5.950** | 3 (edge of the range) |" in md
-    assert "after 300 steps at 2 layers x d=128, batch 16 x 64 tokens of wiki-en" in md
+    assert "Each rate trained 300 steps at 2 layers x d=128, batch 16 x 64 tokens of wiki-en" in md
 
 
 def test_the_section_survives_a_full_bench_rewrite(tmp_path):
-    assert (START, END) in KEPT
     doc = tmp_path / "B.md"
     doc.write_text("# Benchmarks\n\nbody\n")
-    common.write_section(render(_doc()), doc, START, END)
-    rewritten = common.keep_section(doc.read_text(), "# Benchmarks\n\nnew body\n", START, END)
-    assert "new body" in rewritten and rewritten.count(END) == 1 and "**5.700**" in rewritten
+    common.publish(render(_doc()), "lab-lr", TITLE, doc)
+    meta = {"command": "python -m bench", "machine": {}, "sizes": {}}
+    rewritten = report.render_doc({"meta": meta, "sections": {}}, doc.read_text())
+    assert "body" in rewritten and rewritten.count(common.markers("lab-lr")[1]) == 1 and "**5.700**" in rewritten

@@ -65,37 +65,52 @@ def _sections():
 
 
 def test_markdown_writer_renders_every_section_and_flags_misses():
-    md = report.render({"meta": _meta(), "sections": _sections()})
-    for head in ("## Machine", "## Summary", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7.", "## GPU"):
+    md = report.render_doc({"meta": _meta(), "sections": _sections()})
+    for head in ("# Benchmarks", "## Machine", "## Summary", "## 1.", "## 2.", "## 3.", "## 4.", "## 5.", "## 6.", "## 7."):
         assert head in md
+    for name in ("run", *_sections()):  # each section's figures between its markers
+        assert md.count(common.markers(name)[0]) == md.count(common.markers(name)[1]) == 1
     assert "QUICK MODE" in md
     assert "**MISSED**" in md and "aten::scatter_add_" in md  # the profile explains the miss
     assert "out of memory during similarity" in md
     assert "not quiet" in md  # load average 3.0 on 2 cores
-    assert report.GPU_START in md and "Not measured yet" in md
+    assert "## GPU" not in md  # a CPU run leaves the GPU section alone
 
 
 def test_section_error_is_rendered():
-    md = report.render({"meta": _meta(quick=False), "sections": {"memory": {"section_error": "Boom: x",
-                                                                             "traceback": "tb"}}})
+    md = report.render_doc({"meta": _meta(quick=False), "sections": {"memory": {"section_error": "Boom: x",
+                                                                                 "traceback": "tb"}}})
     assert "This section failed" in md and "Boom" in md
 
 
-def test_gpu_block_merge_and_replace():
-    cpu_doc = report.render({"meta": _meta(), "sections": {}})
+def test_a_run_rewrites_only_its_figures_and_a_partial_run_says_when():
+    doc = ("# Benchmarks\n\nintro\n\n<!-- bench:run:start -->\nold run\n<!-- bench:run:end -->\n\n## 7. Post\n\n"
+           "Method, written once.\n\n<!-- bench:postproc:start -->\nold figures\n<!-- bench:postproc:end -->\n\n"
+           "## GPU\n\nHow.\n\n<!-- bench:gpu:start -->\nNot measured yet.\n<!-- bench:gpu:end -->\n")
+    sec = {"postproc": _sections()["postproc"]}
+    full = report.render_doc({"meta": _meta(), "sections": sec}, doc)
+    assert "old run" not in full and "old figures" not in full and "| raw | 0.100 s | met |" in full
+    assert "Method, written once." in full and "How." in full and "Not measured yet." in full and "intro" in full
+    part = report.render_doc({"meta": _meta(only=["postproc"]), "sections": sec}, doc)
+    assert "old run" in part  # the machine and summary stay the full run's
+    assert "Measured today by `python -m bench --quick` on test cpu, 2 usable cores" in part
+    assert part.index("Method, written once.") < part.index("Measured today") < part.index("| raw |")
+
+
+def test_gpu_block_is_replaced_in_place_and_kept_by_a_cpu_run():
+    cpu_doc = report.render_doc({"meta": _meta(), "sections": {}})
     g = {"device": "Fake GPU", "dtype": "bfloat16", "tokens_requested": 100, "batch_size": 16, "reps": 1,
          "peak_tflops": 100.0, "meta": {"command": "python -m bench --device cuda"},
          "models": [{"model": "BERT-base", "status": "ok", "n_params": 110e6, "tokens_analysed": 100,
                      "bare_tokens_per_s": 1e5, "tool_tokens_per_s": 9e4, "ratio": 0.9, "tflops": 20.0,
                      "tflops_non_embedding": 15.0, "mfu": 0.2, "max_memory_allocated_bytes": 2**30}]}
-    block = report.render_gpu(g, "")
-    with_gpu = common.put_section(cpu_doc, block, report.GPU_START, report.GPU_END)
-    assert "Fake GPU" in with_gpu and "Not measured yet" not in with_gpu
-    # A later CPU run keeps the measured GPU section...
-    assert "Fake GPU" in report.merge_gpu(with_gpu, cpu_doc)
-    # ...but a not-measured one is simply replaced.
-    assert report.merge_gpu(cpu_doc, cpu_doc) == cpu_doc
-    assert common.put_section(None, block, report.GPU_START, report.GPU_END).startswith("# Benchmarks")
+    block = report.render_gpu(g)
+    with_gpu = common.put_section(cpu_doc, "gpu", block, report.GPU_TITLE)
+    assert "## GPU\n\n<!-- bench:gpu:start -->\nMeasured on Fake GPU" in with_gpu
+    assert "Fake GPU" in report.render_doc({"meta": _meta(), "sections": {}}, with_gpu)  # a later CPU run keeps it
+    again = common.put_section(with_gpu, "gpu", block.replace("Fake", "Other"), "GPU")
+    assert "Other GPU" in again and "Fake GPU" not in again and again.count("## GPU") == 1
+    assert common.put_section(None, "gpu", block, "GPU").startswith("# Benchmarks\n\n## GPU\n\n<!-- bench:gpu:start -->")
 
 
 def test_pair_estimators_on_random_data():
@@ -123,7 +138,7 @@ def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
 
 
 def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path):
-    from bench.load import LOAD_END, LOAD_START, render
+    from bench.load import TITLE, render
 
     s = {"n": 40, "p50": 0.8, "p95": 1.5, "max": 2.5, "errors": [], "peak_server": 300 * 2**20, "load": (1.0, 1, 1),
          "per_page": {"Layers": 1.2, "Outliers": 1.6, "Projection": 0.9, "Compare": 1.4}, "slow": [],
@@ -144,12 +159,13 @@ def test_load_section_is_replaced_in_place_and_survives_a_bench_rewrite(tmp_path
     assert "Views not ready after 10 s (job running, 1): Compare: not ready" in md and "(no job, " not in md
     doc = tmp_path / "B.md"
     doc.write_text("# Benchmarks\n\nbody\n")
-    common.write_section(md, doc, LOAD_START, LOAD_END)
-    common.write_section(md.replace("2.40", "1.90"), doc, LOAD_START, LOAD_END)
+    common.publish(md, "load", TITLE, doc)
+    common.publish(md.replace("2.40", "1.90"), "load", TITLE, doc)
     text = doc.read_text()
-    assert text.count(LOAD_START) == 1 and "1.90" in text and text.startswith("# Benchmarks")
-    rewritten = common.keep_section(text, "# Benchmarks\n\nnew body\n", LOAD_START, LOAD_END)
-    assert "new body" in rewritten and rewritten.count(LOAD_END) == 1 and "1.90" in rewritten
+    start, end = common.markers("load")
+    assert text.count(start) == 1 and "1.90" in text and text.startswith("# Benchmarks\n\nbody\n\n## Load: browser")
+    rewritten = report.render_doc({"meta": _meta(), "sections": {}}, text)  # a later `python -m bench`
+    assert rewritten.count(end) == 1 and "1.90" in rewritten
 
 
 def test_load_first_loads_are_the_ramp_up_not_views():
@@ -188,18 +204,15 @@ def test_the_one_table_renderer_against_a_hand_written_table():
     assert common.table(["a"], []) == "| a |\n|---|"
 
 
-def test_marked_sections_are_replaced_appended_and_kept():
-    s, e = "<!-- x:start -->", "<!-- x:end -->"
-    doc = "# Benchmarks\n\nintro\n\n<!-- x:start -->\nold\n<!-- x:end -->\n\ntail\n"
-    new = "<!-- x:start -->\nnew\n<!-- x:end -->"
-    assert common.put_section(doc, new, s, e) == "# Benchmarks\n\nintro\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n\ntail\n"
-    assert common.put_section("# Benchmarks\n\nintro\n\n", new, s, e) == (
-        "# Benchmarks\n\nintro\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n")
-    assert common.put_section(None, new, s, e) == "# Benchmarks\n\n<!-- x:start -->\nnew\n<!-- x:end -->\n"
-    assert common.keep_section(doc, "# Benchmarks\n\nrewritten\n", s, e) == (
-        "# Benchmarks\n\nrewritten\n\n<!-- x:start -->\nold\n<!-- x:end -->\n")
-    assert common.keep_section(doc, "# B\n\n" + new + "\n", s, e) == "# B\n\n" + new + "\n"  # the new one wins
-    assert common.keep_section("# Benchmarks\n", "# B\n", s, e) == "# B\n"  # nothing to keep
+def test_marked_sections_are_replaced_or_appended_and_the_rest_kept(capsys):
+    assert common.markers("x") == ("<!-- bench:x:start -->", "<!-- bench:x:end -->")
+    doc = "# Benchmarks\n\n## X\n\nmethod\n\n<!-- bench:x:start -->\nold\n<!-- bench:x:end -->\n\ntail\n"
+    assert common.put_section(doc, "x", "new", "X") == doc.replace("old", "new")
+    assert common.put_section("# Benchmarks\n\nintro\n\n", "x", "new", "X") == (
+        "# Benchmarks\n\nintro\n\n## X\n\n<!-- bench:x:start -->\nnew\n<!-- bench:x:end -->\n")
+    assert common.put_section(None, "x", "new") == "# Benchmarks\n\n<!-- bench:x:start -->\nnew\n<!-- bench:x:end -->\n"
+    common.publish("figures", "x", "X", None)  # no file: printed under its title
+    assert capsys.readouterr().out == "## X\n\nfigures\n"
 
 
 def test_cpu_shares_of_two_readings():
@@ -264,11 +277,8 @@ def test_a_section_renders_to_hand_written_markdown():
     md = report.render_postproc({"shape": [200, 576], "layer": 15, "source": "SmolLM2 sample", "reps": 2,
                                  "rows": [{"post": "raw", "median_s": 0.1234, "met": True},
                                           {"post": "whitening", "median_s": float("nan"), "met": False}]})
-    assert md == (
-        "## 7. Post-processing what-ifs\n\n"
-        "`core.stats.assemble.sample_metrics(X, PostProcess(...))`: every sample metric of one layer (spectral metrics, "
-        "IsoScore, partition isotropy, sample mean cosine, cosine contributions) after the post-processing; "
-        "X = 200 x 576 float32, SmolLM2 sample, layer 15. Median of 2 runs after a warm-up.\n\n"
+    assert md == (  # the method is BENCHMARKS.md's, above the section's markers: here the figures only
+        "X = 200 x 576 float32, SmolLM2 sample, layer 15; median of 2 runs.\n\n"
         "| Post-processing | Time | Goal < 0.5 s |\n"
         "|---|---|---|\n"
         "| raw | 0.123 s | met |\n"
