@@ -8,7 +8,7 @@
     python -m bench lab-lr                # the learning rate per family and optimizer (bench/lab_lr.py)
     python -m bench lab [--default]       # the quick lab or the default grid, timed (bench/lab.py)
 
-Each run uses its own empty cache directory (deleted at the end unless --keep-cache).
+Each run uses its own empty cache directory, deleted at the end.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import argparse
 import dataclasses
 import json
 import re
+import shutil
 import sys
 import tempfile
 import time
@@ -49,25 +50,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter,
                                 epilog="sections: " + ", ".join(SECTION_ORDER))
-    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that every section runs (numbers meaningless)")
+    p.add_argument("--quick", action="store_true", help="tiny sizes: checks that every section runs")
     p.add_argument("--only", default=None, help="comma-separated sections to run (default: all)")
-    p.add_argument("--out", default=None, help="markdown file whose sections are rewritten (default BENCHMARKS.md; "
-                   "--quick: printed)")
-    p.add_argument("--json", default=None, help="also write the raw numbers as JSON here")
+    p.add_argument("--out", default=None, help="markdown file to write into (default BENCHMARKS.md; --quick: printed)")
+    p.add_argument("--json", default=None, help="also write the raw numbers here")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the GPU section only")
     p.add_argument("--set", action="append", default=[], metavar="SIZE=VALUE",
-                   help="override one size of bench.sections.Sizes, e.g. --set peer_tokens=10000,40000 (repeatable)")
+                   help="override a size of bench.sections.Sizes, e.g. peer_tokens=10000,40000 (repeatable)")
     p.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of every process (--quick: 1)")
-    p.add_argument("--keep-cache", action="store_true", help="keep this run's temporary cache directory")
-    g = p.add_argument_group("GPU (--device cuda)")
-    g.add_argument("--gpu-tokens", type=int, default=100_000, help="tokens per model (default 100000)")
-    g.add_argument("--gpu-batch", type=int, default=16, help="batch size (default 16)")
-    g.add_argument("--gpu-reps", type=int, default=3, help="alternating repetitions (default 3)")
-    g.add_argument("--gpu-peak-tflops", type=float, default=None, help="the card's dense bf16 peak, if not known")
-    g.add_argument("--gpu-peer-tokens", type=int, default=20_000,
-                   help="tokens of the per-document peer vs the tool, BERT-base and GPT-2 (default 20000; 0: skip)")
-    g.add_argument("--gpu-dist-tokens", type=int, default=200_000,
-                   help="tokens of the 1-process vs torchrun comparison (untrained-gpt2, default 200000)")
+    p.add_argument("--gpu-peak-tflops", type=float, default=None, help="--device cuda: the card's dense bf16 peak")
     return p
 
 
@@ -107,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(a.threads)
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from bench.sections import SECTIONS, Ctx, Sizes, cleanup
+    from bench.sections import SECTIONS, Ctx, Sizes
 
     sizes = Sizes.quick() if a.quick else Sizes()
     try:
@@ -143,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
                 sections[name] = {"section_error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
             log(f"== section {name} done in {time.monotonic() - t0:.1f} s")
     finally:
-        if not a.keep_cache:
-            cleanup(root)
-        else:
-            log(f"kept {root}")
+        shutil.rmtree(root, ignore_errors=True)
     meta = {"command": _command(argv), "bench_version": __version__, "quick": a.quick,
             "only": only if only != SECTION_ORDER else None, "machine": machine,
             "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
@@ -212,10 +200,9 @@ def run_gpu(a, argv: list[str]) -> int:
     import transformers
 
     log(f"GPU section on {torch.cuda.get_device_name(0)}")
-    g = section_gpu("cuda", "bfloat16", tokens=a.gpu_tokens, batch_size=a.gpu_batch, reps=a.gpu_reps,
-                    peak=a.gpu_peak_tflops, peer_tokens=a.gpu_peer_tokens)
+    g = section_gpu("cuda", "bfloat16", peak=a.gpu_peak_tflops)
     # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
-    g["distributed"] = section_distributed("cuda", torch.cuda.device_count(), tokens=a.gpu_dist_tokens)
+    g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
     g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
                  "transformers": transformers.__version__, "command": _command(argv)}
     publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")

@@ -1,13 +1,8 @@
-"""What a change costs in extraction throughput: the tool at two git revisions, in one run.
+"""What a change costs in extraction throughput: the tool's tool/bare ratio at two git revisions, in one run
+(method: BENCHMARKS.md, "Fidelity statistics"). Prints a markdown table (and --json).
 
     python -m bench.ab --base 0853774                 # that revision vs the working tree
     python -m bench.ab --base 0853774 --head main --model smollm2-135m --tokens 20000 --rounds 3
-
-Each revision is exported (`git archive`) and measured in its own fresh processes, alternating base, head,
-head, base, ... (`--rounds` pairs); each process times the bare forward and that revision's `extract_stats`
-alternately on the same windows. The figure is each revision's tool/bare ratio (the median of its processes'
-ratios, and the best-of ratio: fastest bare / fastest tool); the cost of the change is 1 - head / base.
-Prints a markdown table (and --json).
 """
 
 from __future__ import annotations

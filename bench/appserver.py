@@ -1,11 +1,6 @@
-"""Start the dashboard (`streamlit run app.py`) on a free loopback port and stop it: one helper for
-the load benchmark and the browser tests.
-
-    with app_server(cache_dir, log_path) as (url, proc):
-        ...  # http://127.0.0.1:PORT answers /_stcore/health
-
-On the way out it stops the worker the app started for `cache_dir` (if any), then the server.
-"""
+"""The dashboard (`streamlit run app.py`) on a free loopback port, for the browser benchmarks and tests:
+`with app_server(cache_dir, log_path) as (url, proc): ...`; on the way out it stops the worker the app started
+for `cache_dir` (if any), then the server."""
 
 from __future__ import annotations
 

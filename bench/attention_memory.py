@@ -1,12 +1,7 @@
-"""Peak memory of the attention statistics at several corpus sizes, each in its own fresh process.
+"""Peak memory of the attention statistics at several corpus sizes, each in its own fresh process (the worker's
+task `attention_memory`); method: BENCHMARKS.md, section 8.
 
     python -m bench.attention_memory --model minilm-l6 --tokens 20000,200000 --threads 2
-
-For each size (the worker's task `attention_memory`, through bench.common.run_task): load the model,
-tokenize that many wiki-en tokens (the tool's windows: seed 0, max_seq_len 512), run
-`core.studies.attention.extract_attention` (batch 16, the 10 first dims tracked) and report the process's
-high-water RSS (VmHWM) after loading and tokenizing and at the end. No attention matrix is kept beyond
-the current layer, so the peak should not grow with the corpus.
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""Busy machine: the dashboard's job against the CLI beside unrelated CPU load (issue 36).
+"""Busy machine (issue 36): the dashboard's job against the CLI beside unrelated CPU load, then page views while a
+long job runs; method: BENCHMARKS.md, "Busy machine". Bounded: users <= 16, seconds <= 600, tokens <= 400,000;
+psutil reads and stops the processes it started (never others).
 
-    python -m bench.busy --json busy.json           # a few minutes on 2 cores
-    python -m bench.busy --json F --md BENCHMARKS.md --tokens 40000 --users 8 --seconds 60
-
-1. Two busy processes at niceness 0, each in a session of its own (another user's work on a lab server:
-   a pure-Python spin), run for the whole benchmark.
-2. The CLI: `python -m core analyze` (MiniLM on wiki-en, `--tokens`) on a fresh cache directory; its
-   tokens/s is the forward pass's (`manifest.timing.tokens_per_s`), its wall the process's.
-3. The dashboard: `streamlit run app.py` on another fresh cache and the worker the app starts
-   (`core.entry.worker.ensure_worker`, as a page does: a session of its own, warm-up on); the same run as an
-   `analyze` job, its tokens/s read the same way from its results, its wall from submit to done.
-4. While a longer job runs (`--job-tokens`), `--users` browser users browse the dashboard as in
-   `python -m bench.load` (Layers, Outliers, Projection, Compare on a computed run; TPC-W think time):
-   the p95 of their page views is `page_p95_s`. The job is cancelled at the end.
-
-Writes (`--json`) cli_tokens_per_s, job_tokens_per_s, ratio (job / CLI), page_p95_s and the details; with
-`--md`, replaces the busy section of that markdown file. Bounded: users <= 16, seconds <= 600, tokens <=
-400,000. psutil reads and stops the processes it started (never others).
+    python -m bench.busy --json busy.json [--md BENCHMARKS.md] [--tokens 40000 --users 8 --seconds 60]
 """
 
 from __future__ import annotations
@@ -35,8 +21,7 @@ from pathlib import Path
 import psutil
 
 from bench import common
-from bench.appserver import ROOT, app_server, browser_main
-from core.base import settings
+from bench.appserver import app_server, browser_main
 from core.base.spec import RunSpec
 from core.entry import jobs, worker
 
@@ -75,24 +60,12 @@ def stop(procs: list[psutil.Popen]) -> dict:
 
 
 def cli_run(tokens: int, cache: Path) -> dict:
-    """`python -m core analyze` on the default model and corpus at `tokens`, in a fresh process."""
-    out = cache / "cli.json"
-    spec = RunSpec(max_tokens=tokens)
-    cmd = [sys.executable, "-m", "core", "analyze", "--model", spec.model, "--corpus", spec.corpus, "--max-tokens",
-           str(tokens), "--cache-dir", str(cache), "--quiet", "--out", str(out)]
-    t0 = time.perf_counter()
-    proc = psutil.Popen(cmd, cwd=ROOT, env=settings.child_env(cache, HF_HUB_OFFLINE="1"),
-                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        log, _ = proc.communicate(timeout=3600)
-    finally:  # interrupted (SIGTERM, a timeout): the CLI it started goes with it
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise RuntimeError(f"the CLI failed ({proc.returncode}): {log.decode()[-2000:]}")
-    m = json.loads(out.read_text())["manifest"]
+    """`python -m core analyze` on the default model and corpus at `tokens`, in a fresh process (killed with this
+    one: subprocess.run kills its child on any exception, SIGTERM's exit included)."""
+    wall, rc, msg = common.core_cli(common.analyze_argv(RunSpec(max_tokens=tokens), cache, cache / "cli.json"), cache)
+    if rc != 0:
+        raise RuntimeError(f"the CLI failed ({rc}): {msg}")
+    m = json.loads((cache / "cli.json").read_text())["manifest"]
     return {"tokens_per_s": m["timing"]["tokens_per_s"], "wall_s": wall, "tokens": m["tokens"]["analysed"],
             "forward_s": m["timing"]["forward_s"]}
 
@@ -186,25 +159,23 @@ def render(r: dict, command: str) -> str:
         f"Goals: **{'met' if r['met'] else 'not met'}**.", "",
         f"Measured {r['date_utc']} UTC on {r['cores']} cores ({r['cpu']}), Python {r['python']}, autogroups "
         f"{'on' if r['autogroups'] else 'off'}; worker niceness {r.get('worker_nice')}; 1-min load average "
-        f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after." + (f" {r['note']}" if r.get("note") else ""),
+        f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after.",
         "", f"Command: `{command}`"])
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.busy", description=__doc__.splitlines()[0])
-    p.add_argument("--json", required=True, help="where to write the figures (JSON)")
-    p.add_argument("--md", default=None, help="a markdown file whose busy section is replaced (e.g. BENCHMARKS.md)")
+    p.add_argument("--json", required=True, help="where to write the figures")
+    p.add_argument("--md", default=None, help="markdown file to write into (e.g. BENCHMARKS.md; default: printed)")
     p.add_argument("--tokens", type=int, default=TOKENS, help="the run the CLI and the job both compute")
     p.add_argument("--job-tokens", type=int, default=JOB_TOKENS, help="the job that runs while users browse")
     p.add_argument("--users", type=int, default=8)
     p.add_argument("--seconds", type=float, default=60, help="how long the users browse")
     p.add_argument("--busy", type=int, default=2, help="unrelated busy processes")
-    p.add_argument("--note", default="", help="a sentence about the machine, added to the section (e.g. other work)")
     a = p.parse_args(argv)
     if not browser_main():
         return 2
     r = run(a.tokens, a.job_tokens, a.users, a.seconds, max(0, min(a.busy, 16)))
-    r["note"] = a.note.strip()[:500]
     Path(a.json).write_text(json.dumps(r, indent=1, default=str))
     cmd = "python -m bench.busy --json F" + "".join(
         f" --{k.replace('_', '-')} {v:g}" for k, v, d in (("tokens", a.tokens, TOKENS), ("job_tokens", a.job_tokens,

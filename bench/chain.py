@@ -1,7 +1,5 @@
-"""Section "chain" (issue 24): what the outlier chain's extra per-layer statistics cost the extraction: base,
-chain and chain + hooks on the same windows and batches, alternating, with wall and process CPU time (the
-variants and the goal are stated in the section's text, bench.report.render_chain).
-"""
+"""Section "chain" (issue 24): what the outlier chain's extra statistics cost the extraction (base, chain and
+chain + hooks, alternating; wall and process CPU time). Method: BENCHMARKS.md."""
 
 from __future__ import annotations
 
@@ -9,7 +7,7 @@ import time
 
 import numpy as np
 
-from bench.common import alternate, log, median, n_analysed
+from bench.common import alternate, log, median
 from core.base.spec import DEFAULT_BATCH_SIZE as BATCH
 from core.base.spec import DEFAULT_SAMPLE as SAMPLE
 from core.compute import extract as E
@@ -66,7 +64,7 @@ def section_chain(ctx) -> dict:
             continue
         lm = ctx.model(ident)
         w = ctx.windows(ident, n_tok)
-        n = n_analysed(w)
+        n = int(w.n_content_tokens)
         reps = ctx.sizes.chain_reps
         log(f"chain: {ident}, {n:,} analysed tokens in {len(w.ids)} windows, {len(plan_batches(w, BATCH))} batches")
         _extract(lm, w, True, True)  # untimed warm-up of every path

@@ -1,5 +1,5 @@
-"""Shared helpers: machine and process figures (psutil), timing, the subprocess runner, profiles, and the
-markdown every bench module writes: one table renderer (`table`) and one marked-section writer."""
+"""Shared helpers: machine and process figures (psutil), timing, the subprocess runner, profiles, and the markdown
+every bench module writes (`table`, and `put_section` / `publish` for the marked sections of BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ import psutil
 
 from core.base import settings
 from core.base.procfs import status_bytes
+from core.compute.distributed import spec_args
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "BENCH_RESULT "
@@ -258,11 +259,8 @@ def child_env(cache_dir: str | Path | None = None, extra: dict | None = None) ->
 
 
 def link_converted_models(cache_dir: Path) -> list[str]:
-    """Reuse SmolLM2's one-time GGUF->safetensors conversion from the default cache, if present.
-
-    The conversion (~15 s) is setup, not something the bench measures; stats and results are
-    still computed afresh in `cache_dir`.
-    """
+    """Reuse SmolLM2's one-time GGUF->safetensors conversion (~15 s of setup, not measured) from the default cache;
+    statistics and results are still computed afresh in `cache_dir`."""
     src = settings.models_dir()
     linked = []
     if src.is_dir():
@@ -276,6 +274,21 @@ def link_converted_models(cache_dir: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- fresh processes
+def core_cli(argv: list[str], cache, timeout: float = 3600) -> tuple[float, int, str]:
+    """`python -m core ARGV` in a fresh process on the cache directory `cache`: wall seconds (interpreter start
+    included), exit code and the last line it wrote on stderr."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache), capture_output=True,
+                       text=True, timeout=timeout)
+    lines = [x for x in p.stderr.replace("\r", "\n").splitlines() if x.strip()]
+    return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
+
+
+def analyze_argv(spec, cache, out) -> list[str]:
+    """`python -m core analyze`'s arguments for the RunSpec `spec` on the cache `cache`, its results into `out`."""
+    return ["analyze", *spec_args(spec), "--cache-dir", str(cache), "--quiet", "--out", str(out)]
+
+
 def fresh_process_times(cmd: list[str], processes: int, env: dict, cwd: Path = ROOT, timeout: float = 1800) -> list[float]:
     """Wall seconds of `cmd` (interpreter start included), once in each of `processes` fresh processes,
     timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
@@ -293,12 +306,8 @@ def fresh_process_times(cmd: list[str], processes: int, env: dict, cwd: Path = R
 
 def run_task(task: str, args: dict, *, cache_dir=None, env_extra: dict | None = None,
              timeout: float = 1800) -> dict:
-    """Run `python -m bench.worker TASK ARGS` in a fresh process and return its result dict.
-
-    Peak RSS comes from the child's own rusage (os.wait4), so it is per run, and it is known even
-    when the child died (MemoryError, OOM kill). `status` is "ok", "oom", "error", "killed" or
-    "timeout"; `wall_s` is the wall time of the whole process (interpreter start included).
-    """
+    """`python -m bench.worker TASK ARGS` in a fresh process: its result dict, with `status` ("ok", "oom", "error",
+    "killed", "timeout"), `wall_s` (interpreter start included) and a peak RSS known even when the child died."""
     cmd = [sys.executable, "-m", "bench.worker", task, json.dumps(args)]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
@@ -414,11 +423,6 @@ def cprofile_table(fn, top: int = 15) -> str:
 
 
 # ----------------------------------------------------------------------------- token windows
-def n_analysed(windows) -> int:
-    """Analysed (non-special) tokens of a corpus's windows."""
-    return int(sum(int((~s).sum()) for s in windows.special))
-
-
 def subset_windows(windows, n_tokens: int):
     """The first windows of `windows` holding about n_tokens analysed tokens (for profiles)."""
     import numpy as np  # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)

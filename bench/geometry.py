@@ -1,8 +1,6 @@
-"""Bench section "geometry": what the statistics of issue 25 (intrinsic dimension, matrix entropy, linear CKA
-between layers) add to a run at the app's default size (8,000 tokens, sample 5,000); the method is stated in the
-section's text (bench.report.render_geometry). `registry_s` times every per-layer statistic of
-core/stats/registry.py as `build_results` computes a layer's row, so that a new statistic is timed without an edit.
-"""
+"""Section "geometry" (issue 25): what intrinsic dimension, matrix entropy and CKA add to a run at the app's
+default size (method: BENCHMARKS.md). `registry_seconds` times every per-layer statistic of core/stats/registry.py,
+so that a new statistic is timed without an edit."""
 
 from __future__ import annotations
 
@@ -60,8 +58,7 @@ def new_statistics(stats) -> dict:
 
 def registry_seconds(stats) -> float:
     """Seconds of every per-layer statistic of the registry at every layer, as build_results computes a layer's row
-    (`statistics.layer_row`, fresh kernel inputs, no isotropic baseline): a statistic added to core/stats/registry.py is
-    timed here without an edit."""
+    (fresh kernel inputs, no isotropic baseline)."""
     run = S.Run(stats)
     t0 = time.perf_counter()
     for l in range(stats.n_layers):

@@ -1,13 +1,7 @@
-"""`python -m bench --device cuda`: the tool vs the bare forward on a GPU, bf16, models of real sizes.
-
-No weights ship for these sizes, so the models are random-init from configs (throughput does not
-depend on the weights' values): BERT-base, GPT-2 (124M), and LLaMA-style 1B and 8B (Llama-3.2-1B
-and Llama-3-8B shapes). Tokens are real Wikipedia text (BERT: MiniLM's WordPiece; the others:
-GPT-2's BPE, whose ids are valid in every vocabulary here). For each model: tokens/s of the tool
-(extract_stats with all streaming metrics and the sample, on the device) and of the bare forward
-on the same windows and batches, and the bare forward's achieved TFLOP/s, estimated as
-2 * n_params * tokens / time, against the card's dense bf16 peak.
-"""
+"""`python -m bench --device cuda`: the tool vs the bare forward on a GPU, bf16, random-init models of real sizes
+(BERT-base, GPT-2, LLaMA-style 1B and 8B; no weights ship for them, and throughput does not depend on the weights).
+Tokens are real Wikipedia text (BERT: MiniLM's WordPiece; the others: GPT-2's BPE, whose ids are valid in every
+vocabulary here). Method: BENCHMARKS.md, "GPU"."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, alternate, bare_forward, child_env, log, median, n_analysed, seconds, subset_windows
+from bench.common import ROOT, alternate, bare_forward, child_env, log, median, seconds, subset_windows
 from bench.peers import run_peer
 from core.base.cache import CacheStore
 from core.base.spec import RunSpec
@@ -97,7 +91,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
             max_len = min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512))
             w = tokenize_budget(docs, tok, tokens, max_len, 0, "wiki-en")
             batches = plan_batches(w, batch_size)
-            n_an = n_analysed(w)
+            n_an = int(w.n_content_tokens)
             warm = subset_windows(w, min(n_an, 4 * batch_size * 128))
             bare_forward(model, warm, plan_batches(warm, batch_size), pad, device, sync)
 

@@ -1,13 +1,6 @@
-"""The lab's budget (issue 41): the quick lab and the default grid, timed, into BENCHMARKS.md ("Lab").
+"""The lab's budget (issue 41): the quick lab or the default grid, timed (method: BENCHMARKS.md, "Lab").
 
-    python -m bench lab                      # the quick lab: 4 families x 1 seed, 500 steps, 2 layers, d 128
-    python -m bench lab --default            # the default grid: 4 families x 2 optimizers x 3 seeds, 2,000 steps
-    python -m bench lab --families gpt2,llama [--steps N] [--no-write] [--keep-cache]
-
-Families (and optimizers) this version cannot train are left out and named in the table; the goals are the
-issue's: the quick lab under 10 minutes, the default grid under 90 minutes, on 2 CPU cores. Each run is the
-ordinary `python -m core lab` computation (`core.studies.lab.run_lab`) in an empty cache directory, so every
-training and every checkpoint analysis is timed (nothing cached).
+    python -m bench lab [--default] [--families gpt2,llama] [--steps N] [--no-write]
 """
 
 from __future__ import annotations
@@ -100,7 +93,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=None)
     p.add_argument("--no-write", action="store_true", help="print the markdown instead of updating BENCHMARKS.md")
     p.add_argument("--json", default=None, help="also write lab.json here")
-    p.add_argument("--keep-cache", action="store_true")
     a = p.parse_args(argv)
     spec, skipped = build_spec(a)
     which = "default" if a.default else "quick"
@@ -118,8 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         doc = LAB.run_lab(spec, cache_dir=cache, progress=progress)
     finally:
-        if not a.keep_cache:
-            shutil.rmtree(cache, ignore_errors=True)
+        shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - t0
     md = render(doc, spec, skipped, wall, info, which, ["lab", *argv])
     if a.json:

@@ -1,17 +1,10 @@
-"""`python -m bench lab-lr`: the learning rate of each architecture family and optimizer, by a short stated sweep.
+"""`python -m bench lab-lr`: the learning rate of each family and optimizer, by a short stated sweep, into
+core/data/lab_lr.json (read by `core.studies.train_spec.default_lr`; entries not swept this time are kept) and
+BENCHMARKS.md (method there).
 
-For each family and optimizer, a few learning rates are trained for `--steps` (default 300) steps at the Train
-defaults otherwise (2 layers x d=128, batch 16 x 64 tokens of wiki-en, seed 0, cosine schedule), and the rate with
-the lowest final held-out loss is kept. The result goes to core/data/lab_lr.json (each rate's loss, the corpus's
-unigram entropy, date and machine per entry; entries of families not swept this time are kept), which
-`core.studies.train_spec.default_lr` reads, and to its section of BENCHMARKS.md.
-
-    python -m bench lab-lr                                 # gpt2, llama x adamw, sgd: 18 runs (about 15 min on 2 cores)
-    python -m bench lab-lr --arch mamba,rwkv --optimizer adamw,sgd   # add families (the other entries stay)
-    python -m bench lab-lr --quick                         # tiny sizes, checks the code; writes nothing
-
-Coupled Adam is not swept by default: it changes only the embeddings' second moment, and the lab compares it with
-AdamW at AdamW's rate (`default_lr`); `--optimizer coupled-adam` sweeps it too.
+    python -m bench lab-lr                                           # gpt2, llama x adamw, sgd (about 15 min)
+    python -m bench lab-lr --arch mamba,rwkv --optimizer adamw,sgd   # add families
+    python -m bench lab-lr --quick                                   # tiny sizes, checks the code; writes nothing
 """
 
 from __future__ import annotations

@@ -1,17 +1,8 @@
-"""Live curves (issue 26, section 1): what publishing partial results costs, and how soon the first curve is drawn.
+"""Live curves (issue 26): what publishing partial results costs, and how soon the first curve is drawn in a real
+browser (method: BENCHMARKS.md, "Live curves"). Goals: cost <= 2%; first curve warm <= 10 s, fresh <= 30 s.
 
-    python -m bench.live                  # -> the live section of BENCHMARKS.md (about 5 minutes on 2 cores)
-    python -m bench.live --out /tmp/l.md  # the section alone, into another file
-    python -m bench.live --quick          # tiny sizes, prints the markdown (checks the code)
-
-1. Cost of publishing: MiniLM's extraction on wiki-en without and with partial results (the job's path:
-   `core.stats.assemble.partial_results` written to the job queue's store every few seconds), in one
-   process, alternating A B B A on the same windows and batches; goal: a ratio of tokens/s >= 0.98.
-2. First curve in a real browser (`streamlit run app.py`, Debian's chromium via Playwright, the app's
-   default selection): from the click on Run to the first drawn figure (the partial curve), then to the
-   final one, with the job's steps and each process's CPU seconds. Fresh: a new server and cache, the click
-   as soon as the page is ready; warm: the same server and worker, the run deleted from the cache.
-   Goals: warm <= 10 s, fresh <= 30 s.
+    python -m bench.live [--out l.md]  # about 5 minutes on 2 cores
+    python -m bench.live --quick       # tiny sizes, prints the markdown (checks the code)
 """
 
 from __future__ import annotations
@@ -33,7 +24,7 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
-from bench.common import loadavg, log, machine_info, median, met, n_analysed, proc_cpu_s, publish, table  # noqa: E402
+from bench.common import alternate, loadavg, log, machine_info, median, met, proc_cpu_s, publish, table  # noqa: E402
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
 
@@ -63,29 +54,22 @@ def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
         store.put_data("partial:bench:1", json.dumps({**res, "published": time.time()}, allow_nan=False).encode())
         published.append(res["partial"]["tokens"])
 
-    def once(with_partial: bool) -> tuple[float, dict]:
+    def once(with_partial: bool) -> tuple[float, dict, int]:
         hook = None
+        published.clear()
         if with_partial:
             hook = PartialHook(publish, run.key, spec, run.parts)
             hook.start(lm, {"id": DEFAULT_CORPUS})
         t0 = time.perf_counter()
         _, timing = extract_stats(lm.base, w, batch_size=DEFAULT_BATCH_SIZE, sample_size=DEFAULT_SAMPLE, seed=0,
                                   pad_id=int(lm.tokenizer.pad_token_id or 0), partial=hook)
-        return time.perf_counter() - t0, timing
+        return time.perf_counter() - t0, timing, len(published)
 
     once(False)  # warm-up (allocator, kernels)
-    plain, live, shares, n_pub = [], [], [], []
-    for i in range(reps):
-        for with_partial in ((False, True) if i % 2 == 0 else (True, False)):
-            published.clear()
-            t, timing = once(with_partial)
-            if with_partial:
-                live.append(t)
-                shares.append(timing["partial_s"] / timing["forward_s"])
-                n_pub.append(len(published))
-            else:
-                plain.append(t)
-    n = n_analysed(w)
+    runs = alternate(reps, {"plain": lambda: once(False), "live": lambda: once(True)})
+    plain, live = [x[0] for x in runs["plain"]], [x[0] for x in runs["live"]]
+    shares, n_pub = [t["partial_s"] / t["forward_s"] for _, t, _ in runs["live"]], [k for _, _, k in runs["live"]]
+    n = int(w.n_content_tokens)
     return {"model": lm.info.get("label", DEFAULT_MODEL), "tokens": n, "batches": -(-len(w.ids) // DEFAULT_BATCH_SIZE),
             "reps": reps, "plain_tok_s": n / median(plain), "live_tok_s": n / median(live),
             "ratio": median(plain) / median(live), "pair_ratios": [p / q for p, q in zip(plain, live)],
@@ -123,11 +107,8 @@ def _analysis_job(cache: Path):
 
 
 def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache: Path) -> dict:
-    """From the click on Run: seconds to the first drawn figure, whether it was partial, to the final one;
-    the CPU seconds the server and the worker spent until the first one (what a quiet machine would wait),
-    and where they went: the steps of the job as the page's poll saw them (queued, taken by the worker, first
-    partial result published, first figure drawn), each with the seconds since the click and the server's and
-    the worker's CPU seconds since the click."""
+    """From the click on Run: seconds to the first drawn figure (partial or not) and to the final one, the CPU
+    seconds until the first, and the job's steps as the poll saw them (BENCHMARKS.md, "Live curves")."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     try:
         page.goto(url)
@@ -195,7 +176,7 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         page.close()
 
 
-def first_curve(tokens: int | None, timeout_s: float, worker_nice: int | None = None) -> dict:
+def first_curve(tokens: int | None, timeout_s: float) -> dict:
     """The fresh and the warm measurement on one server (see the module's doc)."""
     from playwright.sync_api import sync_playwright  # lazy: playwright only for the browser measurement
 
@@ -203,9 +184,8 @@ def first_curve(tokens: int | None, timeout_s: float, worker_nice: int | None = 
     root = Path(tempfile.mkdtemp(prefix="aniso-live-"))
     cache = root / "cache"
     cache.mkdir()
-    out: dict = {"query": query or "(the default selection)", "worker_nice": worker_nice}
-    env = {"ANISO_WORKER_NICE": str(worker_nice)} if worker_nice is not None else None
-    with app_server(cache, root / "streamlit.log", env=env) as (url, proc), sync_playwright() as p:
+    out: dict = {"query": query or "(the default selection)", "worker_nice": settings.env_value("ANISO_WORKER_NICE")}
+    with app_server(cache, root / "streamlit.log") as (url, proc), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             out["port"] = int(url.rsplit(":", 1)[1])
@@ -275,15 +255,12 @@ def render(cost: dict, curve: dict, meta: dict) -> str:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.live", description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="tiny sizes: checks the code, prints the markdown")
-    p.add_argument("--tokens", type=int, default=40_000, help="tokens of the publishing-cost runs (default 40000)")
-    p.add_argument("--reps", type=int, default=3, help="runs with and without publishing (default 3 each)")
+    p.add_argument("--tokens", type=int, default=40_000, help="tokens of the publishing-cost runs")
+    p.add_argument("--reps", type=int, default=3, help="runs with and without publishing")
     p.add_argument("--no-browser", action="store_true", help="skip the browser measurement")
     p.add_argument("--no-cost", action="store_true", help="skip the publishing cost")
-    p.add_argument("--timeout", type=float, default=300, help="longest wait for a curve, s (default 300)")
-    p.add_argument("--out", default=None, help="markdown file whose live section is replaced (default BENCHMARKS.md)")
-    p.add_argument("--worker-nice", type=int, default=None,
-                   help="the worker's niceness (default: the app's, 10); 0 on a machine busy with other work, where a "
-                        "niced worker waits for everyone else")
+    p.add_argument("--timeout", type=float, default=300, help="longest wait for a curve (s)")
+    p.add_argument("--out", default=None, help="markdown file to write into (default BENCHMARKS.md)")
     a = p.parse_args(argv)
     if not a.no_browser and not browser_main():
         return 2
@@ -297,7 +274,7 @@ def main(argv=None) -> int:
             cost = publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d))
             log(f"cost: ratio {cost['ratio']:.3f}, share {cost['share_median']:.2%}")
     if not a.no_browser:
-        curve = first_curve(1000 if a.quick else None, a.timeout, a.worker_nice)
+        curve = first_curve(1000 if a.quick else None, a.timeout)
     meta["load_end"] = loadavg()
     busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0
     if busy > 0.5 * (meta["cores"] or 1):

@@ -1,14 +1,7 @@
-"""Load test: simultaneous browser users on the dashboard, with and without a running job.
+"""Load test: simultaneous browser users on the dashboard, with and without a running job (method: BENCHMARKS.md,
+"Load"). Bounded: users <= 16, seconds per phase <= 600, each page wait <= 120 s.
 
-    python -m bench.load                      # 8 users -> the load section of BENCHMARKS.md
-    python -m bench.load --users 4 --seconds 30 --out /tmp/load.md
-
-One `streamlit run app.py` on loopback with a fresh cache and one computed run (MiniLM on wiki-en). Each
-user is a browser context of one Debian chromium, looping over the four pages and timing each from the
-click until all its figures are drawn and Streamlit is idle, with TPC-W's think time between views
-(exponential, mean 7 s, cut at 70 s; seeded per user). Phase 1: no job; phase 2: while the worker computes a
-long MiniLM run; phase 3 (stress): the same job, no think time. Bounded: users <= 16, seconds per phase <=
-600, each page wait <= 120 s (an error). Peak RSS of the server and the worker sampled every 0.25 s.
+    python -m bench.load [--users 8 --seconds 120] [--out load.md]
 """
 
 from __future__ import annotations

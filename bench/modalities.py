@@ -1,7 +1,5 @@
-"""Bench section "modalities": extraction vs bare forward for the ViT-S (DINOv2) and the Whisper
-tiny.en encoder on CPU, the same items, batches and input preparation for both (the method is stated
-in the section's text, bench.report.render_modalities).
-"""
+"""Section "modalities": extraction vs bare forward for DINOv2 ViT-S and the Whisper tiny.en encoder on the same
+items, batches and input preparation (method: BENCHMARKS.md, section 9)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""`python -m bench --godey` (or `python -m bench.papers`): Godey et al.'s whole comparison (14 models) as ONE
-`python -m core reproduce godey` against the same 14 runs as 14 separate `python -m core analyze` commands.
-
-A mode of its own (tens of minutes on 2 cores). Each side starts from its own empty cache, with the
-reproduction's settings (8,192 positions, sample 2,000, seed 0); the load is recorded before and after each
-side, and both sides' numbers are compared. Writes its block of BENCHMARKS.md (between the markers).
-"""
+"""`python -m bench --godey`: Godey et al.'s comparison as ONE `python -m core reproduce godey` against the same
+runs as separate `python -m core analyze` commands (tens of minutes on 2 cores; method: BENCHMARKS.md, "Papers")."""
 
 from __future__ import annotations
 
@@ -21,7 +16,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import ROOT, child_env, cpu_model, loadavg, log, publish, table, usable_cores
+from bench.common import ROOT, analyze_argv, core_cli, cpu_model, loadavg, log, publish, table, usable_cores
+from core.base.spec import RunSpec
 from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
 
 TITLE = "Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)"
@@ -36,19 +32,7 @@ def _uptime() -> str:
         return ""
 
 
-def _run(argv: list[str], cache: Path, timeout: float, log_to: Path | None = None) -> tuple[float, int, str]:
-    """Wall seconds, exit code and last stderr line of `python -m core ARGV`."""
-    t0 = time.perf_counter()
-    err = log_to or cache.parent / f"stderr-{threading.get_ident()}.log"
-    with open(err, "w") as f:  # written as it goes: `tail -f` shows the reproduction's progress
-        p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache),
-                           stdout=subprocess.DEVNULL, stderr=f, timeout=timeout)
-    lines = [x for x in err.read_text(errors="replace").replace("\r", "\n").splitlines() if x.strip()]
-    return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
-
-
-def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, timeout: float,
-         log_to: Path | None = None) -> None:
+def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, timeout: float) -> None:
     out["uptime_before_one"], out["load_before_one"] = _uptime(), loadavg()
     log(f"godey: one `python -m core reproduce godey` ({out['uptime_before_one']})")
     argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(cache),
@@ -56,11 +40,10 @@ def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, t
     if models is not None:
         argv += ["--models", ",".join(out["models"])]
     r0 = psutil.Process().cpu_times()
-    s, rc, msg = _run(argv, cache, timeout, log_to or root / "one.log")
+    s, rc, msg = core_cli(argv, cache, timeout)
     r1 = psutil.Process().cpu_times()
-    # The process's own CPU seconds (every thread), steadier than its wall time on a shared machine. Its
-    # children's account: only exact when the 14 separate commands do not run at the same time (--sequential,
-    # --one-only); with both at once it counts theirs too.
+    # The process's own CPU seconds (every thread), steadier than its wall time on a shared machine: only exact when
+    # the separate commands do not run at the same time (--one-only); with both at once the account counts theirs too.
     out.update(one_s=s, one_rc=rc, one_last=msg,
                one_cpu_s=None if out.get("parallel") else (r1.children_user + r1.children_system
                                                            - r0.children_user - r0.children_system))
@@ -74,37 +57,31 @@ def _separate(out: dict, parts, tokens: int, sample: int, cache: Path, root: Pat
     t0 = time.perf_counter()
     for p in parts:
         js = root / f"{p.model}.json"
-        s, rc, msg = _run(["analyze", "--model", p.model, "--corpus", p.corpus, "--max-tokens", str(tokens),
-                           "--sample", str(sample), "--cache-dir", str(cache), "--quiet", "--out", str(js)],
-                          cache, timeout)
+        spec = RunSpec(model=p.model, corpus=p.corpus, max_tokens=tokens, sample=sample)
+        s, rc, msg = core_cli(analyze_argv(spec, cache, js), cache, timeout)
         log(f"  separate {p.model}: {s:.1f} s (rc {rc})")
         out["separate"].append({"model": p.model, "corpus": p.corpus, "wall_s": s, "rc": rc, "last": msg})
     out["separate_s"] = time.perf_counter() - t0
     out["uptime_after_separate"], out["load_after_separate"] = _uptime(), loadavg()
 
 
-def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, timeout: float = 7200,
-            parallel: bool = True, log_to: Path | None = None, one_only: bool = False) -> dict:
-    """Both sides, each from its own empty cache. parallel: at the same time (on a shared machine both then
-    see the same load), else one after the other (one process first). one_only: the one process alone (the
-    goal's measurement: about 10 minutes on a quiet machine instead of 25)."""
+def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, one_only: bool = False,
+            timeout: float = 7200) -> dict:
+    """Both sides at the same time, each from its own empty cache (on a shared machine both then see the same load),
+    or with `one_only` the one process alone (the goal's measurement: about 10 minutes on a quiet machine)."""
     parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
     sep_cache, one_cache = root / "separate", root / "one"
     sep_cache.mkdir()
     one_cache.mkdir()
     out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "separate": [], "goal_s": GOAL_S,
-           "parallel": parallel and not one_only, "one_only": one_only}
-    if one_only:
-        _one(out, tokens, sample, models, one_cache, root, timeout, log_to)
-        out["separate_s"] = None
-    elif parallel:
-        th = threading.Thread(target=_separate, args=(out, parts, tokens, sample, sep_cache, root, timeout))
+           "parallel": not one_only, "one_only": one_only, "separate_s": None}
+    th = None if one_only else threading.Thread(target=_separate, args=(out, parts, tokens, sample, sep_cache, root,
+                                                                         timeout))
+    if th:
         th.start()
-        _one(out, tokens, sample, models, one_cache, root, timeout, log_to)
+    _one(out, tokens, sample, models, one_cache, root, timeout)
+    if th:
         th.join()
-    else:
-        _one(out, tokens, sample, models, one_cache, root, timeout, log_to)
-        _separate(out, parts, tokens, sample, sep_cache, root, timeout)
     out["ratio"] = out["separate_s"] / out["one_s"] if out["one_s"] and out["separate_s"] else None
     out["met"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S
     same = []
@@ -156,29 +133,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="two small models at 64 positions: checks the mode runs")
     p.add_argument("--tokens", type=int, default=DEFAULT_MAX_TOKENS)
     p.add_argument("--sample", type=int, default=DEFAULT_SAMPLE)
-    p.add_argument("--out", default=None, help="markdown file (default BENCHMARKS.md; --quick: printed)")
+    p.add_argument("--out", default=None, help="markdown file to write into (default BENCHMARKS.md; --quick: printed)")
     p.add_argument("--json", default=None, help="also write the raw numbers here")
-    p.add_argument("--sequential", action="store_true", help="one side after the other (default: both at once)")
-    p.add_argument("--one-only", action="store_true", help="the one `core reproduce godey` alone, without the 14 "
-                   "separate commands (the goal's measurement: about half the time)")
-    p.add_argument("--log", default=None, help="write the reproduction's progress here as it goes (default: a "
-                   "temporary file)")
-    p.add_argument("--keep-cache", default=None, help="move the one-process side's cache here (e.g. to open the Papers "
-                   "page on its runs)")
+    p.add_argument("--one-only", action="store_true", help="the one `core reproduce godey` alone (the goal's measurement)")
     a = p.parse_args(argv)
     tokens, sample, models = (64, 32, QUICK_MODELS) if a.quick else (a.tokens, a.sample, None)
     root = Path(tempfile.mkdtemp(prefix="aniso-bench-papers-"))
     try:
-        r = measure(tokens, sample, models, root, parallel=not a.sequential, log_to=Path(a.log) if a.log else None,
-                    one_only=a.one_only)
-        if a.keep_cache:
-            shutil.move(str(root / "one"), a.keep_cache)
+        r = measure(tokens, sample, models, root, one_only=a.one_only)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{cpu_model()}, {usable_cores()} usable cores"
-    cmd = "python -m bench --godey" + (" --quick" if a.quick else "") + (" --one-only" if a.one_only else "") + (
-        " --sequential" if a.sequential and not a.one_only else "")
+    cmd = "python -m bench --godey" + (" --quick" if a.quick else "") + (" --one-only" if a.one_only else "")
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1))
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")

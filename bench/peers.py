@@ -1,13 +1,6 @@
-"""The naive peer: what a researcher would otherwise script, the way papers' scripts do it.
-
-One forward per document with output_hidden_states=True (batch of 1, no padding), the hidden
-states of every analysed token copied to numpy and kept for the whole corpus, then per layer the
-mean cosine either
-  - on all pairs: sklearn's cosine_similarity(H) (an N x N matrix) averaged off the diagonal, or
-  - on sampled pairs: n random pairs (i, j), i != j, averaged (an estimate).
-It sees exactly the tool's token windows and analysed positions (special tokens excluded), so
-its numbers are comparable to the tool's exact mean_cosine.
-"""
+"""The naive peer, the way papers' scripts do it: one forward per document (batch of 1, no padding), every analysed
+token's hidden states kept in numpy, then per layer the mean cosine on all pairs (sklearn's N x N matrix) or on
+sampled pairs. Same windows and analysed positions as the tool, so its numbers compare with the exact mean_cosine."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""One function per section; each returns a dict of numbers (rendered by bench.report).
-
-All figures of a section are measured in the same run on the same machine, and stated as ratios
-where a goal is a ratio. Repetitions alternate (A B B A ...) so that slow drift of a shared
-machine falls on both sides; medians are reported with the spread of the per-pair ratios.
-"""
+"""The sections of `python -m bench`: one function each, returning a dict of numbers (rendered by bench.report;
+each section's method is stated in BENCHMARKS.md)."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,13 +17,14 @@ from bench.common import (
     ROOT,
     ab_ratio,
     alternate,
+    analyze_argv,
     bare_forward,
     child_env,
+    core_cli,
     cprofile_table,
     fresh_process_times,
     log,
     median,
-    n_analysed,
     profile_diff_table,
     run_task,
     seconds,
@@ -167,7 +162,7 @@ def section_overhead(ctx: Ctx) -> dict:
         w = ctx.windows(ident, tokens)
         batches = plan_batches(w, BATCH)
         pad = _pad_id(lm)
-        n = n_analysed(w)
+        n = int(w.n_content_tokens)
         reps = int(ctx.sizes.overhead_reps.get(ident, 2))
         log(f"overhead: {ident}, {n:,} analysed tokens in {len(w.ids)} windows, {len(batches)} batches, {reps} reps")
         # Warm-up (allocator, oneDNN primitives) on the first batches, untimed, for both.
@@ -263,10 +258,9 @@ def section_peers(ctx: Ctx) -> dict:
     if speeds and not out["met_speed"] and not ctx.quick:
         N = out["rows"][0]["tokens"]
         log("peers: tool slower than the peer: profiling the tool end to end (cProfile)")
-        prof = run_task("cprofile_cli", {"argv": ["analyze", "--model", "minilm-l6", "--corpus", CORPUS,
-                                                  "--max-tokens", str(N), "--cache-dir", str(ctx.fresh_dir("prof")),
-                                                  "--quiet", "--out", str(ctx.cache.parent / "prof.json")]},
-                        cache_dir=ctx.cache)
+        argv = analyze_argv(RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=N), ctx.fresh_dir("prof"),
+                            ctx.cache.parent / "prof.json")
+        prof = run_task("cprofile_cli", {"argv": argv}, cache_dir=ctx.cache)
         out["profile"] = {"tokens": N, "table": prof.get("table", prof.get("error"))}
     return out
 
@@ -291,19 +285,6 @@ def section_memory(ctx: Ctx) -> dict:
 
 
 # ----------------------------------------------------------------------------- 4. cache
-def _cli_argv(ctx: Ctx, model: str, tokens: int, out_json: Path) -> list[str]:
-    return ["analyze", "--model", model, "--corpus", CORPUS, "--max-tokens", str(tokens),
-            "--cache-dir", str(ctx.cache), "--quiet", "--out", str(out_json)]
-
-
-def _time_cli(argv: list[str], ctx: Ctx) -> tuple[float, int, str]:
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(ctx.cache),
-                       capture_output=True, text=True)
-    lines = (p.stderr or "").strip().splitlines()
-    return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
-
-
 def section_cache(ctx: Ctx) -> dict:
     s = ctx.sizes
     out = {"goal_cli_s": 2.0, "goal_page_s": 1.0, "runs": []}
@@ -313,9 +294,9 @@ def section_cache(ctx: Ctx) -> dict:
         out["note"] = "--quick: SmolLM2 not run in this section"
     for model, tokens in runs:
         out_json = ctx.cache.parent / f"results-{model}.json"
-        argv = _cli_argv(ctx, model, tokens, out_json)
+        argv = analyze_argv(RunSpec(model=model, corpus=CORPUS, max_tokens=tokens), ctx.cache, out_json)
         log(f"cache: first `python -m core analyze` ({model}, {tokens:,} tokens) computes")
-        first, rc, msg = _time_cli(argv, ctx)
+        first, rc, msg = core_cli(argv, ctx.cache)
         if rc != 0:
             out["runs"].append({"model": model, "tokens": tokens, "status": "error", "error": msg})
             continue
@@ -411,7 +392,7 @@ def section_batching(ctx: Ctx) -> dict:
     s = ctx.sizes
     lm = ctx.model("minilm-l6")
     w = ctx.windows("minilm-l6", s.batching_tokens)
-    n = n_analysed(w)
+    n = int(w.n_content_tokens)
     sizes = list(s.batch_sizes)
     _tool(lm, subset_windows(w, min(n, 1000)))  # warm-up
     times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in sizes}, "batch size, ")
@@ -485,7 +466,7 @@ def section_attention(ctx: Ctx) -> dict:
         w = ctx.windows(ident, tokens)
         batches = plan_batches(w, BATCH)
         pad = _pad_id(lm)
-        n = n_analysed(w)
+        n = int(w.n_content_tokens)
         impl_before = getattr(lm.base.config, "_attn_implementation", None)
         dims = list(range(10))  # the link's cost depends on how many dims, not which
         log(f"attention: {ident}, {n:,} analysed tokens, {len(batches)} batches, {ctx.sizes.attention_reps} reps")
@@ -519,6 +500,3 @@ SECTIONS = {"overhead": section_overhead, "modalities": section_modalities, "pee
             "batching": section_batching, "postproc": section_postproc, "attention": section_attention,
             "chain": section_chain, "geometry": section_geometry}
 
-
-def cleanup(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

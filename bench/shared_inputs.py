@@ -1,15 +1,9 @@
-"""How much of each random-init text control's anisotropy is construction (issue 35, docs/findings.md).
+"""How much of each random-init text control's anisotropy is construction (issue 35; method and results:
+docs/findings.md). Per control: mean cosine and centred mean cosine per layer (a) as built, (b) with the input
+components it adds alike to every token zeroed (BERT, CANINE: the token-type table), (c) with its learned position
+table zeroed too; a control that adds nothing alike (LLaMA, T5) has (a) only. Prints one markdown table.
 
     python -m bench.shared_inputs [--max-tokens 4096] [--models untrained-minilm-l6,...] [--out shared.json]
-
-For every control: the per-layer mean cosine (exact) and the centred mean cosine (the sample minus its mean)
-(a) as built, (b) with the input components it adds alike to every token zeroed (BERT and CANINE: the
-token-type table), (c) with its learned position table zeroed too (a position's row is shared by every token
-at that position, across windows). Each state is the control's own seeded draw saved as a local folder with
-the named parameters zeroed and analysed by the ordinary pipeline (`core.compute.pipeline.analyze`, same statistics).
-A control that adds nothing alike to every token (LLaMA: no biases, RMSNorm without offset, rotary positions;
-T5: no biases, relative positions inside attention) has only state (a): what its init adds is listed.
-Prints one markdown table; --out keeps every curve.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""`python -m bench.training`: the training benchmark (prints a BENCHMARKS.md section).
+"""`python -m bench.training`: `core.studies.training.train` against a bare PyTorch loop (with and without the
+tool's malloc setting), each run a fresh interpreter, and a 12-checkpoint series against 12 separate analyses;
+prints the "Training" section of BENCHMARKS.md (method there).
 
-1. Training throughput: `core.studies.training.train` (transformers Trainer, checkpoints and held-out loss
-   included) against a bare PyTorch loop of the same model, batches, optimizer and schedule, and
-   against that loop with the tool's malloc setting; every run in a fresh interpreter.
-2. A series of 12 checkpoints analysed with `core.studies.series.analyze_series` (corpus read and
-   tokenized once) against 12 separate `pipeline.analyze` calls (each reads and tokenizes).
-
-    python -m bench.training            # default model size (2 layers, d=128, batch 16 x 64)
-    python -m bench.training --quick    # tiny sizes: checks the code only
+    python -m bench.training [--quick] [--steps N --reps N --no-series]
 """
 
 from __future__ import annotations
@@ -17,11 +12,12 @@ import platform
 import shutil
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 import psutil
 
-from bench.common import loadavg, median, run_task, table
+from bench.common import alternate, loadavg, median, run_task, table
 from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
@@ -85,16 +81,15 @@ def one_run(spec, which: str) -> dict:
 def throughput(spec, reps: int) -> dict:
     """Every run in a fresh interpreter (what one run of the tool or of a user's script sees: no
     allocator or thread state left by the previous run), alternating the order between reps."""
-    runs: dict[str, list] = {"tool": [], "bare": [], "bare-steady": []}
-    parts = []
-    for r in range(reps):  # alternate: drift of a shared machine falls on all sides
-        for which in (("tool", "bare", "bare-steady") if r % 2 == 0 else ("bare-steady", "bare", "tool")):
-            got = run_task("train_one", {"which": which, "spec": spec.to_dict()}, timeout=7200)
-            if got["status"] != "ok":
-                raise RuntimeError(f"bench run {which} failed: {got.get('error')}")
-            runs[which].append(got)
-            if which == "tool":
-                parts.append(got["timing"])
+    def one(which: str) -> tuple[float, dict]:
+        got = run_task("train_one", {"which": which, "spec": spec.to_dict()}, timeout=7200)
+        if got["status"] != "ok":
+            raise RuntimeError(f"bench run {which} failed: {got.get('error')}")
+        return got["wall_s"], got
+
+    got = alternate(reps, {w: partial(one, w) for w in ("tool", "bare", "bare-steady")})  # drift falls on all sides
+    runs = {k: [g for _, g in v] for k, v in got.items()}
+    parts = [g["timing"] for g in runs["tool"]]
     tool = {k: median([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
     bare, steady = median([g["bare"] for g in runs["bare"]]), median([g["bare-steady"] for g in runs["bare-steady"]])
     tokens = spec.steps * spec.batch_size * spec.seq_len

@@ -1,9 +1,6 @@
-"""Tasks run in a fresh process: `python -m bench.worker TASK 'JSON ARGS'`.
-
-Each prints one line `BENCH_RESULT {json}` on stdout. A fresh process per run makes peak RSS a per-run
-figure, and lets a peer fail with MemoryError under a memory cap without touching the bench process.
-The tasks import inside their functions (`# lazy`): each measures its own imports in its fresh process.
-"""
+"""`python -m bench.worker TASK 'JSON'`: the tasks run in a fresh process, each printing `BENCH_RESULT {json}`.
+A fresh process makes peak RSS a per-run figure and lets a peer fail with MemoryError under a memory cap; the
+tasks import inside their functions (`# lazy`), so each pays its own imports."""
 
 from __future__ import annotations
 
@@ -182,12 +179,8 @@ def task_cprofile_cli(a: dict) -> dict:
 
 
 def task_apptest(a: dict) -> dict:
-    """Render the Layers page with streamlit's AppTest, its runs already on disk; then re-render.
-
-    The runs of the app's default selection are already on disk (task analyze_specs). A fresh
-    process, so the first render reads the disk cache; re-renders then use the app's in-memory caches. The app
-    starts its UMAP process at start, which compiles umap's kernels: re-renders are timed after it finished.
-    """
+    """The Layers page in streamlit's AppTest, its runs on disk (task analyze_specs), then re-renders (timed after
+    the app's UMAP warm-up)."""
     from streamlit.testing.v1 import AppTest
 
     out = {}
