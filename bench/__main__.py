@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import re
 import shutil
 import sys
 import tempfile
@@ -32,6 +31,7 @@ settings.env_default(TOKENIZERS_PARALLELISM="false")
 from bench import __version__  # noqa: E402
 from bench.common import (  # noqa: E402
     ROOT,
+    command,
     cpu_share,
     cpu_times,
     link_converted_models,
@@ -60,11 +60,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of every process (--quick: 1)")
     p.add_argument("--gpu-peak-tflops", type=float, default=None, help="--device cuda: the card's dense bf16 peak")
     return p
-
-
-def _command(argv: list[str]) -> str:
-    """The command as BENCHMARKS.md prints it: files by name only (a directory of this machine tells a reader nothing)."""
-    return "python -m bench" + "".join(" " + re.sub(r"(?<![\w.~-])/(?:[^/\s]+/)+", "", x) for x in argv)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -135,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"== section {name} done in {time.monotonic() - t0:.1f} s")
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    meta = {"command": _command(argv), "bench_version": __version__, "quick": a.quick,
+    meta = {"command": command("python -m bench", argv), "bench_version": __version__, "quick": a.quick,
             "only": only if only != SECTION_ORDER else None, "machine": machine,
             "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
             "sizes": _sizes_summary(sizes), "overrides": overrides}
@@ -204,7 +199,7 @@ def run_gpu(a, argv: list[str]) -> int:
     # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
     g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
     g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
-                 "transformers": transformers.__version__, "command": _command(argv)}
+                 "transformers": transformers.__version__, "command": command("python -m bench", argv)}
     publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     if a.json:
         Path(a.json).write_text(json.dumps(g, indent=1, default=_jsonable))

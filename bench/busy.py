@@ -177,12 +177,7 @@ def main(argv=None) -> int:
         return 2
     r = run(a.tokens, a.job_tokens, a.users, a.seconds, max(0, min(a.busy, 16)))
     Path(a.json).write_text(json.dumps(r, indent=1, default=str))
-    cmd = "python -m bench.busy --json F" + "".join(
-        f" --{k.replace('_', '-')} {v:g}" for k, v, d in (("tokens", a.tokens, TOKENS), ("job_tokens", a.job_tokens,
-                                                                                         JOB_TOKENS),
-                                                          ("users", a.users, 8), ("seconds", a.seconds, 60),
-                                                          ("busy", a.busy, 2)) if v != d)
-    common.publish(render(r, cmd), "busy", TITLE, Path(a.md) if a.md else None)
+    common.publish(render(r, common.command("python -m bench.busy", argv)), "busy", TITLE, Path(a.md) if a.md else None)
     return 0
 
 

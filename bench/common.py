@@ -12,6 +12,7 @@ import math
 import os
 import platform
 import pstats
+import re
 import signal
 import statistics
 import subprocess
@@ -31,6 +32,13 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "BENCH_RESULT "
 HEADER = "# Benchmarks"
 _T0 = time.monotonic()
+
+
+def command(prog: str, argv: list[str] | None) -> str:
+    """A command as BENCHMARKS.md prints it (argv None: this process's): files by name only, since a directory of this
+    machine tells a reader nothing."""
+    argv = sys.argv[1:] if argv is None else argv
+    return prog + "".join(" " + re.sub(r"(?<![\w.~-])/(?:[^/\s]+/)+", "", x) for x in argv)
 
 
 def log(msg: str) -> None:

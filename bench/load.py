@@ -23,7 +23,7 @@ import psutil
 
 from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from bench.common import cpu_times, loadavg, proc_cpu_s, publish, rss, table
+from bench.common import command, cpu_times, loadavg, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
 from core.entry import jobs, worker
@@ -255,19 +255,6 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
     return out
 
 
-def _warm_up(url: str, server_pid: int) -> None:
-    """One user browses every page for 10 s (the app's first visit starts its UMAP process, which compiles umap's
-    kernels), then wait until the server's processes are idle (fast page views never came in one run)."""
-    times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
-    print(f"  one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
-    _wait_idle(server_pid)
-
-
-def _tree_cpu_s(root: int) -> float:
-    """CPU seconds used so far by a process and its descendants (the server and its UMAP process)."""
-    return proc_cpu_s(root, tree=True)
-
-
 def _cpu_s(server_pid: int) -> dict:
     """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
     (this process and Playwright's driver), and the whole machine (busy; niced, which is the job's worker
@@ -282,7 +269,7 @@ def _cpu_s(server_pid: int) -> dict:
         elif "playwright" in cmd or p.pid == os.getpid():  # Playwright's driver and this process
             harness += t.user + t.system
     ct = cpu_times()  # the machine's CPU seconds, all cores
-    return {"server": _tree_cpu_s(server_pid), "browsers": browsers, "harness": harness,
+    return {"server": proc_cpu_s(server_pid, tree=True), "browsers": browsers, "harness": harness,
             "busy": sum(ct[k] for k in ("user", "nice", "system", "irq", "softirq")), "niced": ct["nice"],
             "stolen": ct.get("steal", 0.0), "t": time.monotonic()}
 
@@ -292,9 +279,9 @@ def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None
     umap's kernels for minutes, taking CPU from the browsers (a phase measured meanwhile: p50 4.4 s, not 0.3 s)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < limit_s:
-        before = _tree_cpu_s(root)
+        before = proc_cpu_s(root, tree=True)
         time.sleep(window_s)
-        used = _tree_cpu_s(root) - before
+        used = proc_cpu_s(root, tree=True) - before
         if used < 0.1 * window_s:
             print(f"  server idle after {time.monotonic() - t0:.0f} s more", file=sys.stderr)
             return
@@ -304,10 +291,12 @@ def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None
 def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
     """Warm-up, then phase 1 (browsing, no job), phase 2 (the same while a long job runs) and phase 3
     (the job still running, no think time: the stress variant; skipped when stress_seconds is 0)."""
-
     probe.t.start()
-    print("warm-up: one user browses until the server is warm (not timed)", file=sys.stderr)
-    _warm_up(url, probe.server_pid)
+    # One user browses every page for 10 s (the app's first visit starts its UMAP process, which compiles umap's
+    # kernels), then the server's processes must be idle (fast page views never came in one run), untimed.
+    times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
+    print(f"warm-up, one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
+    _wait_idle(probe.server_pid)
     jid = None
 
     def phase(what: str, length: float, think: float, reset: bool = True) -> dict:  # views, peaks, the job's progress
@@ -405,11 +394,7 @@ def main(argv=None) -> int:
     for key in ("idle", "job", "stress"):  # every slow view (the markdown shows six per phase)
         for v in r.get(key, {}).get("slow", []):
             print(f"slow ({key}): {v}", file=sys.stderr)
-    cmd = "python -m bench.load" + (f" --users {a.users}" if a.users != 8 else "") + \
-          (f" --seconds {a.seconds:g}" if a.seconds != 120 else "") + \
-          (f" --think-mean {a.think_mean:g}" if a.think_mean != THINK_MEAN_S else "") + \
-          (f" --stress-seconds {a.stress_seconds:g}" if a.stress_seconds != STRESS_S else "")
-    publish(render(r, cmd), "load", TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
+    publish(render(r, command("python -m bench.load", argv)), "load", TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     return 0
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import ROOT, analyze_argv, core_cli, cpu_model, loadavg, log, publish, table, usable_cores
+from bench.common import ROOT, analyze_argv, command, core_cli, cpu_model, loadavg, log, publish, table, usable_cores
 from core.base.spec import RunSpec
 from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
 
@@ -145,11 +145,10 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{cpu_model()}, {usable_cores()} usable cores"
-    cmd = "python -m bench --godey" + (" --quick" if a.quick else "") + (" --one-only" if a.one_only else "")
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1))
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
-    publish(render(r, machine, date, cmd), "papers", TITLE, out)
+    publish(render(r, machine, date, command("python -m bench --godey", argv)), "papers", TITLE, out)
     return 0 if r["one_rc"] == 0 else 1
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import alternate, loadavg, median, run_task, table
+from bench.common import alternate, command, loadavg, median, run_task, table
 from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
@@ -184,10 +184,7 @@ def main(argv=None) -> int:
         spec, series_spec, max_tokens = TrainSpec(steps=a.steps, device="cpu"), tiny.replace(steps=1024), 20_000
     thr = throughput(spec, 1 if a.quick else a.reps)
     ser = None if a.no_series else series_cost(series_spec, max_tokens)
-    cmd = "python -m bench.training" + (" --quick" if a.quick else "") + \
-          (f" --steps {a.steps}" if a.steps != 64 else "") + (f" --reps {a.reps}" if a.reps != 2 else "") + \
-          (" --no-series" if a.no_series else "")
-    print(render(thr, ser, spec, cmd))
+    print(render(thr, ser, spec, command("python -m bench.training", argv)))
     return 0
 
 

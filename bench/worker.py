@@ -194,23 +194,18 @@ def task_apptest(a: dict) -> dict:
     t0 = time.perf_counter()
     at.run()
     out["app_first_render_s"] = time.perf_counter() - t0
-    page = a.get("page")
-    out["page"] = page
-    if page:
-        t0 = time.perf_counter()
-        at.switch_page(page)
-        at.run()
-        out["page_first_render_s"] = time.perf_counter() - t0
-    try:
-        from core.compute import projection  # lazy: see the module's doc
+    out["page"] = a["page"]
+    t0 = time.perf_counter()
+    at.switch_page(a["page"])
+    at.run()
+    out["page_first_render_s"] = time.perf_counter() - t0
+    from core.compute import projection  # lazy: see the module's doc (the app has imported it by now)
 
-        t0 = time.perf_counter()
-        if float(a.get("warmup_wait", 240)) > 0:
-            projection.umap_warm.wait(timeout=float(a.get("warmup_wait", 240)))
-        out["umap_warmup_wait_s"] = time.perf_counter() - t0
-        out["umap_warm"] = projection.umap_warm.is_set()
-    except (ImportError, AttributeError):
-        pass
+    t0 = time.perf_counter()
+    if float(a.get("warmup_wait", 240)) > 0:
+        projection.umap_warm.wait(timeout=float(a.get("warmup_wait", 240)))
+    out["umap_warmup_wait_s"] = time.perf_counter() - t0
+    out["umap_warm"] = projection.umap_warm.is_set()
     out["rerender_s"] = timeit(at.run, int(a.get("reps", 3)))
     out["exceptions"] = [str(getattr(e, "value", e))[:300] for e in at.exception]
     out["errors_shown"] = [str(getattr(e, "value", e))[:200] for e in at.error]

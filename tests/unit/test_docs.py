@@ -70,8 +70,9 @@ def test_no_machine_specific_paths(name):
 
 
 def test_bench_prints_its_command_without_this_machines_directories():
-    from bench.__main__ import _command
+    from bench.common import command
 
-    cmd = _command(["--only", "modalities", "--out", "/tmp/m/modalities.md", "--json=/work/x/m.json", "--set", "a=1"])
+    cmd = command("python -m bench", ["--only", "modalities", "--out", "/tmp/m/modalities.md", "--json=/work/x/m.json",
+                                      "--set", "a=1"])
     assert cmd == "python -m bench --only modalities --out modalities.md --json=m.json --set a=1"
-    assert _command([]) == "python -m bench" and not MACHINE_PATH.search(cmd)
+    assert command("python -m bench", []) == "python -m bench" and not MACHINE_PATH.search(cmd)
