@@ -123,7 +123,8 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
             jid = load.start_job(app_cache, job_tokens, "bench.busy: long job")
             print(f"{users} users browse for {seconds:.0f} s while job {jid} runs", file=sys.stderr)
             page = load.summarize(*asyncio.run(load.run_phase(url, users, seconds, load.THINK_MEAN_S, server.pid)))
-            out["page"] = {**{k: page[k] for k in ("n", "p50", "p95", "max", "errors", "per_page")},
+            out["page"] = {**{k: page[k] for k in ("n", "p50", "p95", "max", "errors", "per_page", "server_n",
+                                                   "server_p50", "server_p95")},
                            **load.job_figures(jid, app_cache, cancel=True)}
     finally:
         out["busy_cpu_s"] = stop(busy)
@@ -131,9 +132,11 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
     out["cli_tokens_per_s"] = cli["tokens_per_s"]
     out["job_tokens_per_s"] = job["tokens_per_s"]
     out["ratio"] = job["tokens_per_s"] / cli["tokens_per_s"] if cli["tokens_per_s"] else float("nan")
-    out["page_p95_s"] = out["page"]["p95"]
+    out["page_p95_s"], out["server_p95_s"] = out["page"]["p95"], out["page"]["server_p95"]
     # A navigation that timed out is a page view over any bound: the goal holds only with none.
-    out["met"] = bool(out["ratio"] >= GOAL_RATIO and out["page_p95_s"] < GOAL_P95_S and not out["page"]["errors"])
+    ok = out["ratio"] >= GOAL_RATIO and not out["page"]["errors"]
+    out["met"] = bool(ok and out["page_p95_s"] < GOAL_P95_S)  # the whole view, the browsers' drawing included
+    out["met_server"] = bool(ok and out["server_p95_s"] < GOAL_P95_S)  # the server's part of each view
     return out
 
 
@@ -155,8 +158,11 @@ def render(r: dict, command: str) -> str:
         f"Ratio job / CLI: **{r['ratio']:.2f}** (goal >= {GOAL_RATIO}); page views while the job runs: "
         f"{page['n']}, p50 {page['p50']:.2f} s, **p95 {page['p95']:.2f} s** (goal < {GOAL_P95_S:g} s), "
         f"{len(page['errors'])} navigations failed (not in the p95: a failure fails the goal); "
-        f"the long job ran at {page['job_tokens_per_s']:,.0f} tokens/s meanwhile. "
-        f"Goals: **{'met' if r['met'] else 'not met'}**.", "",
+        f"the long job ran at {page['job_tokens_per_s']:,.0f} tokens/s meanwhile. The server's part of "
+        f"{page['server_n']} of those views (from the click to the end of the page's run on the server, the "
+        f"browser's drawing left out): p50 {page['server_p50']:.2f} s, **p95 {page['server_p95']:.2f} s**. "
+        f"Goals with the whole view: **{'met' if r['met'] else 'not met'}**; with the server's part: "
+        f"**{'met' if r['met_server'] else 'not met'}**.", "",
         f"Measured {r['date_utc']} UTC on {r['cores']} cores ({r['cpu']}), Python {r['python']}, autogroups "
         f"{'on' if r['autogroups'] else 'off'}; worker niceness {r.get('worker_nice')}; 1-min load average "
         f"{r['load_before'][0]:.1f} before, {r['load_after'][0]:.1f} after.",

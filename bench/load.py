@@ -109,6 +109,30 @@ async def _describe(page) -> str:
     return f"at {s['path']}, traces per figure {s['plots']}, running {s['busy']}, says {s['said']}"
 
 
+def watch_runs(page, finished: list) -> None:
+    """Note when each whole script run of this page's session ends on the server: the moment its
+    `script_finished` message (FINISHED_SUCCESSFULLY; not a fragment's) arrives over the websocket. A view's
+    server time is from the click to the last such end before the page is drawn: the server's part, the
+    browser's drawing excluded (on a lab server that runs on each user's own machine)."""
+    # lazy: streamlit's protobuf stays out of what the numpy-only tier imports (the renderers)
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+
+    ok = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_SUCCESSFULLY")
+
+    def frame(payload) -> None:
+        if not isinstance(payload, (bytes, bytearray)):
+            return
+        msg = ForwardMsg()
+        try:
+            msg.ParseFromString(bytes(payload))
+        except Exception:  # noqa: BLE001 - not a ForwardMsg: not a run's end
+            return
+        if msg.WhichOneof("type") == "script_finished" and msg.script_finished == ok:
+            finished.append(time.perf_counter())
+
+    page.on("websocket", lambda ws: ws.on("framereceived", frame))
+
+
 async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int,
                 slow: list, think_mean: float, opened: "_Barrier", done: "_Barrier") -> None:
     rng = random.Random(1000 + offset)
@@ -116,6 +140,8 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
     try:
         ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
         page = await ctx.new_page()
+        finished: list[float] = []
+        watch_runs(page, finished)
         names = list(PAGES)
         t0 = time.perf_counter()
         try:
@@ -138,7 +164,11 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
             try:
                 await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
                 await _page_ready(page, name, slow)
-                times.append((name, time.perf_counter() - t0))
+                drawn = time.perf_counter()
+                times.append((name, drawn - t0))
+                ends = [t for t in finished if t0 < t <= drawn]
+                if ends:  # the server's part of this view: from the click to its last run's end
+                    times.append(("server", ends[-1] - t0))
                 if await page.locator("[data-testid=stException]").count():
                     errors.append(f"{name}: exception shown")
             except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
@@ -196,8 +226,10 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) -> dict:
-    nav = [t for name, t in times if name != "open"]
+    nav = [t for name, t in times if name not in ("open", "server")]
+    server = [t for name, t in times if name == "server"]
     return {"cpu": cpu, "n": len(nav), "p50": _pct(nav, 0.5), "p95": _pct(nav, 0.95), "max": max(nav) if nav else float("nan"),
+            "server_n": len(server), "server_p50": _pct(server, 0.5), "server_p95": _pct(server, 0.95),
             "open_p50": _pct([t for n, t in times if n == "open"], 0.5),
             "open_max": max([t for n, t in times if n == "open"], default=float("nan")), "errors": errors,
             "slow": [v for v in slow if not v.startswith("first load:")],
