@@ -44,7 +44,7 @@ lab.json (what the Lab page reads; `version` 1):
            "scalars": {STAT: value},             # the per-run numbers the summaries and effects read
            "first_crossing": {"0.2": 16, "0.5": null},   # first analysed step whose mid-depth mean cosine >= t
            "not_applicable": {"sink_share": "Mamba has no attention", ...},
-           "seconds": {"train": .., "analysis": ..}}
+           "seconds": {"train": .., "analysis": ..}, "torch_threads": <torch's CPU threads while it trained>}
     EFFECT = {"factor", "from", "to", "statistic", "delta", "lo", "hi", "n" (seeds), "sd",
               "per_seed": [{"seed", "delta", "pairs"}], "averaged_over": {factor: levels}, "note"}
     CLAIM = {"id": "non_transformer_anisotropic" | "coupled_adam_lowers" | "gate_removes_massive", "claim",
@@ -899,6 +899,7 @@ def _run_lab(spec: LabSpec, cache_dir, progress, cancel) -> dict:
             lr=rec.get("lr", run["lr"]),
             lr_source=rec.get("lr_source", run["lr_source"]),
             seconds={"train": round(t1 - t0, 2), "analysis": round(t2 - t1, 2)},
+            torch_threads=rec.get("torch_threads"),
             **nums,
         )
         save_lab(finish(doc), cache_dir)

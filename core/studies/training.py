@@ -361,6 +361,8 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
     rec.update({
         "run": run, "spec": spec.to_dict(), "status": "running", "max_steps": spec.steps,
         "schedule": schedule, "device": device, "dtype": "bfloat16 autocast" if bf16 else "float32",
+        # the same seed gives the same checkpoint at the same thread count: another count reorders float sums
+        "torch_threads": torch.get_num_threads(),
         "vocab_size": data.vocab_size, "n_params": n_params, "params": params,
         "model_class": type(model).__name__, "objective": "masked" if spec.masked else "causal",
         "data": {"train_rows": int(len(data.train)), "train_tokens": int(data.train.size),

@@ -71,7 +71,8 @@ def test_each_family_trains_and_its_checkpoint_is_analysed(runs, arch, extra, ca
     assert rec["status"] == "done" and [c["step"] for c in rec["checkpoints"]] == [0, 1, 2, 4, 5]
     assert all(math.isfinite(c["held_out_loss"]) for c in rec["checkpoints"])
     assert rec["params"] == count_parameters(spec)  # both counts kept in the run record
-    # the same seed: the same weights at every checkpoint (CPU)
+    # the same seed: the same weights at every checkpoint (CPU, at the thread count the record states)
+    assert rec["torch_threads"] == again["torch_threads"] >= 1
     assert [c["sha256"] for c in rec["checkpoints"]] == [c["sha256"] for c in again["checkpoints"]]
     assert rec["checkpoints"][0]["sha256"] != rec["checkpoints"][-1]["sha256"]  # and training changed them
     # the last checkpoint through the one extraction (from_pretrained of the saved folder) and the registry
