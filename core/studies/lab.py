@@ -126,6 +126,7 @@ SCALARS = (
     "mid_sink_share",
     "sink_rate",
     "held_out_loss",
+    "embedding_mean_cosine",
 )
 EFFECT_STATS = ("mid_mean_cosine", "mid_centred_mean_cosine", "max_massive_ratio")
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = "supported", "not supported", "inconclusive", "not tested"
@@ -599,16 +600,34 @@ def claims(doc: dict) -> list[dict]:
         else:
             e = pair_effect(cells, factors, factor, a, b, stat, seeds)
             verdict, why = _sign_verdict(e, lowers=True)
+            numbers = f"{stat} {b} minus {a}: {_iv(e)}"
+            if cid == "coupled_adam_lowers":  # the paper measures the embedding matrix, not the hidden states
+                numbers, why = _embedding_reading(cells, factors, a, b, seeds, verdict, numbers, why)
             c.update(
                 verdict=verdict,
                 delta=e["delta"],
                 lo=e["lo"],
                 hi=e["hi"],
-                numbers=f"{stat} {b} minus {a}: {_iv(e)}",
+                numbers=numbers,
                 why=why + (f"; {e['note']}" if e["note"] else ""),
             )
         out.append(c)
     return out
+
+
+def _embedding_reading(cells, factors, a: str, b: str, seeds, verdict: str, numbers: str, why: str) -> tuple[str, str]:
+    """Coupled Adam's claim read on the input embedding matrix too (the mean cosine between its rows, each token
+    type once: what Stollenwerk & Stollenwerk measure), beside the lab's hidden-state reading; said when the two
+    disagree."""
+    e = pair_effect(cells, factors, "optimizer", a, b, "embedding_mean_cosine", seeds)
+    if e["delta"] is None:
+        return numbers, why
+    v2, why2 = _sign_verdict(e, lowers=True)
+    numbers += f"; input embedding matrix (mean cosine between its rows) {b} minus {a}: {_iv(e)}"
+    why += f" (the hidden states at mid-depth); on the input embedding matrix: {v2}, {why2.replace('the 95', 'its 95')}"
+    if v2 != verdict:
+        why += ": the two readings disagree, so which anisotropy is meant decides the verdict"
+    return numbers, why
 
 
 def finish(doc: dict) -> dict:
@@ -681,6 +700,7 @@ def run_numbers(rec: dict, ser: dict, thresholds=THRESHOLDS, no_attention: str |
         "mid_sink_share": final["sink_share"][mi] if final["sink_share"] else None,
         "sink_rate": float(np.mean(rates)) if rates else None,
         "held_out_loss": _num(ck[-1]["held_out_loss"]) if ck else None,
+        "embedding_mean_cosine": _num(ck[-1].get("embedding_mean_cosine")) if ck else None,
     }
     return {
         "steps": steps,
@@ -886,6 +906,9 @@ def _run_lab(spec: LabSpec, cache_dir, progress, cancel) -> dict:
         h = rec.get("unigram_entropy")
         if h is None:  # run records before issue 41's optimizers: the same definition, computed here
             h = unigram_entropy(training.build_data(ts, training.make_tokenizer(ts)).train)
+        last = (rec.get("checkpoints") or [{}])[-1]
+        if "step" in last and last.get("embedding_mean_cosine") is None:  # a run trained before records held it
+            last["embedding_mean_cosine"] = training.checkpoint_embedding_mean_cosine(rec["run"], last["step"], cache_dir)
         nums = run_numbers(rec, ser, spec.thresholds, NO_ATTENTION.get(arch))
         learned = rec.get("learned")
         if learned is None:

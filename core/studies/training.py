@@ -51,6 +51,7 @@ from ..inputs import checkpoints as trained
 from ..inputs import lab_models
 from ..inputs.corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents
 from ..inputs.models import gpt2_tokenizer_file, package_versions
+from ..stats.kernels import sample_mean_cosine
 from . import series
 from .optimizers import trainer_optimizer
 from .train_spec import MAMBA_CHUNK, MAMBA_STATE, TrainSpec, check_train_size, inner_width, lr_source, unigram_entropy
@@ -281,6 +282,21 @@ def held_out_batches(data: TrainData, spec: TrainSpec, batch_size: int | None = 
     return [col(list(data.held_out[i:i + batch_size])) for i in range(0, len(data.held_out), batch_size)]
 
 
+def embedding_mean_cosine(model) -> float:
+    """The mean cosine between the rows of the model's input embedding matrix: each token type counted once, not
+    by its frequency (Stollenwerk & Stollenwerk's measure of an embedding's anisotropy; the hidden states' mean
+    cosine weighs each token by its occurrences)."""
+    return sample_mean_cosine(model.get_input_embeddings().weight.detach().float().cpu().numpy())
+
+
+def checkpoint_embedding_mean_cosine(run: str, step: int, cache_dir=None) -> float:
+    """`embedding_mean_cosine` of a saved checkpoint (for runs trained before their records held it)."""
+    lab_models.register()
+    rec = trained.read_run(run, cache_dir)
+    cls = tf.AutoModelForMaskedLM if rec.get("objective") == "masked" else tf.AutoModelForCausalLM
+    return embedding_mean_cosine(cls.from_pretrained(str(trained.resolve(trained.ident_of(run, step), cache_dir))))
+
+
 def held_out_loss(model, batches: list[dict], device: str, masked: bool) -> float:
     """Mean loss per predicted token over the held-out batches."""
     was_training = model.training
@@ -399,6 +415,7 @@ def _train(spec: TrainSpec, run: str, folder: Path, cache_dir, progress, cancel)
         timing["held_out_s"] += time.perf_counter() - t1
         done_ckpts[step] = {"step": step, "model": trained.ident_of(run, step), "held_out_loss": loss,
                             "train_loss": last_train, "tokens_seen": step * tokens_per_step,
+                            "embedding_mean_cosine": embedding_mean_cosine(model_),
                             "sha256": (sha := _sha256(out / "model.safetensors")),
                             "weights_sha256": weights_digest({"model.safetensors": sha})}
         trained.write_run(run, {**rec, "log": log, "checkpoints": sorted(done_ckpts.values(), key=lambda c: c["step"])},

@@ -75,6 +75,13 @@ def test_each_family_trains_and_its_checkpoint_is_analysed(runs, arch, extra, ca
     assert rec["torch_threads"] == again["torch_threads"] >= 1
     assert [c["sha256"] for c in rec["checkpoints"]] == [c["sha256"] for c in again["checkpoints"]]
     assert rec["checkpoints"][0]["sha256"] != rec["checkpoints"][-1]["sha256"]  # and training changed them
+    # the input embedding matrix's mean cosine, recorded at each save, equals the one read back from the saved weights
+    from core.studies import training
+
+    last = rec["checkpoints"][-1]
+    assert all(-1 <= c["embedding_mean_cosine"] <= 1 for c in rec["checkpoints"])
+    assert training.checkpoint_embedding_mean_cosine(rec["run"], last["step"], cache_dir) == pytest.approx(
+        last["embedding_mean_cosine"], abs=1e-6)
     # the last checkpoint through the one extraction (from_pretrained of the saved folder) and the registry
     res = pipeline.analyze(
         RunSpec(model=rec["checkpoints"][-1]["model"], corpus=spec.corpus, max_tokens=300, max_seq_len=16, sample=100), cache_dir

@@ -333,3 +333,26 @@ def test_a_lab_still_running_and_a_cell_where_nothing_learned_read_back(tmp_path
     LAB.save_lab({**stuck, "id": "lab-stuck"}, tmp_path)
     cell = next(c for c in LAB.load_lab("lab-stuck", tmp_path)["cells"] if c["levels"]["arch"] == "llama")
     assert cell["summary"]["mean_cosine_by_layer"] is None and len(cell["excluded"]) == 3
+
+
+def test_coupled_adam_is_read_on_the_embedding_matrix_too():
+    """The hidden states say "not supported" (Coupled Adam raises their mean cosine) while the input embedding
+    matrix, the paper's measure, says "supported": the claim gives both readings and says they disagree."""
+    factors = {"optimizer": ["adamw", "coupled-adam"]}
+
+    def scal(lv, s):
+        coupled = lv["optimizer"] != "adamw"
+        return {"mid_mean_cosine": 0.07 + (0.02 + 0.001 * s) * coupled,
+                "embedding_mean_cosine": 0.23 - (0.22 + 0.001 * s) * coupled}
+
+    c = _doc(factors, scal)["claims"][1]
+    assert c["verdict"] == "not supported" and c["delta"] == pytest.approx(0.021)
+    assert "input embedding matrix (mean cosine between its rows) coupled-adam minus adamw: -0.221" in c["numbers"]
+    assert "on the input embedding matrix: supported" in c["why"] and "the two readings disagree" in c["why"]
+    agree = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.07 - (0.02 + 0.001 * s) * (lv["optimizer"] != "adamw"),
+                                         "embedding_mean_cosine": 0.2 - (0.1 + 0.001 * s) * (lv["optimizer"] != "adamw")})
+    a = agree["claims"][1]
+    assert a["verdict"] == "supported" and "on the input embedding matrix: supported" in a["why"]
+    assert "disagree" not in a["why"]
+    without = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 - (0.2 + 0.01 * s) * (lv["optimizer"] != "adamw")})
+    assert "embedding matrix" not in without["claims"][1]["numbers"]  # runs without the number: the one reading
