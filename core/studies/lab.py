@@ -615,6 +615,17 @@ def claims(doc: dict) -> list[dict]:
     return out
 
 
+def _embedding_cosine(training, run: str, cache_dir) -> float | None:
+    """The final checkpoint's input-embedding mean cosine: from its run record, else from its saved weights (runs
+    trained before records held it); None when neither can be read."""
+    try:
+        last = trained.read_run(run, cache_dir)["checkpoints"][-1]
+        got = last.get("embedding_mean_cosine")
+        return _num(got if got is not None else training.checkpoint_embedding_mean_cosine(run, last["step"], cache_dir))
+    except (InputError, OSError, KeyError, IndexError, ValueError):
+        return None
+
+
 def _embedding_reading(cells, factors, a: str, b: str, seeds, verdict: str, numbers: str, why: str) -> tuple[str, str]:
     """Coupled Adam's claim read on the input embedding matrix too (the mean cosine between its rows, each token
     type once: what Stollenwerk & Stollenwerk measure), beside the lab's hidden-state reading; said when the two
@@ -839,6 +850,9 @@ def _run_lab(spec: LabSpec, cache_dir, progress, cancel) -> dict:
         old = None
     if old:  # finished runs of an earlier attempt are kept as they are: nothing retrained, nothing reanalysed
         prev = {r["run"]: r for c in old.get("cells", []) for r in c.get("runs", []) if r.get("status") == "done"}
+        for r in prev.values():  # a lab.json written before the embedding matrix's number was kept: that number only
+            if "embedding_mean_cosine" not in (r.get("scalars") or {}):
+                r.setdefault("scalars", {})["embedding_mean_cosine"] = _embedding_cosine(training, r["run"], cache_dir)
         for c in doc["cells"]:
             c["runs"] = [prev.get(r["run"], r) for r in c["runs"]]
     save_lab(finish(doc), cache_dir)
@@ -908,7 +922,7 @@ def _run_lab(spec: LabSpec, cache_dir, progress, cancel) -> dict:
             h = unigram_entropy(training.build_data(ts, training.make_tokenizer(ts)).train)
         last = (rec.get("checkpoints") or [{}])[-1]
         if "step" in last and last.get("embedding_mean_cosine") is None:  # a run trained before records held it
-            last["embedding_mean_cosine"] = training.checkpoint_embedding_mean_cosine(rec["run"], last["step"], cache_dir)
+            last["embedding_mean_cosine"] = _embedding_cosine(training, rec["run"], cache_dir)
         nums = run_numbers(rec, ser, spec.thresholds, NO_ATTENTION.get(arch))
         learned = rec.get("learned")
         if learned is None:

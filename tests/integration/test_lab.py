@@ -304,3 +304,25 @@ def test_a_run_that_fails_is_said_and_the_others_go_on(done_lab, cycle_corpus, m
     assert llama["excluded"] == [{"seed": s, "why": "failed: RuntimeError: boom in the model"} for s in (0, 1)]
     assert all(e["delta"] is None and e["n"] == 0 for e in doc["effects"])
     assert gpt2["runs"][0]["first_crossing"].keys() == {"0.3"}
+
+
+def test_a_stored_lab_without_the_embedding_number_gets_it_from_the_weights(done_lab, cycle_corpus, monkeypatch):
+    """A lab.json written before runs kept the input embedding matrix's mean cosine: running the lab again adds it to
+    each finished run (read back from the saved weights, equal to the run record's), retraining nothing."""
+    from core.inputs import checkpoints as trained
+    from core.studies import training
+
+    doc, cache, _ = done_lab
+    old = LAB.load_lab(doc["id"], cache)
+    for c in old["cells"]:
+        for r in c["runs"]:
+            r["scalars"].pop("embedding_mean_cosine")
+            rec = trained.read_run(r["run"], cache)
+            rec["checkpoints"][-1].pop("embedding_mean_cosine")  # as a run trained before records held it
+            trained.write_run(r["run"], rec, cache)
+    LAB.save_lab(old, cache)
+    monkeypatch.setattr(training, "_train", lambda *a, **k: pytest.fail("retrained"))
+    again = LAB.run_lab(tiny_lab(cycle_corpus), cache_dir=cache)
+    for c, c0 in zip(again["cells"], doc["cells"]):
+        for r, r0 in zip(c["runs"], c0["runs"]):
+            assert r["scalars"]["embedding_mean_cosine"] == pytest.approx(r0["scalars"]["embedding_mean_cosine"], abs=1e-6)
