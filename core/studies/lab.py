@@ -79,7 +79,7 @@ from ..base.progress import Progress
 from ..base.spec import stable_hash
 from ..inputs import checkpoints as trained
 from ..inputs.access import quote_ident
-from ..stats.chain_rules import SINK_EPSILON
+from ..stats.chain_rules import MASSIVE_FACTORS, SINK_EPSILON
 from . import train_spec as TS
 from .selection import LAB_ID, check_lab_id
 from .train_spec import TrainSpec
@@ -603,6 +603,8 @@ def claims(doc: dict) -> list[dict]:
             numbers = f"{stat} {b} minus {a}: {_iv(e)}"
             if cid == "coupled_adam_lowers":  # the paper measures the embedding matrix, not the hidden states
                 numbers, why = _embedding_reading(cells, factors, a, b, seeds, verdict, numbers, why)
+            if cid == "gate_removes_massive":  # nothing to remove where the gate-off runs have none
+                verdict, why = _massive_present(cells, factor, a, verdict, why)
             c.update(
                 verdict=verdict,
                 delta=e["delta"],
@@ -613,6 +615,18 @@ def claims(doc: dict) -> list[dict]:
             )
         out.append(c)
     return out
+
+
+def _massive_present(cells, factor: str, a: str, verdict: str, why: str) -> tuple[str, str]:
+    """The gate claim needs massive activations in the runs without the gate (Sun et al. 2024: a value above 100x
+    the median); where the largest top-1/median of the learned `a` runs is below that, the lab cannot test it."""
+    ratios = [v for c in cells if c["levels"].get(factor) == a for r in c["runs"] if usable(r)
+              for v in [_num((r.get("scalars") or {}).get("max_massive_ratio"))] if v is not None]
+    if not ratios or max(ratios) >= MASSIVE_FACTORS[0]:
+        return verdict, why
+    return INCONCLUSIVE, (f"{why}; but the runs with gate {a} have no massive activations to remove (top-1/median at "
+                          f"most {_fmt(max(ratios))}, below the {MASSIVE_FACTORS[0]:g}x of Sun et al. 2024): this lab "
+                          "cannot test the claim (more layers, width or steps may grow them)")
 
 
 def _embedding_cosine(training, run: str, cache_dir) -> float | None:

@@ -134,9 +134,9 @@ def test_claims_verdicts_follow_the_intervals():
     one = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 - 0.2 * (lv["optimizer"] != "adamw")}, seeds=(0,))
     assert one["claims"][1]["verdict"] == "inconclusive" and "one seed" in one["claims"][1]["why"]
 
-    gate = _doc({"gate": ["off", "on"]}, lambda lv, s: {"max_massive_ratio": 80.0 + s if lv["gate"] == "off" else 5.0})
-    g = gate["claims"][2]
-    assert g["verdict"] == "supported" and g["delta"] == pytest.approx(-76.0)
+    gate = _doc({"gate": ["off", "on"]}, lambda lv, s: {"max_massive_ratio": 180.0 + s if lv["gate"] == "off" else 5.0})
+    g = gate["claims"][2]  # massive activations (above 100x) without the gate, none with it
+    assert g["verdict"] == "supported" and g["delta"] == pytest.approx(-176.0)
 
 
 def test_the_non_transformer_claim_reads_the_level_and_the_difference():
@@ -356,3 +356,15 @@ def test_coupled_adam_is_read_on_the_embedding_matrix_too():
     assert "disagree" not in a["why"]
     without = _doc(factors, lambda lv, s: {"mid_mean_cosine": 0.6 - (0.2 + 0.01 * s) * (lv["optimizer"] != "adamw")})
     assert "embedding matrix" not in without["claims"][1]["numbers"]  # runs without the number: the one reading
+
+
+def test_the_gate_claim_needs_massive_activations_without_the_gate():
+    """Runs without the gate whose top-1/median stays below 100x have nothing to remove: inconclusive whatever the
+    interval says, with the reason; with massive activations present the interval decides."""
+    factors = {"gate": ["off", "on"]}
+    small = _doc(factors, lambda lv, s: {"max_massive_ratio": 11.0 - (2.0 + 0.1 * s) * (lv["gate"] == "on")})
+    c = small["claims"][2]
+    assert c["id"] == "gate_removes_massive" and c["hi"] < 0  # the interval alone would say "supported"
+    assert c["verdict"] == "inconclusive" and "no massive activations to remove" in c["why"] and "100x" in c["why"]
+    big = _doc(factors, lambda lv, s: {"max_massive_ratio": 900.0 - (800.0 + s) * (lv["gate"] == "on")})
+    assert big["claims"][2]["verdict"] == "supported" and "no massive" not in big["claims"][2]["why"]
