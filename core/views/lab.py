@@ -57,12 +57,14 @@ GRID_STATS = (
     ("mid_outlier_dims", "outlier dims (mid-depth)", ("mid_outlier_dims",)),
     ("mid_sink_share", "sink share (mid-depth)", ("mid_sink_share",)),
     ("sink_rate", "sink rate (heads with α₁ > 0.3)", ("sink_rate",)),
+    ("embedding_mean_cosine", "input embedding matrix: mean cosine of its rows", ("embedding_mean_cosine",)),
 )
 STAT_LABELS = {"mid_mean_cosine": "mid-depth mean cosine", "mid_centred_mean_cosine": "mid-depth centred mean cosine",
                "mid_input_shared": "mid-depth part shared at the input",
                "max_massive_ratio": "top-1/median (largest over layers)", "mid_outlier_dims": "mid-depth outlier dims",
                "mid_sink_share": "mid-depth sink share", "sink_rate": "sink rate",
-               "held_out_loss": "held-out loss (nats/token)"}
+               "held_out_loss": "held-out loss (nats/token)",
+               "embedding_mean_cosine": "input embedding matrix: mean cosine of its rows"}
 
 
 # ----------------------------------------------------------------------------- the reader
