@@ -128,7 +128,7 @@ SCALARS = (
     "held_out_loss",
     "embedding_mean_cosine",
 )
-EFFECT_STATS = ("mid_mean_cosine", "mid_centred_mean_cosine", "max_massive_ratio")
+EFFECT_STATS = ("mid_mean_cosine", "mid_centred_mean_cosine", "max_massive_ratio", "embedding_mean_cosine")
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, NOT_TESTED = "supported", "not supported", "inconclusive", "not tested"
 
 

@@ -118,8 +118,16 @@ def test_lab_json_has_every_field(done_lab):
 def test_effects_and_summaries_equal_a_hand_computation(done_lab):
     from scipy import stats
 
-    doc, _, _ = done_lab
+    from core.inputs import checkpoints as trained
+    from core.studies import training
+
+    doc, cache, _ = done_lab
     by = {(c["levels"]["arch"], r["seed"]): r for c in doc["cells"] for r in c["runs"]}
+
+    def emb(r):  # read back from the saved weights of the run's last checkpoint, not from the scalars
+        step = trained.read_run(r["run"], cache)["checkpoints"][-1]["step"]
+        return training.checkpoint_embedding_mean_cosine(r["run"], step, cache)
+
     for stat in LAB.EFFECT_STATS:
         e = next(e for e in doc["effects"] if e["statistic"] == stat)
         assert (e["factor"], e["from"], e["to"]) == ("arch", "gpt2", "llama")
@@ -131,6 +139,8 @@ def test_effects_and_summaries_equal_a_hand_computation(done_lab):
                 continue
             if stat == "max_massive_ratio":
                 va, vb = max(a["final"]["massive_ratio"][1:]), max(b["final"]["massive_ratio"][1:])
+            elif stat == "embedding_mean_cosine":
+                va, vb = emb(a), emb(b)
             else:
                 key = "mean_cosine" if stat == "mid_mean_cosine" else "centred_mean_cosine"
                 va, vb = a["final"][key][1], b["final"][key][1]
