@@ -33,7 +33,7 @@ from ..inputs.corpora import TokenWindows
 from ..inputs.modalities.adapters import TextAdapter
 from ..inputs.models import torch_dtype
 from ..stats import kernels as M
-from ..stats.batching import padding_fraction, plan_batches
+from ..stats.batching import analysed_masks, padding_fraction, plan_batches
 from ..stats.sums import ADDED, ARGMAX_KEYS, FORWARD, MAX_KEYS, SUM_KEYS, Tokens, shape_of
 from ..stats.sums import merge as _merge
 
@@ -73,17 +73,6 @@ def token_frequencies(windows: TokenWindows, analysed: list[np.ndarray]) -> dict
     allids = np.concatenate([w[m] for w, m in zip(windows.ids, analysed)])
     uniq, cnt = np.unique(allids, return_counts=True)
     return dict(zip(uniq.tolist(), cnt.tolist()))
-
-
-def analysed_masks(windows: TokenWindows, special_policy: str) -> list[np.ndarray]:
-    """Positions analysed: all but the special ones (unless included); never a position that does
-    not exist (`valid` of modality items, e.g. audio frames past the end of a clip, whatever the policy)."""
-    if special_policy == "include":
-        masks = [np.ones(len(w), dtype=bool) for w in windows.ids]
-    else:
-        masks = [~s for s in windows.special]
-    valid = getattr(windows, "valid", None)
-    return masks if valid is None else [m & v for m, v in zip(masks, valid)]
 
 
 def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: int = 0,

@@ -1,4 +1,5 @@
-"""Batches of token windows: their order, their padding, one padded batch. Numpy only.
+"""Token windows planned for the extraction: the positions analysed, the bootstrap group of each document, the
+batches' order, their padding, one padded batch. Numpy only.
 
 One function pads a batch (`pad_batch`) for the extraction, the ablation and the benchmarks.
 
@@ -23,6 +24,27 @@ def pad_batch(seqs: Sequence[np.ndarray], pad_id: int) -> tuple[np.ndarray, np.n
         ids[r, :len(s)] = s
         att[r, :len(s)] = 1
     return ids, att
+
+
+def analysed_masks(windows, special_policy: str) -> list[np.ndarray]:
+    """Positions analysed: all but the special ones (unless included); never a position that does
+    not exist (`valid` of modality items, e.g. audio frames past the end of a clip, whatever the policy)."""
+    if special_policy == "include":
+        masks = [np.ones(len(w), dtype=bool) for w in windows.ids]
+    else:
+        masks = [~s for s in windows.special]
+    valid = getattr(windows, "valid", None)
+    return masks if valid is None else [m & v for m, v in zip(masks, valid)]
+
+
+def document_groups(docs: np.ndarray, seed: int, n_groups: int) -> np.ndarray:
+    """The bootstrap group of each document index, as core.compute.extract deals documents into groups (the run's
+    seed): the same groups that the mean cosine's interval resamples. Generator.integers draws in order, so
+    the first max(docs) + 1 draws are those the extraction made for all its documents."""
+    docs = np.asarray(docs, dtype=np.int64)
+    if len(docs) == 0:
+        return docs
+    return np.random.default_rng([int(seed), 1]).integers(0, int(n_groups), size=int(docs.max()) + 1)[docs]
 
 
 OPEN_DOCS = 64  # documents whose windows may be in flight at once (bounds the per-document sums)

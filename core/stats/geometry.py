@@ -20,10 +20,12 @@ import warnings
 
 import numpy as np
 
+from .batching import document_groups
+
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
            "ID_POSITIONS", "CKA_POSITIONS", "CKA_HOVER", "cka_positions", "cka_section", "matrix_entropy",
            "entropy_of_gram", "hsic_unbiased", "linear_cka", "cka_matrix", "cka_cross", "same_tokens",
-           "CKA_BOOT", "CKA_LEVEL", "CKA_INTERVAL", "document_groups", "cka_replicates", "cka_interval",
+           "CKA_BOOT", "CKA_LEVEL", "CKA_INTERVAL", "cka_replicates", "cka_interval",
            "sample_groups", "CKA_SPREAD_MIN", "CKA_TIE", "cka_alignment"]
 
 ID_POSITIONS = 1024  # the intrinsic dimension reads at most this many distinct vectors (a seeded subset): cost O(n^2 d)
@@ -316,16 +318,6 @@ CKA_LEVEL = 0.95
 CKA_INTERVAL = (f"{CKA_LEVEL:.0%} percentile bootstrap interval over the run's groups of documents ({CKA_BOOT} "
                 "replicates; a group drawn twice is two copies of the same documents: no kernel value between "
                 "copies enters a replicate)")
-
-
-def document_groups(docs: np.ndarray, seed: int, n_groups: int) -> np.ndarray:
-    """The bootstrap group of each document index, as core.compute.extract deals documents into groups (the run's
-    seed): the same groups that the mean cosine's interval resamples. Generator.integers draws in order, so
-    the first max(docs) + 1 draws are those the extraction made for all its documents."""
-    docs = np.asarray(docs, dtype=np.int64)
-    if len(docs) == 0:
-        return docs
-    return np.random.default_rng([int(seed), 1]).integers(0, int(n_groups), size=int(docs.max()) + 1)[docs]
 
 
 def _pair_index(m: int, ma: int | None) -> tuple[np.ndarray, np.ndarray]:

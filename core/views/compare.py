@@ -12,6 +12,7 @@ import plotly.graph_objects as go
 
 from ..base.config import CONFIG
 from ..stats import registry as S
+from ..stats.batching import document_groups
 from ..stats.geometry import (
     CKA_BOOT,
     CKA_ESTIMATOR,
@@ -20,7 +21,6 @@ from ..stats.geometry import (
     cka_alignment,
     cka_interval,
     cka_positions,
-    document_groups,
     same_tokens,
     sample_groups,
 )

@@ -13,6 +13,7 @@ import pytest
 from core.stats import geometry as G
 from core.stats import kernels
 from core.stats import registry as S
+from core.stats.batching import document_groups
 
 
 def _linear(rng, K=2000, k=5, D=384):
@@ -228,7 +229,7 @@ def test_document_groups_are_the_extraction_groups():
     doc = np.repeat(np.arange(50), np.random.default_rng(0).integers(1, 4, size=50))  # each document's windows
     for seed in (0, 7):
         want = extract._bootstrap_groups(SimpleNamespace(doc=doc), seed, CONFIG)
-        np.testing.assert_array_equal(G.document_groups(doc[::3], seed, CONFIG.bootstrap_groups), want[::3])
+        np.testing.assert_array_equal(document_groups(doc[::3], seed, CONFIG.bootstrap_groups), want[::3])
 
 
 @pytest.mark.slow

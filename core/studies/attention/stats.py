@@ -45,10 +45,10 @@ import numpy as np
 
 from ...base.config import CONFIG
 from ...base.errors import Cancelled
-from ...compute.extract import Progress, analysed_masks
+from ...compute.extract import Progress
 from ...inputs.corpora import TokenWindows
 from ...inputs.models import torch_dtype
-from ...stats.batching import pad_batch, plan_batches
+from ...stats.batching import analysed_masks, pad_batch, plan_batches
 from .arch import Arch, attention_arch, eager_attention, head_dim, hook_handles, probabilities
 
 # Sums over tokens (merge by addition).
