@@ -33,7 +33,7 @@ from ..inputs.corpora import TokenWindows
 from ..inputs.modalities.adapters import TextAdapter
 from ..inputs.models import torch_dtype
 from ..stats import kernels as M
-from ..stats.batching import analysed_masks, padding_fraction, plan_batches
+from ..stats.batching import analysed_masks, document_groups, padding_fraction, plan_batches
 from ..stats.sums import ADDED, ARGMAX_KEYS, FORWARD, MAX_KEYS, SUM_KEYS, Tokens, shape_of
 from ..stats.sums import merge as _merge
 
@@ -90,15 +90,7 @@ def stats_layout(windows: TokenWindows, special_policy: str = "exclude", seed: i
     freq = token_frequencies(windows, analysed)
     return {"freq": freq, "bin_of_id": _freq_bins(freq, cfg.freq_bins),
             "tracked": _tracked_ids(windows, analysed, freq, cfg),
-            "group_of": _bootstrap_groups(windows, seed, cfg)}
-
-
-def _bootstrap_groups(windows: TokenWindows, seed: int, cfg: AnalysisConfig) -> np.ndarray:
-    """The bootstrap group of each window: every document, with all its windows, is dealt into one
-    of `cfg.bootstrap_groups` groups (seeded), so that the resampling unit is whole documents."""
-    doc = np.asarray(windows.doc, dtype=np.int64)
-    per_doc = np.random.default_rng([seed, 1]).integers(0, cfg.bootstrap_groups, size=int(doc.max()) + 1)
-    return per_doc[doc]
+            "group_of": document_groups(windows.doc, seed, cfg.bootstrap_groups)}
 
 
 def _tracked_ids(windows: TokenWindows, analysed: list[np.ndarray], freq: dict[int, int],
@@ -200,7 +192,7 @@ def plan_extraction(windows: TokenWindows, *, special_policy: str = "exclude", b
     id_slot = np.full(max(vocab_hi, int(tracked.max()) + 1 if len(tracked) else 0), -1, dtype=np.int64)
     id_slot[tracked] = np.arange(len(tracked))
     id_slot = id_slot[:vocab_hi]
-    group_of = _bootstrap_groups(windows, seed, cfg)
+    group_of = document_groups(windows.doc, seed, cfg.bootstrap_groups)
     if layout is not None:
         group_of = np.asarray(layout["group_of"], dtype=np.int64)
         if len(group_of) != len(windows.ids):

@@ -38,9 +38,11 @@ def analysed_masks(windows, special_policy: str) -> list[np.ndarray]:
 
 
 def document_groups(docs: np.ndarray, seed: int, n_groups: int) -> np.ndarray:
-    """The bootstrap group of each document index, as core.compute.extract deals documents into groups (the run's
-    seed): the same groups that the mean cosine's interval resamples. Generator.integers draws in order, so
-    the first max(docs) + 1 draws are those the extraction made for all its documents."""
+    """The bootstrap group of each document index in `docs`: every document, with all its windows, is dealt into one
+    of `n_groups` groups (seeded with the run's seed), so that the bootstrap resamples whole documents. The
+    extraction deals its windows with it (core.compute.extract), the CKA interval its sampled tokens
+    (core.stats.geometry.sample_groups): Generator.integers draws in order, so a document's group does not depend on
+    which other documents are asked (the first max(docs) + 1 draws are those made for all the run's documents)."""
     docs = np.asarray(docs, dtype=np.int64)
     if len(docs) == 0:
         return docs

@@ -19,6 +19,7 @@ from core.compute.pipeline import get_stats
 from core.inputs.corpora import load_documents, tokenize_budget
 from core.inputs.models import load_model
 from core.stats.assemble import build_results, cosine_contributions, frequency_r, mean_abs
+from core.stats.batching import document_groups
 from core.stats.registry import isotropic_baseline, sample_values
 
 N_FREQ_BINS = CONFIG.freq_bins
@@ -171,7 +172,7 @@ def test_streaming_metrics_match_naive(case):
         assert lo <= row["mean_cosine"] <= hi and np.isfinite([lo, hi]).all()
         np.testing.assert_allclose(stats.arrays["group_sum_u"][l].sum(0), _unit(Xl).sum(0), atol=TOL)
         # the groups resampled are whole documents: every window of a document in its document's group
-        grp = extract._bootstrap_groups(case["windows"], SEED, CONFIG)[win]
+        grp = document_groups(case["windows"].doc, SEED, CONFIG.bootstrap_groups)[win]
         assert all(len(np.unique(grp[doc == k])) == 1 for k in np.unique(doc))
         naive_groups = np.stack([_unit(Xl)[grp == g].sum(0) for g in range(CONFIG.bootstrap_groups)])
         np.testing.assert_allclose(stats.arrays["group_sum_u"][l], naive_groups, atol=TOL)

@@ -220,16 +220,17 @@ def test_cka_interval_point_is_the_estimate_and_literal_copies_would_bias_it():
     assert np.mean(literal) - est > 1.0 * np.std(ours)
 
 
-def test_document_groups_are_the_extraction_groups():
-    from types import SimpleNamespace
-
+def test_document_groups_of_sampled_tokens_are_those_of_the_whole_corpus():
+    """The extraction deals the corpus's windows into groups with document_groups; the CKA interval calls it again
+    on the sampled tokens' documents: a subset, whose largest document index may be smaller."""
     from core.base.config import CONFIG
-    from core.compute import extract
 
     doc = np.repeat(np.arange(50), np.random.default_rng(0).integers(1, 4, size=50))  # each document's windows
     for seed in (0, 7):
-        want = extract._bootstrap_groups(SimpleNamespace(doc=doc), seed, CONFIG)
-        np.testing.assert_array_equal(document_groups(doc[::3], seed, CONFIG.bootstrap_groups), want[::3])
+        want = document_groups(doc, seed, CONFIG.bootstrap_groups)
+        assert all(len(np.unique(want[doc == k])) == 1 for k in range(50))  # a document's windows: one group
+        for rows in (np.arange(0, len(doc), 3), np.arange(len(doc) // 2)):
+            np.testing.assert_array_equal(document_groups(doc[rows], seed, CONFIG.bootstrap_groups), want[rows])
 
 
 @pytest.mark.slow

@@ -336,7 +336,7 @@ def _coverage(rng, reps, n_docs, n_groups, doc_sd, win_sd, mu0=1.0, d=6, len_ran
     intervals that contain their own estimate. A corpus: `n_docs` documents of random unequal length,
     each cut in windows of `win_len` tokens; token = mu + document offset (sd `doc_sd`) + window
     offset (sd `win_sd`) + N(0, I). Documents, with all their windows, are dealt at random into
-    `n_groups` groups, as the extraction deals them (core.compute.extract._bootstrap_groups). The truth is
+    `n_groups` groups, as the extraction deals them (core.stats.batching.document_groups). The truth is
     the expected value of the statistic under this process, from `n_truth` corpora not used below."""
     mu = np.zeros(d, dtype=np.float32)
     mu[0] = mu0
