@@ -27,10 +27,10 @@ from typing import Any, Callable
 import numpy as np
 
 from ..base.errors import Cancelled, InputError
+from ..base.progress import Progress
 from ..base.settings import TORCHRUN_VARS, cache_root, torchrun_env
 from ..base.spec import RunSpec
 from ..stats.sums import reduce_op
-from .extract import Progress
 
 ENV_VARS = TORCHRUN_VARS
 DEFAULT_TIMEOUT_S = 1800  # a collective that waits longer than this fails (a rank died silently)

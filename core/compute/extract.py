@@ -37,7 +37,7 @@ from ..stats.batching import analysed_masks, document_groups, padding_fraction, 
 from ..stats.sums import ADDED, ARGMAX_KEYS, FORWARD, MAX_KEYS, SUM_KEYS, Tokens, shape_of
 from ..stats.sums import merge as _merge
 
-__all__ = ["Progress", "plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
+__all__ = ["plan_extraction", "ExtractionPlan", "extract_stats", "merge_stats", "stats_layout",
            "analysed_masks", "token_frequencies", "plan_batches", "padding_fraction", "SUM_KEYS", "MAX_KEYS", "ARGMAX_KEYS",
            "NonFiniteHiddenState", "partial_arrays", "PARTIAL_EVERY_S"]
 

@@ -21,6 +21,7 @@ import numpy as np
 from ..base.cache import get_store
 from ..base.config import CONFIG, cache_identity, key_code
 from ..base.errors import Cancelled, InputError
+from ..base.progress import Progress
 from ..base.settings import default_cache_dir
 from ..base.spec import RunSpec, stable_hash
 from ..inputs.corpora import corpus_fingerprint
@@ -37,7 +38,6 @@ from ..inputs.models import (
 )
 from ..stats.outliers import run_outlier_dims
 from .ablation import ablation
-from .extract import Progress
 from .prepare import check_cancel, loading_message, prepare
 
 if TYPE_CHECKING:  # the torchrun ranks' Group (its reduction makes the statistics of a distributed run)

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..base.errors import Cancelled, InputError
+from ..base.progress import Progress
 from ..base.spec import RunSpec, stable_hash
 from ..inputs.corpora import TokenWindows, load_documents, tokenize_budget
 from ..inputs.hub_fetch import fetch
@@ -21,7 +22,6 @@ from ..inputs.modalities import corpus_modality
 from ..inputs.modalities import run as modal
 from ..inputs.modalities.adapters import adapter_for
 from ..inputs.models import BUILTIN_MODELS, describe_model, is_hub_model, load_model, model_modality
-from .extract import Progress
 
 
 @dataclass

@@ -18,10 +18,10 @@ import numpy as np
 
 from ..base import integrity, settings
 from ..base.errors import InputError
+from ..base.progress import Progress
 from ..base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, RunSpec
 from ..compute import pipeline
 from ..compute.distributed import run_torchrun
-from ..compute.extract import Progress
 from ..inputs import checkpoints as trained
 from ..inputs import hub_series
 from ..stats.geometry import CKA_ESTIMATOR, cka_cross, cka_positions, same_tokens

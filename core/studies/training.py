@@ -46,7 +46,7 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from ..base.errors import Cancelled, InputError
 from ..base.integrity import weights_digest
-from ..compute.extract import Progress
+from ..base.progress import Progress
 from ..inputs import checkpoints as trained
 from ..inputs import lab_models
 from ..inputs.corpora import BUILTIN_CORPORA, corpus_fingerprint, load_documents

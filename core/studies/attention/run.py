@@ -9,9 +9,9 @@ from ...base import settings
 from ...base.cache import get_store
 from ...base.config import CONFIG, cache_identity
 from ...base.errors import InputError
+from ...base.progress import Progress
 from ...base.spec import stable_hash
 from ...compute.distributed import run_torchrun, spec_args
-from ...compute.extract import Progress
 from ...compute.pipeline import analyze, resolve, run_of
 from ...compute.pipeline import is_cached as run_cached
 from ...compute.prepare import prepare

@@ -45,7 +45,7 @@ import numpy as np
 
 from ...base.config import CONFIG
 from ...base.errors import Cancelled
-from ...compute.extract import Progress
+from ...base.progress import Progress
 from ...inputs.corpora import TokenWindows
 from ...inputs.models import torch_dtype
 from ...stats.batching import analysed_masks, pad_batch, plan_batches

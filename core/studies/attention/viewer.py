@@ -8,9 +8,9 @@ import numpy as np
 from ...base.cache import get_store
 from ...base.config import CONFIG, cache_identity
 from ...base.errors import InputError
+from ...base.progress import Progress
 from ...base.spec import stable_hash
 from ...compute.ablation import ablation_modules, zeroed_dims
-from ...compute.extract import Progress
 from ...compute.pipeline import analyze, analyze_params, is_cached, resolve, run_key, run_of
 from ...compute.prepare import prepare
 from .arch import attention_arch, eager_attention
