@@ -14,6 +14,9 @@ Memory does not grow with the corpus. All sums are plain sums, so two accumulato
 outputs. A padded or excluded position never reaches a sum (selected out with `torch.where`, so a
 NaN there cannot leak); a NaN or inf at an analysed position stops the run with
 `NonFiniteHiddenState`, naming the layer, dtype and token.
+
+torch is imported at the top: this module is imported by core.compute.forward_run (a cache miss) and by nothing that
+a cache hit or the app's first page imports. Their numpy pieces of the plan are core.stats.batching's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from functools import cached_property
 from typing import Callable, Sequence
 
 import numpy as np
+import torch
 
 from ..base.config import CONFIG, AnalysisConfig
 from ..base.errors import Cancelled, InputError
@@ -249,9 +253,6 @@ def _forward_loop(model, windows: TokenWindows, plan: ExtractionPlan, *, device:
     out-of-memory split (`_forward_batch`) and its analysed grid (`_batch_grid`, `_trim`), the partial
     results (`_Partials`), the torchrun reduction (`_reduce_ranks`) and the timing (`_timing`).
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     dev = torch.device(device)
     tdt = torch_dtype(dtype)
     adapter = adapter or TextAdapter()
@@ -335,17 +336,11 @@ def _my_batches(windows: TokenWindows, plan: ExtractionPlan, shard) -> list[np.n
 
 def _allocate(dims: dict[str, int], dev) -> dict:
     """The forward accumulators of core.stats.sums.FORWARD, float64 on the device, at their declared fill."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     return {s.name: torch.full(shape_of(s, dims), s.fill, dtype=torch.float64, device=dev) for s in FORWARD}
 
 
 def _luts(windows: TokenWindows, plan: ExtractionPlan, dev) -> dict:
     """The plan's lookup tables on the device (log frequency, bin, tracked slot of each token id)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     luts = {"logf": torch.as_tensor(plan.logf_lut, dtype=torch.float64, device=dev),
             "bin": torch.as_tensor(plan.bin_lut, device=dev), "slot": torch.as_tensor(plan.id_slot, device=dev)}
     if not getattr(windows, "has_token_ids", True):  # images, audio: pseudo id 0 everywhere, one bin
@@ -365,9 +360,6 @@ def _batch_grid(windows: TokenWindows, plan: ExtractionPlan, b: np.ndarray) -> n
 def _forward_batch(model, adapter, windows: TokenWindows, b: np.ndarray, dev, pad_id: int, tdt):
     """(every hidden state, layer 0 first; token ids or None) of batch `b`; None when it ran out of memory and can
     be split (a batch of one re-raises)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     try:
         with torch.autocast(dev.type, dtype=tdt, enabled=dev.type == "cuda" and tdt != torch.float32):
             return adapter.forward(model, windows, b, dev, pad_id)
@@ -385,9 +377,6 @@ def _trim(got, an: np.ndarray, kept: list[int], dev):
     Trailing columns with no analysed position in any row (padding; audio frames past the end of every clip of
     the batch: most of a 30 s Whisper window) never reach a statistic. The kept layers move to the accumulators'
     device (with device_map="auto" they live on several GPUs)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     out, ids_t = got
     cols = np.flatnonzero(an.any(0))
     Ta = int(cols[-1]) + 1 if len(cols) else 1
@@ -424,9 +413,6 @@ def _reduce_ranks(acc: dict, sample, key, reduce):
     reduction); returns the reduced sample. Where each max sits, as one process finds it: among the processes
     whose own maximum is the global one, the token first in the plan's order (ties are common at layer 0: every
     occurrence of a token has the same embedding); that process offers its index (-1 elsewhere)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     at = acc.pop("max_abs_at")
     local_max = acc["max_abs"].clone()
     acc["sample"] = sample
@@ -493,9 +479,6 @@ class _DocSums:
 
     def add(self, acc_doc_sq, b: np.ndarray, S_all) -> None:
         """S_all (L+1, B, d): per-window sums of u of batch `b`; adds complete documents' ||S_D||^2."""
-        # lazy: keeps torch out of a cache hit
-        import torch
-
         docs = self.doc[b]
         uniq, loc = np.unique(docs, return_inverse=True)
         D = torch.zeros(S_all.shape[0], len(uniq), S_all.shape[2], dtype=S_all.dtype, device=S_all.device)
@@ -537,9 +520,6 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
     per-token scatter but for the tracked ids; in chunks of rows so the float64 temporaries stay
     bounded whatever the window length.
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     dev = an_t.device
     B, T = an.shape
     d = hs[0].shape[-1]
@@ -575,9 +555,6 @@ def _accumulate_batch(acc, sample, hs, an_t, ids_t, an, b, plan: ExtractionPlan,
 
 def _report_non_finite(hs, an_t, ids_t, norm_sums, dtype: str) -> None:
     """Raise NonFiniteHiddenState naming the first layer, token id and position holding a NaN/inf."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     layer = int(torch.nonzero(~torch.isfinite(norm_sums))[0])
     bad = (~torch.isfinite(hs[layer].float()).all(-1)) & an_t
     r, t = (int(v) for v in torch.nonzero(bad)[0])
@@ -669,9 +646,6 @@ def _slot_counts(slots: np.ndarray, n: int) -> np.ndarray:
 def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_tracked: int) -> dict:
     """Per-chunk tensors shared by every layer: masks, log frequencies, bins, tracked-id slots and
     the (sequence, tracked id) pair of each tracked occurrence."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     if "one_bin" in luts:  # no token ids: no per-position frequencies or bins to look up
         return {"r0": r0, "mk": an.unsqueeze(-1), "one_bin": luts["one_bin"], "logf0": luts["logf0"],
                 "any_keep": False, "seq_n": seq_n, "grp": grp}
@@ -690,9 +664,6 @@ def _chunk_inputs(an, ids, seq_n, grp, luts: dict, n_bins: int, r0: int, n_track
 def _buffer(scratch: dict | None, name: str, like):
     """A float64 tensor shaped like `like`, reused across calls (a fresh multi-megabyte tensor per
     operation costs more than the operation: the allocator maps and zeroes new pages each time)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     if scratch is None:
         return torch.empty(like.shape, dtype=torch.float64, device=like.device)
     n = like.numel()
@@ -712,9 +683,6 @@ def _accumulate(acc: dict, layer: int, h, c: dict, S_out, scratch: dict | None =
     The sums declared with an `add` (core.stats.sums.ADDED) get their contribution of the chunk at the end, from x
     (`width`: the layer's real width, d by default).
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     d = h.shape[-1]
     x = _buffer(scratch, "x", h).copy_(h)
     x.masked_fill_(~c["mk"], 0.0)  # (B, T, d); never NaN * 0 from a padded position
@@ -791,9 +759,6 @@ def _max_with_position(ax):
     full pass is a plain `amax` per window, and the indices are found among the B window maxima, then among
     the T values of the winning window of each dim.
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     B, T, d = ax.shape
     top, win = ax.amax(1).max(0)  # (d,): the first window holding each dim's maximum
     dims = torch.arange(d, device=ax.device)
