@@ -12,6 +12,8 @@ positions (the full vocabulary at every layer costs V x d per position and layer
 - the most frequent lens top-1 tokens (decoded text and count).
 
 Opt-in (RunSpec.logit_lens): it costs more than the 10% of a run that the other statistics keep to.
+torch is imported at the top: only core.compute.forward_run (a cache miss) imports this module (the lens's
+views, which read the stored arrays, are core/views/lens.py).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import torch
 
 from ..inputs.anatomy import candidates, final_norm, hidden_size, unembedding
 from ..stats.geometry import cka_positions
@@ -49,9 +52,6 @@ def not_applicable(model: Any, modality: str = "text") -> str | None:
 def lens_logits(model: Any, h, last: bool):
     """(n, V) float32 logits of the lens on hidden states h (n, d): W_U norm(h), or W_U h for the last
     hidden state (transformers has applied the final norm to it)."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     head, norm = unembedding(model), final_norm(model)
     w = head.weight
     h = torch.as_tensor(h).to(device=w.device, dtype=w.dtype)
@@ -66,9 +66,6 @@ def logit_lens(model: Any, tokenizer: Any, sample: np.ndarray, layer_ids, n_hidd
     arrays: `lens_kl`, `lens_entropy`, `lens_agreement` (one value per kept layer, NaN where the lens
     cannot be read); meta: positions used, top tokens per layer. Needs the last hidden state
     (index n_hidden - 1) among the kept layers: the model's output distribution."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     ids = [int(i) for i in layer_ids]
     L1, K = sample.shape[0], sample.shape[1]
     nan = np.full(L1, np.nan)
