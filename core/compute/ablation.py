@@ -2,8 +2,9 @@
 LM-loss ablation of outlier dims (zeroed in every norm, restored bit-exactly afterwards).
 
 After Puccetti, Rogers, Drozd & Dell'Orletta 2022 (the LM loss when the outlier dimensions are
-zeroed). The numpy rules that find the dims are in core/stats/outliers.py. torch is imported inside
-the functions, so that importing this module never imports torch.
+zeroed). The numpy rules that find the dims are in core/stats/outliers.py. torch is imported at the top: a cache
+hit never imports this module (core.compute.forward_run, a miss, does; core.compute.pipeline, the attention viewer and
+the chain's ablations import it inside the functions that load a model).
 """
 
 from __future__ import annotations
@@ -11,22 +12,26 @@ from __future__ import annotations
 import functools
 import inspect
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 
 from ..base.config import CONFIG
 from ..inputs.anatomy import block_norms, hidden_size, is_norm
 from ..stats.outliers import check_dims
 
-if TYPE_CHECKING:  # pragma: no cover
-    import torch
+try:
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+except ImportError:  # pragma: no cover - transformers layout changed
+    MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = {}
 
 # ------------------------------------------------------------------------- model: norm modules
 # Which norm of each block is analysed, and where it sits, is the architecture's entry in core/inputs/anatomy.py.
 
 
-def norm_modules(model: "torch.nn.Module") -> list[tuple[int, str, "torch.nn.Module"]]:
+def norm_modules(model: torch.nn.Module) -> list[tuple[int, str, torch.nn.Module]]:
     """Per transformer block b, the norm module whose parameters Puccetti et al. analyse.
 
     Blocks and the norm of each are the architecture's entry in core/inputs/anatomy.py: BERT/RoBERTa
@@ -41,7 +46,7 @@ def norm_modules(model: "torch.nn.Module") -> list[tuple[int, str, "torch.nn.Mod
     return [(b, name, mod) for b, name, mod, _ in block_norms(model)]
 
 
-def norm_parameters(model: "torch.nn.Module") -> dict:
+def norm_parameters(model: torch.nn.Module) -> dict:
     """The analysed norm parameters of every block, stacked, as float64 numpy arrays.
 
     Returns ``{"weights": (B, d), "biases": (B, d) or None (when any block's norm has no
@@ -49,9 +54,6 @@ def norm_parameters(model: "torch.nn.Module") -> dict:
     class name, "placement": "post" | "pre" | "unknown", "layer_offset": the hidden layer
     matching block b is b + layer_offset (1 for post-norm, 0 for pre-norm)}``.
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     sel = block_norms(model)
     with torch.no_grad():
         weights = np.stack([m.weight.detach().float().cpu().double().numpy() for _, _, m, _ in sel])
@@ -77,7 +79,7 @@ def norm_parameters(model: "torch.nn.Module") -> dict:
 # ----------------------------------------------------------------------------- model: ablation
 
 
-def ablation_modules(model: "torch.nn.Module") -> list[tuple[str, "torch.nn.Module"]]:
+def ablation_modules(model: torch.nn.Module) -> list[tuple[str, torch.nn.Module]]:
     """Every norm module of width d_model in the model, with its qualified name.
 
     That is both norms of each block (e.g. GPT-2 ``ln_1``/``ln_2``, LLaMA
@@ -103,15 +105,12 @@ def _zero_gain_weight(cls: type) -> float:
 
 
 @contextmanager
-def zeroed_dims(modules: list["torch.nn.Module"], dims: list[int]) -> Iterator[None]:
+def zeroed_dims(modules: list[torch.nn.Module], dims: list[int]) -> Iterator[None]:
     """Zero the gain (weight) and bias entries `dims` of each module; restore them on exit.
 
     Only the touched slices are saved, never the whole model; restoration is bit-exact and
     runs even when the body raises.
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     saved: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     try:
         with torch.no_grad():
@@ -134,32 +133,19 @@ def _causal_lm_check(model: Any) -> None:
     cls = type(model).__name__
     get_out = getattr(model, "get_output_embeddings", None)
     head = get_out() if callable(get_out) else None
-    try:
-        # lazy: keeps transformers out of a cache hit
-        from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-
-        causal = set()
-        for v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
-            causal.update(v if isinstance(v, (tuple, list)) else (v,))
-    except ImportError:  # pragma: no cover - transformers layout changed
-        causal = set()
-    # lazy: keeps torch out of a cache hit
-    import torch.nn as nn
-
-    if not isinstance(head, nn.Module) or not (cls.endswith("ForCausalLM") or cls in causal):
+    causal = set()
+    for v in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values():
+        causal.update(v if isinstance(v, (tuple, list)) else (v,))
+    if not isinstance(head, torch.nn.Module) or not (cls.endswith("ForCausalLM") or cls in causal):
         raise ValueError(f"Ablation needs a causal language model with an LM head; {cls} has none")
 
 
-def lm_loss(model: "torch.nn.Module", batches: list[dict]) -> tuple[float, int]:
+def lm_loss(model: torch.nn.Module, batches: list[dict]) -> tuple[float, int]:
     """Token-weighted mean next-token cross-entropy over `batches`, and the token count.
 
     Labels are input_ids with padding (attention_mask 0) set to -100; each position predicts
     the next one. Call under torch.inference_mode().
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-    import torch.nn.functional as F
-
     device = next(model.parameters()).device
     total, count = 0.0, 0
     for batch in batches:
@@ -184,7 +170,7 @@ def lm_loss(model: "torch.nn.Module", batches: list[dict]) -> tuple[float, int]:
 
 
 def ablation(
-    model: "torch.nn.Module",
+    model: torch.nn.Module,
     batches: Iterable[dict],
     dims: list[int],
     n_random: int | None = None,
@@ -208,9 +194,6 @@ def ablation(
     "random_delta_mean", "random_delta_std" (sample std, 0 for a single draw), "dims",
     "random_dims", "modules", "n_tokens"}``.
     """
-    # lazy: keeps torch out of a cache hit
-    import torch
-
     _causal_lm_check(model)
     n_random = CONFIG.ablation_random_draws if n_random is None else int(n_random)
     mods = ablation_modules(model)

@@ -37,7 +37,6 @@ from ..inputs.models import (
     parse_model,
 )
 from ..stats.outliers import run_outlier_dims
-from .ablation import ablation
 from .prepare import check_cancel, loading_message, prepare
 
 if TYPE_CHECKING:  # the torchrun ranks' Group (its reduction makes the statistics of a distributed run)
@@ -427,6 +426,7 @@ def run_ablation(spec: RunSpec | ResolvedRun, dims: list[int] | None = None, n_r
 
     def compute() -> dict:
         # lazy: keeps torch out of a cache hit
+        from .ablation import ablation
         from .forward_run import held_out_batches
 
         prep = prepare_for_ablation(spec, res, cache_dir, progress, "for the ablation")

@@ -10,7 +10,6 @@ from ...base.config import CONFIG, cache_identity
 from ...base.errors import InputError
 from ...base.progress import Progress
 from ...base.spec import stable_hash
-from ...compute.ablation import ablation_modules, zeroed_dims
 from ...compute.pipeline import analyze, analyze_params, is_cached, resolve, run_key, run_of
 from ...compute.prepare import prepare
 from .arch import attention_arch, eager_attention
@@ -64,6 +63,8 @@ def attention_maps(spec, window: int, cache_dir=None, max_tokens: int = CONFIG.a
         return {**hit[0], "maps": hit[1]["maps"], "zeroed": hit[1]["zeroed"]}
     # lazy: keeps torch out of a cache hit
     import torch
+
+    from ...compute.ablation import ablation_modules, zeroed_dims
 
     m = res["manifest"]
     prep = prepare(spec, device=m["device"], dtype=m["dtype"], cache_dir=cache_dir,

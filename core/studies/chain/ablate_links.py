@@ -1,5 +1,5 @@
 """The outlier chain broken link by link (issue 24): temporary changes to a model, and what each does
-to the loss and to every layer's geometry. torch is imported inside the functions.
+to the loss and to every layer's geometry.
 
 Ablations (each restores the model bit-exactly on exit, also on error):
 - `super_weights`: zero the super weight(s) W[row, col] of the MLP output projection (Yu et al. 2024);
@@ -21,6 +21,10 @@ Ablations (each restores the model bit-exactly on exit, also on error):
   of that layer's values);
 - per block: `sink_share`, the attention paid to the first position, averaged over heads and over the
   queries after it (eager attention).
+
+torch, and core.compute.ablation (which imports it), are imported inside the functions that change or run a model:
+this module is imported on a cache hit (core.entry.cli, through core.studies.chain.run) and by the app's first page
+(core.views.report and ui.data read stored chain ablations here: `cached_chain_ablation`, `default_targets`).
 """
 
 from __future__ import annotations
@@ -35,7 +39,6 @@ from ...base.errors import InputError
 from ...base.progress import Progress
 from ...base.spec import stable_hash
 from ...compute import pipeline as P
-from ...compute.ablation import ablation_modules, zeroed_dims
 from ...inputs.anatomy import blocks
 from ...stats.outliers import run_outlier_dims
 from ..attention import eager_attention
@@ -87,7 +90,7 @@ def weight_matrix(model: Any, block: int, module: str):
 @contextmanager
 def zeroed_weights(targets: list[tuple[Any, list[tuple[int, int]]]]) -> Iterator[None]:
     """Zero W[row, col] for each (weight, [(row, col), ...]); restore them bit-exactly on exit."""
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
 
     saved = []
@@ -108,7 +111,7 @@ def zeroed_weights(targets: list[tuple[Any, list[tuple[int, int]]]]) -> Iterator
 def zeroed_residual(model: Any, dims: list[int], from_block: int) -> Iterator[None]:
     """Zero `dims` of the hidden state on the output of every block >= `from_block`, at every position
     (forward hooks, removed on exit)."""
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
 
     block_list = blocks(model)[1]
@@ -164,7 +167,7 @@ def layer_curves(hs: list[np.ndarray]) -> dict:
 def profile(model: Any, batches: list[dict], seed: int = 0, attentions: bool = True) -> dict:
     """One pass over `batches` (keyword inputs of the model's forward; text batches carry
     `attention_mask`): the loss and the per-layer curves described in the module docstring."""
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
 
     kind = _loss_kind(model)
@@ -239,6 +242,9 @@ def plan(model: Any, super_weights: list[dict], massive: dict | None, outlier_di
     `super_weights`: [{block, module, row, col}] (W as out x in), zeroed together; `single`: the same kind,
     each zeroed alone beside its own controls (`SINGLE`); `massive`: {"dims", "from_block"};
     `outlier_dims`: dims to zero in every norm. Controls are drawn with `seed`."""
+    # lazy: core.compute.ablation imports torch; keeps it out of a cache hit and the app's first page (see the module's doc)
+    from ...compute.ablation import ablation_modules, zeroed_dims
+
     rng = np.random.default_rng(seed)
     out: dict[str, dict] = {}
     if super_weights:
@@ -284,7 +290,7 @@ def plan(model: Any, super_weights: list[dict], massive: dict | None, outlier_di
                 "module": k[1]}
     if massive and massive.get("dims"):
         dims, fb = sorted(int(d) for d in massive["dims"]), int(massive["from_block"])
-        d = _width(model)
+        d = int(ablation_modules(model)[0][1].weight.shape[0])
         rd = sorted(_draw(rng, d, len(dims), set(dims)))
         out["massive_dims"] = {"targets": {"dims": dims, "from_block": fb}, "enter": lambda: zeroed_residual(model, dims, fb)}
         out["massive_random"] = {"targets": {"dims": rd, "from_block": fb}, "enter": lambda: zeroed_residual(model, rd, fb)}
@@ -313,11 +319,6 @@ def _as_out_in(w):
 
 def stored_coords(w, coords: list[tuple[int, int]]) -> list[tuple[int, int]]:
     return [(c, r) for r, c in coords] if _is_conv1d(w) else [(int(r), int(c)) for r, c in coords]
-
-
-def _width(model: Any) -> int:
-    mods = ablation_modules(model)
-    return int(mods[0][1].weight.shape[0])
 
 
 def run_all(model: Any, batches: list[dict], chosen: dict[str, dict], seed: int = 0, attentions: bool = True,
@@ -429,7 +430,7 @@ def run_chain_ablation(spec, targets: dict | None = None, held_out_tokens: int |
     key = _key(run.key, targets, held_tokens, spec.seed)
 
     def compute() -> dict:
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         from ...compute.forward_run import held_out_batches
 
         prep = P.prepare_for_ablation(spec, res, cache_dir, progress, "for the chain ablations", memo=memo)
