@@ -3,7 +3,7 @@
     torchrun --nproc-per-node K -m core analyze --model M --corpus C --out results.json
 
 Every rank reads and tokenizes the whole corpus (cheap and deterministic) and plans the same
-batches a single process would (`core.compute.extract.plan_batches`); each rank runs its share of those
+batches a single process would (`core.stats.batching.plan_batches`); each rank runs its share of those
 batches (`shard_batches`, balanced by padded positions); then the accumulators are all-reduced on
 the device: SUM for the float64 sums, MAX for the maxima (each sum's reduction is declared in `core.stats.sums`), and SUM for the
 sample, whose rows each come from exactly one rank (the others hold zeros). Each batch's forward is
@@ -13,6 +13,11 @@ float64 additions, and the sample is the same sample, bit for bit.
 Rank 0 alone reads and writes the cache and results.json. A rank that fails makes every rank fail
 with its message (`RankFailed`) before any reduction, or at the latest before anything is stored.
 Backends: NCCL when the run is on CUDA (one GPU per local rank), gloo on CPU.
+
+torch is imported inside the functions of a rank (`Group`, `init_group`) and in `default_nproc`: this module is
+imported by every `python -m core` (core/__main__ reads WORLD_SIZE here; core.entry.cli and core.entry.api), and by
+what launches torchrun jobs (core.studies.attention.run, core.studies.series), on a cache hit and on the app's first
+page.
 """
 
 from __future__ import annotations
@@ -99,7 +104,7 @@ class Group:
     def agree(self, error: str | None = None) -> None:
         """Every rank says whether it failed; if any did, every rank raises RankFailed with the
         first failing rank's message."""
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         import torch.distributed as dist
 
         errors: list[Any] = [None] * self.world
@@ -124,7 +129,7 @@ class Group:
 
     def share(self, fn: Callable[[], Any]) -> Any:
         """fn() on rank 0 only, its value (or its failure) shared with every rank."""
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         import torch.distributed as dist
 
         box: list[Any] = [None]
@@ -146,7 +151,7 @@ class Group:
         """All-reduce the accumulators in place: MAX for `max_keys` (default: the sums that core.stats.sums declares
         with a max reduction), SUM for every other key (sums, and the sample whose rows come from one rank each).
         Starts with `agree()`."""
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         import torch.distributed as dist
 
         self.agree(None)
@@ -167,7 +172,7 @@ class Group:
         interpreter is finalizing is ended mid-unwind. After the barrier the last collective of
         every rank holds no Python tensor, and every rank leaves only once rank 0 is done.
         """
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         import torch.distributed as dist
 
         if not dist.is_initialized():
@@ -181,7 +186,7 @@ class Group:
 def init_group(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Group:
     """Join the torchrun job this process belongs to (env:// rendezvous). `device` is the run's
     resolved device ("cpu" or "cuda"): NCCL with one GPU per local rank on CUDA, gloo on CPU."""
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
     import torch.distributed as dist
 
@@ -265,7 +270,7 @@ def torchrun_command(spec, nproc: int, out: str, cache_dir: str | None = None, q
 def default_nproc(spec) -> int:
     """Processes of a local torchrun job: one per GPU on CUDA, 2 on the CPU."""
     if spec.resolved_device() == "cuda":
-        # lazy: keeps torch out of a cache hit
+        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
         import torch
 
         return max(1, torch.cuda.device_count())

@@ -5,6 +5,10 @@
 Analysis (`pipeline`), the outlier ablation, the attention pass and its viewer, series, training
 analysis and the distributed path all call `prepare`, so they read the same documents (in the
 spec's encoding) and plan the same windows. Image and audio runs get their items here too.
+
+torch is imported inside `prepare` and `_prepare_items` (to check that the GPU asked for is there): this module is
+imported on a cache hit and by the app's first page (core.entry.cli takes `keeping_models`; core.compute.pipeline and
+core.studies' attention and chain import `prepare` at their top and call it on a miss).
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def prepare(spec: RunSpec, *, device: str, dtype: str, cache_dir=None, device_ma
     progress(Progress("read", len(documents), len(documents), message=f"{len(documents):,} documents read"))
     check_cancel(cancel)
     commit = fetch_model(spec, device, dtype, cache_dir, progress, cancel, commit)  # a refusal before torch too
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
 
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -160,7 +164,7 @@ def _prepare_items(spec: RunSpec, device: str, dtype: str, cache_dir, progress, 
     payloads = modal.load_payloads(modality, spec.corpus, cache_dir)  # a bad corpus fails before torch
     if progress:
         progress(Progress("read", len(payloads), len(payloads), message=f"{len(payloads):,} items read"))
-    # lazy: keeps torch out of a cache hit
+    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
     import torch
 
     if device == "cuda" and not torch.cuda.is_available():
