@@ -57,7 +57,8 @@ def test_the_closures_hold_the_modules_that_make_each_entry():
     assert "core.stats.chain_summary" in C.key_modules("results")
     assert "core.compute.prepare" in C.key_modules("stats")
     # an import for type checking counts: core.compute.pipeline names core.compute.distributed's Group (the torchrun
-    # ranks' reduction) only in its annotations; core.compute.ablation is imported at the top; both make statistics
+    # ranks' reduction) only in its annotations; core.compute.ablation through forward_run (the norm parameters); both
+    # make statistics
     assert {"core.compute.extract", "core.compute.distributed", "core.compute.ablation", "core.inputs.modalities.run"} <= set(
         C.key_modules("stats")
     )
