@@ -23,6 +23,7 @@ import psutil
 from bench import common
 from bench.appserver import app_server, browser_main
 from core.base.spec import RunSpec
+from core.compute.pipeline import analyze, analyze_params
 from core.entry import jobs, worker
 
 TITLE = "Busy machine: the dashboard's job against the CLI (`python -m bench.busy`)"
@@ -72,9 +73,6 @@ def cli_run(tokens: int, cache: Path) -> dict:
 
 def job_run(spec: RunSpec, cache: Path, timeout_s: float = 3600) -> dict:
     """One `analyze` job through the worker, as Run queues it; its forward pass's tokens/s and wall."""
-    # lazy: core.compute.pipeline imports torch, which the busy processes and the CLI are started without
-    from core.compute.pipeline import analyze, analyze_params
-
     t0 = time.perf_counter()
     jid = jobs.submit("analyze", analyze_params(spec, cache), label=f"bench.busy, {spec.max_tokens:,} tokens",
                       cache_dir=cache)
@@ -159,8 +157,8 @@ def render(r: dict, command: str) -> str:
         f"{page['n']}, p50 {page['p50']:.2f} s, **p95 {page['p95']:.2f} s** (goal < {GOAL_P95_S:g} s), "
         f"{len(page['errors'])} navigations failed (not in the p95: a failure fails the goal); "
         f"the long job ran at {page['job_tokens_per_s']:,.0f} tokens/s meanwhile. The server's part of "
-        f"{page['server_n']} of those views (from the click to the end of the page's run on the server, the "
-        f"browser's drawing left out): p50 {page['server_p50']:.2f} s, **p95 {page['server_p95']:.2f} s**. "
+        f"{page['server_n']} of those views (from the click to the last message the server sent before the view was "
+        f"drawn, the browser's drawing left out): p50 {page['server_p50']:.2f} s, **p95 {page['server_p95']:.2f} s**. "
         f"Goals with the whole view: **{'met' if r['met'] else 'not met'}**; with the server's part: "
         f"**{'met' if r['met_server'] else 'not met'}**.", "",
         f"Measured {r['date_utc']} UTC on {r['cores']} cores ({r['cpu']}), Python {r['python']}, autogroups "

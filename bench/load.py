@@ -26,7 +26,9 @@ from bench.appserver import CHROMIUM_ARGS as ARGS
 from bench.common import command, cpu_times, loadavg, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
+from core.compute.pipeline import analyze
 from core.entry import jobs, worker
+from core.studies.selection import from_query_params
 
 # page -> the figures of its first section (the one open on a visit) for the browsed run: all of them
 # must be drawn before the view counts as shown
@@ -109,15 +111,15 @@ async def _describe(page) -> str:
     return f"at {s['path']}, traces per figure {s['plots']}, running {s['busy']}, says {s['said']}"
 
 
-def watch_runs(page, finished: list) -> None:
-    """Note when each whole script run of this page's session ends on the server: the moment its
-    `script_finished` message (FINISHED_SUCCESSFULLY; not a fragment's) arrives over the websocket. A view's
-    server time is from the click to the last such end before the page is drawn: the server's part, the
-    browser's drawing excluded (on a lab server that runs on each user's own machine)."""
+def watch_server(page, sent: list) -> None:
+    """Note when each message the server sends this page's session arrives over the websocket (Streamlit's
+    ForwardMsg; heartbeats left out). A view's server part is from the click to the last message that arrived
+    before the page was drawn: what the browser drew had all been sent by then, and the rest is the browser's own
+    work, which on a lab server runs on each user's machine. The end of a run (`script_finished`) often arrives
+    after the figures are drawn (the script still writes what lies below them), so it cannot be the mark. A jobs
+    panel's fragment rerun that arrives just before the view is drawn counts too: an upper bound."""
     # lazy: streamlit's protobuf stays out of what the numpy-only tier imports (the renderers)
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
-
-    ok = ForwardMsg.ScriptFinishedStatus.Value("FINISHED_SUCCESSFULLY")
 
     def frame(payload) -> None:
         if not isinstance(payload, (bytes, bytearray)):
@@ -125,10 +127,10 @@ def watch_runs(page, finished: list) -> None:
         msg = ForwardMsg()
         try:
             msg.ParseFromString(bytes(payload))
-        except Exception:  # noqa: BLE001 - not a ForwardMsg: not a run's end
+        except Exception:  # noqa: BLE001 - not a ForwardMsg: not the server's page
             return
-        if msg.WhichOneof("type") == "script_finished" and msg.script_finished == ok:
-            finished.append(time.perf_counter())
+        if msg.WhichOneof("type") not in (None, "heartbeat_ack"):
+            sent.append(time.perf_counter())
 
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
 
@@ -140,8 +142,8 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
     try:
         ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
         page = await ctx.new_page()
-        finished: list[float] = []
-        watch_runs(page, finished)
+        sent: list[float] = []
+        watch_server(page, sent)
         names = list(PAGES)
         t0 = time.perf_counter()
         try:
@@ -166,9 +168,9 @@ async def _user(browser, url: str, seconds: float, times: list, errors: list, of
                 await _page_ready(page, name, slow)
                 drawn = time.perf_counter()
                 times.append((name, drawn - t0))
-                ends = [t for t in finished if t0 < t <= drawn]
-                if ends:  # the server's part of this view: from the click to its last run's end
-                    times.append(("server", ends[-1] - t0))
+                got = [t for t in sent if t0 < t <= drawn]
+                if got:  # the server's part of this view: from the click to its last message before the drawing
+                    times.append(("server", got[-1] - t0))
                 if await page.locator("[data-testid=stException]").count():
                     errors.append(f"{name}: exception shown")
             except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
@@ -239,10 +241,6 @@ def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) ->
 
 def compute_browsed_run(cache: Path) -> None:
     """The run the users browse (QUERY), computed into `cache` before the server starts (untimed)."""
-    # lazy: the pipeline imports torch, which the benchmark's other processes are started without
-    from core.compute.pipeline import analyze
-    from core.studies.selection import from_query_params
-
     settings.set_cache_dir(cache)
     sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
     print(f"computing the browsed run ({sel.max_tokens} tokens, not timed)", file=sys.stderr)
