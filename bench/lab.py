@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, fr, fs, loadavg, log, machine_info, publish, table
+from bench.common import ROOT, command, fr, fs, loadavg, log, machine_info, publish, table
 from core.base import settings
 from core.base.errors import InputError
 
@@ -71,7 +71,7 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
     return "\n".join([
         f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads "
         f"{info.get('torch_threads')}; load average at the start {info['loadavg_start']}, at the end {loadavg()}; "
-        f"{info['date_utc']}. Command: `python -m bench {' '.join(argv)}`.", "",
+        f"{info['date_utc']}. Command: `{command('python -m bench', argv)}`.", "",
         f"Grid: {grid} x seeds {list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
         f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on "
         f"{spec.analysis_tokens:,} tokens (sample {spec.analysis_sample:,}) with its attention statistics.",
