@@ -12,6 +12,7 @@ Every reader returns a neutral value (0, None, False) where /proc or the field i
 from __future__ import annotations
 
 import os
+import time
 
 
 def _kib_field(path: str, key: str) -> int:
@@ -49,3 +50,42 @@ def stat_fields(pid: int | str = "self") -> list[str] | None:
 def nvidia_driver_present() -> bool:
     """Whether an NVIDIA driver is loaded, without importing torch (a cache hit must not pay for it)."""
     return os.path.exists("/dev/nvidiactl") or os.path.exists("/proc/driver/nvidia/version")
+
+
+def cpu_busy_s() -> float:
+    """CPU seconds this machine has spent busy since boot, all cores together (user, nice, system, irq, softirq
+    and steal: time no process here could have had); 0.0 without /proc/stat."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    except (OSError, ValueError):
+        return 0.0
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_s() -> float:
+    """CPU seconds this process has used, all its threads."""
+    t = os.times()
+    return t.user + t.system
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity), at least 1."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def free_cores(window_s: float = 0.3, busy=cpu_busy_s, own=own_cpu_s, wait=None) -> float | None:
+    """How many of this process's usable cores the other processes left idle over the next `window_s` seconds:
+    the usable cores minus the machine's busy CPU time in the window (this process's own left out), per second
+    of the window. None where /proc/stat cannot be read. `busy`, `own` and `wait` are the readers and the sleep
+    (tests pass their own)."""
+    b0, o0 = busy(), own()
+    if b0 <= 0:
+        return None
+    (wait or time.sleep)(window_s)
+    others = max(0.0, (busy() - b0) - (own() - o0)) / window_s
+    return usable_cores() - others

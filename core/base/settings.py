@@ -312,7 +312,7 @@ def child_env(cache_dir: str | Path | None = None, **extra: str) -> dict[str, st
 
 def export_env(**values: str) -> None:
     """Set variables in this process's environment (a harness configuring libraries before they
-    are imported, or its children's threads); only the benchmark harness does this."""
+    are imported, or its children's threads)."""
     os.environ.update({k: str(v) for k, v in values.items()})
 
 
@@ -336,6 +336,7 @@ NICE_ENV = "ANISO_WORKER_NICE"
 UMAP_NICE_ENV = "ANISO_UMAP_NICE"
 WARM_ENV = "ANISO_WORKER_WARM"
 UMAP_WARM_ENV = "ANISO_UMAP_WARM"
+TORCH_THREADS_ENV = "ANISO_TORCH_THREADS"
 
 
 def queue_url() -> str:
@@ -375,6 +376,19 @@ def worker_nice() -> int:
     """The niceness of the job worker: ANISO_WORKER_NICE, default 0, the command line's (a dashboard job runs
     as fast as `python -m core analyze` beside the same load; docs/jobs.md says why)."""
     return int(os.environ.get(NICE_ENV, "0") or 0)
+
+
+def torch_threads() -> int | str:
+    """The torch threads of a run's forward passes: ANISO_TORCH_THREADS, "torch" (unset or empty: torch's own
+    count, OMP_NUM_THREADS or one per core; the command line's default), "auto" (the cores other processes leave
+    free when the run starts, at most torch's own count; the worker's default, docs/jobs.md says why) or a
+    positive integer. Anything else is an InputError that names the setting."""
+    got = (os.environ.get(TORCH_THREADS_ENV) or "torch").strip().lower()
+    if got in ("torch", "auto"):
+        return got
+    if got.isdigit() and int(got) >= 1:
+        return int(got)
+    raise InputError(f"{TORCH_THREADS_ENV} must be auto, torch or a positive integer, got {got!r}.")
 
 
 def umap_nice() -> int:

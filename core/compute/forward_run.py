@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from .. import __version__
+from ..base import procfs, settings
 from ..base.config import CONFIG
 from ..base.errors import InputError
 from ..base.spec import RunSpec
@@ -34,6 +35,24 @@ from .lens import not_applicable as lens_not_applicable
 from .prepare import prepare
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
+TORCH_OWN_THREADS = torch.get_num_threads()  # torch's own count (OMP_NUM_THREADS, else one per core), read once
+
+
+def fit_threads() -> int:
+    """Set the torch threads of this run's forward passes (`settings.torch_threads`) and return them. "auto" takes
+    the cores that other processes leave free (`procfs.free_cores`, measured now, before the model runs), at least
+    1 and at most torch's own count: on a contended CPU, two threads that each get a share of a core mostly wait
+    for each other at every parallel step (beside two busy processes on 2 cores, MiniLM ran at 800-1,000 tokens/s
+    on 2 threads and 1,550-1,800 on 1; docs/jobs.md). On a quiet machine it is torch's own count."""
+    want = settings.torch_threads()
+    if want == "auto":
+        free = procfs.free_cores()
+        n = TORCH_OWN_THREADS if free is None else max(1, min(TORCH_OWN_THREADS, round(free)))
+    else:
+        n = TORCH_OWN_THREADS if want == "torch" else want
+    if n != torch.get_num_threads():
+        torch.set_num_threads(n)
+    return n
 
 
 def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,
@@ -42,6 +61,7 @@ def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group
     `parts`: the run key's parts (device, dtype, fingerprints; core.compute.pipeline.resolve); `group`: the
     torchrun ranks' Group (text runs only); `partial`: a core.compute.pipeline.PartialHook. Stores nothing:
     core.compute.pipeline.get_stats does."""
+    fit_threads()
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")
@@ -111,7 +131,7 @@ def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group
         "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])",
                    "kept": arrays["layer_index"].tolist(), "model_layers": n_hidden},
         "device": parts["spec"]["device"], "dtype": dtype, "seed": spec.seed, "device_map": spec.device_map,
-        "versions": _versions(), "timing": timing,
+        "versions": _versions(), "timing": {**timing, "torch_threads": torch.get_num_threads()},
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
         "warnings": _corpus_warnings(documents),
@@ -177,7 +197,7 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, part
                    "layer_0": ("stem output" if info.get("architecture") == "cnn" else "embedding output (hidden_states[0])"),
                    "kept": arrays["layer_index"].tolist(), "model_layers": int(adapter.dims(lm.base)[0])},
         "device": device, "dtype": dtype, "seed": spec.seed, "device_map": None,
-        "versions": _versions(), "timing": timing,
+        "versions": _versions(), "timing": {**timing, "torch_threads": torch.get_num_threads()},
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
     }

@@ -174,6 +174,9 @@ def run_worker(cache_dir=None, workers: int | None = None, idle_exit: float | No
     f.flush()
     workers = settings.worker_threads(workers)
     _lower_priority(settings.worker_nice())
+    # A job's forward passes take the cores other processes leave free (core.compute.forward_run.fit_threads): a
+    # lab server is never quiet, and the worker runs beside other users' work (docs/jobs.md, issue 36)
+    settings.env_default(**{settings.TORCH_THREADS_ENV: "auto"})
     job_records.load_job_modules()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     jobs.list_jobs(root)  # running jobs of a dead worker are marked failed now (status() does it)

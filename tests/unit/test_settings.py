@@ -89,3 +89,26 @@ def test_a_jobs_error_names_the_servers_folders_in_words_unless_server_paths_are
     assert str(tmp_path) not in shown and "<the server's hub cache>" in shown and "<the data folder>/a.txt" in shown
     monkeypatch.setenv("ANISO_ALLOW_SERVER_PATHS", "1")  # a single-user machine: the path is the help
     assert settings.without_server_paths(error) == error
+
+
+def test_torch_threads_setting(monkeypatch):
+    monkeypatch.delenv("ANISO_TORCH_THREADS", raising=False)
+    assert settings.torch_threads() == "torch"  # the command line's default: torch's own count
+    for raw, want in (("", "torch"), (" Auto ", "auto"), ("torch", "torch"), ("4", 4)):
+        monkeypatch.setenv("ANISO_TORCH_THREADS", raw)
+        assert settings.torch_threads() == want
+    for bad in ("0", "-1", "two", "1.5"):
+        monkeypatch.setenv("ANISO_TORCH_THREADS", bad)
+        with pytest.raises(InputError, match="ANISO_TORCH_THREADS"):
+            settings.torch_threads()
+
+
+def test_free_cores_are_the_usable_cores_less_what_others_used():
+    from core.base import procfs
+
+    ticks = iter([100.0, 100.0 + 2 * 0.3 + 0.2])  # the machine: two cores busy through the window, and 0.2 s of ours
+    own = iter([5.0, 5.2])
+    got = procfs.free_cores(0.3, busy=lambda: next(ticks), own=lambda: next(own), wait=lambda s: None)
+    assert got == pytest.approx(procfs.usable_cores() - 2.0)
+    assert procfs.free_cores(0.3, busy=lambda: 0.0, wait=lambda s: None) is None  # no /proc/stat
+    assert procfs.usable_cores() >= 1 and procfs.cpu_busy_s() > 0 and procfs.own_cpu_s() > 0

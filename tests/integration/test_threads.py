@@ -1,0 +1,61 @@
+"""The torch threads of a run's forward passes (issue 36): ANISO_TORCH_THREADS, "auto" in the worker.
+
+On a contended CPU two threads that each get a share of a core wait for each other at every parallel step, so
+"auto" takes the cores other processes leave free, at least 1 and at most torch's own count; a run records the
+count it ran with (manifest.timing.torch_threads)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from core.base.errors import InputError
+from core.base.spec import RunSpec
+from core.compute import forward_run
+from core.compute.pipeline import analyze
+
+pytestmark = pytest.mark.fast
+
+
+@pytest.fixture
+def threads(monkeypatch):
+    """torch's own count is 2 here (the suite runs with OMP_NUM_THREADS=1); torch's count is restored after."""
+    before = torch.get_num_threads()
+    monkeypatch.setattr(forward_run, "TORCH_OWN_THREADS", 2)
+    free = {"cores": None}
+    monkeypatch.setattr(forward_run.procfs, "free_cores", lambda window_s=0.3: free["cores"])
+    yield free
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize(("setting", "free", "want"), [
+    ("auto", 0.0, 1),  # two busy processes on 2 cores: one thread
+    ("auto", 0.6, 1),
+    ("auto", 1.6, 2),
+    ("auto", 7.0, 2),  # never more than torch's own count
+    ("auto", None, 2),  # no /proc/stat: torch's own
+    ("torch", 0.0, 2),
+    (None, 0.0, 2),  # unset: torch's own, the command line's default
+    ("3", 0.0, 3),
+])
+def test_threads_follow_the_setting_and_the_free_cores(threads, monkeypatch, setting, free, want):
+    if setting is None:
+        monkeypatch.delenv("ANISO_TORCH_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("ANISO_TORCH_THREADS", setting)
+    threads["cores"] = free
+    assert forward_run.fit_threads() == want == torch.get_num_threads()
+
+
+def test_a_bad_setting_is_refused_with_its_name(threads, monkeypatch):
+    monkeypatch.setenv("ANISO_TORCH_THREADS", "many")
+    with pytest.raises(InputError, match="ANISO_TORCH_THREADS must be auto, torch or a positive integer"):
+        forward_run.fit_threads()
+
+
+def test_a_run_records_the_threads_it_ran_with(threads, monkeypatch, tmp_path, tiny_bert_dir):
+    monkeypatch.setenv("ANISO_TORCH_THREADS", "auto")
+    threads["cores"] = 0.3
+    res = analyze(RunSpec(model=str(tiny_bert_dir), corpus="wiki-en", max_tokens=400, max_seq_len=32, sample=50),
+                  cache_dir=tmp_path)
+    assert res["manifest"]["timing"]["torch_threads"] == 1
