@@ -43,7 +43,9 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
     if bind_flag:
         cmd += ["--server.address", "127.0.0.1"]
     log = open(log_path, "w+")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT)
+    # Its own session, as a server started from its own terminal is: with Linux autogroups it is then a scheduling
+    # group of its own, not one with the benchmark's or the tests' browsers (which on a lab server are elsewhere).
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         t0 = time.time()

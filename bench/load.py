@@ -112,12 +112,13 @@ async def _describe(page) -> str:
 
 
 def watch_server(page, sent: list) -> None:
-    """Note when each message the server sends this page's session arrives over the websocket (Streamlit's
-    ForwardMsg; heartbeats left out). A view's server part is from the click to the last message that arrived
-    before the page was drawn: what the browser drew had all been sent by then, and the rest is the browser's own
-    work, which on a lab server runs on each user's machine. The end of a run (`script_finished`) often arrives
-    after the figures are drawn (the script still writes what lies below them), so it cannot be the mark. A jobs
-    panel's fragment rerun that arrives just before the view is drawn counts too: an upper bound."""
+    """Note when each element the server sends this page's session arrives over the websocket (a Streamlit
+    ForwardMsg delta). A view's server part is from the click to the last element that arrived before the page was
+    drawn: what the browser drew had all been sent by then, and the rest is the browser's own work, which on a lab
+    server runs on each user's machine. Left out: heartbeats, the run's bookkeeping (`script_finished` often
+    arrives after the figures are drawn, as the script still writes what lies below them) and elements written by
+    a fragment (`delta.fragment_id`: the jobs panel's reruns every 2 s, which have nothing to do with the view;
+    the browsed pages draw their own sections outside fragments)."""
     # lazy: streamlit's protobuf stays out of what the numpy-only tier imports (the renderers)
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -129,7 +130,7 @@ def watch_server(page, sent: list) -> None:
             msg.ParseFromString(bytes(payload))
         except Exception:  # noqa: BLE001 - not a ForwardMsg: not the server's page
             return
-        if msg.WhichOneof("type") not in (None, "heartbeat_ack"):
+        if msg.WhichOneof("type") == "delta" and not msg.delta.fragment_id:  # an element of the page's own run
             sent.append(time.perf_counter())
 
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
