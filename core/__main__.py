@@ -8,7 +8,7 @@ if world_size_from_env() > 1:
     # A rank of a torchrun job leaves without the interpreter's finalization. gloo's worker threads may still
     # release a finished collective's tensors (Python objects: the GIL is needed) while the interpreter is
     # torn down, which aborts the process (SIGABRT). Seen twice in whole-suite runs on loaded machines, once
-    # after core.compute.distributed.Group.close's barrier and destroy_process_group. By then rank 0 has written
+    # after core.compute.ranks.Group.close's barrier and destroy_process_group. By then rank 0 has written
     # everything (the cache is committed, --out written); the streams are flushed here.
     try:
         code = main()

@@ -14,20 +14,19 @@ Rank 0 alone reads and writes the cache and results.json. A rank that fails make
 with its message (`RankFailed`) before any reduction, or at the latest before anything is stored.
 Backends: NCCL when the run is on CUDA (one GPU per local rank), gloo on CPU.
 
-torch is imported inside the functions of a rank (`Group`, `init_group`) and in `default_nproc`: this module is
-imported by every `python -m core` (core/__main__ reads WORLD_SIZE here; core.entry.cli and core.entry.api), and by
-what launches torchrun jobs (core.studies.attention.run, core.studies.series), on a cache hit and on the app's first
-page.
+A rank's side (`Group`, `init_group`, `group_from_env`: torch.distributed) is core.compute.ranks, which only a
+process that torchrun started imports (core.entry.api.ranks, once WORLD_SIZE says so). This module is imported by
+every `python -m core` (core/__main__ reads WORLD_SIZE here; core.entry.cli and core.entry.api), and by what
+launches torchrun jobs (core.studies.attention.run, core.studies.series), on a cache hit and on the app's first
+page: it imports no torch at its top.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import datetime as _dt
 import os
 import sys
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 import numpy as np
 
@@ -35,10 +34,8 @@ from ..base.errors import Cancelled, InputError
 from ..base.progress import Progress
 from ..base.settings import TORCHRUN_VARS, cache_root, torchrun_env
 from ..base.spec import RunSpec
-from ..stats.sums import reduce_op
 
 ENV_VARS = TORCHRUN_VARS
-DEFAULT_TIMEOUT_S = 1800  # a collective that waits longer than this fails (a rank died silently)
 
 
 class RankFailed(InputError):
@@ -79,151 +76,6 @@ def shard_batches(batches: list[np.ndarray], lengths: np.ndarray, world: int, ra
         if r == rank:
             mine.append(b)
     return mine
-
-
-def _describe(e: BaseException) -> str:
-    msg = " ".join(str(e).split())
-    return msg if isinstance(e, InputError) else f"{type(e).__name__}: {msg}"
-
-
-@dataclass
-class Group:
-    """This process's place in a torchrun job, and the few collectives the pipeline needs."""
-
-    rank: int
-    world: int
-    local_rank: int
-    backend: str
-    device: str  # where this rank runs the model: "cpu" or "cuda:<local_rank>"
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    # ------------------------------------------------------------------ collectives
-    def agree(self, error: str | None = None) -> None:
-        """Every rank says whether it failed; if any did, every rank raises RankFailed with the
-        first failing rank's message."""
-        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
-        import torch.distributed as dist
-
-        errors: list[Any] = [None] * self.world
-        dist.all_gather_object(errors, error)
-        bad = [(r, e) for r, e in enumerate(errors) if e is not None]
-        if bad:
-            r, e = bad[0]
-            raise RankFailed(f"rank {r} of {self.world} failed: {e}")
-
-    def run(self, fn: Callable[[], Any]) -> Any:
-        """fn() on every rank, failing together. fn's own collectives must start with `agree()`
-        (as `reduce` does): a rank that raises joins the next agreement with its message."""
-        try:
-            out = fn()
-        except RankFailed:
-            raise
-        except Exception as e:  # noqa: BLE001 - any failure of this rank fails the run, with its message
-            self.agree(_describe(e))
-            raise  # not reached: agree raised
-        self.agree(None)
-        return out
-
-    def share(self, fn: Callable[[], Any]) -> Any:
-        """fn() on rank 0 only, its value (or its failure) shared with every rank."""
-        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
-        import torch.distributed as dist
-
-        box: list[Any] = [None]
-        if self.is_main:
-            try:
-                box[0] = ("ok", fn())
-            except Exception as e:  # noqa: BLE001 - shared, then raised on every rank
-                box[0] = ("error", e if isinstance(e, InputError) else InputError(_describe(e)))
-        dist.broadcast_object_list(box, src=0)
-        status, value = box[0]
-        if status == "error":
-            raise value
-        return value
-
-    def shard(self, batches: list[np.ndarray], lengths: np.ndarray) -> list[np.ndarray]:
-        return shard_batches(batches, lengths, self.world, self.rank)
-
-    def reduce(self, tensors: dict, max_keys: tuple[str, ...] | None = None) -> None:
-        """All-reduce the accumulators in place: MAX for `max_keys` (default: the sums that core.stats.sums declares
-        with a max reduction), SUM for every other key (sums, and the sample whose rows come from one rank each).
-        Starts with `agree()`."""
-        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
-        import torch.distributed as dist
-
-        self.agree(None)
-        for k in sorted(tensors):  # the same order on every rank
-            is_max = reduce_op(k) == "max" if max_keys is None else k in max_keys
-            op = dist.ReduceOp.MAX if is_max else dist.ReduceOp.SUM
-            dist.all_reduce(tensors[k], op=op)
-
-    def close(self) -> None:
-        """Leave the job: every rank waits here for the others (rank 0 writes after the last
-        reduction), then the process group is destroyed.
-
-        The barrier keeps a rank from exiting while another still works. Without it, rank 1 (done
-        right after the last reduction) once died with SIGABRT, "terminate called without an active
-        exception", in a whole-suite run on a loaded machine, as rank 0 finished writing. The likely
-        cause: gloo's worker threads release the tensors of a finished collective (Python-owned, so
-        the GIL is needed) a moment after the caller has woken up; a thread that does so while the
-        interpreter is finalizing is ended mid-unwind. After the barrier the last collective of
-        every rank holds no Python tensor, and every rank leaves only once rank 0 is done.
-        """
-        # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
-        import torch.distributed as dist
-
-        if not dist.is_initialized():
-            return
-        try:
-            dist.barrier()
-        finally:
-            dist.destroy_process_group()
-
-
-def init_group(device: str, timeout_s: float = DEFAULT_TIMEOUT_S) -> Group:
-    """Join the torchrun job this process belongs to (env:// rendezvous). `device` is the run's
-    resolved device ("cpu" or "cuda"): NCCL with one GPU per local rank on CUDA, gloo on CPU."""
-    # lazy: keeps torch out of a cache hit and the app's first page (see the module's doc)
-    import torch
-    import torch.distributed as dist
-
-    env = torchrun_env()
-    missing = [v for v in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT") if v not in env]
-    if missing:
-        raise InputError(f"WORLD_SIZE is set but {', '.join(missing)} is not: launch with torchrun "
-                         f"(torchrun --nproc-per-node K -m core analyze ...).")
-    rank, world = int(env["RANK"]), int(env["WORLD_SIZE"])
-    local_rank = int(env.get("LOCAL_RANK", rank))
-    if device.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise InputError("CUDA was requested but no GPU is available here: use --device cpu (or auto).")
-        n_gpu = torch.cuda.device_count()
-        local_world = int(env.get("LOCAL_WORLD_SIZE", world))
-        if local_world > n_gpu:
-            raise InputError(f"{local_world} processes on this node but {n_gpu} GPU(s): use "
-                             f"--nproc-per-node {n_gpu} (one process per GPU).")
-        dev, backend = f"cuda:{local_rank}", "nccl"
-        torch.cuda.set_device(local_rank)
-    else:
-        dev, backend = "cpu", "gloo"
-    if not dist.is_initialized():
-        kw = {"device_id": torch.device(dev)} if backend == "nccl" else {}
-        dist.init_process_group(backend, timeout=_dt.timedelta(seconds=timeout_s), **kw)
-    return Group(rank=rank, world=world, local_rank=local_rank, backend=backend, device=dev)
-
-
-def group_from_env(spec) -> Group | None:
-    """The Group of a torchrun job with more than one process; None for a plain run."""
-    if world_size_from_env() <= 1:
-        return None
-    local_world = int(torchrun_env().get("LOCAL_WORLD_SIZE", "1"))
-    if spec.device_map and local_world > 1:
-        raise InputError(f"--device-map auto spreads one model over all GPUs of a node, so it takes one process per "
-                         f"node: use --nproc-per-node 1 (got {local_world}).")
-    return init_group(spec.resolved_device())
 
 
 # ---------------------------------------------------------------------- launching torchrun

@@ -40,7 +40,7 @@ from ..stats.outliers import run_outlier_dims
 from .prepare import check_cancel, loading_message, prepare
 
 if TYPE_CHECKING:  # the torchrun ranks' Group (its reduction makes the statistics of a distributed run)
-    from .distributed import Group
+    from .ranks import Group
 
 
 @dataclass
@@ -179,7 +179,7 @@ def get_stats(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[P
               memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> RunStats | None:
     """Statistics for `spec`, from the cache or computed (once, even across processes).
 
-    With a `core.compute.distributed.Group` (torchrun), every rank computes its share and rank 0 alone
+    With a `core.compute.ranks.Group` (torchrun), every rank computes its share and rank 0 alone
     looks up and stores the entry; the other ranks return None.
     `memo`: a dict shared by the runs of one series (checkpoints of one training): the corpus is
     read and tokenized once for all of them (same tokenizer, same windows), only forwards repeat.
@@ -297,7 +297,7 @@ def analyze(spec: RunSpec | ResolvedRun, cache_dir=None, progress: Callable[[Pro
             memo: dict | None = None, partial: Callable[[dict], None] | None = None) -> dict | None:
     """results.json for `spec` (cached; computes the statistics first if needed).
 
-    With a `core.compute.distributed.Group`, the ranks compute the statistics together; rank 0 returns
+    With a `core.compute.ranks.Group`, the ranks compute the statistics together; rank 0 returns
     the results and the other ranks None. `memo`: see `get_stats` (a series shares its corpus).
     """
     # lazy: core.stats.assemble imports pandas (core.stats.single_dim); only what builds results pays for it

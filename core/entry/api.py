@@ -49,7 +49,7 @@ from ..base.spec import (
     DEFAULT_SAMPLE,
     RunSpec,
 )
-from ..compute.distributed import group_from_env, world_size_from_env
+from ..compute.distributed import world_size_from_env
 from ..compute.pipeline import ResolvedRun, analyze_params, cached_ablation, get_stats, resolve, run_ablation
 from ..compute.pipeline import analyze as pipeline_analyze
 from ..inputs import uploads
@@ -335,8 +335,13 @@ def wait_for_job(kind: str, params: dict, cache_dir=None, progress: Callable[[Pr
 
 @contextlib.contextmanager
 def ranks(spec):
-    """The torchrun job this process is a rank of, for the duration (None for a plain run; core/compute/distributed.py)."""
-    group = group_from_env(spec) if world_size_from_env() > 1 else None
+    """The torchrun job this process is a rank of, for the duration (None for a plain run; core/compute/ranks.py)."""
+    group = None
+    if world_size_from_env() > 1:
+        # lazy: torch.distributed only in a torchrun rank (a plain run, a cache hit and the app import this module)
+        from ..compute.ranks import group_from_env
+
+        group = group_from_env(spec)
     try:
         yield group
     finally:

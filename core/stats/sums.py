@@ -5,7 +5,7 @@ Every array that `core.compute.extract` accumulates over the analysed tokens (or
 
 - the allocation of the device accumulators (`core.compute.extract`: `shape`, `fill`);
 - the merge of two shards' arrays (`core.compute.extract.merge_stats`: `merge`);
-- the torchrun reduction (`core.compute.distributed.Group.reduce`: `reduce`, via `reduce_op`);
+- the torchrun reduction (`core.compute.ranks.Group.reduce`: `reduce`, via `reduce_op`);
 - the synthetic layout of the view tests (tests/synthetic.py checks its arrays against `SUMS`);
 - the exported key lists (`SUM_KEYS`, `MAX_KEYS`, `ARGMAX_KEYS`), which tests and the cache read.
 

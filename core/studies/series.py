@@ -92,7 +92,7 @@ def analyze_series(run: str, cache_dir=None, progress: Callable[[Progress], None
     """Results of every checkpoint of `run` (each cached under its own spec), in step order; with
     `attention`, each checkpoint's attention statistics too (cached under their own key).
 
-    With a `core.compute.distributed.Group` (torchrun), each checkpoint is analysed by all ranks together
+    With a `core.compute.ranks.Group` (torchrun), each checkpoint is analysed by all ranks together
     as `pipeline.analyze` does it (batches shared, sums reduced, rank 0 stores); rank 0 returns the
     series and the other ranks None.
     """

@@ -4,7 +4,7 @@ import pytest
 
 from core.base.errors import InputError
 from core.base.spec import RunSpec
-from core.compute.distributed import group_from_env, init_group
+from core.compute.ranks import group_from_env, init_group
 
 
 @pytest.fixture

@@ -75,7 +75,7 @@ def test_latin1_corpus_gives_the_same_windows_in_every_path(tiny_llama_dir, lati
     assert len(paths["series"]) == 1
 
     # the distributed path: a torchrun group of one process (gloo)
-    from core.compute.distributed import init_group
+    from core.compute.ranks import init_group
 
     for k, v in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                  "MASTER_PORT": str(_free_port())}.items():

@@ -53,7 +53,7 @@ def run_attention(spec, cache_dir=None, progress: Callable[[Progress], None] | N
     (which are computed first if needed: the outlier dims come from them). `memo`: a dict shared
     by the checkpoints of a series (core/studies/series.py): the corpus and its token windows are kept there.
 
-    With a `core.compute.distributed.Group` (torchrun), every rank runs its share of the batches, the sums
+    With a `core.compute.ranks.Group` (torchrun), every rank runs its share of the batches, the sums
     are added up across ranks, and rank 0 alone reads and writes the cache and returns the section
     (the other ranks return None).
     """
