@@ -629,13 +629,14 @@ def _massive_present(cells, factor: str, a: str, verdict: str, why: str) -> tupl
                           "cannot test the claim (more layers, width or steps may grow them)")
 
 
-def _embedding_cosine(training, run: str, cache_dir) -> float | None:
-    """The final checkpoint's input-embedding mean cosine: from its run record, else from its saved weights (runs
-    trained before records held it); None when neither can be read."""
+def _embedding_cosine(training, run: str, cache_dir, rec: dict | None = None) -> float | None:
+    """The final checkpoint's input-embedding mean cosine: from its run record (`rec`, read when not given), else
+    from its saved weights (runs trained before records held it); None when neither can be read."""
     try:
-        last = trained.read_run(run, cache_dir)["checkpoints"][-1]
+        rec = rec if rec is not None else trained.read_run(run, cache_dir)
+        last = rec["checkpoints"][-1]
         got = last.get("embedding_mean_cosine")
-        return _num(got if got is not None else training.checkpoint_embedding_mean_cosine(run, last["step"], cache_dir))
+        return _num(got if got is not None else training.checkpoint_embedding_mean_cosine(rec, last["step"], cache_dir))
     except (InputError, OSError, KeyError, IndexError, ValueError):
         return None
 
@@ -936,7 +937,7 @@ def _run_lab(spec: LabSpec, cache_dir, progress, cancel) -> dict:
             h = unigram_entropy(training.build_data(ts, training.make_tokenizer(ts)).train)
         last = (rec.get("checkpoints") or [{}])[-1]
         if "step" in last and last.get("embedding_mean_cosine") is None:  # a run trained before records held it
-            last["embedding_mean_cosine"] = _embedding_cosine(training, rec["run"], cache_dir)
+            last["embedding_mean_cosine"] = _embedding_cosine(training, rec["run"], cache_dir, rec)
         nums = run_numbers(rec, ser, spec.thresholds, NO_ATTENTION.get(arch))
         learned = rec.get("learned")
         if learned is None:

@@ -289,12 +289,12 @@ def embedding_mean_cosine(model) -> float:
     return sample_mean_cosine(model.get_input_embeddings().weight.detach().float().cpu().numpy())
 
 
-def checkpoint_embedding_mean_cosine(run: str, step: int, cache_dir=None) -> float:
-    """`embedding_mean_cosine` of a saved checkpoint (for runs trained before their records held it)."""
+def checkpoint_embedding_mean_cosine(rec: dict, step: int, cache_dir=None) -> float:
+    """`embedding_mean_cosine` of the checkpoint at `step` of the run whose record is `rec` (`trained.read_run`),
+    from its saved weights (for runs trained before their records held it)."""
     lab_models.register()
-    rec = trained.read_run(run, cache_dir)
     cls = tf.AutoModelForMaskedLM if rec.get("objective") == "masked" else tf.AutoModelForCausalLM
-    return embedding_mean_cosine(cls.from_pretrained(str(trained.resolve(trained.ident_of(run, step), cache_dir))))
+    return embedding_mean_cosine(cls.from_pretrained(str(trained.resolve(trained.ident_of(rec["run"], step), cache_dir))))
 
 
 def held_out_loss(model, batches: list[dict], device: str, masked: bool) -> float:

@@ -125,8 +125,8 @@ def test_effects_and_summaries_equal_a_hand_computation(done_lab):
     by = {(c["levels"]["arch"], r["seed"]): r for c in doc["cells"] for r in c["runs"]}
 
     def emb(r):  # read back from the saved weights of the run's last checkpoint, not from the scalars
-        step = trained.read_run(r["run"], cache)["checkpoints"][-1]["step"]
-        return training.checkpoint_embedding_mean_cosine(r["run"], step, cache)
+        rec = trained.read_run(r["run"], cache)
+        return training.checkpoint_embedding_mean_cosine(rec, rec["checkpoints"][-1]["step"], cache)
 
     for stat in LAB.EFFECT_STATS:
         e = next(e for e in doc["effects"] if e["statistic"] == stat)

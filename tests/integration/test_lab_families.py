@@ -80,7 +80,7 @@ def test_each_family_trains_and_its_checkpoint_is_analysed(runs, arch, extra, ca
 
     last = rec["checkpoints"][-1]
     assert all(-1 <= c["embedding_mean_cosine"] <= 1 for c in rec["checkpoints"])
-    assert training.checkpoint_embedding_mean_cosine(rec["run"], last["step"], cache_dir) == pytest.approx(
+    assert training.checkpoint_embedding_mean_cosine(rec, last["step"], cache_dir) == pytest.approx(
         last["embedding_mean_cosine"], abs=1e-6)
     # the last checkpoint through the one extraction (from_pretrained of the saved folder) and the registry
     res = pipeline.analyze(
