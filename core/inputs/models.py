@@ -40,7 +40,8 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.ind
 # ----------------------------------------------------------------------------- the registry
 @dataclass(frozen=True)
 class Build:
-    """What a builder is handed: the reference, where and in what dtype to build, the run's fingerprint."""
+    """What a builder is handed: the reference, where and in what dtype to build, the run's fingerprint, and the
+    entry whose builder it is (a -noshared variant is built as its control's entry)."""
 
     ref: "ModelRef"
     device: str
@@ -48,6 +49,7 @@ class Build:
     device_map: str | None
     cache_dir: Path | None
     fingerprint: str
+    entry: "ModelEntry | None" = None
 
     @property
     def cache(self) -> Path:
@@ -73,6 +75,8 @@ class ModelEntry:
     versions: str = "all"  # the package versions keyed: "all" (torch, transformers), "transformers" or "none"
     converter: bool = False  # rebuilt by core/inputs/convert (or built from a config there): CONVERTER_VERSION is keyed
     shape: dict | None = None  # keyed shapes (the LLaMA-style models of real size)
+    config: Callable[[], object] | None = None  # a random-init model's transformers config (`_config`): counted on
+    # the meta device (count_parameters) and built from it (`_build_config`, `_build_large`)
     build: Callable[[Build], tuple] | None = None  # -> (model, tokenizer or None), seeded by the loader
     anatomy: str | None = None  # the core.inputs.anatomy family of its architecture (None: a CNN, no Transformer blocks)
     # a control without its shared input: built as `shared_of`, then the parameters `zeroes` names zeroed
@@ -107,23 +111,38 @@ def _build_pretrained(folder: Callable[[Build], Path], causal: bool) -> Callable
     return build
 
 
-def _build_bert(config: str) -> Callable[[Build], tuple]:
+def _config(cls: str, **kw) -> Callable[[], object]:
+    """transformers' config class `cls` with `kw`, made when asked (transformers stays out of a cache hit)."""
+    def make():
+        # lazy: keeps transformers out of a cache hit
+        import transformers as tf
+
+        return getattr(tf, cls)(**kw)
+    return make
+
+
+def _build_config(cls: str, tokenizer: Callable[[], object]) -> Callable[[Build], tuple]:
+    """A random-init model of transformers' class `cls` from its entry's config (`ModelEntry.config`)."""
     def build(b: Build):
         # lazy: keeps transformers out of a cache hit
         import transformers as tf
 
-        cfg = tf.BertConfig() if config == "bert-base" else tf.AutoConfig.from_pretrained(str(minilm_folder()))
-        tok = tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
-        return _finish(tf.BertModel(cfg), b), tok
+        return _finish(getattr(tf, cls)(b.entry.config()), b), tokenizer()
     return build
 
 
-def _build_gpt2(b: Build):
+def _minilm_tokenizer():
     # lazy: keeps transformers out of a cache hit
     import transformers as tf
 
-    tok = gpt2_tokenizer()
-    return _finish(tf.GPT2LMHeadModel(tf.GPT2Config()), b), tok
+    return tf.AutoTokenizer.from_pretrained(str(minilm_folder()))
+
+
+def _build_untrained_minilm(b: Build):
+    # lazy: keeps transformers out of a cache hit
+    import transformers as tf
+
+    return _finish(tf.BertModel(tf.AutoConfig.from_pretrained(str(minilm_folder()))), b), _minilm_tokenizer()
 
 
 def _build_untrained_smollm2(b: Build):
@@ -194,10 +213,11 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    build=_build_pretrained(lambda b: smollm2_folder(b.cache_dir), causal=True)),
         ModelEntry("untrained-minilm-l6", "untrained MiniLM-L6", "all-MiniLM-L6-v2's configuration (BERT, 6 layers, "
                    "d=384) and tokenizer with random weights (seeded): MiniLM's own control", causal_lm=False,
-                   trained=False, sources={"cfg": _MINILM}, anatomy="BERT", build=_build_bert("minilm")),
+                   trained=False, sources={"cfg": _MINILM}, anatomy="BERT", build=_build_untrained_minilm),
         ModelEntry("untrained-bert-base", "untrained BERT-base", "BertConfig() with random weights (seeded), "
                    "BERT uncased WordPiece vocabulary", causal_lm=False, trained=False,
-                   sources={"tok": _MINILM}, anatomy="BERT", build=_build_bert("bert-base")),
+                   sources={"tok": _MINILM}, anatomy="BERT", config=_config("BertConfig"),
+                   build=_build_config("BertModel", _minilm_tokenizer)),
         # A random-init BERT encoder adds one row of its token-type table (type 0) to every token. Its LayerNorm
         # betas and Linear biases start at 0 (transformers' init), so they add nothing at init; its learned
         # position table differs by position.
@@ -213,7 +233,8 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    zeroes=("embeddings.token_type_embeddings.weight",)),
         ModelEntry("untrained-gpt2", "untrained GPT-2", "GPT2Config() with random weights (seeded), "
                    "GPT-2 byte-level BPE", causal_lm=True, trained=False,
-                   sources={"tok": _GPT2_BPE}, anatomy="GPT-2", build=_build_gpt2),
+                   sources={"tok": _GPT2_BPE}, anatomy="GPT-2", config=_config("GPT2Config"),
+                   build=_build_config("GPT2LMHeadModel", lambda: gpt2_tokenizer())),
         ModelEntry("untrained-smollm2", "untrained SmolLM2-135M", "SmolLM2-135M's config and tokenizer "
                    "with random weights (seeded)", causal_lm=True, trained=False,
                    sources={"cfg": _SMOLLM2}, anatomy="LLaMA", build=_build_untrained_smollm2),
@@ -222,12 +243,14 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    causal_lm=True, trained=False, large=True,
                    note="for measuring speed and memory: 5 GB in float32, 2.5 GB in bfloat16",
                    sources={"tok": _GPT2_BPE}, shape=LLAMA_SHAPES["untrained-llama-1b"], anatomy="LLaMA",
+                   config=_config("LlamaConfig", **LLAMA_SHAPES["untrained-llama-1b"], **LLAMA_COMMON),
                    build=_build_llama),
         ModelEntry("untrained-llama-8b", "untrained LLaMA-style 8B", "Llama-3-8B's shapes (32 layers, d=4096, "
                    "32/8 heads, vocab 128,256; 8.03B parameters) with random weights (seeded), GPT-2 byte-level BPE",
                    causal_lm=True, trained=False, large=True,
                    note="for measuring on a GPU: 16 GB in bfloat16 (--device cuda --dtype bfloat16, or --device-map auto)",
                    sources={"tok": _GPT2_BPE}, shape=LLAMA_SHAPES["untrained-llama-8b"], anatomy="LLaMA",
+                   config=_config("LlamaConfig", **LLAMA_SHAPES["untrained-llama-8b"], **LLAMA_COMMON),
                    build=_build_llama),
         ModelEntry("untrained-byt5-small", "untrained ByT5-small encoder", "character-level (UTF-8 bytes): "
                    "byt5-small's encoder configuration (12 layers, d=1472) with random weights (seeded), "
@@ -663,17 +686,12 @@ class LoadedModel:
 
 
 def untrained_config(ident: str):
-    """The transformers config of a built-in untrained model of real size (no weights, no download)."""
-    # lazy: keeps transformers out of a cache hit
-    import transformers as tf
-
-    if ident == "untrained-bert-base":
-        return tf.BertConfig()
-    if ident == "untrained-gpt2":
-        return tf.GPT2Config()
-    if ident in LLAMA_SHAPES:
-        return tf.LlamaConfig(**LLAMA_SHAPES[ident], **LLAMA_COMMON)
-    raise KeyError(ident)
+    """The transformers config of a built-in random-init model built from one (`ModelEntry.config`; no weights, no
+    download); KeyError for any other."""
+    e = BUILTIN_MODELS.get(ident)
+    if e is None or e.config is None:
+        raise KeyError(ident)
+    return e.config()
 
 
 def count_parameters(ident: str) -> int:
@@ -683,7 +701,7 @@ def count_parameters(ident: str) -> int:
     import transformers as tf
 
     with torch.device("meta"):
-        model = tf.AutoModelForCausalLM.from_config(untrained_config(ident)) if ident in LLAMA_SHAPES else \
+        model = tf.AutoModelForCausalLM.from_config(untrained_config(ident)) if BUILTIN_MODELS[ident].large else \
             tf.AutoModel.from_config(untrained_config(ident))
     return int(sum(p.numel() for p in model.parameters()))
 
@@ -827,7 +845,7 @@ def _load_model(ident: str, device: str, dtype: str, cache_dir: Path | None, tru
         made_as = BUILTIN_MODELS[e.shared_of] if e.shared_of else e  # a -noshared variant: the control's draw
         if not e.trained:
             torch.manual_seed(UNTRAINED_SEED + ref.seed)
-        model, tok = made_as.build(Build(ref, device, tdt, device_map, cache_dir, fp))
+        model, tok = made_as.build(Build(ref, device, tdt, device_map, cache_dir, fp, made_as))
         zero_shared_inputs(model, e.zeroes)  # the -noshared variants: the same draw, its shared input zeroed
         got = anatomy.entry(model)
         if e.anatomy is not None and (got is None or got.family != e.anatomy):
