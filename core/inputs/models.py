@@ -235,6 +235,14 @@ BUILTIN_MODELS: dict[str, ModelEntry] = {
                    "GPT-2 byte-level BPE", causal_lm=True, trained=False,
                    sources={"tok": _GPT2_BPE}, anatomy="GPT-2", config=_config("GPT2Config"),
                    build=_build_config("GPT2LMHeadModel", lambda: gpt2_tokenizer())),
+        ModelEntry("untrained-rwkv", "untrained RWKV-4 169M", "RWKV-4 169M-pile's shapes (12 blocks, d=768, "
+                   "vocab 50,277; no attention: a recurrent time mix) with random weights (seeded), GPT-2 byte-level "
+                   "BPE: a non-Transformer's control", causal_lm=True, trained=False,
+                   note="RWKV's inference-time halving of the hidden states every 6 blocks is off (rescale_every=0)",
+                   sources={"tok": _GPT2_BPE}, anatomy="RWKV",
+                   config=_config("RwkvConfig", vocab_size=50277, context_length=1024, hidden_size=768,
+                                  num_hidden_layers=12, rescale_every=0),
+                   build=_build_config("RwkvForCausalLM", lambda: gpt2_tokenizer())),
         ModelEntry("untrained-smollm2", "untrained SmolLM2-135M", "SmolLM2-135M's config and tokenizer "
                    "with random weights (seeded)", causal_lm=True, trained=False,
                    sources={"cfg": _SMOLLM2}, anatomy="LLaMA", build=_build_untrained_smollm2),

@@ -25,7 +25,7 @@ from core.inputs.models import BUILTIN_MODELS, gpt2_tokenizer, minilm_folder
 DESIGN_KEYS = ("layer", "n_tokens", "mean_cosine", "mean_cosine_ci", "cross_sequence_cosine",
                "intra_sentence_similarity", "self_similarity", "mean_norm", "pc1_variance_ratio", "effective_rank",
                "isoscore", "partition_isotropy", "outlier_dims", "cosine_contribution")
-EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13, "untrained-gpt2": 13,
+EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13, "untrained-gpt2": 13, "untrained-rwkv": 13,
                    "untrained-smollm2": 31, "untrained-byt5-small": 13, "untrained-minilm-l6": 7,
                    "untrained-canine-s": 17, "dinov2-vits14": 13, "whisper-tiny-en": 5,
                    "whisper-base": 7, "mobilenet-v2": 19, "untrained-vit-s14": 13, "untrained-whisper-tiny": 5,
@@ -34,7 +34,7 @@ EXPECTED_LAYERS = {"minilm-l6": 7, "smollm2-135m": 31, "untrained-bert-base": 13
 # a control without its shared input (ModelEntry.shared_of) has the layers of the control it is drawn as
 EXPECTED_LAYERS.update({m: EXPECTED_LAYERS[e.shared_of] for m, e in BUILTIN_MODELS.items() if e.shared_of})
 # the first load dequantizes SmolLM2's GGUF (~15 s) or converts ONNX / CTranslate2 weights; big random models
-SLOW_MODELS = {"untrained-bert-base-noshared",
+SLOW_MODELS = {"untrained-bert-base-noshared", "untrained-rwkv",
                "smollm2-135m", "untrained-smollm2", "untrained-byt5-small", "untrained-canine-s", "dinov2-vits14",
                "whisper-tiny-en",               "whisper-base", "mobilenet-v2", "untrained-vit-s14", "untrained-whisper-tiny",
                "untrained-mobilenet-v2", "untrained-resnet50"}
