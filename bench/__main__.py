@@ -34,13 +34,13 @@ from bench.common import (  # noqa: E402
     command,
     cpu_share,
     cpu_times,
+    jsonable,
     link_converted_models,
     loadavg,
     log,
     machine_info,
-    publish,
 )
-from bench.report import GPU_TITLE, render_doc, render_gpu  # noqa: E402
+from bench.report import render_doc  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
                  "attention", "chain", "geometry"]
@@ -78,7 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         return papers_main([x for x in argv if x != "--godey"])
     a = build_parser().parse_args(argv)
     if a.device == "cuda":
-        return run_gpu(a, argv)
+        from bench.gpu import main as gpu_main  # lazy: torch only for the GPU section
+
+        return gpu_main(a, argv)
     only = SECTION_ORDER if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
     bad = [s for s in only if s not in SECTION_ORDER]
     if bad:
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(render_doc(results) + "\n")
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1, default=_jsonable))
+        Path(a.json).write_text(json.dumps(results, indent=1, default=jsonable))
     return 0
 
 
@@ -172,38 +174,10 @@ def apply_overrides(sizes, items: list[str]) -> dict:
     return done
 
 
-def _jsonable(o):
-    return o.tolist() if hasattr(o, "tolist") else str(o)  # numpy arrays and scalars; anything else as text
-
-
 def _sizes_summary(sizes) -> dict:
     d = dataclasses.asdict(sizes)
     d["peer_mem_cap"] = f"{d['peer_mem_cap'] / 2**30:.2f} GiB"
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
-
-
-def run_gpu(a, argv: list[str]) -> int:
-    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from bench.gpu import cuda_refusal, section_distributed, section_gpu
-
-    why = cuda_refusal()
-    if why:
-        print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
-              "the CPU benchmark is `python -m bench`.", file=sys.stderr)
-        return 2
-    import torch  # lazy: torch and transformers only in the sections that run a model
-    import transformers
-
-    log(f"GPU section on {torch.cuda.get_device_name(0)}")
-    g = section_gpu("cuda", "bfloat16", peak=a.gpu_peak_tflops)
-    # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
-    g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
-    g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
-                 "transformers": transformers.__version__, "command": command("python -m bench", argv)}
-    publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
-    if a.json:
-        Path(a.json).write_text(json.dumps(g, indent=1, default=_jsonable))
-    return 0
 
 
 if __name__ == "__main__":

@@ -41,6 +41,11 @@ def command(prog: str, argv: list[str] | None) -> str:
     return prog + "".join(" " + re.sub(r"(?<![\w.~-])/(?:[^/\s]+/)+", "", x) for x in argv)
 
 
+def jsonable(o):
+    """--json's fallback: numpy arrays and scalars as lists and numbers, anything else as text."""
+    return o.tolist() if hasattr(o, "tolist") else str(o)
+
+
 def log(msg: str) -> None:
     """Progress on stderr, with the time since the bench started."""
     sys.stderr.write(f"[bench {time.monotonic() - _T0:7.1f}s] {msg}\n")
@@ -78,49 +83,53 @@ def timeit(fn, reps: int) -> list[float]:
     return [seconds(fn) for _ in range(reps)]
 
 
-def ab_ratio(bare_s: list, tool_s: list, n: int, per: str = "tokens_per_s", goal: float = 0.90) -> dict:
-    """An A/B of the bare forward and the tool over `n` analysed positions: the times, each side's throughput
-    (`bare_<per>`, `tool_<per>`), ratio = median bare / median tool, and the range of the per-pair ratios."""
+def ab_ratio(bare_s: list, tool_s: list, n: int, goal: float = 0.90) -> dict:
+    """An A/B of the bare forward and the tool over `n` analysed positions: the times, ratio = median bare / median
+    tool, and a table row's cells: each side's throughput, the ratio with the range of the per-pair ratios, the goal."""
     pair = [b / t for b, t in zip(bare_s, tool_s)]
     ratio = median(bare_s) / median(tool_s)
-    return {"bare_s": bare_s, "tool_s": tool_s, f"bare_{per}": n / median(bare_s), f"tool_{per}": n / median(tool_s),
-            "ratio": ratio, "pair_ratio_min": min(pair), "pair_ratio_max": max(pair), "met": ratio >= goal}
+    return {"bare_s": bare_s, "tool_s": tool_s, "ratio": ratio, "met": ratio >= goal,
+            "cells": [fi(n / median(bare_s)), fi(n / median(tool_s)), f"**{fr(ratio)}** ({fr(min(pair))}-{fr(max(pair))})",
+                      met(ratio >= goal)]}
 
 
 # ----------------------------------------------------------------------------- markdown
-def finite(x) -> bool:
+def _num(x) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def fs(x, nd: int = 2) -> str:
     """Seconds."""
-    if not finite(x):
-        return "n/a"
-    return f"{x:.{nd}f} s" if x < 100 else f"{x:.0f} s"
+    return "n/a" if not _num(x) else f"{x:.{nd}f} s" if x < 100 else f"{x:.0f} s"
 
 
 def fr(x, nd: int = 3) -> str:
     """A ratio."""
-    return f"{x:.{nd}f}" if finite(x) else "n/a"
+    return f"{x:.{nd}f}" if _num(x) else "n/a"
 
 
 def fb(n) -> str:
     """Bytes, binary units."""
-    if not finite(n):
-        return "n/a"
-    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+    return "n/a" if not _num(n) else f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
 def fi(n) -> str:
-    return f"{int(n):,}" if finite(n) else "n/a"
-
-
-def ftps(x) -> str:
-    return f"{x:,.0f}" if finite(x) else "n/a"
+    """A count or a rate, to the unit, with thousands separators."""
+    return f"{n:,.0f}" if _num(n) else "n/a"
 
 
 def met(flag) -> str:
     return "n/a" if flag is None else "met" if flag else "**MISSED**"
+
+
+def status(r: dict) -> str:
+    """How a run ended, for a table cell: ok, out of memory (where), not run (why), or the error's tail."""
+    st = r.get("status", "ok")
+    if st == "oom":
+        return ("out of memory" + (f" during {r['oom_stage']}" if r.get("oom_stage") else "")
+                + (f" (`{r['error'][:120]}`)" if r.get("error") else ""))
+    return "ok" if st == "ok" else f"not run: {r.get('reason', '')}" if st == "skipped" else \
+        f"{st}: {(r.get('error') or '')[-160:]}"
 
 
 def table(header: list, rows: list[list]) -> str:
@@ -388,9 +397,14 @@ class RssSampler:
         return self
 
     def __exit__(self, *exc):
-        self.set(self.stage)
+        self.set("end")
         self._stop.set()
         self._t.join()
+
+    def report(self) -> dict:
+        """The maximum RSS per stage, and the seconds per stage (the stages between the start and the end)."""
+        return {"rss_by_stage": self.by_stage, "seconds_by_stage": {k: v for k, v in self.seconds.items()
+                                                                    if k not in ("start", "end")}}
 
 
 # ----------------------------------------------------------------------------- profiles

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from bench.common import log, median
+from bench.common import fi, fr, fs, log, median, met
 from core.base.config import CONFIG
 from core.base.spec import DEFAULT_CORPUS as CORPUS
 from core.base.spec import DEFAULT_SAMPLE as SAMPLE
@@ -79,7 +79,7 @@ def section_geometry(ctx) -> dict:
 
 def _section_geometry(ctx) -> dict:
     sizes = ctx.sizes
-    out = {"goal": GOAL, "tokens": sizes.geometry_tokens, "sample": SAMPLE, "models": []}
+    rows, out = [], {"summary": [], "times": {}}
     for ident in ("minilm-l6", "smollm2-135m"):
         reps = int(sizes.geometry_reps.get(ident, 1))
         if reps <= 0:
@@ -109,15 +109,19 @@ def _section_geometry(ctx) -> dict:
                 f"{', '.join(f'{k} {v:.2f}' for k, v in p.items() if k not in ('total', 'cpu'))}){msg}")
             n_layers, K, n_tok = stats.n_layers, int(stats.arrays["sample"].shape[1]), int(res["layers"][0]["n_tokens"])
             del stats, res
-        news, new_cpu = [p["total"] for p in parts], [p["cpu"] for p in parts]
-        ratio = median(news) / (median(runs) - median(news))
-        row = {"model": ident, "tokens_analysed": n_tok, "n_layers": n_layers, "sample": K, "reps": reps,
-               "run_s": runs, "run_cpu_s": cpus, "new_s": news, "new_cpu_s": new_cpu,
-               "parts_s": {k: median([p[k] for p in parts]) for k in parts[0]},
-               "ratio": ratio, "ratio_cpu": median(new_cpu) / (median(cpus) - median(new_cpu)), "met": ratio <= GOAL,
-               "registry_s": registry, "registry_keys": [st.key for st in S.STATISTICS]}
-        if lens:
-            row.update(lens_s=lens, lens_ratio=median(lens) / (median(runs) - median(news)),
-                       lens_positions=LENS_POSITIONS)
-        out["models"].append(row)
+        out["times"][ident] = {"run_s": runs, "run_cpu_s": cpus, "parts_s": parts, "lens_s": lens, "registry_s": registry}
+        new, new_cpu = median(p["total"] for p in parts), median(p["cpu"] for p in parts)
+        part = {k: median(p[k] for p in parts) for k in parts[0]}
+        ratio = new / (median(runs) - new)
+        rows.append([ident, fi(n_tok), n_layers, fi(K), reps, f"{fs(median(runs))} ({fs(median(cpus))} CPU)",
+                     f"{fs(new)} ({fs(new_cpu)} CPU)",
+                     f"per layer {fs(part['per_layer'])}, CKA {fs(part['cka'])}, baselines {fs(part['isotropic'])}",
+                     f"**{fr(ratio)}** (CPU {fr(new_cpu / (median(cpus) - new_cpu))})", met(ratio <= GOAL),
+                     f"{fs(median(lens))} on {LENS_POSITIONS} positions: **{fr(median(lens) / (median(runs) - new))}**"
+                     if lens else "n/a (no LM head)"])
+        out["summary"].append([f"Intrinsic dimension, matrix entropy and CKA on top of a default run ({ident}, {fi(n_tok)} "
+                               f"tokens, sample {fi(K)})", "<= 0.10", fr(ratio), met(ratio <= GOAL)])
+    out["md"] = [f"The app's default run: wiki-en, {fi(sizes.geometry_tokens)} tokens, sample {fi(SAMPLE)}.",
+                 (["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
+                   f"Ratio (goal <= {GOAL})", "Status", "Logit lens (opt-in): time, ratio"], rows)]
     return out

@@ -14,8 +14,22 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import ROOT, alternate, bare_forward, child_env, log, median, seconds, subset_windows
+from bench.common import (
+    ROOT,
+    alternate,
+    bare_forward,
+    child_env,
+    command,
+    jsonable,
+    log,
+    machine_info,
+    median,
+    publish,
+    seconds,
+    subset_windows,
+)
 from bench.peers import run_peer
+from bench.report import GPU_TITLE, render_gpu
 from core.base.cache import CacheStore
 from core.base.spec import RunSpec
 from core.compute.distributed import spec_args, torchrun_command
@@ -34,66 +48,45 @@ def peak_tflops(device_name: str) -> float | None:
     return next((val for key, val in BF16_PEAK_TFLOPS if key.lower() in device_name.lower()), None)
 
 
-# The registered random-init models of real sizes (`python -m core models`), one definition of each shape.
+# The registered random-init models of real sizes (`python -m core models`) and their tokenizers, one definition each.
 GPU_MODELS = {"BERT-base": ("bert", "untrained-bert-base"), "GPT-2 (124M)": ("gpt2", "untrained-gpt2"),
               "LLaMA-style 1B": ("gpt2", "untrained-llama-1b"), "LLaMA-style 8B": ("gpt2", "untrained-llama-8b")}
 PEER_MODELS = ("BERT-base", "GPT-2 (124M)")  # the per-document peer keeps every hidden state on the host
 
 
-def _tokenizer(kind: str):
-    if kind == "bert":
-        from transformers import AutoTokenizer  # lazy: transformers only in the sections that run a model
-
-        return AutoTokenizer.from_pretrained(str(minilm_folder()))
-
-    return gpt2_tokenizer()
-
-
-def build_model(cfg, device: str, dtype):
-    """A random-init base model (no LM head) directly on `device` in `dtype`."""
-    import torch  # lazy: torch and transformers only in the sections that run a model
-    import transformers as tf
-
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = tf.AutoModel.from_config(cfg, dtype=dtype)
-    return model.eval()
-
-
 def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100_000, batch_size: int = 16,
                 reps: int = 3, configs: dict | None = None, peak: float | None = None,
                 peer_tokens: int = 20_000) -> dict:
-    import torch  # lazy: torch only in the sections that run a model
+    """Each random-init model of GPU_MODELS (or `configs`: label -> (tokenizer kind, config)), built on `device` in
+    `dtype`: the bare forward vs the tool (alternating), forward TFLOP/s, peak memory; the per-document peer on two."""
+    import torch  # lazy: torch and transformers only in the sections that run a model
+    import transformers as tf
 
     from core.inputs.corpora import load_documents, tokenize_budget
 
-    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
     is_cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if is_cuda else None
     name = torch.cuda.get_device_name(0) if is_cuda else "cpu"
-    peak = peak or (peak_tflops(name) if is_cuda else None)
     docs = load_documents("wiki-en")
     configs = configs or {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
-    out = {"device": name, "dtype": dtype, "tokens_requested": tokens, "batch_size": batch_size, "reps": reps,
-           "peak_tflops": peak, "models": []}
     toks = {}
+    out = {"device": name, "dtype": dtype, "tokens_requested": tokens, "batch_size": batch_size, "reps": reps,
+           "peak_tflops": peak or (peak_tflops(name) if is_cuda else None), "models": []}
     for label, (tok_kind, cfg) in configs.items():
         log(f"gpu: {label}")
         if tok_kind not in toks:
-            toks[tok_kind] = _tokenizer(tok_kind)
-        tok = toks[tok_kind]
-        pad = int(tok.pad_token_id or 0)
-        row = {"model": label}
+            toks[tok_kind] = tf.AutoTokenizer.from_pretrained(str(minilm_folder())) if tok_kind == "bert" else gpt2_tokenizer()
+        pad, row = int(toks[tok_kind].pad_token_id or 0), {"model": label}
         try:
-            model = build_model(cfg, device, tdt)
+            torch.manual_seed(0)
+            with torch.device(device):  # a random-init base model (no LM head) directly on the device, in its dtype
+                model = tf.AutoModel.from_config(cfg, dtype=getattr(torch, dtype)).eval()
             n_params = sum(p.numel() for p in model.parameters())
             emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
-            max_len = min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512))
-            w = tokenize_budget(docs, tok, tokens, max_len, 0, "wiki-en")
+            w = tokenize_budget(docs, toks[tok_kind], tokens, min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512)),
+                                0, "wiki-en")
             batches = plan_batches(w, batch_size)
-            n_an = int(w.n_content_tokens)
-            warm = subset_windows(w, min(n_an, 4 * batch_size * 128))
-            bare_forward(model, warm, plan_batches(warm, batch_size), pad, device, sync)
+            n_an, fed = int(w.n_content_tokens), int(w.n_tokens_total)
 
             def tool(win):
                 t0 = time.perf_counter()
@@ -102,26 +95,29 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                     sync()
                 return time.perf_counter() - t0
 
+            warm = subset_windows(w, min(n_an, 4 * batch_size * 128))
+            bare_forward(model, warm, plan_batches(warm, batch_size), pad, device, sync)
             tool(warm)
             if is_cuda:
                 torch.cuda.reset_peak_memory_stats()
             runs = alternate(reps, {"bare": lambda: bare_forward(model, w, batches, pad, device, sync), "tool": lambda: tool(w)})
-            bare_s, tool_s = runs["bare"], runs["tool"]
-            fed = int(w.n_tokens_total)
-            tb = median(bare_s)
-            row.update(n_params=int(n_params), n_params_non_embedding=int(n_params - emb),
-                       n_layers=int(getattr(cfg, "num_hidden_layers", 0) or getattr(cfg, "n_layer", 0)),
-                       d=int(getattr(cfg, "hidden_size", 0) or getattr(cfg, "n_embd", 0)), tokens_analysed=n_an,
-                       tokens_fed=fed, n_batches=len(batches), bare_s=bare_s, tool_s=tool_s,
-                       bare_tokens_per_s=n_an / tb, tool_tokens_per_s=n_an / median(tool_s),
-                       ratio=tb / median(tool_s), tflops=2 * n_params * fed / tb / 1e12,
-                       tflops_non_embedding=2 * (n_params - emb) * fed / tb / 1e12, status="ok")
-            if peak:
-                row["mfu"] = row["tflops"] / peak
+            tb, tt = median(runs["bare"]), median(runs["tool"])
+            row.update(n_params=int(n_params), tokens_analysed=n_an, tokens_fed=fed, bare_s=runs["bare"], tool_s=runs["tool"],
+                       bare_tokens_per_s=n_an / tb, tool_tokens_per_s=n_an / tt, ratio=tb / tt,
+                       tflops=2 * n_params * fed / tb / 1e12, tflops_non_embedding=2 * (n_params - emb) * fed / tb / 1e12,
+                       status="ok")
+            if out["peak_tflops"]:
+                row["mfu"] = row["tflops"] / out["peak_tflops"]
             if is_cuda:
                 row["max_memory_allocated_bytes"] = int(torch.cuda.max_memory_allocated())
             if label in PEER_MODELS and peer_tokens:
-                row["peer"] = _peer_vs_tool(model, subset_windows(w, peer_tokens), tool, device)
+                # the per-document peer (one forward per document, hidden states to the host, sampled pairs) against the
+                # tool on the same windows: the speed-up of batching and on-device statistics
+                pw = subset_windows(w, peer_tokens)
+                analysed = analysed_masks(pw, "exclude")
+                tool_s, peer_s = tool(pw), seconds(lambda: run_peer(model, pw, analysed, "sampled", device=device))
+                row["peer"] = {"tokens": int(sum(int(m.sum()) for m in analysed)), "tool_s": tool_s, "peer_s": peer_s,
+                               "speedup": peer_s / tool_s}
         except torch.OutOfMemoryError as e:
             row.update(status="oom", error=str(e).splitlines()[0][:200])
         finally:
@@ -130,17 +126,6 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 torch.cuda.empty_cache()
         out["models"].append(row)
     return out
-
-
-def _peer_vs_tool(model, w, tool, device: str) -> dict:
-    """The per-document peer (one forward per document, hidden states to the host, sampled pairs)
-    against the tool on the same windows: the speed-up of batching and on-device statistics."""
-
-    analysed = analysed_masks(w, "exclude")
-    tool_s = tool(w)
-    peer_s = seconds(lambda: run_peer(model, w, analysed, "sampled", device=device))
-    n = int(sum(int(m.sum()) for m in analysed))
-    return {"tokens": n, "tool_s": tool_s, "peer_s": peer_s, "speedup": peer_s / tool_s}
 
 
 def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", tokens: int = 200_000,
@@ -170,18 +155,36 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
             rel = [abs(x[k] - y[k]) / max(abs(x[k]), 1e-300) for x, y in zip(a["layers"], b["layers"]) for k in exact
                    if x[k] is not None and y[k] is not None]
             samp = report_keys("sample")
+            got = [CacheStore(d).get(a["manifest"]["cache_key"]) for d in (f"{tmp}/one", f"{tmp}/many")]  # the samples
             out.update(tokens_analysed=a["manifest"]["tokens"]["analysed"], max_rel_diff_exact=max(rel),
                        sample_metrics_identical=all(x[k] == y[k] for x, y in zip(a["layers"], b["layers"]) for k in samp),
                        same_cache_key=a["manifest"]["cache_key"] == b["manifest"]["cache_key"],
-                       sample_identical=_same_sample(a["manifest"]["cache_key"], f"{tmp}/one", f"{tmp}/many"),
+                       sample_identical=None not in got and bool(np.array_equal(got[0][1]["sample"], got[1][1]["sample"])),
                        forward_s={n: r["manifest"]["timing"]["forward_s"] for n, r in res.items()})
     return out
 
 
-def _same_sample(key: str, one: str, many: str) -> bool:
-    """Whether two cache entries of one key hold the same sample, bit for bit."""
-    a, b = CacheStore(one).get(key), CacheStore(many).get(key)
-    return a is not None and b is not None and bool(np.array_equal(a[1]["sample"], b[1]["sample"]))
+def main(a, argv: list[str]) -> int:
+    """`python -m bench --device cuda` (`a`: its parsed arguments): refused without CUDA, else the section measured and
+    written into its markers."""
+    why = cuda_refusal()
+    if why:
+        print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
+              "the CPU benchmark is `python -m bench`.", file=sys.stderr)
+        return 2
+    import torch  # lazy: torch and transformers only in the sections that run a model
+    import transformers
+
+    log(f"GPU section on {torch.cuda.get_device_name(0)}")
+    g = section_gpu("cuda", "bfloat16", peak=a.gpu_peak_tflops)
+    # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
+    g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
+    g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
+                 "transformers": transformers.__version__, "command": command("python -m bench", argv)}
+    publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
+    if a.json:
+        Path(a.json).write_text(json.dumps(g, indent=1, default=jsonable))
+    return 0
 
 
 def cuda_refusal() -> str | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from bench.common import ab_ratio, alternate, log, seconds
+from bench.common import ab_ratio, alternate, fi, log, seconds
 from core.compute.extract import extract_stats
 from core.inputs.convert.whisper import log_mel
 from core.inputs.modalities.adapters import adapter_for, pixel_array
@@ -37,8 +37,8 @@ def _tool(model, adapter, items, sample: int) -> float:
 
 
 def section_modalities(ctx) -> dict:
-    sizes = ctx.sizes
-    out = {"goal": 0.90, "order": "alternating A B B A: bare, tool, tool, bare, ...", "models": []}
+    """Bare forward vs the tool's extraction, alternating, for an image and a speech model."""
+    sizes, rows, out = ctx.sizes, [], {"times": {}}
     for ident, corpus in MODELS:
         lm = ctx.model(ident)
         adapter = adapter_for(lm.base)
@@ -47,14 +47,14 @@ def section_modalities(ctx) -> dict:
         items = build_items(modality, load_payloads(modality, corpus, ctx.cache), adapter, lm.base, tokens, SEED)
         batches = plan_batches(items, BATCH)
         n = items.n_content_tokens
-        reps = sizes.modal_reps
-        log(f"modalities: {ident} on {corpus}, {n:,} analysed positions in {len(items.ids)} items, {reps} reps")
+        log(f"modalities: {ident} on {corpus}, {n:,} analysed positions in {len(items.ids)} items, {sizes.modal_reps} reps")
         _bare(lm.base, adapter, items, batches[:1])  # warm-up, untimed
         _tool(lm.base, adapter, items, 500)
-        runs = alternate(reps, {"bare": lambda: _bare(lm.base, adapter, items, batches),
-                                "tool": lambda: _tool(lm.base, adapter, items, 5000)})
-        out["models"].append({"model": ident, "label": lm.info.get("label", ident), "corpus": corpus,
-                              "items": len(items.ids), "positions_fed": int(items.n_tokens_total),
-                              "positions_analysed": int(n), "batch_size": BATCH, "reps": reps,
-                              **ab_ratio(runs["bare"], runs["tool"], n, per="per_s")})
+        runs = alternate(sizes.modal_reps, {"bare": lambda: _bare(lm.base, adapter, items, batches),
+                                            "tool": lambda: _tool(lm.base, adapter, items, 5000)})
+        out["times"][ident] = ab = ab_ratio(runs["bare"], runs["tool"], n)
+        rows.append([lm.info.get("label", ident), corpus, f"{fi(int(n))} ({fi(int(items.n_tokens_total))} fed)",
+                     len(items.ids), sizes.modal_reps, *ab.pop("cells")])
+    out["md"] = [(["Model", "Corpus", "Positions analysed", "Items", "Reps", "Bare pos/s", "Tool pos/s", "Ratio (range)",
+                   "Goal >= 0.90"], rows)]
     return out

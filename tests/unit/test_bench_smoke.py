@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench import common, report
-from bench.common import median, profile_diff_table, run_task
+from bench.common import median, met, profile_diff_table, run_task
 from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, sampled_pairs_mean_cosine
 
 
@@ -28,39 +28,26 @@ def _meta(**kw):
 
 
 def _sections():
+    """Sections as bench.sections hands them over: markdown blocks and summary rows, made with bench.common's helpers."""
     prof = profile_diff_table({"aten::addmm": (10.0, 3)}, {"aten::addmm": (11.0, 3), "aten::scatter_add_": (5.0, 9)})
-    stage = {"rss_by_stage": {"load": 400 * 2**20}, "seconds_by_stage": {"load": 1.0}}
+    oom = {"status": "oom", "oom_stage": "similarity", "seconds": 1.0, "peak_rss_bytes": 6e8}
     return {
-        "overhead": {"order": "ABBA", "models": [
-            {"model": "m", "label": "Model M", "tokens_requested": 600, "tokens_analysed": 580, "tokens_fed": 600,
-             "n_batches": 2, "padding_fraction": 0.1, "reps": 1, "bare_tokens_per_s": 1000.0,
-             "tool_tokens_per_s": 800.0, "ratio": 0.8, "pair_ratio_min": 0.8, "pair_ratio_max": 0.8, "met": False,
-             "profile": {"tokens": 150, **prof}}]},
-        "peers": {"cap_bytes": 2**30, "pairs": 100, "note": "n", "rows": [
-            {"tokens": 400, "tool": {"status": "ok", "seconds": 2.0, "peak_rss_bytes": 5e8, "n_tokens": 400,
-                                     "tokens_per_s": 200.0, **stage},
-             "sampled": {"status": "ok", "seconds": 1.0, "peak_rss_bytes": 6e8, "n_tokens": 400, "tokens_per_s": 400.0,
-                         "max_abs_err_vs_exact": 1e-3, **stage},
-             "allpairs": {"status": "oom", "oom_stage": "similarity", "seconds": 1.0, "peak_rss_bytes": 6e8},
-             "tool_vs_sampled_speed": 0.5}],
-            "allpairs_oom_at": 400, "allpairs_failed_at": 400, "allpairs_failure": "oom",
-            "profile": {"tokens": 400, "table": "ncalls ..."}},
-        "memory": {"batch_size": 16, "sample": 5000, "rows": [
-            {"tokens": 400, "status": "ok", "seconds": 1.0, "peak_rss_bytes": 5e8},
-            {"tokens": 4000, "status": "ok", "seconds": 2.0, "peak_rss_bytes": 5.2e8}], "ratio": 1.04, "met": True},
-        "cache": {"runs": [{"model": "minilm-l6", "tokens": 600, "tokens_analysed": 580, "sample": 580, "n_layers": 7,
-                            "stats_sample_bytes": 2**20, "first_s": 5.0, "repeat_s": [0.3, 0.4],
-                            "repeat_median_s": 0.35, "torch_imported": False, "heavy_modules": [], "met": True}],
-                  "page": {"status": "skipped", "reason": "no app"}},
-        "projection": {"n_points": 600, "d": 384, "source": "s", "cold": {"status": "skipped", "reason": "quick"},
-                       "warm_s": [0.5], "warm_median_s": 0.5, "pca_median_s": 0.01,
-                       "project_umap": {"first_s": 3.0, "first_cached": False, "fit_s": 2.5, "hit_s": [0.05],
-                                        "hit_median_s": 0.05, "hit_cached": True, "n_points": 600}},
-        "batching": {"tokens_analysed": 580, "n_windows": 8, "reps": 1, "rows": [
-            {"batch_size": 1, "default": False, "n_batches": 8, "tokens_per_s": 100.0, "speedup_vs_1": 1.0,
-             "padding_fraction": 0.0, "padding_fraction_unsorted": 0.0}]},
-        "postproc": {"shape": [200, 576], "layer": 15, "source": "s", "reps": 2, "goal_s": 0.5, "met": True,
-                     "rows": [{"post": "raw", "seconds": [0.1], "median_s": 0.1, "met": True}]},
+        "overhead": {"md": [(["Model", "Ratio (range)", "Goal >= 0.90"], [["Model M", "**0.800** (0.800-0.800)", met(False)]]),
+                            "**Why Model M misses the goal** - torch.profiler:",
+                            (["op", "extra ms"], [[r["op"], f"{r['extra_ms']:+.1f}"] for r in prof["rows"]])],
+                     "summary": [["Extraction vs bare forward, Model M (580 tokens)", ">= 0.90", "0.800", met(False)]]},
+        "peers": {"md": [(["Tokens", "Run", "Status", "Time", "Peak RSS"], [
+            ["400", "peer, all pairs", common.status(oom), common.fs(oom["seconds"]), common.fb(oom["peak_rss_bytes"])]])],
+            "summary": [["Tool end to end vs per-document peer, speed (400 tokens)", ">= 1.0", "0.50", met(0.5 >= 1.0)]]},
+        "memory": {"md": ["Batch 16, sample 5000."], "summary": [["Peak RSS 4,000 / 400 tokens", "<= 1.10", "1.040", met(True)]]},
+        "cache": {"md": [(["Model"], [["minilm-l6"]]),
+                         f"**Page re-render from cache.** {common.status({'status': 'skipped', 'reason': 'no app'})}."]},
+        "projection": {"md": ["600 points at d=384 (s)."]},
+        "batching": {"md": ["580 analysed tokens in 8 windows, 1 alternating repetition(s)."]},
+        "postproc": {"md": ["X = 200 x 576 float32, s, layer 15; median of 2 runs.",
+                            (["Post-processing", "Time", "Goal < 0.5 s"], [["raw", common.fs(0.1, 3), met(True)]])],
+                     "summary": [["All sample metrics of one layer after post-processing (200 x 576), slowest choice (raw)",
+                                  "< 0.5 s", "0.100 s", met(True)]]},
     }
 
 
@@ -71,10 +58,13 @@ def test_markdown_writer_renders_every_section_and_flags_misses():
     for name in ("run", *_sections()):  # each section's figures between its markers
         assert md.count(common.markers(name)[0]) == md.count(common.markers(name)[1]) == 1
     assert "QUICK MODE" in md
-    assert "**MISSED**" in md and "aten::scatter_add_" in md  # the profile explains the miss
-    assert "out of memory during similarity" in md
+    assert "**MISSED**" in md and "| aten::scatter_add_ | +5.0 |" in md  # the profile explains the miss
+    assert "| Extraction vs bare forward, Model M (580 tokens) | >= 0.90 | 0.800 | **MISSED** |" in md  # in the summary
+    assert "out of memory during similarity" in md and "not run: no app" in md
     assert "not quiet" in md  # load average 3.0 on 2 cores
     assert "## GPU" not in md  # a CPU run leaves the GPU section alone
+    summary = md[md.index("## Summary"):md.index("Sizes:")]  # the sections' rows in their order
+    assert summary.index("Model M") < summary.index("(400 tokens)") < summary.index("4,000 / 400") < summary.index("(raw)")
 
 
 def test_section_error_is_rendered():
@@ -273,13 +263,17 @@ def test_alternate_runs_in_a_b_b_a_order():
     assert runs == {"a": [1.0, 1.0, 1.0], "b": [(2.0, "x")] * 3}
 
 
-def test_a_section_renders_to_hand_written_markdown():
-    md = report.render_postproc({"shape": [200, 576], "layer": 15, "source": "SmolLM2 sample", "reps": 2,
-                                 "rows": [{"post": "raw", "median_s": 0.1234, "met": True},
-                                          {"post": "whitening", "median_s": float("nan"), "met": False}]})
+def test_the_one_renderer_turns_blocks_into_hand_written_markdown():
+    md = report.blocks(["X = 200 x 576 float32, SmolLM2 sample, layer 15; median of 2 runs.",
+                        (["Post-processing", "Time", "Goal < 0.5 s"], [["raw", common.fs(0.1234, 3), met(True)],
+                                                                      ["whitening", common.fs(float("nan"), 3), met(False)]])])
     assert md == (  # the method is BENCHMARKS.md's, above the section's markers: here the figures only
         "X = 200 x 576 float32, SmolLM2 sample, layer 15; median of 2 runs.\n\n"
         "| Post-processing | Time | Goal < 0.5 s |\n"
         "|---|---|---|\n"
         "| raw | 0.123 s | met |\n"
         "| whitening | n/a | **MISSED** |")
+    assert common.fi(1234.6) == "1,235" and common.fb(3 * 2**29) == "1.50 GiB" and common.fr(None) == "n/a"
+    assert common.status({"status": "oom", "oom_stage": "forward", "error": "MemoryError: x"}) == \
+        "out of memory during forward (`MemoryError: x`)"
+    assert common.status({"status": "killed", "error": "Killed"}) == "killed: Killed"
