@@ -17,7 +17,8 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import alternate, command, loadavg, median, run_task, table
+from bench.common import alternate, command, loadavg, median, run_task
+from bench.report import blocks
 from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
@@ -57,8 +58,9 @@ def bare_loop(spec, data, steps: int) -> float:
 
 
 def one_run(spec, which: str) -> dict:
-    """One timed run in this process: "tool" (core.studies.training.train), "bare" (the plain loop) or
-    "bare-steady" (the plain loop after the tool's malloc setting, core.studies.training.steady_malloc)."""
+    """One timed run in this process, in tokens/s: "tool" (core.studies.training.train; also without its log-spaced
+    checkpoints, and its steps alone), "bare" (the plain loop) or "bare-steady" (the plain loop after the tool's malloc
+    setting, core.studies.training.steady_malloc)."""
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.studies.training import build_data, make_tokenizer, steady_malloc, train
 
@@ -69,18 +71,18 @@ def one_run(spec, which: str) -> dict:
             t = train(spec.replace(name="bench"), cache_dir=d)["timing"]
         finally:
             shutil.rmtree(d, ignore_errors=True)
-        return {"tool": tokens / t["train_s"], "tool_without_checkpoints": tokens / (t["train_s"] - t["checkpoint_s"]),
-                "tool_loop": tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]),
+        return {"rate": tokens / t["train_s"], "without_checkpoints": tokens / (t["train_s"] - t["checkpoint_s"]),
+                "loop": tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]),
                 "timing": {k: t[k] for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s")}}
     data = build_data(spec, make_tokenizer(spec))
     if which == "bare-steady":
         steady_malloc()
-    return {which: tokens / bare_loop(spec, data, spec.steps)}
+    return {"rate": tokens / bare_loop(spec, data, spec.steps)}
 
 
-def throughput(spec, reps: int) -> dict:
-    """Every run in a fresh interpreter (what one run of the tool or of a user's script sees: no
-    allocator or thread state left by the previous run), alternating the order between reps."""
+def throughput(spec, reps: int) -> list:
+    """The tool against the bare loop, every run in a fresh interpreter (what one run of the tool or of a user's script
+    sees: no allocator or thread state left by the previous run), alternating the order between reps: markdown blocks."""
     def one(which: str) -> tuple[float, dict]:
         got = run_task("train_one", {"which": which, "spec": spec.to_dict()}, timeout=7200)
         if got["status"] != "ok":
@@ -89,18 +91,30 @@ def throughput(spec, reps: int) -> dict:
 
     got = alternate(reps, {w: partial(one, w) for w in ("tool", "bare", "bare-steady")})  # drift falls on all sides
     runs = {k: [g for _, g in v] for k, v in got.items()}
-    parts = [g["timing"] for g in runs["tool"]]
-    tool = {k: median([g[k] for g in runs["tool"]]) for k in ("tool", "tool_without_checkpoints", "tool_loop")}
-    bare, steady = median([g["bare"] for g in runs["bare"]]), median([g["bare-steady"] for g in runs["bare-steady"]])
-    tokens = spec.steps * spec.batch_size * spec.seq_len
-    return {"tokens": tokens, **tool, "bare": bare, "bare_steady": steady, "ratio": tool["tool"] / bare,
-            "ratio_without_checkpoints": tool["tool_without_checkpoints"] / bare, "ratio_loop": tool["tool_loop"] / bare,
-            "ratio_steady": tool["tool"] / steady, "reps": reps, "all_tool": [g["tool"] for g in runs["tool"]],
-            "all_bare": [g["bare"] for g in runs["bare"]], "all_bare_steady": [g["bare-steady"] for g in runs["bare-steady"]],
-            "timing": parts}
+    rate = {k: median(g["rate"] for g in v) for k, v in runs.items()}
+    tool = {k: median(g[k] for g in runs["tool"]) for k in ("without_checkpoints", "loop")}
+    each = {k: ", ".join(f"{g['rate']:,.0f}" for g in v) for k, v in runs.items()}
+    return [(["", "tokens/s", "ratio to the bare loop"], [
+        ["bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping)", f"{rate['bare']:,.0f}", 1],
+        ["the same bare loop after the tool's malloc setting (`core.studies.training.steady_malloc`)",
+         f"{rate['bare-steady']:,.0f}", f"{rate['bare-steady'] / rate['bare']:.2f}"],
+        ["`core.studies.training.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss)", f"{rate['tool']:,.0f}",
+         f"**{rate['tool'] / rate['bare']:.2f}** (goal >= 0.9)"],
+        ["the same without the log-spaced checkpoints (saves + held-out loss)", f"{tool['without_checkpoints']:,.0f}",
+         f"{tool['without_checkpoints'] / rate['bare']:.2f}"],
+        ["the Trainer's steps alone (also without its resumable checkpoints)", f"{tool['loop']:,.0f}",
+         f"{tool['loop'] / rate['bare']:.2f}"]]),
+        f"Against the bare loop with the same malloc setting, the tool reaches {rate['tool'] / rate['bare-steady']:.2f}. "
+        "Every run is a fresh interpreter (`python -m bench.worker train_one`), in alternating order; tokens/s of each run: "
+        f"tool {each['tool']}; bare {each['bare']}; bare with the malloc setting {each['bare-steady']}.",
+        "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
+            f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which held-out loss "
+            f"{p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
+            for i, p in enumerate(g["timing"] for g in runs["tool"])) + "."]
 
 
-def series_cost(spec, max_tokens: int) -> dict:
+def series_cost(spec, max_tokens: int) -> list:
+    """A series of checkpoints analysed by `analyze_series` against as many separate analyses: markdown blocks."""
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
     from core.compute import pipeline
     from core.studies.series import analyze_series, series_specs
@@ -122,48 +136,11 @@ def series_cost(spec, max_tokens: int) -> dict:
         pipeline.analyze(sp, cache_dir=root / "b")
     t_sep = time.perf_counter() - t0
     shutil.rmtree(root, ignore_errors=True)
-    return {"checkpoints": n, "max_tokens": max_tokens, "series_s": t_series, "separate_s": t_sep,
-            "ratio": t_series / t_sep, "saved_per_checkpoint_s": (t_sep - t_series) / max(n - 1, 1)}
-
-
-def render(thr: dict, ser: dict | None, spec, cmd: str) -> str:
-    load = loadavg()
-    lines = [
-        "## Training (`" + cmd + "`)", "",
-        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end "
-        f"{load[0]:.1f}/{load[1]:.1f}/{load[2]:.1f} (a shared machine: see the note), torch threads "
-        f"{settings.env_value('OMP_NUM_THREADS') or 'default'}.", "",
-        f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} "
-        f"vocabulary {spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, "
-        f"median of {thr['reps']} alternating runs.", "",
-        table(["", "tokens/s", "ratio to the bare loop"], [
-            ["bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping)", f"{thr['bare']:,.0f}", 1],
-            ["the same bare loop after the tool's malloc setting (`core.studies.training.steady_malloc`)",
-             f"{thr['bare_steady']:,.0f}", f"{thr['bare_steady'] / thr['bare']:.2f}"],
-            ["`core.studies.training.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss)", f"{thr['tool']:,.0f}",
-             f"**{thr['ratio']:.2f}** (goal >= 0.9)"],
-            ["the same without the log-spaced checkpoints (saves + held-out loss)",
-             f"{thr['tool_without_checkpoints']:,.0f}", f"{thr['ratio_without_checkpoints']:.2f}"],
-            ["the Trainer's steps alone (also without its resumable checkpoints)", f"{thr['tool_loop']:,.0f}",
-             f"{thr['ratio_loop']:.2f}"]]), "",
-        f"Against the bare loop with the same malloc setting, the tool reaches {thr['ratio_steady']:.2f}. "
-        "Every run is a fresh interpreter (`python -m bench.worker train_one`), in alternating order; tokens/s of each run: tool "
-        + ", ".join(f"{x:,.0f}" for x in thr["all_tool"]) + "; bare " + ", ".join(f"{x:,.0f}" for x in thr["all_bare"])
-        + "; bare with the malloc setting " + ", ".join(f"{x:,.0f}" for x in thr["all_bare_steady"]) + ".", "",
-        "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
-            f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which "
-            f"held-out loss {p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
-            for i, p in enumerate(thr["timing"])) + ".", "",
-    ]
-    if ser is None:
-        return "\n".join(lines)
-    return "\n".join(lines + [
-        f"Series: {ser['checkpoints']} checkpoints analysed on {ser['max_tokens']:,} tokens of the training corpus each.",
-        "", table(["", "seconds"], [
-            ["`analyze_series` (corpus read and tokenized once)", f"{ser['series_s']:.1f}"],
-            [f"{ser['checkpoints']} separate `pipeline.analyze` calls (each reads and tokenizes)", f"{ser['separate_s']:.1f}"],
-            ["ratio", f"**{ser['ratio']:.2f}** ({ser['saved_per_checkpoint_s']:.2f} s saved per checkpoint after the first)"]]),
-    ])
+    return [f"Series: {n} checkpoints analysed on {max_tokens:,} tokens of the training corpus each.",
+            (["", "seconds"], [["`analyze_series` (corpus read and tokenized once)", f"{t_series:.1f}"],
+                               [f"{n} separate `pipeline.analyze` calls (each reads and tokenizes)", f"{t_sep:.1f}"],
+                               ["ratio", f"**{t_series / t_sep:.2f}** ({(t_sep - t_series) / max(n - 1, 1):.2f} s saved per "
+                                "checkpoint after the first)"]])]
 
 
 def main(argv=None) -> int:
@@ -182,9 +159,16 @@ def main(argv=None) -> int:
         spec, series_spec, max_tokens = tiny, tiny.replace(steps=16), 1000
     else:
         spec, series_spec, max_tokens = TrainSpec(steps=a.steps, device="cpu"), tiny.replace(steps=1024), 20_000
-    thr = throughput(spec, 1 if a.quick else a.reps)
-    ser = None if a.no_series else series_cost(series_spec, max_tokens)
-    print(render(thr, ser, spec, command("python -m bench.training", argv)))
+    reps = 1 if a.quick else a.reps
+    figures = throughput(spec, reps) + ([] if a.no_series else series_cost(series_spec, max_tokens))
+    load = loadavg()
+    print(blocks([
+        f"## Training (`{command('python -m bench.training', argv)}`)",
+        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end {load[0]:.1f}/{load[1]:.1f}/"
+        f"{load[2]:.1f} (a shared machine: see the note), torch threads {settings.env_value('OMP_NUM_THREADS') or 'default'}.",
+        f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} vocabulary "
+        f"{spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, median of {reps} "
+        "alternating runs.", *figures]))
     return 0
 
 
