@@ -14,7 +14,6 @@ Each run uses its own empty cache directory, deleted at the end.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import shutil
 import sys
@@ -56,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the raw numbers here")
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the GPU section only")
     p.add_argument("--set", action="append", default=[], metavar="SIZE=VALUE",
-                   help="override a size of bench.sections.Sizes, e.g. peer_tokens=10000,40000 (repeatable)")
+                   help="override a size of bench.sections.SIZES, e.g. peer_tokens=10000,40000 (repeatable)")
     p.add_argument("--threads", type=int, default=None, help="torch/BLAS threads of every process (--quick: 1)")
     p.add_argument("--gpu-peak-tflops", type=float, default=None, help="--device cuda: the card's dense bf16 peak")
     return p
@@ -95,11 +94,10 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(a.threads)
     # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from bench.sections import SECTIONS, Ctx, Sizes
+    from bench.sections import SECTIONS, Ctx, make_sizes
 
-    sizes = Sizes.quick() if a.quick else Sizes()
     try:
-        overrides = apply_overrides(sizes, a.set)
+        sizes, overrides = make_sizes(a.quick, a.set)
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -148,36 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def apply_overrides(sizes, items: list[str]) -> dict:
-    """--set NAME=VALUE: ints, comma-separated int tuples, booleans, or a JSON dict."""
-    fields = {f.name: f for f in dataclasses.fields(sizes)}
-    done = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        name = name.strip().replace("-", "_")
-        if not sep or name not in fields:
-            raise ValueError(f"--set {item!r}: expected SIZE=VALUE with SIZE one of {sorted(fields)}")
-        cur = getattr(sizes, name)
-        try:
-            if isinstance(cur, bool):
-                val = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif isinstance(cur, tuple):
-                val = tuple(int(x) for x in raw.split(",") if x.strip())
-            elif isinstance(cur, dict):
-                val = json.loads(raw)
-            else:
-                val = int(float(raw))
-        except (ValueError, json.JSONDecodeError):
-            raise ValueError(f"--set {item!r}: cannot read {raw!r} as a {type(cur).__name__}") from None
-        setattr(sizes, name, val)
-        done[name] = val
-    return done
-
-
 def _sizes_summary(sizes) -> dict:
-    d = dataclasses.asdict(sizes)
-    d["peer_mem_cap"] = f"{d['peer_mem_cap'] / 2**30:.2f} GiB"
-    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in d.items()}
+    d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(sizes).items()}
+    return {**d, "peer_mem_cap": f"{d['peer_mem_cap'] / 2**30:.2f} GiB"}
 
 
 if __name__ == "__main__":

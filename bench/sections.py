@@ -10,6 +10,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import psutil
@@ -60,56 +61,56 @@ SEED = 0
 
 
 # ----------------------------------------------------------------------------- sizes
-@dataclass
-class Sizes:
-    """Every size the bench uses: the defaults are what BENCHMARKS.md reports, `quick()` checks the code."""
+# Every size the bench uses: (the full run's, which BENCHMARKS.md reports; --quick's, which check the code). Quick peer
+# and memory sizes coincide so the tool's end-to-end runs are shared (memoised).
+SIZES = {
+    "minilm_tokens": (40_000, 600), "smollm_tokens": (40_000, 200),
+    "overhead_reps": ({"minilm-l6": 5, "smollm2-135m": 2}, {"minilm-l6": 1, "smollm2-135m": 1}),
+    "profile_tokens": (4_000, 150), "peer_tokens": ((10_000, 40_000, 200_000), (400, 2_500)),
+    "peer_pairs": (10_000, 2_000), "peer_mem_cap": (8 * 2**30, 48 * 2**20), "memory_tokens": ((40_000, 400_000), (400, 2_500)),
+    "cache_minilm_tokens": (40_000, 600), "cache_smollm_tokens": (6_000, 200), "cache_reps": (3, 2),
+    "umap_points": (5_000, 600), "umap_cold": (True, False), "umap_reps": (2, 1),
+    "batching_tokens": (40_000, 600), "batch_sizes": ((1, 16, 64), (1, 16)), "batching_reps": (2, 1),
+    "post_reps": (5, 2), "app_page_reps": (3, 1),
+    "attention_tokens": ({"minilm-l6": 40_000, "smollm2-135m": 40_000}, {"minilm-l6": 300, "smollm2-135m": 150}),
+    "attention_reps": (2, 1),
+    "modal_image_tokens": (10_240, 256),  # 40 crops of 256 patches (ViT-S/14)
+    "modal_audio_tokens": (3_000, 100),  # ~50 clips of speech-human (mostly 1-3 s), one 30 s window each
+    "modal_reps": (4, 1),
+    "chain_tokens": ({"minilm-l6": 20_000, "smollm2-135m": 8_000}, {"minilm-l6": 300, "smollm2-135m": 150}),
+    "chain_reps": (3, 1),
+    "geometry_tokens": (UI_MAX_TOKENS, 300),  # the app's default first look (8,000 tokens)
+    "geometry_reps": ({"minilm-l6": 3, "smollm2-135m": 1}, {"minilm-l6": 1, "smollm2-135m": 0}),
+}
 
-    minilm_tokens: int = 40_000
-    smollm_tokens: int = 40_000
-    overhead_reps: dict = field(default_factory=lambda: {"minilm-l6": 5, "smollm2-135m": 2})
-    profile_tokens: int = 4_000
-    peer_tokens: tuple = (10_000, 40_000, 200_000)
-    peer_pairs: int = 10_000
-    peer_mem_cap: int = 8 * 2**30
-    memory_tokens: tuple = (40_000, 400_000)
-    cache_minilm_tokens: int = 40_000
-    cache_smollm_tokens: int = 6_000
-    cache_reps: int = 3
-    umap_points: int = 5_000
-    umap_cold: bool = True
-    umap_reps: int = 2
-    batching_tokens: int = 40_000
-    batch_sizes: tuple = (1, 16, 64)
-    batching_reps: int = 2
-    post_reps: int = 5
-    app_page_reps: int = 3
-    attention_tokens: dict = field(default_factory=lambda: {"minilm-l6": 40_000, "smollm2-135m": 40_000})
-    attention_reps: int = 2
-    modal_image_tokens: int = 10_240  # 40 crops of 256 patches (ViT-S/14)
-    modal_audio_tokens: int = 3_000  # ~50 clips of speech-human (mostly 1-3 s), one 30 s window each
-    modal_reps: int = 4
-    chain_tokens: dict = field(default_factory=lambda: {"minilm-l6": 20_000, "smollm2-135m": 8_000})
-    chain_reps: int = 3
-    geometry_tokens: int = UI_MAX_TOKENS  # the app's default first look (8,000 tokens)
-    geometry_reps: dict = field(default_factory=lambda: {"minilm-l6": 3, "smollm2-135m": 1})
 
-    @classmethod
-    def quick(cls) -> "Sizes":
-        # Peer and memory sizes coincide so the tool's end-to-end runs are shared (memoised).
-        return cls(minilm_tokens=600, smollm_tokens=200, overhead_reps={"minilm-l6": 1, "smollm2-135m": 1},
-                   profile_tokens=150, peer_tokens=(400, 2_500), peer_pairs=2_000, peer_mem_cap=48 * 2**20,
-                   memory_tokens=(400, 2_500), cache_minilm_tokens=600, cache_smollm_tokens=200, cache_reps=2,
-                   umap_points=600, umap_cold=False, umap_reps=1, batching_tokens=600, batch_sizes=(1, 16),
-                   batching_reps=1, post_reps=2, app_page_reps=1,
-                   attention_tokens={"minilm-l6": 300, "smollm2-135m": 150}, attention_reps=1,
-                   modal_image_tokens=256, modal_audio_tokens=100, modal_reps=1,
-                   chain_tokens={"minilm-l6": 300, "smollm2-135m": 150}, chain_reps=1, geometry_tokens=300,
-                   geometry_reps={"minilm-l6": 1, "smollm2-135m": 0})
+def make_sizes(quick: bool = False, items: list[str] = ()) -> tuple[SimpleNamespace, dict]:
+    """The sizes of a run (--quick's with `quick`) with the overrides of --set NAME=VALUE (ints, comma-separated int
+    tuples, booleans, or a JSON dict); (sizes, the overrides)."""
+    s, done = SimpleNamespace(**{k: v[quick] for k, v in SIZES.items()}), {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        name = name.strip().replace("-", "_")
+        if not sep or name not in SIZES:
+            raise ValueError(f"--set {item!r}: expected SIZE=VALUE with SIZE one of {sorted(SIZES)}")
+        cur = getattr(s, name)
+        try:
+            if isinstance(cur, bool):
+                val = raw.strip().lower() in ("1", "true", "yes", "on")
+            elif isinstance(cur, tuple):
+                val = tuple(int(x) for x in raw.split(",") if x.strip())
+            else:
+                val = json.loads(raw) if isinstance(cur, dict) else int(float(raw))
+        except (ValueError, json.JSONDecodeError):
+            raise ValueError(f"--set {item!r}: cannot read {raw!r} as a {type(cur).__name__}") from None
+        setattr(s, name, val)
+        done[name] = val
+    return s, done
 
 
 @dataclass
 class Ctx:
-    sizes: Sizes
+    sizes: SimpleNamespace  # make_sizes()
     cache: Path  # this run's own cache directory (created empty)
     quick: bool = False
     memo: dict = field(default_factory=dict)  # tokens -> the tool's end-to-end run

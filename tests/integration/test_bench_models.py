@@ -78,9 +78,9 @@ def test_gpu_section_code_path_on_cpu(tiny_bert_dir):
 
 
 def test_quick_sizes_are_small_and_machine_info():
-    from bench.sections import Sizes
+    from bench.sections import make_sizes
 
-    q, f = Sizes.quick(), Sizes()
+    (q, _), (f, _) = make_sizes(quick=True), make_sizes()
     assert max(q.peer_tokens) < min(f.peer_tokens) and q.smollm_tokens < f.smollm_tokens
     info = machine_info()
     assert info["logical_cores"] >= 1 and "torch" in info["versions"]
