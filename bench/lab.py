@@ -13,7 +13,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, command, fr, fs, loadavg, log, machine_info, publish, table
+from bench.common import ROOT, command, fr, fs, loadavg, log, machine_info, publish
+from bench.report import blocks
 from core.base import settings
 from core.base.errors import InputError
 
@@ -56,33 +57,32 @@ def build_spec(a) -> tuple[LAB.LabSpec, list[str]]:
 
 
 def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: dict, which: str, argv) -> str:
-    rows = []
-    for cell in doc["cells"]:
-        for r in cell["runs"]:
-            sec = r.get("seconds") or {}
-            rows.append([cell["cell"], r["seed"], r["status"], fs(sec.get("train"), 1), fs(sec.get("analysis"), 1),
-                         fs((sec.get("train") or 0) + (sec.get("analysis") or 0), 1), fr(r.get("held_out_loss")),
-                         fr(r.get("unigram_entropy")), r.get("learned"), fr((r.get("scalars") or {}).get("mid_mean_cosine"))])
+    """The section's figures: the machine and command, the grid, each run's times and results, the total against the
+    goal (or, for some families only, the total extrapolated to the whole lab)."""
+    rows = [[cell["cell"], r["seed"], r["status"], fs(sec.get("train"), 1), fs(sec.get("analysis"), 1),
+             fs((sec.get("train") or 0) + (sec.get("analysis") or 0), 1), fr(r.get("held_out_loss")),
+             fr(r.get("unigram_entropy")), r.get("learned"), fr((r.get("scalars") or {}).get("mid_mean_cosine"))]
+            for cell in doc["cells"] for r in cell["runs"] for sec in [r.get("seconds") or {}]]
     n, goal, b = len(rows), GOAL_S[which], spec.to_dict()["base"]
     full = len(LAB.QUICK_FAMILIES) * (1 if which == "quick" else 3 * len(LAB.DEFAULT_OPTIMIZERS))
     per_run, what = wall / max(n, 1), "quick lab" if which == "quick" else "default grid"
-    grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
     runs = f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included)"
-    return "\n".join([
-        f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads "
-        f"{info.get('torch_threads')}; load average at the start {info['loadavg_start']}, at the end {loadavg()}; "
-        f"{info['date_utc']}. Command: `{command('python -m bench', argv)}`.", "",
+    grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
+    return blocks([
+        f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads {info.get('torch_threads')}; load "
+        f"average at the start {info['loadavg_start']}, at the end {loadavg()}; {info['date_utc']}. Command: "
+        f"`{command('python -m bench', argv)}`.",
         f"Grid: {grid} x seeds {list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
-        f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on "
-        f"{spec.analysis_tokens:,} tokens (sample {spec.analysis_sample:,}) with its attention statistics.",
-        "" if not skipped else f"\nLeft out (this version cannot train them yet): {', '.join(skipped)}.", "",
-        table(["cell", "seed", "status", "train s", "analysis s", "run s", "held-out loss", "unigram entropy", "learned",
-               "mid mean cosine"], rows), "",
-        (f"{runs}: the {what} measured whole, {'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on "
-         "2 cores." if n == full else
-         f"{runs}. The goal is the {what} ({full} runs) under {goal / 60:.0f} min on 2 cores: at this rate {full} runs "
-         f"would take about {per_run * full / 60:.1f} min ({'within' if per_run * full <= goal else 'over'} the goal; an "
-         "extrapolation from the families run here, the other families' speed not measured).")])
+        f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on {spec.analysis_tokens:,} "
+        f"tokens (sample {spec.analysis_sample:,}) with its attention statistics.",
+        *([f"Left out (this version cannot train them yet): {', '.join(skipped)}."] if skipped else []),
+        (["cell", "seed", "status", "train s", "analysis s", "run s", "held-out loss", "unigram entropy", "learned",
+          "mid mean cosine"], rows),
+        f"{runs}: the {what} measured whole, {'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on 2 "
+        "cores." if n == full else
+        f"{runs}. The goal is the {what} ({full} runs) under {goal / 60:.0f} min on 2 cores: at this rate {full} runs would "
+        f"take about {per_run * full / 60:.1f} min ({'within' if per_run * full <= goal else 'over'} the goal; an "
+        "extrapolation from the families run here, the other families' speed not measured)."])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,11 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - t0
-    md = render(doc, spec, skipped, wall, info, which, ["lab", *argv])
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1))
-    title = f"Lab (`python -m bench lab{' --default' if a.default else ''}`)"
-    publish(md, f"lab-{which}", title, None if a.no_write else ROOT / "BENCHMARKS.md")
+    publish(render(doc, spec, skipped, wall, info, which, ["lab", *argv]), f"lab-{which}",
+            f"Lab (`python -m bench lab{' --default' if a.default else ''}`)", None if a.no_write else ROOT / "BENCHMARKS.md")
     return 0
 
 
