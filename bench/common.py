@@ -9,6 +9,7 @@ import importlib.metadata as md
 import io
 import json
 import math
+import numbers
 import os
 import platform
 import pstats
@@ -95,7 +96,7 @@ def ab_ratio(bare_s: list, tool_s: list, n: int, goal: float = 0.90) -> dict:
 
 # ----------------------------------------------------------------------------- markdown
 def _num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    return isinstance(x, numbers.Real) and not isinstance(x, bool) and math.isfinite(x)
 
 
 def fs(x, nd: int = 2) -> str:

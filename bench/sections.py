@@ -240,7 +240,7 @@ def section_peers(ctx: Ctx) -> dict:
                                                  "cache_dir": str(ctx.cache)}, cache_dir=ctx.cache,
                                         env_extra={"MALLOC_ARENA_MAX": "2"}, timeout=3600)
             if runs["allpairs"].get("status") != "ok":
-                failed = (N, runs["allpairs"].get("status"), runs["allpairs"])
+                failed = (N, runs["allpairs"].get("status"))
         else:
             what = "out of memory" if failed[1] == "oom" else f"failed ({failed[1]})"
             runs["allpairs"] = {"status": "skipped", "reason": f"already {what} at {failed[0]:,} tokens"}
@@ -255,7 +255,7 @@ def section_peers(ctx: Ctx) -> dict:
                 rows.append([fi(N), name, status(x), fs(x.get("seconds")), "",
                              fb(x.get("peak_rss_bytes")) if x.get("status") != "skipped" else "", "", ""])
                 continue
-            err = "0 (reference)"
+            err = "0 (reference)" if key == "tool" else "n/a"
             if key != "tool" and tool.get("status") == "ok":
                 speed[key] = (tool["n_tokens"] / tool["seconds"]) / (x["n_tokens"] / x["seconds"])
                 e = float(np.abs(np.asarray(x["mean_cosine"], float) - np.asarray(tool["mean_cosine"], float)).max())
