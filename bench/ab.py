@@ -14,7 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.common import ROOT, loadavg, log, median, table
+from bench.common import ROOT, loadavg, log, median
+from bench.report import blocks
 from core.base import settings
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
@@ -117,32 +118,27 @@ def main(argv=None) -> int:
     (root / "cache").mkdir()
     args = {"model": a.model, "tokens": a.tokens, "reps": a.reps, "threads": a.threads, "cache": str(root / "cache")}
     load0 = loadavg()
-    runs: dict[str, list[dict]] = {"base": [], "head": []}
+    runs = {k: [] for k in trees}
     for r in range(a.rounds):
         for which in (("base", "head") if r % 2 == 0 else ("head", "base")):
             res = measure(trees[which], args)
-            ratio = median(res["bare_s"]) / median(res["tool_s"])
+            runs[which].append({**res, "ratio": median(res["bare_s"]) / median(res["tool_s"])})
             log(f"round {r + 1} {which}: {res['n']:,} tokens, bare {res['bare_s']}, tool {res['tool_s']}, "
-                f"ratio {ratio:.3f}")
-            runs[which].append({**res, "ratio": ratio})
+                f"ratio {runs[which][-1]['ratio']:.3f}")
     ratio = {k: median(x["ratio"] for x in v) for k, v in runs.items()}
     best = {k: min(b for x in v for b in x["bare_s"]) / min(t for x in v for t in x["tool_s"]) for k, v in runs.items()}
-    cost = 1 - ratio["head"] / ratio["base"]
-    cost_best = 1 - best["head"] / best["base"]
-    out = {"base": a.base, "head": a.head, "model": a.model, "tokens": a.tokens, "rounds": a.rounds, "reps": a.reps,
-           "threads": a.threads, "loadavg_start": load0, "loadavg_end": loadavg(), "runs": runs, "ratio": ratio,
-           "best": best, "cost": cost, "cost_best": cost_best}
-    rows = [[f"{k} ({a.base if k == 'base' else a.head})", f"{runs[k][0]['n']:,}",
-             ", ".join(f"{y['ratio']:.3f}" for y in runs[k]), f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]
-    print("\n".join([f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} "
-                     f"--rounds {a.rounds} --reps {a.reps} --threads {a.threads}`; load average {load0} at the start, "
-                     f"{out['loadavg_end']} at the end.", "",
-                     table(["revision", "tokens analysed", "tool/bare per process", "median", "best-of"], rows), "",
-                     f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of "
-                     f"throughput (medians); best-of: 1 - {best['head']:.3f} / {best['base']:.3f} = "
-                     f"**{cost_best:.1%}**."]))
+    cost, cost_best, load1 = 1 - ratio["head"] / ratio["base"], 1 - best["head"] / best["base"], loadavg()
+    print(blocks([
+        f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} --rounds {a.rounds} "
+        f"--reps {a.reps} --threads {a.threads}`; load average {load0} at the start, {load1} at the end.",
+        (["revision", "tokens analysed", "tool/bare per process", "median", "best-of"],
+         [[f"{k} ({getattr(a, k)})", f"{runs[k][0]['n']:,}", ", ".join(f"{y['ratio']:.3f}" for y in runs[k]),
+           f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]),
+        f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of throughput (medians); "
+        f"best-of: 1 - {best['head']:.3f} / {best['base']:.3f} = **{cost_best:.1%}**."]))
     if a.json:
-        Path(a.json).write_text(json.dumps(out, indent=1))
+        Path(a.json).write_text(json.dumps({**vars(a), "loadavg_start": load0, "loadavg_end": load1, "runs": runs,
+                                            "ratio": ratio, "best": best, "cost": cost, "cost_best": cost_best}, indent=1))
     return 0
 
 
