@@ -49,15 +49,6 @@ def all_pairs_mean_cosine(H: np.ndarray) -> float:
     return float(S[off].mean(dtype=np.float64))
 
 
-def exact_mean_cosine(H: np.ndarray) -> float:
-    """(||sum u||^2 - N) / (N (N - 1)): the reference the tool streams (for checks)."""
-    U = H.astype(np.float64)
-    U = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-30)
-    s = U.sum(0)
-    N = len(U)
-    return float((s @ s - N) / (N * (N - 1)))
-
-
 def run_peer(model, windows, analysed, mode: str, n_pairs: int = 10_000, seed: int = 0,
              stage: Callable[[str], None] | None = None, device: str = "cpu") -> dict:
     """The whole peer after model load and tokenization. mode: "sampled" or "allpairs"."""

@@ -13,7 +13,7 @@ import pytest
 
 from bench import common, report
 from bench.common import median, met, profile_diff_table, run_task
-from bench.peers import all_pairs_mean_cosine, exact_mean_cosine, sampled_pairs_mean_cosine
+from bench.peers import all_pairs_mean_cosine, sampled_pairs_mean_cosine
 
 
 def _meta(**kw):
@@ -101,6 +101,14 @@ def test_gpu_block_is_replaced_in_place_and_kept_by_a_cpu_run():
     again = common.put_section(with_gpu, "gpu", block.replace("Fake", "Other"), "GPU")
     assert "Other GPU" in again and "Fake GPU" not in again and again.count("## GPU") == 1
     assert common.put_section(None, "gpu", block, "GPU").startswith("# Benchmarks\n\n## GPU\n\n<!-- bench:gpu:start -->")
+
+
+def exact_mean_cosine(H: np.ndarray) -> float:
+    """(||sum u||^2 - N) / (N (N - 1)): the reference the tool streams."""
+    U = H.astype(np.float64)
+    U = U / np.maximum(np.linalg.norm(U, axis=1, keepdims=True), 1e-30)
+    s = U.sum(0)
+    return float((s @ s - len(U)) / (len(U) * (len(U) - 1)))
 
 
 def test_pair_estimators_on_random_data():
