@@ -313,7 +313,7 @@ def section_peers(ctx: Ctx) -> dict:
         log("peers: tool slower than the peer: profiling the tool end to end (cProfile)")
         argv = analyze_argv(RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=N), ctx.fresh_dir("prof"),
                             ctx.cache.parent / "prof.json")
-        prof = run_task("cprofile_cli", {"argv": argv}, cache_dir=ctx.cache)
+        prof = run_task("cli", {"argv": argv, "profile": True}, cache_dir=ctx.cache)
         out["md"] += [f"**Why the tool is slower than the peer** - cProfile of `python -m core analyze` at {fi(N)} tokens "
                       "(cumulative):", code(prof.get("table", prof.get("error")))]
     return out
@@ -366,7 +366,7 @@ def section_cache(ctx: Ctx) -> dict:
             continue
         # the repeats: one per fresh process, timed from outside by pyperf (interpreter start included)
         times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, child_env(ctx.cache))
-        mods = run_task("cli_modules", {"argv": argv}, cache_dir=ctx.cache)
+        mods = run_task("cli", {"argv": argv}, cache_dir=ctx.cache)
         res = json.loads(out_json.read_text())
         tok, layers, d = res["manifest"]["tokens"], len(res["layers"]), res["manifest"]["model"].get("hidden_size") or 0
         ok = median(times) < 2.0 and mods.get("torch_imported") is False
@@ -380,7 +380,7 @@ def section_cache(ctx: Ctx) -> dict:
                                f"{fs(median(times))}, torch imported: {mods.get('torch_imported')}", met(ok)])
         if not ok:
             log(f"cache: {model} repeat {median(times):.2f} s: profiling the cache-hit path")
-            prof = run_task("cprofile_cli", {"argv": argv}, cache_dir=ctx.cache)
+            prof = run_task("cli", {"argv": argv, "profile": True}, cache_dir=ctx.cache)
             notes += [f"**Why the repeat for {model} misses the goal** - cProfile of the cache-hit path (cumulative):",
                       code(prof.get("table", prof.get("error")))]
     out["page"] = pg = _page_render(ctx)

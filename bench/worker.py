@@ -130,21 +130,16 @@ def task_umap(x_path: str, warm_reps: int, cold: bool = False, project_layer: in
     return out
 
 
-def task_cli_modules(argv: list[str]) -> dict:
-    """Run `python -m core ARGV` in this process; report whether torch/transformers got imported."""
+def task_cli(argv: list[str], profile: bool = False) -> dict:
+    """Run `python -m core ARGV` in this process: which heavy modules it imported, or with `profile` the top functions
+    of a cProfile of it by cumulative time."""
     from core.entry.cli import main  # lazy: see the module's doc
 
-    t0 = time.perf_counter()
-    rc = main(argv)
-    return {"rc": rc, "seconds": time.perf_counter() - t0, "torch_imported": "torch" in sys.modules,
+    if profile:
+        return {"table": cprofile_table(lambda: main(argv), top=18)}
+    return {"rc": main(argv), "torch_imported": "torch" in sys.modules,
             "heavy_modules": sorted(m for m in ("torch", "transformers", "sklearn", "umap", "numba", "plotly",
                                                 "streamlit", "pandas") if m in sys.modules)}
-
-
-def task_cprofile_cli(argv: list[str]) -> dict:
-    from core.entry.cli import main  # lazy: see the module's doc
-
-    return {"table": cprofile_table(lambda: main(argv), top=18)}
 
 
 def task_apptest(app: str, page: str, reps: int, timeout: float, selection: dict | None, warmup_wait: float) -> dict:

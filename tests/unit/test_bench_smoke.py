@@ -127,7 +127,7 @@ def test_profile_diff_table_orders_by_extra_time():
 
 
 def test_subprocess_protocol_reports_peak_and_modules(tmp_path):
-    r = run_task("cli_modules", {"argv": ["models"]}, cache_dir=tmp_path, timeout=120)
+    r = run_task("cli", {"argv": ["models"]}, cache_dir=tmp_path, timeout=120)
     assert r["status"] == "ok" and r["rc"] == 0
     assert r["torch_imported"] is False  # listing models never imports torch
     assert r["peak_rss_bytes"] > 0 and r["wall_s"] > 0
