@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, fi, log, machine_info, publish, table
+from bench.common import ROOT, command, fi, log, machine_info, publish, table
 from core.base import settings
 
 settings.export_env(HF_HUB_OFFLINE="1")
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
                 **e, **{k: getattr(base, k) for k in ("steps", "n_layers", "d_model", "batch_size", "seq_len", "corpus",
                                                       "seed")},
                 "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "machine": machine}
-    doc = {"kind": "lab-lr", "version": 1, "command": "python -m bench lab-lr" + "".join(f" {x}" for x in argv or []),
+    doc = {"kind": "lab-lr", "version": 1, "command": command("python -m bench lab-lr", argv or []),
            "grid": {k: list(v) for k, v in GRID.items()}, "entries": entries}
     if out is not None:
         out.write_text(json.dumps(doc, indent=1) + "\n")
