@@ -3,6 +3,7 @@ every bench module writes (`table`, and `put_section` / `publish` for the marked
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import datetime as _dt
 import importlib.metadata as md
@@ -217,18 +218,14 @@ def cpu_share(before: dict, after: dict) -> dict:
 def proc_cpu_s(pid: int | None, tree: bool = False) -> float:
     """User + system CPU seconds so far of process `pid` (0 when it does not run); with `tree`, of its
     descendants too."""
+    total = 0.0
     try:
         p = psutil.Process(pid) if pid and pid > 0 else None
-        procs = ([p] + (p.children(recursive=True) if tree else [])) if p else []
+        for q in ([p] + (p.children(recursive=True) if tree else [])) if p else []:
+            with contextlib.suppress(psutil.Error):  # a descendant that ended meanwhile
+                total += sum(q.cpu_times()[:2])
     except psutil.Error:
         return 0.0
-    total = 0.0
-    for q in procs:
-        try:
-            t = q.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass
     return total
 
 
@@ -241,30 +238,23 @@ def rss(pid: int | None = None) -> int:
 
 
 def versions() -> dict:
-    out = {"python": platform.python_version()}
-    for p in ("torch", "transformers", "numpy", "scikit-learn", "umap-learn", "numba", "streamlit"):
-        try:
-            out[p] = md.version(p)
-        except md.PackageNotFoundError:
-            out[p] = None
-    return out
+    """The versions of Python and of the libraries the figures depend on (None: not installed)."""
+    def version(p: str) -> str | None:
+        with contextlib.suppress(md.PackageNotFoundError):
+            return md.version(p)
+
+    libraries = ("torch", "transformers", "numpy", "scikit-learn", "umap-learn", "numba", "streamlit")
+    return {"python": platform.python_version()} | {p: version(p) for p in libraries}
 
 
 def machine_info() -> dict:
-    info = {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(), "usable_cores": usable_cores(),
-            "ram_bytes": psutil.virtual_memory().total, "ram_available_bytes": psutil.virtual_memory().available,
-            "os": platform.platform(), "versions": versions(),
-            "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "loadavg_start": loadavg()}
-    try:
-        import torch  # lazy: torch only in the sections that run a model
+    """The machine and the software a run measures on, and the load average at its start."""
+    import torch  # lazy: torch only in the sections that run a model
 
-        info["torch_threads"] = torch.get_num_threads()
-        info["cuda_available"] = bool(torch.cuda.is_available())
-        if info["cuda_available"]:
-            info["gpu"] = torch.cuda.get_device_name(0)
-    except Exception:  # noqa: BLE001 - facts only
-        pass
-    return info
+    return {"cpu_model": cpu_model(), "logical_cores": psutil.cpu_count(), "usable_cores": usable_cores(),
+            "torch_threads": torch.get_num_threads(), "ram_bytes": psutil.virtual_memory().total, "os": platform.platform(),
+            "versions": versions(), "date_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "loadavg_start": loadavg()}
 
 
 # ----------------------------------------------------------------------------- environment
@@ -432,12 +422,8 @@ def profile_diff_table(bare: dict, tool: dict, top: int = 15) -> dict:
 
 def cprofile_table(fn, top: int = 15) -> str:
     """Run fn() under cProfile; the top functions by cumulative time, as text."""
-    pr = cProfile.Profile()
-    pr.enable()
-    try:
+    with cProfile.Profile() as pr:
         fn()
-    finally:
-        pr.disable()
     s = io.StringIO()
     pstats.Stats(pr, stream=s).strip_dirs().sort_stats("cumulative").print_stats(top)
     lines = s.getvalue().splitlines()
