@@ -244,7 +244,7 @@ def section_peers(ctx: Ctx) -> dict:
         else:
             what = "out of memory" if failed[1] == "oom" else f"failed ({failed[1]})"
             runs["allpairs"] = {"status": "skipped", "reason": f"already {what} at {failed[0]:,} tokens"}
-        out["runs"][N] = {k: _slim(r) for k, r in runs.items()}
+        out["runs"][N] = runs
         speed = {}
         for key, name in (("tool", "tool (exact)"), ("sampled", "peer, sampled pairs"), ("allpairs", "peer, all pairs")):
             x = runs[key]
@@ -319,19 +319,13 @@ def section_peers(ctx: Ctx) -> dict:
     return out
 
 
-def _slim(r: dict) -> dict:
-    keep = ("status", "seconds", "wall_s", "peak_rss_bytes", "n_tokens", "rss_by_stage", "error", "oom_stage",
-            "reason", "hidden_bytes", "forward_s", "mean_cosine", "seconds_by_stage", "peak_rss_source")
-    return {k: r[k] for k in keep if k in r}
-
-
 # ----------------------------------------------------------------------------- 3. memory
 def section_memory(ctx: Ctx) -> dict:
     """Peak RSS of the tool end to end at two corpus sizes, each in a fresh process."""
     rows, runs = [], []
     for N in ctx.sizes.memory_tokens:
         log(f"memory: tool end to end at {N:,} tokens")
-        r = _slim(_tool_e2e(ctx, N))
+        r = _tool_e2e(ctx, N)
         runs.append(r)
         rows.append([fi(N), status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")),
                      ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())])
