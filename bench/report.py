@@ -48,9 +48,11 @@ def render_run(meta: dict, summary: list[list]) -> str:
         ["CPU steal / idle share during the run", f"{share['steal']:.1%} / {share['idle']:.1%}" if share else "n/a"],
         ["Duration of the run", fs(meta.get("duration_s"), 0)]])]
     cores = m.get("usable_cores") or m.get("logical_cores") or 1
-    la, steal = (m.get("loadavg_start") or [0])[0], share.get("steal", 0.0)
-    noise = ([f"the 1-minute load average was {la} on {cores} cores when the run started"] if la > 0.5 * cores else []) \
-        + ([f"{steal:.1%} of CPU time was stolen by the hypervisor"] if steal > 0.02 else [])
+    la, steal, noise = (m.get("loadavg_start") or [0])[0], share.get("steal", 0.0), []
+    if la > 0.5 * cores:
+        noise.append(f"the 1-minute load average was {la} on {cores} cores when the run started")
+    if steal > 0.02:
+        noise.append(f"{steal:.1%} of CPU time was stolen by the hypervisor")
     if noise:
         out.append(f"> **Warning:** the machine was not quiet ({'; '.join(noise)}): ratios still compare like with like, "
                    "but the spread is wider.")
