@@ -389,6 +389,7 @@ class RssSampler:
 
     def __exit__(self, *exc):
         self.set("end")
+        self._sample()  # the RSS at the end (after the last stage)
         self._stop.set()
         self._t.join()
 
