@@ -84,3 +84,25 @@ def test_quick_sizes_are_small_and_machine_info():
     assert max(q.peer_tokens) < min(f.peer_tokens) and q.smollm_tokens < f.smollm_tokens
     info = machine_info()
     assert info["logical_cores"] >= 1 and "torch" in info["versions"]
+
+
+@pytest.mark.slow
+def test_quick_sections_measure_and_format_their_own_figures(tmp_path):
+    """Since each section formats its figures where it measures them (bench.report.blocks renders them), a section's
+    formatting runs only in a benchmark run: two cheap sections at --quick sizes, through the real command."""
+    import json
+    import subprocess
+    import sys
+
+    from bench import common
+
+    out = tmp_path / "q.json"
+    p = subprocess.run([sys.executable, "-m", "bench", "--quick", "--only", "batching,memory", "--json", str(out)],
+                       cwd=common.ROOT, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    for name in ("run", "batching", "memory"):
+        start, end = common.markers(name)
+        assert p.stdout.count(start) == p.stdout.count(end) == 1, name
+    assert "Peak RSS" in p.stdout and "| Figure | Goal | Measured | Status |" in p.stdout
+    sections = json.loads(out.read_text())["sections"]
+    assert set(sections) == {"batching", "memory"} and not any("section_error" in s for s in sections.values())
