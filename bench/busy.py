@@ -21,7 +21,7 @@ from pathlib import Path
 import psutil
 
 from bench import common
-from bench.appserver import ROOT, app_server, browser_main
+from bench.appserver import app_server, browser_main
 from core.base import settings
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze, analyze_params
@@ -67,13 +67,10 @@ def cli_run(spec: RunSpec, threads: str = "torch") -> dict:
     (ANISO_TORCH_THREADS: torch's own count, the command line's default, or auto); killed with this process
     (subprocess.run kills its child on any exception, SIGTERM's exit included)."""
     cache = Path(tempfile.mkdtemp(prefix="aniso-busy-cli-"))
-    argv = [sys.executable, "-m", "core", *common.analyze_argv(spec, cache, cache / "cli.json")]
-    t0 = time.perf_counter()
-    p = subprocess.run(argv, cwd=ROOT, env=settings.child_env(cache, ANISO_TORCH_THREADS=threads),
-                       capture_output=True, text=True, timeout=3600)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        raise RuntimeError(f"the CLI failed ({p.returncode}): {p.stderr[-500:]}")
+    wall, rc, msg = common.core_cli(common.analyze_argv(spec, cache, cache / "cli.json"), cache,
+                                    env={settings.TORCH_THREADS_ENV: threads})
+    if rc != 0:
+        raise RuntimeError(f"the CLI failed ({rc}): {msg}")
     m = json.loads((cache / "cli.json").read_text())["manifest"]
     return {"tokens_per_s": m["timing"]["tokens_per_s"], "wall_s": wall, "tokens": m["tokens"]["analysed"],
             "forward_s": m["timing"]["forward_s"], "torch_threads": m["timing"].get("torch_threads")}
@@ -124,7 +121,7 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
             # app's UMAP process compiles umap's kernels), as on a server that has been up; then the server idle.
             job_run(RunSpec(max_tokens=1000, seed=99), app_cache)
             asyncio.run(load.run_phase(url, 1, 10.0, think_mean=0.0))
-            load._wait_idle(server.pid)
+            load.wait_idle(server.pid)
             seeds = {k: iter(range(1, reps + 1)) for k in ARMS}  # each arm computes the same runs
 
             def timed(which: str):

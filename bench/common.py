@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from core.base import settings
-from core.base.procfs import status_bytes
+from core.base.procfs import status_bytes, usable_cores
 from core.compute.distributed import spec_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,13 +181,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def usable_cores() -> int:
-    try:
-        return len(psutil.Process().cpu_affinity())
-    except (AttributeError, psutil.Error):
-        return psutil.cpu_count() or 1
-
-
 def vm_hwm() -> int:
     """Peak resident set size of this process image (VmHWM), bytes: the one figure psutil does not give."""
     return status_bytes("VmHWM")
@@ -282,12 +275,12 @@ def link_converted_models(cache_dir: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- fresh processes
-def core_cli(argv: list[str], cache, timeout: float = 3600) -> tuple[float, int, str]:
-    """`python -m core ARGV` in a fresh process on the cache directory `cache`: wall seconds (interpreter start
-    included), exit code and the last line it wrote on stderr."""
+def core_cli(argv: list[str], cache, timeout: float = 3600, env: dict | None = None) -> tuple[float, int, str]:
+    """`python -m core ARGV` in a fresh process on the cache directory `cache` (with the variables `env` set): wall
+    seconds (interpreter start included), exit code and the last line it wrote on stderr."""
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache), capture_output=True,
-                       text=True, timeout=timeout)
+    p = subprocess.run([sys.executable, "-m", "core", *argv], cwd=str(ROOT), env=child_env(cache, env),
+                       capture_output=True, text=True, timeout=timeout)
     lines = [x for x in p.stderr.replace("\r", "\n").splitlines() if x.strip()]
     return time.perf_counter() - t0, p.returncode, lines[-1] if lines else ""
 

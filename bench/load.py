@@ -305,7 +305,7 @@ def _cpu_s(server_pid: int) -> dict:
             "stolen": ct.get("steal", 0.0), "t": time.monotonic()}
 
 
-def _wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
+def wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
     """Until the server's processes use under 10% of a core for `window_s`: a fresh server's UMAP process compiles
     umap's kernels for minutes, taking CPU from the browsers (a phase measured meanwhile: p50 4.4 s, not 0.3 s)."""
     t0 = time.monotonic()
@@ -327,7 +327,7 @@ def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict)
     # kernels), then the server's processes must be idle (fast page views never came in one run), untimed.
     times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
     print(f"warm-up, one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
-    _wait_idle(probe.server_pid)
+    wait_idle(probe.server_pid)
     jid = None
 
     def phase(what: str, length: float, think: float, reset: bool = True) -> dict:  # views, peaks, the job's progress
