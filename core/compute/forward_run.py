@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import platform
+import time
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +37,8 @@ from .prepare import prepare
 
 CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover text)
 TORCH_OWN_THREADS = torch.get_num_threads()  # torch's own count (OMP_NUM_THREADS, else one per core), read once
+FREE_CORES_TTL_S = 10.0  # a reading of the free cores serves the runs that start within this many seconds
+_free = {"at": None, "cores": None}  # the last reading (procfs.free_cores takes 0.3 s)
 
 
 def fit_threads() -> int:
@@ -46,13 +49,22 @@ def fit_threads() -> int:
     on 2 threads and 1,550-1,800 on 1; docs/jobs.md). On a quiet machine it is torch's own count."""
     want = settings.torch_threads()
     if want == "auto":
-        free = procfs.free_cores()
+        free = free_cores()
         n = TORCH_OWN_THREADS if free is None else max(1, min(TORCH_OWN_THREADS, round(free)))
     else:
         n = TORCH_OWN_THREADS if want == "torch" else want
     if n != torch.get_num_threads():
         torch.set_num_threads(n)
     return n
+
+
+def free_cores(clock=time.monotonic) -> float | None:
+    """procfs.free_cores, read at most once every FREE_CORES_TTL_S seconds: a series or a lab starts a run per
+    checkpoint, and each would otherwise wait 0.3 s for its own reading of the same machine."""
+    now = clock()
+    if _free["at"] is None or now - _free["at"] > FREE_CORES_TTL_S:
+        _free.update(at=now, cores=procfs.free_cores())
+    return _free["cores"]
 
 
 def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group=None, memo: dict | None = None,

@@ -24,6 +24,7 @@ def threads(monkeypatch):
     monkeypatch.setattr(forward_run, "TORCH_OWN_THREADS", 2)
     free = {"cores": None}
     monkeypatch.setattr(forward_run.procfs, "free_cores", lambda window_s=0.3: free["cores"])
+    monkeypatch.setattr(forward_run, "_free", {"at": None, "cores": None})  # no reading of another test
     yield free
     torch.set_num_threads(before)
 
@@ -59,3 +60,16 @@ def test_a_run_records_the_threads_it_ran_with(threads, monkeypatch, tmp_path, t
     res = analyze(RunSpec(model=str(tiny_bert_dir), corpus="wiki-en", max_tokens=400, max_seq_len=32, sample=50),
                   cache_dir=tmp_path)
     assert res["manifest"]["timing"]["torch_threads"] == 1
+
+
+def test_the_free_cores_are_read_once_for_the_runs_that_start_close_together(monkeypatch):
+    """A series starts a run per checkpoint: one 0.3 s reading serves those within FREE_CORES_TTL_S."""
+    reads, now = [], {"t": 100.0}
+    monkeypatch.setattr(forward_run.procfs, "free_cores", lambda window_s=0.3: reads.append(now["t"]) or 1.5)
+    monkeypatch.setattr(forward_run, "_free", {"at": None, "cores": None})
+    clock = lambda: now["t"]  # noqa: E731
+    assert forward_run.free_cores(clock) == 1.5 and reads == [100.0]
+    now["t"] += forward_run.FREE_CORES_TTL_S - 1
+    assert forward_run.free_cores(clock) == 1.5 and reads == [100.0]  # within the window: the same reading
+    now["t"] += 2
+    assert forward_run.free_cores(clock) == 1.5 and reads == [100.0, 100.0 + forward_run.FREE_CORES_TTL_S + 1]
