@@ -63,11 +63,6 @@ READY_JS = """(a) => {
 }"""
 
 
-def think_time(rng: random.Random, mean: float) -> float:
-    """A user's reading time before the next click: TPC-W's model, exponential with `mean`, cut at 10x."""
-    return 0.0 if mean <= 0 else min(rng.expovariate(1.0 / mean), 10.0 * mean)
-
-
 async def _page_ready(page, name: str, slow: list, label: str = "") -> None:
     """Wait until the page shows its PAGES[name] figures with data and Streamlit is idle. A view still not
     ready after SLOW_S is noted in `slow` with what the page showed then (the wait goes on)."""
@@ -145,7 +140,9 @@ async def _browse(page, order, sent: list, seconds: float, think_mean: float, rn
     """A user's timed browsing: a think time, a click on the next page in the navigation, until it is drawn."""
     end = time.monotonic() + seconds
     while time.monotonic() < end:
-        await asyncio.sleep(min(think_time(rng, think_mean), max(0.0, end - time.monotonic())))
+        # the user reads the page before the next click: TPC-W's think time, exponential with its mean, cut at 10x
+        think = min(rng.expovariate(1.0 / think_mean), 10.0 * think_mean) if think_mean > 0 else 0.0
+        await asyncio.sleep(min(think, max(0.0, end - time.monotonic())))
         if time.monotonic() >= end:
             break
         t0, name = time.perf_counter(), next(order)
@@ -250,15 +247,11 @@ def _cpu_s(server_pid: int) -> dict:
     """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
     (this process and Playwright's driver), and the whole machine (busy; niced, which is the job's worker
     and the UMAP process; stolen by the host)."""
-    browsers = harness = 0.0
-    for p in psutil.process_iter(["cmdline", "cpu_times"]):
-        cmd, t = " ".join(p.info["cmdline"] or []), p.info["cpu_times"]
-        if t is None:
-            continue
-        if "chromium" in cmd:
-            browsers += t.user + t.system
-        elif "playwright" in cmd or p.pid == os.getpid():  # Playwright's driver and this process
-            harness += t.user + t.system
+    procs = [(p.pid, " ".join(p.info["cmdline"] or []), p.info["cpu_times"])
+             for p in psutil.process_iter(["cmdline", "cpu_times"])]
+    browsers = sum(t.user + t.system for _, cmd, t in procs if t and "chromium" in cmd)
+    harness = sum(t.user + t.system for pid, cmd, t in procs  # Playwright's driver and this process
+                  if t and "chromium" not in cmd and ("playwright" in cmd or pid == os.getpid()))
     ct = cpu_times()  # the machine's CPU seconds, all cores
     return {"server": proc_cpu_s(server_pid, tree=True), "browsers": browsers, "harness": harness,
             "busy": sum(ct[k] for k in ("user", "nice", "system", "irq", "softirq")), "niced": ct["nice"],
@@ -272,8 +265,7 @@ def wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
     while time.monotonic() - t0 < limit_s:
         before = proc_cpu_s(root, tree=True)
         time.sleep(window_s)
-        used = proc_cpu_s(root, tree=True) - before
-        if used < 0.1 * window_s:
+        if proc_cpu_s(root, tree=True) - before < 0.1 * window_s:
             log(f"  server idle after {time.monotonic() - t0:.0f} s more")
             return
     log(f"  server still busy after {limit_s:.0f} s: measuring anyway")
