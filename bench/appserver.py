@@ -1,10 +1,13 @@
 """The dashboard (`streamlit run app.py`) on a free loopback port, for the browser benchmarks and tests:
 `with app_server(cache_dir, log_path) as (url, proc): ...`; on the way out it stops the worker the app started
-for `cache_dir` (if any), then the server."""
+for `cache_dir` (if any), then the server. Also what the browser benchmarks share: their entry's checks and the
+sentence that says where and when they measured."""
 
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
+import platform
 import signal
 import socket
 import subprocess
@@ -14,6 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
+from bench.common import cpu_model, loadavg, usable_cores
 from core.base import settings
 from core.entry import worker
 
@@ -21,23 +25,19 @@ ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+START_TIMEOUT_S = 90
 
 
 @contextlib.contextmanager
 def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: tuple[str, ...] = (),
-               bind_flag: bool = True, start_timeout: float = 90) -> Iterator[tuple[str, subprocess.Popen]]:
+               bind_flag: bool = True) -> Iterator[tuple[str, subprocess.Popen]]:
     """The app on 127.0.0.1 with its own cache directory; raises RuntimeError with the log's tail when it
-    does not answer within `start_timeout` s. `bind_flag=False` leaves the address to .streamlit/config.toml."""
-    port = free_port()
+    does not answer within START_TIMEOUT_S. `bind_flag=False` leaves the address to .streamlit/config.toml."""
+    with socket.socket() as s:  # a free port
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     full_env = {**settings.child_env(cache, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false"), **(env or {})}
-    for k in drop_env:
-        full_env.pop(k, None)
+    full_env = {k: v for k, v in full_env.items() if k not in drop_env}
     cmd = [sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port), "--server.headless",
            "true", "--browser.gatherUsageStats", "false"]
     if bind_flag:
@@ -54,9 +54,9 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
                 urllib.request.urlopen(url + "/_stcore/health", timeout=2)
                 break
             except OSError:
-                if proc.poll() is not None or time.time() - t0 > start_timeout:
+                if proc.poll() is not None or time.time() - t0 > START_TIMEOUT_S:
                     log.seek(0)
-                    raise RuntimeError(f"streamlit did not start within {start_timeout:.0f} s "
+                    raise RuntimeError(f"streamlit did not start within {START_TIMEOUT_S} s "
                                        f"(exit code {proc.poll()}): {log.read()[-3000:]}") from None
                 time.sleep(0.5)
         yield url, proc
@@ -70,7 +70,6 @@ def app_server(cache: Path, log_path: Path, env: dict | None = None, drop_env: t
         log.close()
 
 
-
 def browser_main() -> bool:
     """For a benchmark's main(): SIGTERM (`timeout`, a Ctrl-C elsewhere) exits through the finally blocks, so that the
     app server and its worker do not outlive it; False (said on stderr) when Debian's chromium is missing."""
@@ -79,3 +78,11 @@ def browser_main() -> bool:
         print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
         return False
     return True
+
+
+def measured(load_start: list[float]) -> str:
+    """The sentence under each browser benchmark's figures: when and on what it measured, and the 1, 5 and 15-minute
+    load averages at its start and now (its end)."""
+    return (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {usable_cores()} usable "
+            f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start {load_start}, at "
+            f"end {loadavg()}).")

@@ -8,9 +8,7 @@ browser (method: BENCHMARKS.md, "Live curves"). Goals: cost <= 2%; first curve w
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -23,8 +21,8 @@ from core.base import settings
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
-from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
-from bench.common import alternate, loadavg, log, machine_info, median, met, proc_cpu_s, publish, table  # noqa: E402
+from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main, measured  # noqa: E402
+from bench.common import ab_ratio, alternate, fs, loadavg, log, median, met, proc_cpu_s, publish, table, usable_cores  # noqa: E402
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
 
@@ -34,8 +32,8 @@ GOAL_WARM_S, GOAL_FRESH_S = 10.0, 30.0
 
 
 # ----------------------------------------------------------------------------- 1. publishing cost
-def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
-    """Tokens/s of the extraction without and with partial results published (A B B A ...)."""
+def publishing_cost(tokens: int, reps: int, cache: Path) -> str:
+    """Tokens/s of the extraction without and with partial results published (A B B A ...), as markdown."""
     # lazy: torch only here
     from core.base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MODEL, DEFAULT_SAMPLE, RunSpec
     from core.compute.extract import extract_stats
@@ -67,14 +65,15 @@ def publishing_cost(tokens: int, reps: int, cache: Path) -> dict:
 
     once(False)  # warm-up (allocator, kernels)
     runs = alternate(reps, {"plain": lambda: once(False), "live": lambda: once(True)})
-    plain, live = [x[0] for x in runs["plain"]], [x[0] for x in runs["live"]]
-    shares, n_pub = [t["partial_s"] / t["forward_s"] for _, t, _ in runs["live"]], [k for _, _, k in runs["live"]]
-    n = int(w.n_content_tokens)
-    return {"model": lm.info.get("label", DEFAULT_MODEL), "tokens": n, "batches": -(-len(w.ids) // DEFAULT_BATCH_SIZE),
-            "reps": reps, "plain_tok_s": n / median(plain), "live_tok_s": n / median(live),
-            "ratio": median(plain) / median(live), "pair_ratios": [p / q for p, q in zip(plain, live)],
-            "share_median": median(shares), "share_max": max(shares), "publishes": n_pub,
-            "plain_s": plain, "live_s": live}
+    ab = ab_ratio([x[0] for x in runs["plain"]], [x[0] for x in runs["live"]], int(w.n_content_tokens), 1 - GOAL_SHARE)
+    shares = [t["partial_s"] / t["forward_s"] for _, t, _ in runs["live"]]
+    log(f"cost: ratio {ab['ratio']:.3f}, share {median(shares):.2%}")
+    return "\n".join([
+        f"**Cost of publishing**: {lm.info.get('label', DEFAULT_MODEL)} on wiki-en, {int(w.n_content_tokens):,} tokens in "
+        f"{-(-len(w.ids) // DEFAULT_BATCH_SIZE)} batches ({reps} runs each).", "",
+        table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Goal: cost <= 2%", "Loop's own account: time "
+               "publishing / forward (median, max)", "Partial results per run"],
+              [ab["cells"] + [f"{median(shares):.2%}, {max(shares):.2%}", ", ".join(str(k) for _, _, k in runs["live"])]])])
 
 
 # ----------------------------------------------------------------------------- 2. first curve in a browser
@@ -95,15 +94,12 @@ def _others_cpu_s(server_pid: int, exclude: set) -> float:
 
 def _warmed(cache: Path) -> bool:
     """Whether the worker's log says its warm-up is over (core.entry.worker.run_worker(warm=True))."""
-    try:
-        return "warmed up in" in (cache / "jobs" / "worker.log").read_text(errors="replace")
-    except OSError:
-        return False
+    log_path = cache / "jobs" / "worker.log"
+    return log_path.exists() and "warmed up in" in log_path.read_text(errors="replace")
 
 
 def _analysis_job(cache: Path):
-    got = [j for j in jobs.list_jobs(cache, kinds=("analyze",)) if j.active or j.status == jobs.DONE]
-    return got[0] if got else None
+    return next((j for j in jobs.list_jobs(cache, kinds=("analyze",)) if j.active or j.status == jobs.DONE), None)
 
 
 def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache: Path) -> dict:
@@ -116,140 +112,102 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
         run.wait_for(timeout=120_000)
         page.wait_for_function("() => !document.querySelector('[data-testid=stStatusWidget]')", timeout=120_000)
         page.evaluate("() => { window.__no_reload = true; }")
-        worker0 = worker.worker_pid(cache)
-        warmed0 = _warmed(cache)
+        worker0, warmed0 = worker.worker_pid(cache), _warmed(cache)
         server0, wcpu0 = proc_cpu_s(server_pid), proc_cpu_s(worker0)
         others0 = _others_cpu_s(server_pid, {worker0})
         t0, wall0 = time.monotonic(), time.time()
         run.click()
-        first = final = None
-        cpu_first = None
+        steps: dict[str, dict] = {}
         first_title = ""
-        steps: list[dict] = []
 
-        def step(what: str, at: float | None = None) -> None:
+        def step(key: str, what: str, at: float | None = None) -> None:
+            """The first time the poll sees step `key`: when (`at`: the job record's own time, else now), and the CPU
+            seconds since the click of the server, the worker and the server's other processes."""
+            if key in steps:
+                return
             wpid = worker.worker_pid(cache)
-            steps.append({"step": what, "s": round(time.monotonic() - t0 if at is None else at, 2),
+            steps[key] = {"step": what, "s": round(time.monotonic() - t0 if at is None else at, 2),
                           "server_cpu_s": round(proc_cpu_s(server_pid) - server0, 2),
                           "worker_cpu_s": round(proc_cpu_s(wpid) - (wcpu0 if wpid == worker0 else 0.0), 2),
-                          "other_cpu_s": round(_others_cpu_s(server_pid, {wpid, worker0}) - others0, 2)})
+                          "other_cpu_s": round(_others_cpu_s(server_pid, {wpid, worker0}) - others0, 2)}
 
-        seen: set[str] = set()
         while time.monotonic() - t0 < timeout_s:
             titles = page.evaluate(FIRST_CURVE_JS)
-            now = time.monotonic() - t0
-            job = _analysis_job(cache) if "done" not in seen else None
+            job = _analysis_job(cache) if "done" not in steps else None
             if job is not None:
-                if "queued" not in seen and job.created >= wall0 - 1:
-                    seen.add("queued")
-                    step("queued (the click's script run submitted it)", job.created - wall0)
-                if "started" not in seen and job.started:
-                    seen.add("started")
-                    step("taken by the worker", job.started - wall0)
-                if "warmed" not in seen and not warmed0 and _warmed(cache):
-                    seen.add("warmed")
-                    step("worker warm-up over (seen)")
-                got = jobs.partial(job, cache) if job.status == jobs.RUNNING else None
-                if "partial" not in seen and got:
-                    seen.add("partial")
-                    step(f"first partial result published ({got['partial']['tokens']:,} tokens)",
+                if job.created >= wall0 - 1:
+                    step("queued", "queued (the click's script run submitted it)", job.created - wall0)
+                if job.started:
+                    step("started", "taken by the worker", job.started - wall0)
+                if not warmed0 and "warmed" not in steps and _warmed(cache):
+                    step("warmed", "worker warm-up over (seen)")
+                got = jobs.partial(job, cache) if job.status == jobs.RUNNING and "partial" not in steps else None
+                if got:
+                    step("partial", f"first partial result published ({got['partial']['tokens']:,} tokens)",
                          got["published"] - wall0)
-                if "done" not in seen and job.status == jobs.DONE and job.finished:
-                    seen.add("done")
-                    step("run stored, job done", job.finished - wall0)
-            if titles and first is None:
-                first, first_title = now, titles[0]
-                cpu_first = proc_cpu_s(server_pid) - server0 + proc_cpu_s(worker.worker_pid(cache)) - (
-                    wcpu0 if worker.worker_pid(cache) == worker0 else 0.0)
-                step("first figure drawn")
+                if job.status == jobs.DONE and job.finished:
+                    step("done", "run stored, job done", job.finished - wall0)
+            if titles and "first" not in steps:
+                first_title = titles[0]
+                step("first", "first figure drawn")
             if any("partial" not in t for t in titles):
-                final = now
-                step("final figure drawn")
+                step("final", "final figure drawn")
                 break
             page.wait_for_timeout(100)
-        reloaded = not page.evaluate("() => window.__no_reload === true")
-        return {"first_s": first, "first_title": first_title, "first_partial": "partial" in first_title,
-                "final_s": final, "reloaded": reloaded, "cpu_to_first_s": cpu_first,
+        first = steps.get("first")
+        return {"first_s": first and first["s"], "first_title": first_title, "first_partial": "partial" in first_title,
+                "final_s": steps["final"]["s"] if "final" in steps else None,
+                "reloaded": not page.evaluate("() => window.__no_reload === true"),
+                "cpu_to_first_s": first and first["server_cpu_s"] + first["worker_cpu_s"],
                 "worker_was_running": bool(worker0 and worker0 > 0), "worker_warm_at_click": warmed0,
-                "steps": steps}
+                "steps": list(steps.values())}
     finally:
         page.close()
 
 
-def first_curve(tokens: int | None, timeout_s: float) -> dict:
-    """The fresh and the warm measurement on one server (see the module's doc)."""
+def first_curve(tokens: int | None, timeout_s: float) -> str:
+    """The fresh and the warm measurement on one server (see the module's doc), as markdown."""
     from playwright.sync_api import sync_playwright  # lazy: playwright only for the browser measurement
 
     query = f"tokens={tokens}" if tokens else ""
     root = Path(tempfile.mkdtemp(prefix="aniso-live-"))
     cache = root / "cache"
     cache.mkdir()
-    out: dict = {"query": query or "(the default selection)", "worker_nice": settings.env_value("ANISO_WORKER_NICE")}
+    rows, steps = [], []
     with app_server(cache, root / "streamlit.log") as (url, proc), sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            out["port"] = int(url.rsplit(":", 1)[1])
-            log("fresh: a new cache, no worker")
-            out["fresh"] = _click_to_curves(browser, f"{url}/?{query}", timeout_s, proc.pid, cache)
-            log(f"fresh: {out['fresh']}")
-            if not out["fresh"]["final_s"]:  # still running: let it end before the warm run
-                t0 = time.monotonic()
-                while any(j.active for j in jobs.list_jobs(cache)) and time.monotonic() - t0 < timeout_s:
-                    time.sleep(1)
-            store = get_store(cache)
-            for k in store.keys():
-                if k.startswith(("stats:", "results:")):
-                    store.delete(k)
-            time.sleep(2)  # the app keeps no "not computed" (ui.data.is_cached): the next page run sees it
-            log("warm: the same worker, the run deleted from the cache")
-            out["warm"] = _click_to_curves(browser, f"{url}/?{query}", timeout_s, proc.pid, cache)
-            log(f"warm: {out['warm']}")
+            for name, goal, how in (("fresh", GOAL_FRESH_S, "a new cache, no worker"),
+                                    ("warm", GOAL_WARM_S, "the same worker, the run deleted from the cache")):
+                if name == "warm":
+                    t0 = time.monotonic()
+                    while any(j.active for j in jobs.list_jobs(cache)) and time.monotonic() - t0 < timeout_s:
+                        time.sleep(1)  # the fresh run still running: let it end
+                    store = get_store(cache)
+                    for k in store.keys():
+                        if k.startswith(("stats:", "results:")):
+                            store.delete(k)
+                    time.sleep(2)  # the app keeps no "not computed" (ui.data.is_cached): the next page run sees it
+                log(f"{name}: {how}")
+                r = _click_to_curves(browser, f"{url}/?{query}", timeout_s, proc.pid, cache)
+                log(f"{name}: {r}")
+                ok = r["first_s"] is not None and r["first_s"] <= goal
+                miss = "" if ok or r["first_s"] is None else f" (over by {r['first_s'] - goal:.1f} s)"
+                rows.append([name, fs(r["first_s"], 1), "partial" if r["first_partial"] else "final", fs(r["final_s"], 1),
+                             "yes" if r["reloaded"] else "no", fs(r["cpu_to_first_s"], 1),
+                             "yes" if r["worker_warm_at_click"] else "no", f"<= {goal:.0f} s: {met(ok)}{miss}"])
+                steps += [[name, x["step"], f"{x['s']:.1f} s", f"{x['server_cpu_s']:.1f}", f"{x['worker_cpu_s']:.1f}",
+                           f"{x['other_cpu_s']:.1f}"] for x in r["steps"]]
         finally:
             browser.close()
-    return out
-
-
-# ----------------------------------------------------------------------------- markdown
-def _s(x) -> str:
-    return "not drawn" if x is None else f"{x:.1f} s"
-
-
-def render(cost: dict, curve: dict, meta: dict) -> str:
-    lines = [f"Measured {meta['date']} on {meta['machine']} (load average at start {meta['load_start']}, at end "
-             f"{meta['load_end']}; {meta['cores']} usable cores).", ""]
-    if cost:
-        lines += [
-            f"**Cost of publishing**: {cost['model']} on wiki-en, {cost['tokens']:,} tokens in {cost['batches']} batches "
-            f"({cost['reps']} runs each).", "",
-            table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Loop's own account: time publishing / "
-                   "forward (median, max)", "Partial results per run", "Goal: cost <= 2%"],
-                  [[f"{cost['plain_tok_s']:,.0f}", f"{cost['live_tok_s']:,.0f}", f"**{cost['ratio']:.3f}** ("
-                    f"{min(cost['pair_ratios']):.3f}-{max(cost['pair_ratios']):.3f})",
-                    f"{cost['share_median']:.2%}, {cost['share_max']:.2%}", ", ".join(map(str, cost["publishes"])),
-                    met(cost["ratio"] >= 1 - GOAL_SHARE)]]), ""]
-    if curve:
-        rows = []
-        for name, goal in (("fresh", GOAL_FRESH_S), ("warm", GOAL_WARM_S)):
-            r = curve.get(name) or {}
-            ok = r.get("first_s") is not None and r["first_s"] <= goal
-            miss = "" if ok or r.get("first_s") is None else f" (over by {r['first_s'] - goal:.1f} s)"
-            rows.append([name, _s(r.get("first_s")), "partial" if r.get("first_partial") else "final",
-                         _s(r.get("final_s")), "yes" if r.get("reloaded") else "no", _s(r.get("cpu_to_first_s")),
-                         "yes" if r.get("worker_warm_at_click") else "no", f"<= {goal:.0f} s: {met(ok)}{miss}"])
-        steps = [[name, x["step"], f"{x['s']:.1f} s", f"{x['server_cpu_s']:.1f}", f"{x['worker_cpu_s']:.1f}",
-                  f"{x.get('other_cpu_s', 0.0):.1f}"] for name in ("fresh", "warm")
-                 for x in (curve.get(name) or {}).get("steps", [])]
-        lines += [
-            f"**First curve in a real browser** (`streamlit run app.py` on 127.0.0.1:{curve.get('port', '?')}; "
-            f"selection {curve['query']})."
-            + (f" The worker ran at niceness {curve['worker_nice']} (the app's default is 10)."
-               if curve.get("worker_nice") is not None else ""), "",
-            table(["Run", "First curve", "It was", "Final curve", "Page reloaded", "CPU to the first curve",
-                   "Worker warm at the click", "Goal"], rows), ""]
-        if steps:
-            lines += ["Where the seconds went:", "",
-                      table(["Run", "Step", "Since the click", "Server CPU-s", "Worker CPU-s", "Other CPU-s"], steps), ""]
-    return "\n".join(lines + meta.get("notes", [])).rstrip()
+    nice = settings.env_value("ANISO_WORKER_NICE")
+    return "\n".join([
+        f"**First curve in a real browser** (`streamlit run app.py` on {url.split('//')[1]}; selection "
+        f"{query or '(the default selection)'})." + (f" The worker ran at niceness {nice} (the app's default is 10)."
+                                                      if nice is not None else ""), "",
+        table(["Run", "First curve", "It was", "Final curve", "Page reloaded", "CPU to the first curve",
+               "Worker warm at the click", "Goal"], rows), "", "Where the seconds went:", "",
+        table(["Run", "Step", "Since the click", "Server CPU-s", "Worker CPU-s", "Other CPU-s"], steps)])
 
 
 def main(argv=None) -> int:
@@ -264,26 +222,21 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not a.no_browser and not browser_main():
         return 2
-    m = machine_info()
-    meta = {"date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{m.get('cpu_model') or platform.processor()}, {m.get('usable_cores')} cores, "
-                       f"{m.get('os')}", "cores": m.get("usable_cores"), "load_start": loadavg()}
-    cost, curve = {}, {}
-    with tempfile.TemporaryDirectory(prefix="aniso-live-cost-") as d:
-        if not a.no_cost:
-            cost = publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d))
-            log(f"cost: ratio {cost['ratio']:.3f}, share {cost['share_median']:.2%}")
+    load_start, parts = loadavg(), []
+    if not a.no_cost:
+        with tempfile.TemporaryDirectory(prefix="aniso-live-cost-") as d:
+            parts.append(publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d)))
     if not a.no_browser:
-        curve = first_curve(1000 if a.quick else None, a.timeout)
-    meta["load_end"] = loadavg()
-    busy = max(meta["load_start"][0], meta["load_end"][0]) if meta["load_start"] else 0
-    if busy > 0.5 * (meta["cores"] or 1):
-        meta["notes"] = [f"> **Warning:** the machine was busy (1-minute load average up to {busy:.1f} on "
-                         f"{meta['cores']} cores, other jobs running): the times are longer than on a quiet machine"
-                         + (", and the A/B ratio has a spread of several percent; the loop's own account is the "
-                            "precise figure for the cost." if cost else "."), ""]
+        parts.append(first_curve(1000 if a.quick else None, a.timeout))
+    parts.insert(0, measured(load_start))
+    busy = max(load_start[0], loadavg()[0]) if load_start else 0
+    if busy > 0.5 * usable_cores():
+        parts.append(f"> **Warning:** the machine was busy (1-minute load average up to {busy:.1f} on {usable_cores()} "
+                     "cores, other jobs running): the times are longer than on a quiet machine"
+                     + (", and the A/B ratio has a spread of several percent; the loop's own account is the precise "
+                        "figure for the cost." if not a.no_cost else "."))
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
-    publish(render(cost, curve, meta), "live", TITLE, out)
+    publish("\n\n".join(parts), "live", TITLE, out)
     return 0
 
 

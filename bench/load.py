@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
+import contextlib
+import itertools
 import os
-import platform
 import random
 import sys
 import tempfile
@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
+from bench.appserver import CHROMIUM, ROOT, app_server, browser_main, measured
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from bench.common import command, cpu_times, loadavg, proc_cpu_s, publish, rss, table
+from bench.common import command, cpu_times, fb, fr, fs, loadavg, log, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze
@@ -40,24 +40,14 @@ PAGE_TIMEOUT_S = 120
 SLOW_S = 10  # a view slower than this is described in the report (what the page showed)
 THINK_MEAN_S = 7.0  # TPC-W's think time: exponential with this mean, cut at 10 times the mean
 STRESS_S = 40.0  # phase 3 (no think time) lasts at most this long
+PHASES = {"idle": "no job", "job": "job running", "stress": "job running, no think time"}
 
 
-class MemoryProbe:
-    """Peak RSS of the server and of the worker, sampled on a thread."""
-
-    def __init__(self, server_pid: int, cache: Path):
-        self.server_pid, self.cache = server_pid, cache
-        self.peak_server = self.peak_worker = 0
-        self.stop = threading.Event()
-        self.t = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self):
-        while not self.stop.wait(0.25):
-            self.peak_server = max(self.peak_server, rss(self.server_pid))
-            self.peak_worker = max(self.peak_worker, rss(worker.worker_pid(self.cache) or 0))
-
-    def reset(self):
-        self.peak_server = self.peak_worker = 0
+def _probe(server_pid: int, cache: Path, peaks: dict, stop: threading.Event) -> None:
+    """Peak RSS of the server and of the worker into `peaks` (cleared: a new start), sampled every 0.25 s."""
+    while not stop.wait(0.25):
+        for k, pid in (("peak_server", server_pid), ("peak_worker", worker.worker_pid(cache) or 0)):
+            peaks[k] = max(peaks.get(k, 0), rss(pid))
 
 
 # Ready: at the page's own path, no script running, and every figure of the page drawn, none of them the last
@@ -73,25 +63,17 @@ READY_JS = """(a) => {
 }"""
 
 
-def think_time(rng: random.Random, mean: float) -> float:
-    """A user's reading time before the next click: TPC-W's model, exponential with `mean`, cut at 10x."""
-    return 0.0 if mean <= 0 else min(rng.expovariate(1.0 / mean), 10.0 * mean)
-
-
-async def _page_ready(page, name: str, slow: list | None = None, label: str = "") -> None:
-    """Wait until the page shows `n_figs` figures with data and Streamlit is idle. A view still not
+async def _page_ready(page, name: str, slow: list, label: str = "") -> None:
+    """Wait until the page shows its PAGES[name] figures with data and Streamlit is idle. A view still not
     ready after SLOW_S is noted in `slow` with what the page showed then (the wait goes on)."""
     paths = [f"/{name.lower()}"] + (["/", "/home"] if name == "Layers" else [])  # Layers is the default page
     arg = {"paths": paths, "n": PAGES[name]}
-    t0 = time.perf_counter()
     try:
         await page.wait_for_function(READY_JS, arg=arg, timeout=SLOW_S * 1000)
         return
     except Exception:  # noqa: BLE001 - a Playwright timeout: note what the page shows, then wait on
-        if slow is not None:
-            slow.append(f"{label or name}: not ready after {SLOW_S} s [{await _describe(page)}]")
-    await page.wait_for_function(READY_JS, arg=arg,
-                                 timeout=max(1.0, PAGE_TIMEOUT_S - (time.perf_counter() - t0)) * 1000)
+        slow.append(f"{label or name}: not ready after {SLOW_S} s [{await _describe(page)}]")
+    await page.wait_for_function(READY_JS, arg=arg, timeout=(PAGE_TIMEOUT_S - SLOW_S) * 1000)
 
 
 STATE_JS = """() => ({path: location.pathname,
@@ -114,11 +96,10 @@ async def _describe(page) -> str:
 def watch_server(page, sent: list) -> None:
     """Note when each element the server sends this page's session arrives over the websocket (a Streamlit
     ForwardMsg delta). A view's server part is from the click to the last element that arrived before the page was
-    drawn: what the browser drew had all been sent by then, and the rest is the browser's own work, which on a lab
-    server runs on each user's machine. Left out: heartbeats, the run's bookkeeping (`script_finished` often
-    arrives after the figures are drawn, as the script still writes what lies below them) and elements written by
-    a fragment (`delta.fragment_id`: the jobs panel's reruns every 2 s, which have nothing to do with the view;
-    the browsed pages draw their own sections outside fragments)."""
+    drawn: what the browser drew had all been sent by then. Left out: heartbeats, the run's bookkeeping
+    (`script_finished` often arrives after the figures are drawn, as the script still writes what lies below them)
+    and elements written by a fragment (`delta.fragment_id`: the jobs panel's reruns every 2 s; the browsed pages
+    draw their own sections outside fragments)."""
     # lazy: streamlit's protobuf stays out of what the numpy-only tier imports (the renderers)
     from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
@@ -136,92 +117,71 @@ def watch_server(page, sent: list) -> None:
     page.on("websocket", lambda ws: ws.on("framereceived", frame))
 
 
-async def _user(browser, url: str, seconds: float, times: list, errors: list, offset: int,
-                slow: list, think_mean: float, opened: "_Barrier", done: "_Barrier") -> None:
-    rng = random.Random(1000 + offset)
-    ctx, arrived = None, False
+async def _open(browser, url: str, offset: int, times: list, errors: list, slow: list) -> tuple:
+    """A user's own browser context and first page (the ramp-up, not a view): (the page, the pages it visits
+    next, when the server's elements arrived)."""
+    ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await ctx.new_page()
+    sent: list[float] = []
+    watch_server(page, sent)
+    order = itertools.islice(itertools.cycle(PAGES), offset, None)  # each user starts at another page
+    t0, name = time.perf_counter(), next(order)
     try:
-        ctx = await browser.new_context(viewport={"width": 1400, "height": 1000})
-        page = await ctx.new_page()
-        sent: list[float] = []
-        watch_server(page, sent)
-        names = list(PAGES)
-        t0 = time.perf_counter()
+        await page.goto(f"{url}/{name.lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
+        await _page_ready(page, name, slow, "first load")
+        times.append(("open", time.perf_counter() - t0))
+    except Exception as e:  # noqa: BLE001 - counted; this user goes on browsing
+        errors.append(f"first load: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    return page, order, sent
+
+
+async def _browse(page, order, sent: list, seconds: float, think_mean: float, rng: random.Random, times: list,
+                  errors: list, slow: list) -> None:
+    """A user's timed browsing: a think time, a click on the next page in the navigation, until it is drawn."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        # the user reads the page before the next click: TPC-W's think time, exponential with its mean, cut at 10x
+        think = min(rng.expovariate(1.0 / think_mean), 10.0 * think_mean) if think_mean > 0 else 0.0
+        await asyncio.sleep(min(think, max(0.0, end - time.monotonic())))
+        if time.monotonic() >= end:
+            break
+        t0, name = time.perf_counter(), next(order)
         try:
-            await page.goto(f"{url}/{names[offset % 4].lower()}?{QUERY}", timeout=PAGE_TIMEOUT_S * 1000)
-            await _page_ready(page, names[offset % 4], slow, "first load")
-            times.append(("open", time.perf_counter() - t0))
-        except Exception as e:  # noqa: BLE001 - counted; this user goes on browsing
-            errors.append(f"first load: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
-        arrived = True
-        await opened.arrive()  # the timed browsing starts when every user has its first page
-        end = time.monotonic() + seconds
-        i = offset + 1
-        while time.monotonic() < end:
-            await asyncio.sleep(min(think_time(rng, think_mean), max(0.0, end - time.monotonic())))
-            if time.monotonic() >= end:
-                break
-            name = names[i % 4]
-            i += 1
-            t0 = time.perf_counter()
-            try:
-                await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
-                await _page_ready(page, name, slow)
-                drawn = time.perf_counter()
-                times.append((name, drawn - t0))
-                got = [t for t in sent if t0 < t <= drawn]
-                if got:  # the server's part of this view: from the click to its last message before the drawing
-                    times.append(("server", got[-1] - t0))
-                if await page.locator("[data-testid=stException]").count():
-                    errors.append(f"{name}: exception shown")
-            except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
-                errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
-                              f" [{await _describe(page)}]")
-    finally:
-        if not arrived:  # this user failed before its first page: the others must not wait for it
-            await opened.arrive()
-        await done.arrive()  # the CPU is read before any browser context closes
-        if ctx is not None:
-            await ctx.close()
+            await page.get_by_test_id("stSidebarNav").get_by_text(name, exact=True).click()
+            await _page_ready(page, name, slow)
+            drawn = time.perf_counter()
+            times.append((name, drawn - t0))
+            got = [t for t in sent if t0 < t <= drawn]
+            if got:  # the server's part of this view: from the click to its last message before the drawing
+                times.append(("server", got[-1] - t0))
+            if await page.locator("[data-testid=stException]").count():
+                errors.append(f"{name}: exception shown")
+        except Exception as e:  # noqa: BLE001 - a timeout or a broken page is an error of the run
+            errors.append(f"{name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+                          f" [{await _describe(page)}]")
 
 
-class _Barrier:
-    """Each user waits here until all have arrived: after their first page loads (the ramp-up ends, the
-    timed browsing starts) and after their last view (before any context closes). Given the server's
-    pid, the CPU used so far is read at the release."""
-
-    def __init__(self, n: int, server_pid: int | None = None):
-        self.n, self.event, self.server_pid, self.cpu = n, asyncio.Event(), server_pid, None
-
-    async def arrive(self) -> None:
-        self.n -= 1
-        if self.n <= 0:
-            self.cpu = _cpu_s(self.server_pid) if self.server_pid else None  # the CPU used so far, at the release
-            self.event.set()
-        await self.event.wait()
-
-
-async def run_phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S,
-                 server_pid: int | None = None) -> tuple[list, list, list, dict | None]:
-    """The users' views (name, seconds), errors, slow views, and (given the server's pid) the CPU used
-    during the timed browsing: seconds per kind over its wall time."""
+def run_phase(url: str, users: int, seconds: float, think_mean: float = THINK_MEAN_S, server_pid: int | None = None) -> dict:
+    """`users` browsing for `seconds`: their views, errors, slow views, and (given the server's pid) the CPU used
+    during the timed browsing, summarized."""
     from playwright.async_api import async_playwright
 
-    times: list = []
-    errors: list = []
-    slow: list = []
-    async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            opened, done = _Barrier(users, server_pid), _Barrier(users, server_pid)
-            await asyncio.gather(*[_user(browser, url, seconds, times, errors, k, slow, think_mean, opened, done)
-                                   for k in range(users)])
-            cpu = None
-            if opened.cpu is not None and done.cpu is not None:
-                cpu = {k: done.cpu[k] - opened.cpu[k] for k in done.cpu}
-        finally:
-            await browser.close()
-    return times, errors, slow, cpu
+    times, errors, slow, cpu = [], [], [], []
+
+    async def phase() -> None:
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:  # every user opens the app at the same instant; the timed browsing starts once all have a first page
+                opened = await asyncio.gather(*[_open(browser, url, k, times, errors, slow) for k in range(users)])
+                cpu.append(_cpu_s(server_pid) if server_pid else None)
+                await asyncio.gather(*[_browse(*u, seconds, think_mean, random.Random(1000 + k), times, errors, slow)
+                                       for k, u in enumerate(opened)])
+                cpu.append(_cpu_s(server_pid) if server_pid else None)  # before any browser context closes
+            finally:
+                await browser.close()
+
+    asyncio.run(phase())
+    return summarize(times, errors, slow, {k: cpu[1][k] - cpu[0][k] for k in cpu[1]} if server_pid else None)
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -240,12 +200,25 @@ def summarize(times: list, errors: list, slow: list, cpu: dict | None = None) ->
             "max_page": {p: max([t for n, t in times if n == p], default=float("nan")) for p in PAGES}}
 
 
-def compute_browsed_run(cache: Path) -> None:
-    """The run the users browse (QUERY), computed into `cache` before the server starts (untimed)."""
+@contextlib.contextmanager
+def browsed_server(prefix: str):
+    """A new cache directory with the run the users browse (QUERY) computed in it (untimed), and the app server
+    on it: (cache, url, server process)."""
+    cache = Path(tempfile.mkdtemp(prefix=prefix))
     settings.set_cache_dir(cache)
     sel, _ = from_query_params(dict(kv.split("=") for kv in QUERY.split("&")))
-    print(f"computing the browsed run ({sel.max_tokens} tokens, not timed)", file=sys.stderr)
+    log(f"computing the browsed run ({sel.max_tokens} tokens, not timed)")
     analyze(sel.spec(sel.models[0]), cache_dir=cache)
+    with app_server(cache, cache / "streamlit.log") as (url, proc):
+        yield cache, url, proc
+
+
+def warm_up(url: str, server_pid: int) -> None:
+    """One user browses every page for 10 s (the app's first visit starts its UMAP process, which compiles umap's
+    kernels), then the server's processes must be idle (fast page views never came in one run), untimed."""
+    s = run_phase(url, 1, 10.0, think_mean=0.0)
+    log(f"warm-up, one user: {s['n']} views, p50 {fr(s['p50'], 2)} s, max {fr(s['max'], 2)} s")
+    wait_idle(server_pid)
 
 
 def start_job(cache: Path, tokens: int, label: str) -> str:
@@ -270,35 +243,15 @@ def job_figures(jid: str, cache: Path, cancel: bool = False) -> dict:
     return {"job_status": j.status, "job_tokens_per_s": j.progress.rate, "job_done": j.progress.done}
 
 
-def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
-    users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
-    think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
-    cache = Path(tempfile.mkdtemp(prefix="aniso-load-"))
-    compute_browsed_run(cache)
-    out = {"users": users, "seconds": seconds, "think_mean": think_mean, "stress_seconds": stress_seconds,
-           "load_before": loadavg()}
-    with app_server(cache, cache / "streamlit.log") as (url, proc):
-        probe = MemoryProbe(proc.pid, cache)
-        try:
-            _phases(url, users, seconds, probe, out)
-        finally:
-            probe.stop.set()
-    return out
-
-
 def _cpu_s(server_pid: int) -> dict:
     """CPU seconds used so far: the server's process tree, every chromium process, the load test itself
     (this process and Playwright's driver), and the whole machine (busy; niced, which is the job's worker
     and the UMAP process; stolen by the host)."""
-    browsers = harness = 0.0
-    for p in psutil.process_iter(["cmdline", "cpu_times"]):
-        cmd, t = " ".join(p.info["cmdline"] or []), p.info["cpu_times"]
-        if t is None:
-            continue
-        if "chromium" in cmd:
-            browsers += t.user + t.system
-        elif "playwright" in cmd or p.pid == os.getpid():  # Playwright's driver and this process
-            harness += t.user + t.system
+    procs = [(p.pid, " ".join(p.info["cmdline"] or []), p.info["cpu_times"])
+             for p in psutil.process_iter(["cmdline", "cpu_times"])]
+    browsers = sum(t.user + t.system for _, cmd, t in procs if t and "chromium" in cmd)
+    harness = sum(t.user + t.system for pid, cmd, t in procs  # Playwright's driver and this process
+                  if t and "chromium" not in cmd and ("playwright" in cmd or pid == os.getpid()))
     ct = cpu_times()  # the machine's CPU seconds, all cores
     return {"server": proc_cpu_s(server_pid, tree=True), "browsers": browsers, "harness": harness,
             "busy": sum(ct[k] for k in ("user", "nice", "system", "irq", "softirq")), "niced": ct["nice"],
@@ -312,101 +265,86 @@ def wait_idle(root: int, window_s: float = 5.0, limit_s: float = 400.0) -> None:
     while time.monotonic() - t0 < limit_s:
         before = proc_cpu_s(root, tree=True)
         time.sleep(window_s)
-        used = proc_cpu_s(root, tree=True) - before
-        if used < 0.1 * window_s:
-            print(f"  server idle after {time.monotonic() - t0:.0f} s more", file=sys.stderr)
+        if proc_cpu_s(root, tree=True) - before < 0.1 * window_s:
+            log(f"  server idle after {time.monotonic() - t0:.0f} s more")
             return
-    print(f"  server still busy after {limit_s:.0f} s: measuring anyway", file=sys.stderr)
+    log(f"  server still busy after {limit_s:.0f} s: measuring anyway")
 
 
-def _phases(url: str, users: int, seconds: float, probe: MemoryProbe, out: dict) -> None:
+def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_seconds: float = STRESS_S) -> dict:
     """Warm-up, then phase 1 (browsing, no job), phase 2 (the same while a long job runs) and phase 3
     (the job still running, no think time: the stress variant; skipped when stress_seconds is 0)."""
-    probe.t.start()
-    # One user browses every page for 10 s (the app's first visit starts its UMAP process, which compiles umap's
-    # kernels), then the server's processes must be idle (fast page views never came in one run), untimed.
-    times, _, _, _ = asyncio.run(run_phase(url, 1, 10.0, think_mean=0.0))
-    print(f"warm-up, one user's views: {[round(t, 2) for name, t in times]}", file=sys.stderr)
-    wait_idle(probe.server_pid)
-    jid = None
+    users, seconds = max(1, min(users, 16)), max(5.0, min(seconds, 600.0))
+    think_mean, stress_seconds = max(0.0, min(think_mean, 60.0)), max(0.0, min(stress_seconds, 600.0))
+    out = {"users": users, "seconds": seconds, "think_mean": think_mean, "stress_seconds": stress_seconds,
+           "load_before": loadavg()}
+    jid, peaks, stop = None, {}, threading.Event()
+    with browsed_server("aniso-load-") as (cache, url, proc):
 
-    def phase(what: str, length: float, think: float, reset: bool = True) -> dict:  # views, peaks, the job's progress
-        if reset:
-            probe.reset()
-        print(f"{what}: {users} users, {length:.0f} s", file=sys.stderr)
-        got = summarize(*asyncio.run(run_phase(url, users, length, think, probe.server_pid)))
-        got.update(peak_server=probe.peak_server, load=loadavg())
-        return got if jid is None else {**got, "peak_worker": probe.peak_worker, **job_figures(jid, probe.cache)}
+        def phase(key: str, length: float, think: float) -> None:  # views, peaks (then a new start), the job's progress
+            log(f"{PHASES[key]}: {users} users, {length:.0f} s")
+            got = {**run_phase(url, users, length, think, proc.pid), "load": loadavg(), **peaks}
+            peaks.clear()  # phase 2's worker peak includes its start on the job
+            for v in got["slow"]:  # every slow view (the markdown shows six per phase)
+                log(f"slow ({key}): {v}")
+            out[key] = got if jid is None else {**got, **job_figures(jid, cache)}
 
-    out["idle"] = phase("phase 1, no job", seconds, out["think_mean"])
-    probe.reset()  # the worker's peak includes its start on the job
-    jid = start_job(probe.cache, JOB_TOKENS, f"load-test job, {JOB_TOKENS:,} tokens")
-    out["job"] = phase(f"phase 2, job {jid} running", seconds, out["think_mean"], reset=False)
-    if out["stress_seconds"] > 0 and jobs.status(jid, probe.cache).active:
-        out["stress"] = phase(f"phase 3, job {jid} running, no think time", out["stress_seconds"], 0.0)
-    job_figures(jid, probe.cache, cancel=True)
-
-
-def _s(v: float) -> str:
-    return "no view" if v != v else f"{v:.2f} s"  # NaN: the page was not visited in the phase
+        try:
+            warm_up(url, proc.pid)
+            threading.Thread(target=_probe, args=(proc.pid, cache, peaks, stop), daemon=True).start()
+            phase("idle", seconds, think_mean)
+            jid = start_job(cache, JOB_TOKENS, f"load-test job, {JOB_TOKENS:,} tokens")
+            phase("job", seconds, think_mean)
+            if stress_seconds > 0 and jobs.status(jid, cache).active:
+                phase("stress", stress_seconds, 0.0)
+            job_figures(jid, cache, cancel=True)
+        finally:
+            stop.set()
+    out["measured"] = measured(out["load_before"])
+    return out
 
 
 def render(r: dict, command: str) -> str:
-    def row(name, s, job=False):
-        worker = f"{s.get('peak_worker', 0) / 2**20:,.0f} MiB" if job else "(no job)"
-        return [name, s["n"], f"{s['p50']:.2f}", f"{s['p95']:.2f}", f"{s['max']:.2f}", len(s["errors"]),
-                f"{s['peak_server'] / 2**20:,.0f} MiB", worker]
-
-    cores = psutil.cpu_count()
-    think = r.get("think_mean", 0.0)
-    phases = [("idle", "no job"), ("job", "job running")] + ([("stress", "job running, no think time")]
-                                                              if "stress" in r else [])
-    busy = max([r["load_before"][0]] + [r[k]["load"][0] for k, _ in phases])
+    phases = [k for k in PHASES if k in r]
+    cores, think, job = psutil.cpu_count(), r.get("think_mean", 0.0), r["job"]
+    busy = max([r["load_before"][0]] + [r[k]["load"][0] for k in phases])
+    rows = []
+    for k in phases:  # "n/a": a page not visited in the phase, or no CPU reading
+        s, c = r[k], r[k].get("cpu")
+        cpu = c and s["n"] and c["t"] > 0
+        rows.append([PHASES[k], s["n"], " / ".join(fr(s[x], 2) for x in ("p50", "p95", "max")), len(s["errors"]),
+                     f"{fs(s['open_p50'])} / {fs(s['open_max'])}", " / ".join(fs(v) for v in s["per_page"].values()),
+                     " / ".join(fs(v) for v in s["max_page"].values()), fb(s.get("peak_server")),
+                     fb(s.get("peak_worker")) if k != "idle" else "(no job)",
+                     " / ".join(fr(c[x] / s["n"], 2) for x in ("server", "browsers", "harness")) if cpu else "n/a",
+                     " / ".join(fr(c[x] / c["t"], 2) for x in ("busy", "niced", "stolen")) if cpu else "n/a",
+                     f"{s['load'][0]:.1f}"])
+    pages = " / ".join(PAGES)
     lines = [f"{r['users']} users, {r['seconds']:.0f} s per phase, on a computed run ({QUERY}); think time "
              + (f"mean {think:g} s, cut at {10 * think:g} s" if think > 0 else "none (each user clicks the moment a page "
-                "is drawn)") + f"; the job: {JOB_TOKENS:,} tokens"
-             + (f"; phase 3: {r['stress_seconds']:.0f} s" if "stress" in r else "")
-             + f". Measured {dt.date.today().isoformat()} on this project's machine: {cores} cores, Python "
-               f"{platform.python_version()}.", "",
-             table(["phase", "page views", "p50 (s)", "p95 (s)", "max (s)", "errors", "server peak RSS",
-                    "worker peak RSS"], [row(label, r[key], job=key != "idle") for key, label in phases])]
-    lines += ["", f"First loads ({r['users']} users opening at once, not counted above): "
-              + "; ".join(f"{phase}: p50 {_s(r[key]['open_p50'])}, max {_s(r[key]['open_max'])}"
-                          for key, phase in phases) + ".",
-              "",
-              "p95 per page while the job runs: " + ", ".join(f"{p} {_s(v)}" for p, v in r["job"]["per_page"].items())
-              + f". The job advanced at {r['job']['job_tokens_per_s']:,.0f} tokens/s meanwhile "
-                f"({r['job']['job_done']:,} tokens done by the end of phase 2, then cancelled).",
-              f"Goal: p95 < 2 s while a job runs: **{'met' if r['job']['p95'] < 2 else 'not met'}** "
-              f"({r['job']['p95']:.2f} s)."
-              + (f" Without think time (phase 3) p95 is {r['stress']['p95']:.2f} s: "
-                 f"{'the goal holds' if r['stress']['p95'] < 2 else 'the goal does not hold'} when every user "
-                 "clicks without pause." if "stress" in r else ""), ""]
+                "is drawn)") + f"; the job: {JOB_TOKENS:,} tokens" + (f"; phase 3: {r['stress_seconds']:.0f} s" if "stress" in r
+                                                                      else "") + f". {r.get('measured', '')}", "",
+             table(["phase", "page views", "p50 / p95 / max (s)", "errors", f"first loads ({r['users']} users opening at "
+                    "once, not counted): p50 / max", f"p95 per page ({pages})", f"slowest view per page ({pages})",
+                    "server peak RSS", "worker peak RSS", "CPU-s per view: server / browsers / the load test's driver",
+                    f"cores busy (of {cores}) / niced (the job's worker, the UMAP process) / stolen by the host",
+                    "1-min load average at the end"], rows), "",
+             f"The job advanced at {job['job_tokens_per_s']:,.0f} tokens/s during phase 2 ({job['job_done']:,} tokens done "
+             f"by its end, then cancelled). Goal: p95 < 2 s while a job runs: **{'met' if job['p95'] < 2 else 'not met'}** "
+             f"({job['p95']:.2f} s)." + (f" Without think time (phase 3) p95 is {r['stress']['p95']:.2f} s: "
+                                         f"{'the goal holds' if r['stress']['p95'] < 2 else 'the goal does not hold'} "
+                                         "when every user clicks without pause." if "stress" in r else ""), ""]
     if busy > (cores or 2) * 1.5 and think > 0:
-        lines.append(f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores): with the "
-                     "browsers on the same cores this includes their own drawing; see the phases' loads.")
-        lines.append("")
-    for key, phase in phases:
-        cpu, n = r[key].get("cpu"), r[key]["n"]
-        if cpu and n and cpu["t"] > 0:
-            lines.append(f"CPU while browsing ({phase}): server {cpu['server'] / n:.2f} s, browsers "
-                         f"{cpu['browsers'] / n:.2f} s and the load test's own driver {cpu['harness'] / n:.2f} s "
-                         f"per view; the machine was busy {cpu['busy'] / cpu['t']:.2f} of "
-                         f"{cores} cores on average ({cpu['niced'] / cpu['t']:.2f} niced: the job's worker and the "
-                         f"UMAP process), {cpu['stolen'] / cpu['t']:.2f} cores stolen by the host.")
-        lines.append(f"Slowest view per page ({phase}): "
-                     + ", ".join(f"{p} {_s(v)}" for p, v in r[key]["max_page"].items())
-                     + f"; 1-min load average at the end {r[key]['load'][0]:.1f}.")
-        if r[key]["slow"]:
-            lines.append(f"Views not ready after {SLOW_S} s ({phase}, {len(r[key]['slow'])}): "
-                         + "; ".join(r[key]["slow"][:6]))
-        lines.append("")
-    errs = [e for key, _ in phases for e in r[key]["errors"]]
+        lines += [f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores): with the "
+                  "browsers on the same cores this includes their own drawing; see the phases' loads.", ""]
+    for k in phases:
+        if r[k]["slow"]:
+            lines += [f"Views not ready after {SLOW_S} s ({PHASES[k]}, {len(r[k]['slow'])}): "
+                      + "; ".join(r[k]["slow"][:6]), ""]
+    errs = sorted({e for k in phases for e in r[k]["errors"]})
     if errs:
-        lines.append("Errors: " + "; ".join(sorted(set(errs))[:8]))
-        lines.append("")
-    lines.append(f"Command: `{command}`")
-    return "\n".join(lines)
+        lines += ["Errors: " + "; ".join(errs[:8]), ""]
+    return "\n".join(lines + [f"Command: `{command}`"])
 
 
 def main(argv=None) -> int:
@@ -422,9 +360,6 @@ def main(argv=None) -> int:
     if not browser_main():
         return 2
     r = run(a.users, a.seconds, a.think_mean, a.stress_seconds)
-    for key in ("idle", "job", "stress"):  # every slow view (the markdown shows six per phase)
-        for v in r.get(key, {}).get("slow", []):
-            print(f"slow ({key}): {v}", file=sys.stderr)
     publish(render(r, command("python -m bench.load", argv)), "load", TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     return 0
 
