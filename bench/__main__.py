@@ -14,6 +14,7 @@ Each run uses its own empty cache directory, deleted at the end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import shutil
 import sys
@@ -43,6 +44,7 @@ from bench.report import render_doc  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
                  "attention", "chain", "geometry"]
+MODES = {"lab-lr": "bench.lab_lr", "lab": "bench.lab"}  # `python -m bench MODE ...`: imported only when that mode runs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,14 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lab-lr"]:  # a mode of its own: the learning-rate sweep behind the lab (core/data/lab_lr.json)
-        from bench.lab_lr import main as lab_lr_main  # lazy: only this mode trains
-
-        return lab_lr_main(argv[1:])
-    if argv[:1] == ["lab"]:  # the lab's budget (issue 41): a mode of its own, minutes to an hour
-        from bench.lab import main as lab_main  # lazy: only this mode imports the lab
-
-        return lab_main(argv[1:])
+    if argv[:1] and argv[0] in MODES:  # the lab's learning-rate sweep (core/data/lab_lr.json), the lab's budget (issue 41)
+        return importlib.import_module(MODES[argv[0]]).main(argv[1:])
     if "--godey" in argv:  # Godey et al.'s 14 models, one process vs 14 (tens of minutes)
         from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
 
@@ -85,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}", file=sys.stderr)
         return 2
-    if a.quick and not a.threads:
-        a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
+    a.threads = a.threads or (1 if a.quick else None)  # --quick only checks the code: one thread is the fastest here
     if a.threads:
         settings.export_env(**{var: str(a.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                  "OPENBLAS_NUM_THREADS")})  # children inherit it
