@@ -290,14 +290,14 @@ def analyze_argv(spec, cache, out) -> list[str]:
     return ["analyze", *spec_args(spec), "--cache-dir", str(cache), "--quiet", "--out", str(out)]
 
 
-def fresh_process_times(cmd: list[str], processes: int, env: dict) -> list[float]:
-    """Wall seconds of `cmd` (interpreter start included), once in each of `processes` fresh processes,
-    timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
+def fresh_process_times(cmd: list[str], processes: int, cache_dir) -> list[float]:
+    """Wall seconds of `cmd` (interpreter start included; child_env on `cache_dir`), once in each of `processes` fresh
+    processes, timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
     with tempfile.TemporaryDirectory(prefix="aniso-pyperf-") as d:
         out = Path(d) / "times.json"
         p = subprocess.run([sys.executable, "-m", "pyperf", "command", "--processes", str(processes), "--values", "1",
                             "--warmups", "0", "--loops", "1", "--copy-env", "--quiet", "--output", str(out), "--", *cmd],
-                           cwd=str(ROOT), env=env, capture_output=True, text=True, timeout=1800)
+                           cwd=str(ROOT), env=child_env(cache_dir), capture_output=True, text=True, timeout=1800)
         if p.returncode != 0 or not out.exists():
             raise RuntimeError(f"pyperf command failed ({p.returncode}): {(p.stderr or p.stdout)[-600:]}")
         import pyperf  # lazy: pyperf only where a fresh-process timing is made

@@ -22,7 +22,6 @@ from bench.common import (
     alternate,
     analyze_argv,
     bare_forward,
-    child_env,
     code,
     core_cli,
     cprofile_table,
@@ -67,11 +66,11 @@ SEED = 0
 SIZES = {
     "minilm_tokens": (40_000, 600), "smollm_tokens": (40_000, 200),
     "overhead_reps": ({"minilm-l6": 5, "smollm2-135m": 2}, {"minilm-l6": 1, "smollm2-135m": 1}),
-    "profile_tokens": (4_000, 150), "peer_tokens": ((10_000, 40_000, 200_000), (400, 2_500)),
-    "peer_pairs": (10_000, 2_000), "peer_mem_cap": (8 * 2**30, 48 * 2**20), "memory_tokens": ((40_000, 400_000), (400, 2_500)),
+    "profile_tokens": (4_000, 150), "peer_tokens": ([10_000, 40_000, 200_000], [400, 2_500]),
+    "peer_pairs": (10_000, 2_000), "peer_mem_cap": (8 * 2**30, 48 * 2**20), "memory_tokens": ([40_000, 400_000], [400, 2_500]),
     "cache_minilm_tokens": (40_000, 600), "cache_smollm_tokens": (6_000, 200), "cache_reps": (3, 2),
     "umap_points": (5_000, 600), "umap_cold": (True, False), "umap_reps": (2, 1),
-    "batching_tokens": (40_000, 600), "batch_sizes": ((1, 16, 64), (1, 16)), "batching_reps": (2, 1),
+    "batching_tokens": (40_000, 600), "batch_sizes": ([1, 16, 64], [1, 16]), "batching_reps": (2, 1),
     "post_reps": (5, 2), "app_page_reps": (3, 1),
     "attention_tokens": ({"minilm-l6": 40_000, "smollm2-135m": 40_000}, {"minilm-l6": 300, "smollm2-135m": 150}),
     "attention_reps": (2, 1),
@@ -87,7 +86,7 @@ SIZES = {
 
 def make_sizes(quick: bool = False, items: list[str] = ()) -> tuple[SimpleNamespace, dict]:
     """The sizes of a run (--quick's with `quick`) with the overrides of --set NAME=VALUE (ints, comma-separated int
-    tuples, booleans, or a JSON dict); (sizes, the overrides)."""
+    lists, booleans, or a JSON dict); (sizes, the overrides)."""
     s, done = SimpleNamespace(**{k: v[quick] for k, v in SIZES.items()}), {}
     for item in items:
         name, sep, raw = item.partition("=")
@@ -97,7 +96,7 @@ def make_sizes(quick: bool = False, items: list[str] = ()) -> tuple[SimpleNamesp
         cur = getattr(s, name)
         try:
             val = (raw.strip().lower() in ("1", "true", "yes", "on") if isinstance(cur, bool) else
-                   tuple(int(x) for x in raw.split(",") if x.strip()) if isinstance(cur, tuple) else
+                   [int(x) for x in raw.split(",") if x.strip()] if isinstance(cur, list) else
                    json.loads(raw) if isinstance(cur, dict) else int(float(raw)))
         except (ValueError, json.JSONDecodeError):
             raise ValueError(f"--set {item!r}: cannot read {raw!r} as a {type(cur).__name__}") from None
@@ -352,7 +351,7 @@ def section_cache(ctx: Ctx) -> dict:
             out["summary"].append([f"Repeated `python -m core analyze`, {model}", "< 2 s", failed, "n/a"])
             continue
         # the repeats: one per fresh process, timed from outside by pyperf (interpreter start included)
-        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, child_env(ctx.cache))
+        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, ctx.cache)
         mods = run_task("cli", {"argv": argv}, cache_dir=ctx.cache)
         res = json.loads(out_json.read_text())
         tok, layers, d = res["manifest"]["tokens"], len(res["layers"]), res["manifest"]["model"].get("hidden_size") or 0

@@ -252,16 +252,15 @@ def test_process_figures_from_psutil():
 
 
 def test_fresh_process_times_come_from_pyperf(tmp_path):
-    import os
     import sys
 
     marks = tmp_path / "marks"
     code = f"open({str(marks)!r}, 'a').write('x')"
-    got = common.fresh_process_times([sys.executable, "-c", code], 2, dict(os.environ))
+    got = common.fresh_process_times([sys.executable, "-c", code], 2, tmp_path)
     assert len(got) == 2 and all(0 < t < 60 for t in got)
     assert marks.read_text() == "xx"  # one run per process, no warm-up run
     with pytest.raises(RuntimeError, match="pyperf command failed"):
-        common.fresh_process_times([sys.executable, "-c", "raise SystemExit(3)"], 1, dict(os.environ))
+        common.fresh_process_times([sys.executable, "-c", "raise SystemExit(3)"], 1, tmp_path)
 
 
 def test_alternate_runs_in_a_b_b_a_order():
