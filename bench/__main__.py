@@ -32,7 +32,6 @@ from bench.common import (  # noqa: E402
     ROOT,
     command,
     cpu_share,
-    cpu_times,
     jsonable,
     link_converted_models,
     loadavg,
@@ -98,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if machine["loadavg_start"] and machine["loadavg_start"][0] > 0.5 * cores:
         log(f"WARNING: the machine is busy (load average {machine['loadavg_start']} on {cores} cores): the figures "
             "will be noisy and the run slow; BENCHMARKS.md will say so")
-    t_start, ct0 = time.monotonic(), cpu_times()
+    cpu_share()  # starts psutil's count of the run's CPU time
+    t_start = time.monotonic()
     sections: dict = {}
     with tempfile.TemporaryDirectory(prefix="aniso-bench-", ignore_cleanup_errors=True) as root:
         cache = Path(root) / "cache"
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"== section {name} done in {time.monotonic() - t0:.1f} s")
     meta = {"command": command("python -m bench", argv), "bench_version": __version__, "quick": a.quick,
             "only": only if only != SECTION_ORDER else None, "machine": machine,
-            "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
+            "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(),
             "sizes": {**vars(sizes), "peer_mem_cap": f"{sizes.peer_mem_cap / 2**30:.2f} GiB"}, "overrides": overrides}
     results = {"meta": meta, "sections": sections}
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")

@@ -199,13 +199,11 @@ def cpu_times() -> dict:
     return psutil.cpu_times()._asdict()
 
 
-def cpu_share(before: dict, after: dict) -> dict:
-    """Shares of CPU time between two cpu_times() readings (whole machine, all cores)."""
-    if not before or not after:
-        return {}
-    d = {k: after[k] - before[k] for k in before if k not in ("guest", "guest_nice")}  # counted in user / nice
-    tot = sum(d.values()) or 1
-    return {"steal": d.get("steal", 0) / tot, "idle": (d.get("idle", 0) + d.get("iowait", 0)) / tot}
+def cpu_share() -> dict:
+    """Shares of the whole machine's CPU time (all cores) since this thread's previous call (psutil's
+    cpu_times_percent; a first call starts the count): steal, and idle with iowait."""
+    t = psutil.cpu_times_percent()._asdict()
+    return {"steal": t.get("steal", 0.0) / 100, "idle": (t["idle"] + t.get("iowait", 0.0)) / 100}
 
 
 def proc_cpu_s(pid: int | None, tree: bool = False) -> float:
@@ -325,16 +323,14 @@ def run_task(task: str, args: dict, *, cache_dir=None, env_extra: dict | None = 
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     res = next((json.loads(x[len(RESULT_TAG):]) for x in reversed(stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
-    # The child's own high-water mark of THIS process image (VmHWM, reported by the worker) is the
+    # The child's own high-water mark of THIS process image (VmHWM, reported by the worker with its status) is the
     # per-run peak; rusage's ru_maxrss also counts the parent's pages at fork, so it is only an
     # upper bound, used when the child could not report (killed).
     if res is None:
         st = "timeout" if wall >= timeout else "killed" if rc in (-9, 137) else "error"
-        res = {"status": st, "returncode": rc, "error": "\n".join(stderr.strip().splitlines()[-6:])}
-    res.setdefault("status", "ok")
-    if "peak_rss_bytes" not in res:
-        res["peak_rss_bytes"] = ru.ru_maxrss * 1024  # kB on Linux
-        res["peak_rss_source"] = "ru_maxrss upper bound (includes the parent's pages at fork)"
+        res = {"status": st, "returncode": rc, "error": "\n".join(stderr.strip().splitlines()[-6:]),
+               "peak_rss_bytes": ru.ru_maxrss * 1024,  # kB on Linux
+               "peak_rss_source": "ru_maxrss upper bound (includes the parent's pages at fork)"}
     res["wall_s"] = wall
     if res["status"] not in ("ok", "oom"):
         log(f"task {task} {args} -> {res['status']} rc={rc}: {res.get('error', '')[-400:]}")
