@@ -149,8 +149,8 @@ def _tool_e2e(ctx: Ctx, tokens: int) -> dict:
     """The tool end to end (`analyze` on a fresh cache) in a fresh process; shared by sections 2 and 3 (--quick's
     sizes coincide)."""
     if tokens not in ctx.memo:
-        r = run_task("tool_e2e", {"model": "minilm-l6", "tokens": tokens, "batch_size": BATCH, "sample": SAMPLE,
-                                  "cache_dir": str(ctx.fresh_dir("e2e"))}, cache_dir=ctx.cache, timeout=3600)
+        r = run_task("tool_e2e", {"model": "minilm-l6", "tokens": tokens, "cache_dir": str(ctx.fresh_dir("e2e"))},
+                     cache_dir=ctx.cache, timeout=3600)
         if r.get("status") != "ok":
             return r
         ctx.memo[tokens] = r
@@ -459,9 +459,7 @@ def section_projection(ctx: Ctx) -> dict:
 def section_batching(ctx: Ctx) -> dict:
     """The tool's extraction at several batch sizes (alternating), and the padding of sorted and unsorted batches."""
     s = ctx.sizes
-    lm = ctx.model("minilm-l6")
-    w = ctx.windows("minilm-l6", s.batching_tokens)
-    n = int(w.n_content_tokens)
+    lm, w, _, _, n = ctx.setup("minilm-l6", s.batching_tokens, "batching")
     _tool(lm, subset_windows(w, min(n, 1000)))  # warm-up
     times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in s.batch_sizes})
     rows = []

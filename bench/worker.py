@@ -29,14 +29,13 @@ def _preimport():
 
 
 # ----------------------------------------------------------------------------- tasks
-def task_tool_e2e(model: str, tokens: int, cache_dir: str, batch_size: int = 16, sample: int = 5000) -> dict:
-    """core.compute.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
+def task_tool_e2e(model: str, tokens: int, cache_dir: str) -> dict:
+    """core.compute.pipeline.analyze on a fresh cache, default batch and sample: load, tokenize, extract, metrics, cache."""
     _preimport()
     from core.base.spec import RunSpec  # lazy: see the module's doc
     from core.compute.pipeline import analyze
 
-    spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, sample=sample, seed=0,
-                   device="cpu", dtype="float32")
+    spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, seed=0, device="cpu", dtype="float32")
     with RssSampler() as rs:
         rs.set("fingerprints")
         t0 = time.perf_counter()
