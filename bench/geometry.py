@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from bench.common import fi, fr, fs, log, median, met
+from bench.common import fi, fr, fs, log, median, met, seconds
 from core.base.config import CONFIG
 from core.base.spec import DEFAULT_CORPUS as CORPUS
 from core.base.spec import DEFAULT_SAMPLE as SAMPLE
@@ -52,10 +52,7 @@ def registry_seconds(stats) -> float:
     """Seconds of every per-layer statistic of the registry at every layer, as build_results computes a layer's row
     (fresh kernel inputs, no isotropic baseline)."""
     run = S.Run(stats)
-    t0 = time.perf_counter()
-    for l in range(stats.n_layers):
-        S.layer_row(run, l)
-    return time.perf_counter() - t0
+    return seconds(lambda: [S.layer_row(run, l) for l in range(stats.n_layers)])
 
 
 def section_geometry(ctx) -> dict:
