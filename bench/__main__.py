@@ -14,8 +14,8 @@ Each run uses its own empty cache directory, deleted at the end.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
-import shutil
 import sys
 import tempfile
 import time
@@ -32,7 +32,6 @@ from bench.common import (  # noqa: E402
     ROOT,
     command,
     cpu_share,
-    cpu_times,
     jsonable,
     link_converted_models,
     loadavg,
@@ -43,6 +42,7 @@ from bench.report import render_doc  # noqa: E402
 
 SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
                  "attention", "chain", "geometry"]
+MODES = {"lab-lr": "bench.lab_lr", "lab": "bench.lab"}  # `python -m bench MODE ...`: imported only when that mode runs
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -63,30 +63,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["lab-lr"]:  # a mode of its own: the learning-rate sweep behind the lab (core/data/lab_lr.json)
-        from bench.lab_lr import main as lab_lr_main  # lazy: only this mode trains
-
-        return lab_lr_main(argv[1:])
-    if argv[:1] == ["lab"]:  # the lab's budget (issue 41): a mode of its own, minutes to an hour
-        from bench.lab import main as lab_main  # lazy: only this mode imports the lab
-
-        return lab_main(argv[1:])
+    if argv[:1] and argv[0] in MODES:  # the lab's learning-rate sweep (core/data/lab_lr.json), the lab's budget (issue 41)
+        return importlib.import_module(MODES[argv[0]]).main(argv[1:])
     if "--godey" in argv:  # Godey et al.'s 14 models, one process vs 14 (tens of minutes)
         from bench.papers import main as papers_main  # lazy: only this mode imports the papers' runs
 
         return papers_main([x for x in argv if x != "--godey"])
-    a = build_parser().parse_args(argv)
+    parser = build_parser()
+    a = parser.parse_args(argv)
     if a.device == "cuda":
         from bench.gpu import main as gpu_main  # lazy: torch only for the GPU section
 
         return gpu_main(a, argv)
     only = SECTION_ORDER if not a.only else [s.strip() for s in a.only.split(",") if s.strip()]
-    bad = [s for s in only if s not in SECTION_ORDER]
-    if bad:
-        print(f"error: unknown section(s) {bad}; choose from {SECTION_ORDER}", file=sys.stderr)
-        return 2
-    if a.quick and not a.threads:
-        a.threads = 1  # --quick only checks the code: one thread is the fastest on a shared machine
+    if any(s not in SECTION_ORDER for s in only):
+        parser.error(f"unknown section(s) {[s for s in only if s not in SECTION_ORDER]}; choose from {SECTION_ORDER}")
+    a.threads = a.threads or (1 if a.quick else None)  # --quick only checks the code: one thread is the fastest here
     if a.threads:
         settings.export_env(**{var: str(a.threads) for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
                                                                  "OPENBLAS_NUM_THREADS")})  # children inherit it
@@ -99,26 +91,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sizes, overrides = make_sizes(a.quick, a.set)
     except ValueError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    root = Path(tempfile.mkdtemp(prefix="aniso-bench-"))
-    cache = root / "cache"
-    cache.mkdir()
-    linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
-    settings.set_cache_dir(cache)
-    ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)
-    log(f"{'quick' if a.quick else 'full'} run, sections {only}; cache {cache}"
-        + (f" (reusing the converted {linked})" if linked else ""))
-    if not a.quick and only == SECTION_ORDER:
-        log("a full run takes about 20-25 minutes on 2 quiet CPU cores")
+        parser.error(str(e))
     machine = machine_info()
     cores = machine.get("usable_cores") or 1
     if machine["loadavg_start"] and machine["loadavg_start"][0] > 0.5 * cores:
         log(f"WARNING: the machine is busy (load average {machine['loadavg_start']} on {cores} cores): the figures "
             "will be noisy and the run slow; BENCHMARKS.md will say so")
-    t_start, ct0 = time.monotonic(), cpu_times()
+    cpu_share()  # starts psutil's count of the run's CPU time
+    t_start = time.monotonic()
     sections: dict = {}
-    try:
+    with tempfile.TemporaryDirectory(prefix="aniso-bench-", ignore_cleanup_errors=True) as root:
+        cache = Path(root) / "cache"
+        cache.mkdir()
+        linked = link_converted_models(cache)  # before ANISO_CACHE_DIR points at the new cache
+        settings.set_cache_dir(cache)
+        ctx = Ctx(sizes=sizes, cache=cache, quick=a.quick)
+        log(f"{'quick' if a.quick else 'full'} run, sections {only}; cache {cache}"
+            + (f" (reusing the converted {linked})" if linked else ""))
+        if not a.quick and only == SECTION_ORDER:
+            log("a full run takes about 20-25 minutes on 2 quiet CPU cores")
         for name in only:
             log(f"== section {name}")
             t0 = time.monotonic()
@@ -128,12 +119,10 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"section {name} failed: {type(e).__name__}: {e}")
                 sections[name] = {"section_error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()}
             log(f"== section {name} done in {time.monotonic() - t0:.1f} s")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
     meta = {"command": command("python -m bench", argv), "bench_version": __version__, "quick": a.quick,
             "only": only if only != SECTION_ORDER else None, "machine": machine,
-            "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(ct0, cpu_times()),
-            "sizes": _sizes_summary(sizes), "overrides": overrides}
+            "duration_s": time.monotonic() - t_start, "loadavg_end": loadavg(), "cpu_share": cpu_share(),
+            "sizes": {**vars(sizes), "peer_mem_cap": f"{sizes.peer_mem_cap / 2**30:.2f} GiB"}, "overrides": overrides}
     results = {"meta": meta, "sections": sections}
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
     if out is not None:
@@ -144,11 +133,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         Path(a.json).write_text(json.dumps(results, indent=1, default=jsonable))
     return 0
-
-
-def _sizes_summary(sizes) -> dict:
-    d = {k: (list(v) if isinstance(v, tuple) else v) for k, v in vars(sizes).items()}
-    return {**d, "peer_mem_cap": f"{d['peer_mem_cap'] / 2**30:.2f} GiB"}
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ chain + hooks, alternating; wall and process CPU time). Method: BENCHMARKS.md.""
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import numpy as np
@@ -20,27 +21,19 @@ from core.studies.chain.hooks import ChainHooks
 GOAL = 0.95
 
 
-def _stats(arrays: dict, meta: dict) -> RunStats:
-    return RunStats("bench", {"model": {"label": "bench"}, "tokens": {}}, meta, arrays)
-
-
 def _extract(lm, w, track: bool, hooks: bool) -> tuple[float, float, float]:
     """Wall and CPU seconds of the variant, and the seconds of the sections alone (0 for base)."""
     pad = int(lm.tokenizer.pad_token_id or 0)
     E.TRACK_MAX_POSITION = track
     t0, c0 = time.perf_counter(), time.process_time()
     try:
-        if hooks:
-            hk = ChainHooks(lm.base, C.INT8_THRESHOLD)
-            with hk.hooks():
-                arrays, _ = E.extract_stats(lm.base, w, batch_size=BATCH, sample_size=SAMPLE, seed=0, pad_id=pad)
-        else:
+        with ChainHooks(lm.base, C.INT8_THRESHOLD).hooks() if hooks else contextlib.nullcontext():
             arrays, _ = E.extract_stats(lm.base, w, batch_size=BATCH, sample_size=SAMPLE, seed=0, pad_id=pad)
         t_sec = time.perf_counter()
         if track:  # the chain's sections of the statistics (what results.json adds per layer)
             meta = {"sample_tokens": lm.tokenizer.convert_ids_to_tokens(arrays["sample_token_id"].tolist()),
                     "max_abs_tokens": {}, "special_ids": list(lm.tokenizer.all_special_ids or [])}
-            st = _stats(arrays, meta)
+            st = RunStats("bench", {"model": {"label": "bench"}, "tokens": {}}, meta, arrays)
             # as results.json gets them: the registry's massive_ratio and 100x/1000x counts (one median of |x|
             # and the counts per layer's sample), then the massive and high-norm sections with those medians
             summaries = [S.Sample(st.sample(l)).abs_summary for l in range(st.n_layers)]

@@ -59,7 +59,7 @@ def median(xs) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def alternate(reps: int, runs: dict, log_as: str = "") -> dict[str, list]:
+def alternate(reps: int, runs: dict) -> dict[str, list]:
     """Call each of `runs` (name -> function returning seconds, or a tuple whose first item is the seconds)
     `reps` times, in the order given, then reversed, and so on (A B B A ...: slow drift of a shared machine
     falls on every side); name -> the list of what the calls returned."""
@@ -69,7 +69,7 @@ def alternate(reps: int, runs: dict, log_as: str = "") -> dict[str, list]:
         for name in names if r % 2 == 0 else names[::-1]:
             out[name].append(runs[name]())
             got = out[name][-1]
-            log(f"  {log_as}rep {r + 1} {name}: {got[0] if isinstance(got, tuple) else got:.2f} s")
+            log(f"  rep {r + 1} {name}: {got[0] if isinstance(got, tuple) else got:.2f} s")
     return out
 
 
@@ -85,14 +85,14 @@ def timeit(fn, reps: int) -> list[float]:
     return [seconds(fn) for _ in range(reps)]
 
 
-def ab_ratio(bare_s: list, tool_s: list, n: int, goal: float = 0.90) -> dict:
+def ab_ratio(bare_s: list, tool_s: list, n: int) -> dict:
     """An A/B of the bare forward and the tool over `n` analysed positions: the times, ratio = median bare / median
-    tool, and a table row's cells: each side's throughput, the ratio with the range of the per-pair ratios, the goal."""
+    tool, and a table row's cells: each side's throughput, the ratio with the range of the per-pair ratios, goal 0.90."""
     pair = [b / t for b, t in zip(bare_s, tool_s)]
     ratio = median(bare_s) / median(tool_s)
-    return {"bare_s": bare_s, "tool_s": tool_s, "ratio": ratio, "met": ratio >= goal,
+    return {"bare_s": bare_s, "tool_s": tool_s, "ratio": ratio, "met": ratio >= 0.90,
             "cells": [fi(n / median(bare_s)), fi(n / median(tool_s)), f"**{fr(ratio)}** ({fr(min(pair))}-{fr(max(pair))})",
-                      met(ratio >= goal)]}
+                      met(ratio >= 0.90)]}
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -199,13 +199,11 @@ def cpu_times() -> dict:
     return psutil.cpu_times()._asdict()
 
 
-def cpu_share(before: dict, after: dict) -> dict:
-    """Shares of CPU time between two cpu_times() readings (whole machine, all cores)."""
-    if not before or not after:
-        return {}
-    d = {k: after[k] - before[k] for k in before if k not in ("guest", "guest_nice")}  # counted in user / nice
-    tot = sum(d.values()) or 1
-    return {"steal": d.get("steal", 0) / tot, "idle": (d.get("idle", 0) + d.get("iowait", 0)) / tot}
+def cpu_share() -> dict:
+    """Shares of the whole machine's CPU time (all cores) since this thread's previous call (psutil's
+    cpu_times_percent; a first call starts the count): steal, and idle with iowait."""
+    t = psutil.cpu_times_percent()._asdict()
+    return {"steal": t.get("steal", 0.0) / 100, "idle": (t["idle"] + t.get("iowait", 0.0)) / 100}
 
 
 def proc_cpu_s(pid: int | None, tree: bool = False) -> float:
@@ -290,14 +288,14 @@ def analyze_argv(spec, cache, out) -> list[str]:
     return ["analyze", *spec_args(spec), "--cache-dir", str(cache), "--quiet", "--out", str(out)]
 
 
-def fresh_process_times(cmd: list[str], processes: int, env: dict, cwd: Path = ROOT, timeout: float = 1800) -> list[float]:
-    """Wall seconds of `cmd` (interpreter start included), once in each of `processes` fresh processes,
-    timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
+def fresh_process_times(cmd: list[str], processes: int, cache_dir) -> list[float]:
+    """Wall seconds of `cmd` (interpreter start included; child_env on `cache_dir`), once in each of `processes` fresh
+    processes, timed by pyperf's harness (`python -m pyperf command`: no warm-up, one value per process)."""
     with tempfile.TemporaryDirectory(prefix="aniso-pyperf-") as d:
         out = Path(d) / "times.json"
         p = subprocess.run([sys.executable, "-m", "pyperf", "command", "--processes", str(processes), "--values", "1",
                             "--warmups", "0", "--loops", "1", "--copy-env", "--quiet", "--output", str(out), "--", *cmd],
-                           cwd=str(cwd), env=env, capture_output=True, text=True, timeout=timeout)
+                           cwd=str(ROOT), env=child_env(cache_dir), capture_output=True, text=True, timeout=1800)
         if p.returncode != 0 or not out.exists():
             raise RuntimeError(f"pyperf command failed ({p.returncode}): {(p.stderr or p.stdout)[-600:]}")
         import pyperf  # lazy: pyperf only where a fresh-process timing is made
@@ -314,51 +312,38 @@ def run_task(task: str, args: dict, *, cache_dir=None, env_extra: dict | None = 
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, cwd=str(ROOT), env=child_env(cache_dir, env_extra), stdout=out, stderr=err,
                              start_new_session=True)
-        timed_out = threading.Event()
-
-        def _kill():
-            timed_out.set()
-            try:
-                os.killpg(p.pid, signal.SIGKILL)  # the group of the child we started, nothing else
-            except ProcessLookupError:
-                pass
-
-        timer = threading.Timer(timeout, _kill)
+        timer = threading.Timer(timeout, os.killpg, (p.pid, signal.SIGKILL))  # the group of the child we started
         timer.start()
         try:
             _, status, ru = os.wait4(p.pid, 0)
         finally:
             timer.cancel()
-        p.returncode = os.waitstatus_to_exitcode(status)
-        wall = time.perf_counter() - t0
+        rc, wall = os.waitstatus_to_exitcode(status), time.perf_counter() - t0
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     res = next((json.loads(x[len(RESULT_TAG):]) for x in reversed(stdout.splitlines()) if x.startswith(RESULT_TAG)), None)
-    # The child's own high-water mark of THIS process image (VmHWM, reported by the worker) is the
+    # The child's own high-water mark of THIS process image (VmHWM, reported by the worker with its status) is the
     # per-run peak; rusage's ru_maxrss also counts the parent's pages at fork, so it is only an
     # upper bound, used when the child could not report (killed).
     if res is None:
-        st = "timeout" if timed_out.is_set() else "killed" if p.returncode in (-9, 137) else "error"
-        res = {"status": st, "returncode": p.returncode, "error": "\n".join(stderr.strip().splitlines()[-6:])}
-    res.setdefault("status", "ok")
-    if "peak_rss_bytes" not in res:
-        res["peak_rss_bytes"] = ru.ru_maxrss * 1024  # kB on Linux
-        res["peak_rss_source"] = "ru_maxrss upper bound (includes the parent's pages at fork)"
+        st = "timeout" if wall >= timeout else "killed" if rc in (-9, 137) else "error"
+        res = {"status": st, "returncode": rc, "error": "\n".join(stderr.strip().splitlines()[-6:]),
+               "peak_rss_bytes": ru.ru_maxrss * 1024,  # kB on Linux
+               "peak_rss_source": "ru_maxrss upper bound (includes the parent's pages at fork)"}
     res["wall_s"] = wall
     if res["status"] not in ("ok", "oom"):
-        log(f"task {task} {args} -> {res['status']} rc={p.returncode}: {res.get('error', '')[-400:]}")
+        log(f"task {task} {args} -> {res['status']} rc={rc}: {res.get('error', '')[-400:]}")
     return res
 
 
 class RssSampler:
-    """Samples this process's RSS every `interval` s; keeps the maximum per stage label."""
+    """Samples this process's RSS every 20 ms (and at each change of stage); keeps the maximum per stage label."""
 
-    def __init__(self, interval: float = 0.02):
-        self.interval, self.stage = interval, "start"
+    def __init__(self):
+        self.stage, self._since = "start", time.perf_counter()
         self.by_stage: dict[str, int] = {}
         self.seconds: dict[str, float] = {}  # wall time spent in each stage
-        self._since = time.perf_counter()
         self._stop = threading.Event()
         self._t = threading.Thread(target=self._run, daemon=True)
 
@@ -366,9 +351,8 @@ class RssSampler:
         self.by_stage[self.stage] = max(self.by_stage.get(self.stage, 0), rss())
 
     def _run(self):
-        while not self._stop.is_set():
+        while not self._stop.wait(0.02):
             self._sample()
-            self._stop.wait(self.interval)
 
     def set(self, stage: str) -> None:
         self._sample()
@@ -403,15 +387,15 @@ def torch_profile_ops(fn) -> dict[str, tuple[float, int]]:
 
 
 def profile_diff_table(bare: dict, tool: dict, top: int = 15) -> dict:
-    """Top ops by extra self CPU time of the tool over the bare forward (same windows)."""
+    """Top ops by extra self CPU time of the tool over the bare forward (same windows): the totals, and the rows of
+    the table (op, bare ms, tool ms, extra ms, calls bare, calls tool)."""
     rows = []
     for n in set(bare) | set(tool):
         b, t = bare.get(n, (0.0, 0)), tool.get(n, (0.0, 0))
-        rows.append({"op": n, "bare_ms": b[0], "tool_ms": t[0], "extra_ms": t[0] - b[0],
-                     "bare_calls": b[1], "tool_calls": t[1]})
-    rows.sort(key=lambda r: -r["extra_ms"])
+        rows.append((t[0] - b[0], [n, f"{b[0]:.1f}", f"{t[0]:.1f}", f"{t[0] - b[0]:+.1f}", b[1], t[1]]))
+    rows.sort(key=lambda r: -r[0])
     return {"total_bare_ms": sum(v[0] for v in bare.values()), "total_tool_ms": sum(v[0] for v in tool.values()),
-            "rows": rows[:top]}
+            "rows": [r for _, r in rows[:top]]}
 
 
 def cprofile_table(fn, top: int = 15) -> str:
@@ -441,23 +425,17 @@ def subset_windows(windows, n_tokens: int):
                         sum(len(w) for w in windows.ids[:k]), content)
 
 
-def padded_batch(windows, b, pad_id: int):
-    """(input_ids, attention_mask) int64 numpy arrays of one batch, right-padded by the tool's own function."""
-    # lazy: imported once --threads is applied (numpy reads the thread count when it is imported)
-    from core.stats.batching import pad_batch
-
-    return pad_batch([windows.ids[i] for i in b], pad_id)
-
-
 def bare_forward(model, windows, batches, pad_id: int, device: str = "cpu", sync=None, **kw) -> float:
     """Seconds for the bare forward pass over `batches`: no hidden states kept, no metrics (`kw`: passed to
     the model, e.g. output_attentions=True)."""
     import torch  # lazy: torch only in the sections that run a model
 
+    from core.stats.batching import pad_batch  # lazy: imported once --threads is applied (numpy reads it at import)
+
     t0 = time.perf_counter()
     with torch.inference_mode():
         for b in batches:
-            ids, att = padded_batch(windows, b, pad_id)
+            ids, att = pad_batch([windows.ids[i] for i in b], pad_id)  # the tool's own right-padding
             model(input_ids=torch.as_tensor(ids).to(device), attention_mask=torch.as_tensor(att).to(device), **kw)
         if sync:
             sync()

@@ -8,7 +8,7 @@ import time
 
 import numpy as np
 
-from bench.common import fi, fr, fs, log, median, met
+from bench.common import fi, fr, fs, log, median, met, seconds
 from core.base.config import CONFIG
 from core.base.spec import DEFAULT_CORPUS as CORPUS
 from core.base.spec import DEFAULT_SAMPLE as SAMPLE
@@ -27,32 +27,24 @@ GOAL = 0.10
 def new_statistics(stats) -> dict:
     """Seconds of the new statistics of one run (as build_results computes them), by part; `cpu` in CPU seconds.
     A layer's scatter matrix is made untimed: the spectral statistics make it anyway, the matrix entropy reuses it."""
-    t = {"per_layer": 0.0, "cka": 0.0, "isotropic": 0.0}
-    cpu = 0.0
+    t = {"per_layer": 0.0, "cka": 0.0, "isotropic": 0.0, "cpu": 0.0}
 
     def timed(part, f):
-        nonlocal cpu
         c0, t0 = time.process_time(), time.perf_counter()
         f()
         t[part] += time.perf_counter() - t0
-        cpu += time.process_time() - c0
+        t["cpu"] += time.process_time() - c0
 
-    def kernels(smp):
-        return lambda: [S.BY_KEY[k].kernel(smp) for k in NEW_KEYS if part != "isotropic" or S.BY_KEY[k].baseline]
-
-    part = "per_layer"
-    for l in range(stats.n_layers):
-        smp = S.Sample(S.Run(stats).sample(l))
+    def kernels(smp, part):
         smp.scatter  # noqa: B018 - untimed (see above)
-        timed(part, kernels(smp))
+        timed(part, lambda: [S.BY_KEY[k].kernel(smp) for k in NEW_KEYS if part != "isotropic" or S.BY_KEY[k].baseline])
+
+    for l in range(stats.n_layers):
+        kernels(S.Sample(S.Run(stats).sample(l)), "per_layer")
     timed("cka", lambda: G.cka_section(stats))
-    part = "isotropic"
     K, d = int(stats.arrays["sample"].shape[1]), stats.d_model
-    smp = S.Sample(np.random.default_rng(CONFIG.isotropic_seed).standard_normal((K, d)))
-    smp.scatter  # noqa: B018
-    timed(part, kernels(smp))
-    t["total"] = sum(t.values())
-    t["cpu"] = cpu
+    kernels(S.Sample(np.random.default_rng(CONFIG.isotropic_seed).standard_normal((K, d))), "isotropic")
+    t["total"] = t["per_layer"] + t["cka"] + t["isotropic"]
     return t
 
 
@@ -60,10 +52,7 @@ def registry_seconds(stats) -> float:
     """Seconds of every per-layer statistic of the registry at every layer, as build_results computes a layer's row
     (fresh kernel inputs, no isotropic baseline)."""
     run = S.Run(stats)
-    t0 = time.perf_counter()
-    for l in range(stats.n_layers):
-        S.layer_row(run, l)
-    return time.perf_counter() - t0
+    return seconds(lambda: [S.layer_row(run, l) for l in range(stats.n_layers)])
 
 
 def section_geometry(ctx) -> dict:
@@ -74,54 +63,50 @@ def section_geometry(ctx) -> dict:
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=torch.get_num_threads()):
-        return _section_geometry(ctx)
-
-
-def _section_geometry(ctx) -> dict:
-    sizes = ctx.sizes
-    rows, out = [], {"summary": [], "times": {}}
-    for ident in ("minilm-l6", "smollm2-135m"):
-        reps = int(sizes.geometry_reps.get(ident, 1))
-        if reps <= 0:
-            continue
-        spec = RunSpec(model=ident, corpus=CORPUS, max_tokens=sizes.geometry_tokens, sample=SAMPLE)
-        runs, cpus, parts, lens, registry = [], [], [], [], []
-        for r in range(reps):
-            cache = ctx.fresh_dir(f"geometry-{ident}")
-            c0, t0 = time.process_time(), time.perf_counter()
-            res = analyze(spec, cache_dir=cache)
-            runs.append(time.perf_counter() - t0)
-            cpus.append(time.process_time() - c0)
-            stats = get_stats(spec, cache_dir=cache)  # a cache hit: the run's own statistics
-            p = new_statistics(stats)
-            parts.append(p)
-            registry.append(registry_seconds(stats))
-            msg = f", every registry statistic {registry[-1]:.2f} s"
-            if res["manifest"]["model"].get("causal_lm"):
-                lm = ctx.model(ident)
-                t0 = time.perf_counter()
-                logit_lens(lm.model, lm.tokenizer, stats.arrays["sample"], stats.arrays["layer_index"],
-                           int(lm.info["n_layers"]) + 1, seed=0)
-                lens.append(time.perf_counter() - t0)
-                msg += f", logit lens {lens[-1]:.2f} s"
-            log(f"geometry: {ident} rep {r + 1}: run {runs[-1]:.2f} s ({cpus[-1]:.2f} s CPU), new statistics "
-                f"{p['total']:.2f} s ({p['cpu']:.2f} s CPU; "
-                f"{', '.join(f'{k} {v:.2f}' for k, v in p.items() if k not in ('total', 'cpu'))}){msg}")
-            n_layers, K, n_tok = stats.n_layers, int(stats.arrays["sample"].shape[1]), int(res["layers"][0]["n_tokens"])
-            del stats, res
-        out["times"][ident] = {"run_s": runs, "run_cpu_s": cpus, "parts_s": parts, "lens_s": lens, "registry_s": registry}
-        new, new_cpu = median(p["total"] for p in parts), median(p["cpu"] for p in parts)
-        part = {k: median(p[k] for p in parts) for k in parts[0]}
-        ratio = new / (median(runs) - new)
-        rows.append([ident, fi(n_tok), n_layers, fi(K), reps, f"{fs(median(runs))} ({fs(median(cpus))} CPU)",
-                     f"{fs(new)} ({fs(new_cpu)} CPU)",
-                     f"per layer {fs(part['per_layer'])}, CKA {fs(part['cka'])}, baselines {fs(part['isotropic'])}",
-                     f"**{fr(ratio)}** (CPU {fr(new_cpu / (median(cpus) - new_cpu))})", met(ratio <= GOAL),
-                     f"{fs(median(lens))} on {LENS_POSITIONS} positions: **{fr(median(lens) / (median(runs) - new))}**"
-                     if lens else "n/a (no LM head)"])
-        out["summary"].append([f"Intrinsic dimension, matrix entropy and CKA on top of a default run ({ident}, {fi(n_tok)} "
-                               f"tokens, sample {fi(K)})", "<= 0.10", fr(ratio), met(ratio <= GOAL)])
-    out["md"] = [f"The app's default run: wiki-en, {fi(sizes.geometry_tokens)} tokens, sample {fi(SAMPLE)}.",
-                 (["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
-                   f"Ratio (goal <= {GOAL})", "Status", "Logit lens (opt-in): time, ratio"], rows)]
-    return out
+        sizes = ctx.sizes
+        rows, out = [], {"summary": [], "times": {}}
+        for ident in ("minilm-l6", "smollm2-135m"):
+            reps = int(sizes.geometry_reps.get(ident, 1))
+            if reps <= 0:
+                continue
+            spec = RunSpec(model=ident, corpus=CORPUS, max_tokens=sizes.geometry_tokens, sample=SAMPLE)
+            runs, cpus, parts, lens, registry = [], [], [], [], []
+            for r in range(reps):
+                cache = ctx.fresh_dir(f"geometry-{ident}")
+                c0, t0 = time.process_time(), time.perf_counter()
+                res = analyze(spec, cache_dir=cache)
+                runs.append(time.perf_counter() - t0)
+                cpus.append(time.process_time() - c0)
+                stats = get_stats(spec, cache_dir=cache)  # a cache hit: the run's own statistics
+                p = new_statistics(stats)
+                parts.append(p)
+                registry.append(registry_seconds(stats))
+                msg = f", every registry statistic {registry[-1]:.2f} s"
+                if res["manifest"]["model"].get("causal_lm"):
+                    lm = ctx.model(ident)
+                    t0 = time.perf_counter()
+                    logit_lens(lm.model, lm.tokenizer, stats.arrays["sample"], stats.arrays["layer_index"],
+                               int(lm.info["n_layers"]) + 1, seed=0)
+                    lens.append(time.perf_counter() - t0)
+                    msg += f", logit lens {lens[-1]:.2f} s"
+                log(f"geometry: {ident} rep {r + 1}: run {runs[-1]:.2f} s ({cpus[-1]:.2f} s CPU), new statistics "
+                    f"{p['total']:.2f} s ({p['cpu']:.2f} s CPU; "
+                    f"{', '.join(f'{k} {v:.2f}' for k, v in p.items() if k not in ('total', 'cpu'))}){msg}")
+                n_layers, K, n_tok = stats.n_layers, int(stats.arrays["sample"].shape[1]), int(res["layers"][0]["n_tokens"])
+                del stats, res
+            out["times"][ident] = {"run_s": runs, "run_cpu_s": cpus, "parts_s": parts, "lens_s": lens, "registry_s": registry}
+            part = {k: median(p[k] for p in parts) for k in parts[0]}
+            new, new_cpu = part["total"], part["cpu"]
+            ratio = new / (median(runs) - new)
+            rows.append([ident, fi(n_tok), n_layers, fi(K), reps, f"{fs(median(runs))} ({fs(median(cpus))} CPU)",
+                         f"{fs(new)} ({fs(new_cpu)} CPU)",
+                         f"per layer {fs(part['per_layer'])}, CKA {fs(part['cka'])}, baselines {fs(part['isotropic'])}",
+                         f"**{fr(ratio)}** (CPU {fr(new_cpu / (median(cpus) - new_cpu))})", met(ratio <= GOAL),
+                         f"{fs(median(lens))} on {LENS_POSITIONS} positions: **{fr(median(lens) / (median(runs) - new))}**"
+                         if lens else "n/a (no LM head)"])
+            out["summary"].append([f"Intrinsic dimension, matrix entropy and CKA on top of a default run ({ident}, {fi(n_tok)} "
+                                   f"tokens, sample {fi(K)})", "<= 0.10", fr(ratio), met(ratio <= GOAL)])
+        out["md"] = [f"The app's default run: wiki-en, {fi(sizes.geometry_tokens)} tokens, sample {fi(SAMPLE)}.",
+                     (["Model", "Tokens", "Layers", "Sample", "Reps", "Run", "New statistics", "Parts",
+                       f"Ratio (goal <= {GOAL})", "Status", "Logit lens (opt-in): time, ratio"], rows)]
+        return out

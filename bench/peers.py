@@ -9,8 +9,8 @@ from typing import Callable
 import numpy as np
 
 
-def gather_hidden_states(model, windows, analysed: list[np.ndarray],
-                         stage: Callable[[str], None] | None = None, device: str = "cpu") -> list[np.ndarray]:
+def gather_hidden_states(model, windows, analysed: list[np.ndarray], stage: Callable[[str], None],
+                         device: str = "cpu") -> list[np.ndarray]:
     """Per layer (N, d) float32 hidden states of all analysed tokens, one forward per document."""
     import torch  # lazy: torch only in the sections that run a model
 
@@ -24,8 +24,7 @@ def gather_hidden_states(model, windows, analysed: list[np.ndarray],
             m = torch.as_tensor(mask).to(device)
             for layer, h in enumerate(hs):
                 per_layer[layer].append(h[0][m].float().cpu().numpy().copy())
-    if stage:
-        stage("concatenate")
+    stage("concatenate")
     return [np.concatenate(chunks) for chunks in (per_layer or [])]
 
 
@@ -49,18 +48,15 @@ def all_pairs_mean_cosine(H: np.ndarray) -> float:
     return float(S[off].mean(dtype=np.float64))
 
 
-def run_peer(model, windows, analysed, mode: str, n_pairs: int = 10_000, seed: int = 0,
-             stage: Callable[[str], None] | None = None, device: str = "cpu") -> dict:
-    """The whole peer after model load and tokenization. mode: "sampled" or "allpairs"."""
+def run_peer(model, windows, analysed, mode: str, n_pairs: int = 10_000, stage: Callable[[str], None] = lambda s: None,
+             device: str = "cpu") -> dict:
+    """The whole peer after model load and tokenization (`stage`: told each stage's name as it starts). mode: "sampled"
+    (layer l's pairs drawn with seed l) or "allpairs"."""
     if mode not in ("sampled", "allpairs"):
         raise ValueError(f"mode must be 'sampled' or 'allpairs', got {mode!r}")
-    stage = stage or (lambda s: None)
     stage("forward+gather")
     H = gather_hidden_states(model, windows, analysed, stage, device)
     stage("similarity")
-    if mode == "sampled":
-        vals = [sampled_pairs_mean_cosine(h, n_pairs, seed + layer) for layer, h in enumerate(H)]
-    else:
-        vals = [all_pairs_mean_cosine(h) for h in H]
+    vals = [sampled_pairs_mean_cosine(h, n_pairs, l) if mode == "sampled" else all_pairs_mean_cosine(h) for l, h in enumerate(H)]
     return {"mean_cosine": vals, "n_tokens": int(len(H[0])) if H else 0,
             "hidden_bytes": int(sum(h.nbytes for h in H))}

@@ -60,28 +60,21 @@ def render_run(meta: dict, summary: list[list]) -> str:
                          "Sizes: " + ", ".join(f"{k}={v}" for k, v in meta.get("sizes", {}).items()) + "."])
 
 
-def render_blocks(results: dict) -> list[tuple[str, str | None, str]]:
-    """(marker name, title, figures) of the run and of each section measured. A run of some sections only
-    (--only) says when and where at the top of each section."""
+def render_doc(results: dict, text: str | None = None) -> str:
+    """`text` (a markdown file's, or a new one) with the run's block and each measured section's figures written in
+    (bench.common.put_section). A run of some sections only (--only) says when and where at the top of each section,
+    and leaves the run block of `text` alone: its machine and summary are a full run's."""
     meta, sec = results["meta"], results["sections"]
     m = meta["machine"]
     la = [f"{(x or [float('nan')])[0]:.2f}" for x in (m.get("loadavg_start"), meta.get("loadavg_end"))]
     apart = [f"Measured {m.get('date_utc')} by `{meta['command']}` on {m.get('cpu_model')}, {m.get('usable_cores')} usable "
              f"cores (1-minute load average {la[0]} at the start, {la[1]} at the end)."] if meta.get("only") else []
     done = [(name, sec[name]) for name in TITLES if name in sec]
-    out = [("run", None, render_run(meta, [row for _, r in done for row in r.get("summary", [])]))]
+    if not (meta.get("only") and text and "<!-- bench:run:start -->" in text):
+        text = put_section(text, "run", render_run(meta, [row for _, r in done for row in r.get("summary", [])]))
     for name, r in done:
         failed = [f"This section failed: `{r['section_error']}`", code(r.get("traceback", ""))] if "section_error" in r else []
-        out.append((name, TITLES[name], blocks(apart + (failed or r["md"]))))
-    return out
-
-
-def render_doc(results: dict, text: str | None = None) -> str:
-    """`text` (a markdown file's, or a new one) with the run's blocks written in (bench.common.put_section). A run
-    of some sections only leaves the run block of `text` alone: its machine and summary are a full run's."""
-    for name, title, body in render_blocks(results):
-        if not (name == "run" and results["meta"].get("only") and text and "<!-- bench:run:start -->" in text):
-            text = put_section(text, name, body, title)
+        text = put_section(text, name, blocks(apart + (failed or r["md"])), TITLES[name])
     return text
 
 

@@ -9,6 +9,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,7 +22,6 @@ from bench.common import (
     alternate,
     analyze_argv,
     bare_forward,
-    child_env,
     code,
     core_cli,
     cprofile_table,
@@ -66,11 +66,11 @@ SEED = 0
 SIZES = {
     "minilm_tokens": (40_000, 600), "smollm_tokens": (40_000, 200),
     "overhead_reps": ({"minilm-l6": 5, "smollm2-135m": 2}, {"minilm-l6": 1, "smollm2-135m": 1}),
-    "profile_tokens": (4_000, 150), "peer_tokens": ((10_000, 40_000, 200_000), (400, 2_500)),
-    "peer_pairs": (10_000, 2_000), "peer_mem_cap": (8 * 2**30, 48 * 2**20), "memory_tokens": ((40_000, 400_000), (400, 2_500)),
+    "profile_tokens": (4_000, 150), "peer_tokens": ([10_000, 40_000, 200_000], [400, 2_500]),
+    "peer_pairs": (10_000, 2_000), "peer_mem_cap": (8 * 2**30, 48 * 2**20), "memory_tokens": ([40_000, 400_000], [400, 2_500]),
     "cache_minilm_tokens": (40_000, 600), "cache_smollm_tokens": (6_000, 200), "cache_reps": (3, 2),
     "umap_points": (5_000, 600), "umap_cold": (True, False), "umap_reps": (2, 1),
-    "batching_tokens": (40_000, 600), "batch_sizes": ((1, 16, 64), (1, 16)), "batching_reps": (2, 1),
+    "batching_tokens": (40_000, 600), "batch_sizes": ([1, 16, 64], [1, 16]), "batching_reps": (2, 1),
     "post_reps": (5, 2), "app_page_reps": (3, 1),
     "attention_tokens": ({"minilm-l6": 40_000, "smollm2-135m": 40_000}, {"minilm-l6": 300, "smollm2-135m": 150}),
     "attention_reps": (2, 1),
@@ -86,7 +86,7 @@ SIZES = {
 
 def make_sizes(quick: bool = False, items: list[str] = ()) -> tuple[SimpleNamespace, dict]:
     """The sizes of a run (--quick's with `quick`) with the overrides of --set NAME=VALUE (ints, comma-separated int
-    tuples, booleans, or a JSON dict); (sizes, the overrides)."""
+    lists, booleans, or a JSON dict); (sizes, the overrides)."""
     s, done = SimpleNamespace(**{k: v[quick] for k, v in SIZES.items()}), {}
     for item in items:
         name, sep, raw = item.partition("=")
@@ -95,12 +95,9 @@ def make_sizes(quick: bool = False, items: list[str] = ()) -> tuple[SimpleNamesp
             raise ValueError(f"--set {item!r}: expected SIZE=VALUE with SIZE one of {sorted(SIZES)}")
         cur = getattr(s, name)
         try:
-            if isinstance(cur, bool):
-                val = raw.strip().lower() in ("1", "true", "yes", "on")
-            elif isinstance(cur, tuple):
-                val = tuple(int(x) for x in raw.split(",") if x.strip())
-            else:
-                val = json.loads(raw) if isinstance(cur, dict) else int(float(raw))
+            val = (raw.strip().lower() in ("1", "true", "yes", "on") if isinstance(cur, bool) else
+                   [int(x) for x in raw.split(",") if x.strip()] if isinstance(cur, list) else
+                   json.loads(raw) if isinstance(cur, dict) else int(float(raw)))
         except (ValueError, json.JSONDecodeError):
             raise ValueError(f"--set {item!r}: cannot read {raw!r} as a {type(cur).__name__}") from None
         setattr(s, name, val)
@@ -114,14 +111,12 @@ class Ctx:
     cache: Path  # this run's own cache directory (created empty)
     quick: bool = False
     memo: dict = field(default_factory=dict)  # tokens -> the tool's end-to-end run
-    stash: dict = field(default_factory=dict)
+    smollm: dict | None = None  # SmolLM2's sample for section 7 (_smollm_sample)
     _models: dict = field(default_factory=dict)
-    _docs: list | None = None
 
+    @cached_property
     def docs(self) -> list[str]:
-        if self._docs is None:
-            self._docs = load_documents(CORPUS)
-        return self._docs
+        return load_documents(CORPUS)
 
     def model(self, ident: str):
         if ident not in self._models:
@@ -129,7 +124,7 @@ class Ctx:
         return self._models[ident]
 
     def windows(self, ident: str, tokens: int):
-        return tokenize_budget(self.docs(), self.model(ident).tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
+        return tokenize_budget(self.docs, self.model(ident).tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
 
     def fresh_dir(self, name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.cache.parent))
@@ -142,10 +137,11 @@ class Ctx:
         return lm, w, batches, int(lm.tokenizer.pad_token_id or 0), int(w.n_content_tokens)
 
 
-def _tool(lm, windows, batch_size=BATCH, sample=SAMPLE):
+def _tool(lm, windows, batch_size=BATCH):
+    """(seconds, arrays) of the tool's extraction (every streaming statistic and the sample)."""
     t0 = time.perf_counter()
-    arrays, timing = extract_stats(lm.base, windows, special_policy="exclude", batch_size=batch_size, sample_size=sample,
-                                   seed=SEED, device="cpu", dtype="float32", pad_id=int(lm.tokenizer.pad_token_id or 0))
+    arrays, _ = extract_stats(lm.base, windows, special_policy="exclude", batch_size=batch_size, sample_size=SAMPLE,
+                              seed=SEED, device="cpu", dtype="float32", pad_id=int(lm.tokenizer.pad_token_id or 0))
     return time.perf_counter() - t0, arrays
 
 
@@ -153,8 +149,8 @@ def _tool_e2e(ctx: Ctx, tokens: int) -> dict:
     """The tool end to end (`analyze` on a fresh cache) in a fresh process; shared by sections 2 and 3 (--quick's
     sizes coincide)."""
     if tokens not in ctx.memo:
-        r = run_task("tool_e2e", {"model": "minilm-l6", "tokens": tokens, "batch_size": BATCH, "sample": SAMPLE,
-                                  "cache_dir": str(ctx.fresh_dir("e2e"))}, cache_dir=ctx.cache, timeout=3600)
+        r = run_task("tool_e2e", {"model": "minilm-l6", "tokens": tokens, "cache_dir": str(ctx.fresh_dir("e2e"))},
+                     cache_dir=ctx.cache, timeout=3600)
         if r.get("status") != "ok":
             return r
         ctx.memo[tokens] = r
@@ -186,10 +182,9 @@ def section_overhead(ctx: Ctx) -> dict:
                                met(ab["met"])])
         if tokens < 40_000:
             notes.append(f"Note: {label} was run at {fi(tokens)} requested tokens, not 40,000.")
-        arrays = last.pop("arrays", None)
-        if ident == "smollm2-135m" and arrays is not None:
-            _stash_smollm(ctx, arrays, arrays["sample"].shape[0] // 2,
-                          f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)")
+        arrays = last.pop("arrays")
+        if ident == "smollm2-135m":
+            _smollm_sample(ctx, arrays, f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)")
         del arrays
         if not ab["met"]:
             sub = subset_windows(w, min(n, ctx.sizes.profile_tokens))
@@ -201,9 +196,7 @@ def section_overhead(ctx: Ctx) -> dict:
             share, gap = max(tt - tb, 0.0) / max(tt, 1e-9), 1 - ab["ratio"]
             notes += [f"**Why {label} misses the goal** - torch.profiler, self CPU time by op on the first "
                       f"{fi(int(sub.n_content_tokens))} tokens (bare {tb:.0f} ms, tool {tt:.0f} ms), by the tool's extra time:",
-                      (["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"],
-                       [[r["op"], f"{r['bare_ms']:.1f}", f"{r['tool_ms']:.1f}", f"{r['extra_ms']:+.1f}", r["bare_calls"],
-                         r["tool_calls"]] for r in pr["rows"]]),
+                      (["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"], pr["rows"]),
                       f"In the profile the tool's extra ops take {share:.1%} of its time, against a measured gap of "
                       f"{gap:.1%} (1 - ratio)." + (" Most of the gap is the machine's variation between repetitions (see "
                                                    "the per-pair range)." if share < 0.5 * gap else "")]
@@ -212,12 +205,21 @@ def section_overhead(ctx: Ctx) -> dict:
     return out
 
 
-def _stash_smollm(ctx: Ctx, arrays: dict, layer: int, source: str) -> dict:
-    """SmolLM2's sample at `layer` and its persistent outlier dims, for the post-processing section."""
+def _smollm_sample(ctx: Ctx, arrays: dict | None = None, source: str = "") -> dict:
+    """SmolLM2's sample at its middle layer and its persistent outlier dims, for the post-processing section: from
+    `arrays` (section 1's run), else from the cache (section 4's run) or a run of its own."""
+    if arrays is None and ctx.smollm:
+        return ctx.smollm
+    if arrays is None:
+        spec = RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens)
+        log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
+        st = get_stats(spec, cache_dir=ctx.cache)
+        arrays, source = st.arrays, f"SmolLM2-135M sample of a {st.n_tokens:,}-token run"
+    layer = arrays["sample"].shape[0] // 2
     flags = activation_outliers(arrays["sum_abs"] / arrays["n"])
-    ctx.stash["smollm_sample"] = {"X": np.array(arrays["sample"][layer]), "layer": layer, "source": source,
-                                  "outliers": persistent_activation_outliers(flags)}
-    return ctx.stash["smollm_sample"]
+    ctx.smollm = {"X": np.array(arrays["sample"][layer]), "layer": layer, "source": source,
+                  "outliers": persistent_activation_outliers(flags)}
+    return ctx.smollm
 
 
 # ----------------------------------------------------------------------------- 2. peers
@@ -226,42 +228,37 @@ def section_peers(ctx: Ctx) -> dict:
     s = ctx.sizes
     cap = int(min(s.peer_mem_cap, 0.6 * psutil.virtual_memory().available)) if not ctx.quick else s.peer_mem_cap
     out = {"summary": [], "runs": {}}
-    rows, stages, slower, errs, speeds, failed = [], [], [], [], [], None
+    rows, stages, slower, errs, speeds, failed = [], [], [], {"sampled": [], "allpairs": []}, [], None
+
+    def peer(N: int, mode: str, **args) -> dict:
+        return run_task("peer", {"model": "minilm-l6", "tokens": N, "mode": mode, "cache_dir": str(ctx.cache), **args},
+                        cache_dir=ctx.cache, env_extra={"MALLOC_ARENA_MAX": "2"} if mode == "allpairs" else None, timeout=3600)
+
     for N in s.peer_tokens:
-        log(f"peers: {N:,} tokens: tool")
+        log(f"peers: {N:,} tokens: tool, then the per-document peer on sampled pairs")
         tool = _tool_e2e(ctx, N)
-        log(f"peers: {N:,} tokens: per-document peer, sampled pairs")
-        runs = {"tool": tool, "sampled": run_task("peer", {"model": "minilm-l6", "tokens": N, "mode": "sampled",
-                                                            "pairs": s.peer_pairs, "cache_dir": str(ctx.cache)},
-                                                   cache_dir=ctx.cache, timeout=3600)}
-        if failed is None:
-            log(f"peers: {N:,} tokens: per-document peer, all pairs (address space capped at +{cap / 2**30:.2f} GiB)")
-            runs["allpairs"] = run_task("peer", {"model": "minilm-l6", "tokens": N, "mode": "allpairs", "mem_cap_bytes": cap,
-                                                 "cache_dir": str(ctx.cache)}, cache_dir=ctx.cache,
-                                        env_extra={"MALLOC_ARENA_MAX": "2"}, timeout=3600)
-            if runs["allpairs"].get("status") != "ok":
-                failed = (N, runs["allpairs"].get("status"))
-        else:
+        runs = out["runs"][N] = {"tool": tool, "sampled": peer(N, "sampled", pairs=s.peer_pairs)}
+        if failed:
             what = "out of memory" if failed[1] == "oom" else f"failed ({failed[1]})"
             runs["allpairs"] = {"status": "skipped", "reason": f"already {what} at {failed[0]:,} tokens"}
-        out["runs"][N] = runs
+        else:
+            log(f"peers: {N:,} tokens: per-document peer, all pairs (address space capped at +{cap / 2**30:.2f} GiB)")
+            runs["allpairs"] = peer(N, "allpairs", mem_cap_bytes=cap)
+            failed = None if runs["allpairs"].get("status") == "ok" else (N, runs["allpairs"].get("status"))
         speed = {}
         for key, name in (("tool", "tool (exact)"), ("sampled", "peer, sampled pairs"), ("allpairs", "peer, all pairs")):
-            x = runs[key]
+            x, err = runs[key], None
+            ok = x.get("status") == "ok"
             if x.get("rss_by_stage"):
                 stages.append([fi(N), key, ", ".join(f"{k} {v:.2f}" for k, v in (x.get("seconds_by_stage") or {}).items()),
                                ", ".join(f"{k} {fb(v)}" for k, v in x["rss_by_stage"].items())])
-            if x.get("status") != "ok":
-                rows.append([fi(N), name, status(x), fs(x.get("seconds")), "",
-                             fb(x.get("peak_rss_bytes")) if x.get("status") != "skipped" else "", "", ""])
-                continue
-            err = "0 (reference)" if key == "tool" else "n/a"
-            if key != "tool" and tool.get("status") == "ok":
+            if ok and key != "tool" and tool.get("status") == "ok":
                 speed[key] = (tool["n_tokens"] / tool["seconds"]) / (x["n_tokens"] / x["seconds"])
-                e = float(np.abs(np.asarray(x["mean_cosine"], float) - np.asarray(tool["mean_cosine"], float)).max())
-                errs.append((key, N, e))
-                err = f"{e:.2e}"
-            rows.append([fi(N), name, "ok", fs(x["seconds"]), fi(x["n_tokens"] / x["seconds"]), fb(x["peak_rss_bytes"]), err,
+                err = float(np.abs(np.asarray(x["mean_cosine"], float) - np.asarray(tool["mean_cosine"], float)).max())
+                errs[key].append((N, err))
+            rows.append([fi(N), name, status(x), fs(x.get("seconds")), fi(x["n_tokens"] / x["seconds"]) if ok else "",
+                         "" if x.get("status") == "skipped" else fb(x.get("peak_rss_bytes")),
+                         ("0 (reference)" if key == "tool" else "n/a" if err is None else f"{err:.2e}") if ok else "",
                          fr(speed[key], 2) if key in speed else ""])
         sp = speed.get("sampled")
         speeds += [sp] if sp else []
@@ -287,27 +284,24 @@ def section_peers(ctx: Ctx) -> dict:
     else:
         out["md"].append(f"The all-pairs peer failed at {fi(failed[0])} tokens ({failed[1]}), not with MemoryError: see the "
                          "table." if failed else "The all-pairs peer did not run out of memory at these sizes under this cap.")
+    if errs["allpairs"]:
+        N, e = errs["allpairs"][-1]
+        out["summary"].append([f"Tool's streamed mean cosine vs the all-pairs N x N computation ({fi(N)} tokens), max abs "
+                               "difference over layers", "exact", f"{e:.1e}", met(e < 1e-6)])
+    if errs["sampled"]:
+        out["summary"].append([f"Sampled-pairs peer's error vs the tool's exact value ({fi(s.peer_pairs)} pairs), max over "
+                               "layers and sizes", "(the peer samples)", f"{max(e for _, e in errs['sampled']):.1e}", "info"])
     peaks = {k: [r[k]["peak_rss_bytes"] for r in out["runs"].values() if r[k].get("status") == "ok"] for k in ("tool", "sampled")}
     if len(peaks["tool"]) >= 2:
-        growth = {k: v[-1] / v[0] if len(v) >= 2 else None for k, v in peaks.items()}
-        out["md"].append(f"Peak RSS from the smallest to the largest size grew x{fr(growth['tool'], 2)} for the tool and "
-                         f"x{fr(growth['sampled'], 2)} for the sampled-pairs peer (which keeps every hidden state).")
+        growth = {k: fr(v[-1] / v[0], 2) if len(v) >= 2 else "n/a" for k, v in peaks.items()}
+        out["md"].append(f"Peak RSS from the smallest to the largest size grew x{growth['tool']} for the tool and "
+                         f"x{growth['sampled']} for the sampled-pairs peer (which keeps every hidden state).")
+        out["summary"].append([f"Peak RSS growth {fi(s.peer_tokens[0])} -> {fi(s.peer_tokens[-1])} tokens: tool / peer",
+                               "flat (tool)", f"{growth['tool']} / {growth['sampled']}", "see section 2"])
     if stages:
         out["md"] += ["<details><summary>Time and peak RSS by stage (RSS sampled every 20 ms)</summary>",
                       (["Tokens", "Run", "Seconds per stage", "Max RSS per stage"], stages), "</details>"]
     out["md"] += slower
-    exact = [(N, e) for key, N, e in errs if key == "allpairs"]
-    if exact:
-        out["summary"].append([f"Tool's streamed mean cosine vs the all-pairs N x N computation ({fi(exact[-1][0])} tokens), "
-                               "max abs difference over layers", "exact", f"{exact[-1][1]:.1e}", met(exact[-1][1] < 1e-6)])
-    if any(key == "sampled" for key, _, _ in errs):
-        out["summary"].append([f"Sampled-pairs peer's error vs the tool's exact value ({fi(s.peer_pairs)} pairs), max over "
-                               "layers and sizes", "(the peer samples)",
-                               f"{max(e for key, _, e in errs if key == 'sampled'):.1e}", "info"])
-    if len(peaks["tool"]) >= 2:
-        toks = list(s.peer_tokens)
-        out["summary"].append([f"Peak RSS growth {fi(toks[0])} -> {fi(toks[-1])} tokens: tool / peer", "flat (tool)",
-                               f"{fr(growth['tool'], 2)} / {fr(growth['sampled'], 2)}", "see section 2"])
     if speeds and min(speeds) < 1.0 and not ctx.quick:
         N = s.peer_tokens[0]
         log("peers: tool slower than the peer: profiling the tool end to end (cProfile)")
@@ -322,13 +316,11 @@ def section_peers(ctx: Ctx) -> dict:
 # ----------------------------------------------------------------------------- 3. memory
 def section_memory(ctx: Ctx) -> dict:
     """Peak RSS of the tool end to end at two corpus sizes, each in a fresh process."""
-    rows, runs = [], []
-    for N in ctx.sizes.memory_tokens:
-        log(f"memory: tool end to end at {N:,} tokens")
-        r = _tool_e2e(ctx, N)
-        runs.append(r)
-        rows.append([fi(N), status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")),
-                     ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())])
+    log(f"memory: tool end to end at {ctx.sizes.memory_tokens} tokens")
+    runs = [_tool_e2e(ctx, N) for N in ctx.sizes.memory_tokens]
+    rows = [[fi(N), status(r), fs(r.get("seconds")), fb(r.get("peak_rss_bytes")),
+             ", ".join(f"{k} {fb(v)}" for k, v in (r.get("rss_by_stage") or {}).items())]
+            for N, r in zip(ctx.sizes.memory_tokens, runs)]
     out = {"runs": runs, "md": [f"Batch {BATCH}, sample {SAMPLE}.",
                                 (["Tokens", "Status", "Time", "Peak RSS", "Max RSS per stage"], rows)], "summary": []}
     if all(r.get("status") == "ok" for r in runs):
@@ -354,12 +346,12 @@ def section_cache(ctx: Ctx) -> dict:
         log(f"cache: first `python -m core analyze` ({model}, {tokens:,} tokens) computes")
         first, rc, msg = core_cli(argv, ctx.cache)
         if rc != 0:
-            rows.append([model, "", "", status({"status": "error", "error": msg}), "", "", ""])
-            out["summary"].append([f"Repeated `python -m core analyze`, {model}", "< 2 s", status({"status": "error",
-                                                                                                  "error": msg}), "n/a"])
+            failed = status({"status": "error", "error": msg})
+            rows.append([model, "", "", failed, "", "", ""])
+            out["summary"].append([f"Repeated `python -m core analyze`, {model}", "< 2 s", failed, "n/a"])
             continue
         # the repeats: one per fresh process, timed from outside by pyperf (interpreter start included)
-        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, child_env(ctx.cache))
+        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, ctx.cache)
         mods = run_task("cli", {"argv": argv}, cache_dir=ctx.cache)
         res = json.loads(out_json.read_text())
         tok, layers, d = res["manifest"]["tokens"], len(res["layers"]), res["manifest"]["model"].get("hidden_size") or 0
@@ -377,44 +369,42 @@ def section_cache(ctx: Ctx) -> dict:
             prof = run_task("cli", {"argv": argv, "profile": True}, cache_dir=ctx.cache)
             notes += [f"**Why the repeat for {model} misses the goal** - cProfile of the cache-hit path (cumulative):",
                       code(prof.get("table", prof.get("error")))]
-    out["page"] = pg = _page_render(ctx)
+    out["page"], page_md, page_row = _page_render(ctx)
     out["md"] = [(["Model", "Tokens, sample", "First (computes)", "Repeats", "torch imported", "Heavy modules imported",
-                   "Goal < 2 s, no torch"], rows), *notes]
-    if pg.get("status") != "ok":
-        out["md"].append(f"**Page re-render from cache.** {status(pg)}.")
-        out["summary"].append(["Layers page re-render from cache (AppTest)", "< 1 s", status(pg), "n/a"])
-        return out
-    warm = (f" (--quick: the selection was overridden to {pg['selection_override']} through the app's session state.)"
-            if pg.get("selection_override") else f" Waited {fs(pg['umap_warmup_wait_s'])} for the UMAP warm-up (finished: "
-            f"{pg.get('umap_warm')}).")
-    out["md"].append(f"**Page re-render from cache** ({'; '.join(pg['runs'])}): `app.py` {fs(pg['app_first_render_s'])}, "
-                     f"`{pg['page']}` {fs(pg['page_first_render_s'])}, re-renders {' / '.join(map(fs, pg['rerender_s']))}, "
-                     f"median **{fs(median(pg['rerender_s']))}** (goal < 1 s: {met(pg['met'])}).{warm} Exceptions: "
-                     f"{pg['exceptions'] or 'none'}; errors shown: {pg['errors_shown'] or 'none'}; Plotly charts on the page: "
-                     f"{pg['n_plotly_charts']}, tables: {pg['n_dataframes']}; torch imported by the app process: "
-                     f"{pg['torch_imported']}.")
-    out["summary"].append(["Layers page re-render from cache (AppTest)", "< 1 s", fs(median(pg["rerender_s"])), met(pg["met"])])
+                   "Goal < 2 s, no torch"], rows), *notes, page_md]
+    out["summary"].append(page_row)
     return out
 
 
-def _page_render(ctx: Ctx) -> dict:
+def _page_render(ctx: Ctx) -> tuple[dict, str, list]:
+    """The Layers page re-rendered from the cache in AppTest: (the run, its sentence, its summary row)."""
     app, page = ROOT / "app.py", ROOT / "pages" / "layers.py"
     # --quick: the app's default (its first-look budget) is too slow; a smaller selection through its session state
     override = {"max_tokens": ctx.sizes.cache_minilm_tokens} if ctx.quick else None
     specs = Selection(**(override or {})).specs()
     log(f"cache: computing the app's default selection ({len(specs)} run(s), untimed)")
-    pre = run_task("analyze_specs", {"specs": [sp.to_dict() for sp in specs], "cache_dir": str(ctx.cache)},
-                   cache_dir=ctx.cache, timeout=3600)
-    if pre.get("status") != "ok":
-        return {"status": "error", "error": "computing the default selection failed: " + str(pre.get("error"))}
-    log(f"cache: AppTest render of {page.name} (the app's default selection), then re-renders")
-    r = run_task("apptest", {"app": str(app), "page": str(page.relative_to(ROOT)), "reps": ctx.sizes.app_page_reps,
-                             "timeout": 600, "selection": override, "warmup_wait": 0 if ctx.quick else 240},
-                 cache_dir=ctx.cache, timeout=1800)
-    r["runs"] = [f"{sp.model} on {sp.corpus}, {sp.max_tokens:,} tokens" for sp in specs]
-    r["selection_override"] = override
-    r["met"] = r.get("status") == "ok" and median(r["rerender_s"]) < 1.0 and not r.get("exceptions")
-    return r
+    r = run_task("analyze_specs", {"specs": [sp.to_dict() for sp in specs], "cache_dir": str(ctx.cache)},
+                 cache_dir=ctx.cache, timeout=3600)
+    if r.get("status") == "ok":
+        log(f"cache: AppTest render of {page.name} (the app's default selection), then re-renders")
+        r = run_task("apptest", {"app": str(app), "page": str(page.relative_to(ROOT)), "reps": ctx.sizes.app_page_reps,
+                                 "timeout": 600, "selection": override, "warmup_wait": 0 if ctx.quick else 240},
+                     cache_dir=ctx.cache, timeout=1800)
+    else:
+        r = {"status": "error", "error": "computing the default selection failed: " + str(r.get("error"))}
+    what = "Layers page re-render from cache (AppTest)"
+    if r.get("status") != "ok":
+        return r, f"**Page re-render from cache.** {status(r)}.", [what, "< 1 s", status(r), "n/a"]
+    ok = median(r["rerender_s"]) < 1.0 and not r.get("exceptions")
+    warm = (f" (--quick: the selection was overridden to {override} through the app's session state.)" if override else
+            f" Waited {fs(r['umap_warmup_wait_s'])} for the UMAP warm-up (finished: {r.get('umap_warm')}).")
+    runs = "; ".join(f"{sp.model} on {sp.corpus}, {sp.max_tokens:,} tokens" for sp in specs)
+    md = (f"**Page re-render from cache** ({runs}): `app.py` {fs(r['app_first_render_s'])}, `{r['page']}` "
+          f"{fs(r['page_first_render_s'])}, re-renders {' / '.join(map(fs, r['rerender_s']))}, median "
+          f"**{fs(median(r['rerender_s']))}** (goal < 1 s: {met(ok)}).{warm} Exceptions: {r['exceptions'] or 'none'}; "
+          f"errors shown: {r['errors_shown'] or 'none'}; Plotly charts on the page: {r['n_plotly_charts']}, tables: "
+          f"{r['n_dataframes']}; torch imported by the app process: {r['torch_imported']}.")
+    return r, md, [what, "< 1 s", fs(median(r["rerender_s"])), met(ok)]
 
 
 # ----------------------------------------------------------------------------- 5. projection
@@ -469,12 +459,9 @@ def section_projection(ctx: Ctx) -> dict:
 def section_batching(ctx: Ctx) -> dict:
     """The tool's extraction at several batch sizes (alternating), and the padding of sorted and unsorted batches."""
     s = ctx.sizes
-    lm = ctx.model("minilm-l6")
-    w = ctx.windows("minilm-l6", s.batching_tokens)
-    n = int(w.n_content_tokens)
+    lm, w, _, _, n = ctx.setup("minilm-l6", s.batching_tokens, "batching")
     _tool(lm, subset_windows(w, min(n, 1000)))  # warm-up
-    times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in s.batch_sizes},
-                      "batch size, ")
+    times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in s.batch_sizes})
     rows = []
     for b in s.batch_sizes:
         unsorted = [np.arange(i, min(i + b, len(w.ids))) for i in range(0, len(w.ids), b)]
@@ -487,15 +474,6 @@ def section_batching(ctx: Ctx) -> dict:
 
 
 # ----------------------------------------------------------------------------- 7. post-processing
-def _smollm_sample(ctx: Ctx) -> dict:
-    if "smollm_sample" in ctx.stash:
-        return ctx.stash["smollm_sample"]
-    spec = RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens)
-    log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
-    st = get_stats(spec, cache_dir=ctx.cache)
-    return _stash_smollm(ctx, st.arrays, st.n_layers // 2, f"SmolLM2-135M sample of a {st.n_tokens:,}-token run")
-
-
 def section_postproc(ctx: Ctx) -> dict:
     """Every sample metric of one layer after each post-processing choice."""
     from core.stats.assemble import sample_metrics  # lazy: plotly and pandas only for the commands that report a series
@@ -522,13 +500,6 @@ def section_postproc(ctx: Ctx) -> dict:
 
 
 # ----------------------------------------------------------------------------- 8. attention
-def _eager_forward(model, windows, batches, pad_id: int) -> float:
-    """Seconds for the bare forward with eager attention and output_attentions=True (every layer's
-    probabilities returned, nothing computed from them)."""
-    with eager_attention(model):
-        return bare_forward(model, windows, batches, pad_id, output_attentions=True)
-
-
 def section_attention(ctx: Ctx) -> dict:
     """Attention statistics (core.studies.attention.extract_attention) vs the bare SDPA forward and vs the bare
     forward with output_attentions=True, same windows and batches; the model's attention afterwards."""
@@ -541,16 +512,21 @@ def section_attention(ctx: Ctx) -> dict:
         lm, w, batches, pad, n = ctx.setup(ident, tokens, "attention")
         impl_before = getattr(lm.base.config, "_attn_implementation", None)
         dims = list(range(10))  # the link's cost depends on how many dims, not which
+
+        def arms(ws, bs) -> dict:
+            """Seconds of the bare SDPA forward, of the bare forward with eager attention and output_attentions=True
+            (every layer's probabilities returned, nothing computed from them), and of the attention statistics."""
+            def eager():
+                with eager_attention(lm.base):
+                    return bare_forward(lm.base, ws, bs, pad, output_attentions=True)
+
+            return {"sdpa": lambda: bare_forward(lm.base, ws, bs, pad), "eager": eager,
+                    "tool": lambda: seconds(lambda: extract_attention(lm.base, ws, dims, batch_size=BATCH, pad_id=pad))}
+
         warm = subset_windows(w, min(n, 600))
-        wb = plan_batches(warm, BATCH)
-        bare_forward(lm.base, warm, wb, pad)
-        _eager_forward(lm.base, warm, wb, pad)
-        extract_attention(lm.base, warm, dims, batch_size=BATCH, pad_id=pad)
-        times = alternate(int(ctx.sizes.attention_reps), {"sdpa": lambda: bare_forward(lm.base, w, batches, pad),
-                                                         "eager": lambda: _eager_forward(lm.base, w, batches, pad),
-                                                         "tool": lambda: seconds(lambda: extract_attention(
-                                                             lm.base, w, dims, batch_size=BATCH, pad_id=pad))})
-        out["times"][ident] = times
+        for run in arms(warm, plan_batches(warm, BATCH)).values():  # warm-up, untimed
+            run()
+        out["times"][ident] = times = alternate(int(ctx.sizes.attention_reps), arms(w, batches))
         med = {k: median(v) for k, v in times.items()}
         impl_after = getattr(lm.base.config, "_attn_implementation", None)
         rows.append([lm.info.get("label", ident), fi(n), *(fi(n / med[k]) for k in ("sdpa", "eager", "tool")),

@@ -13,7 +13,7 @@ import traceback
 
 import psutil
 
-from bench.common import RESULT_TAG, RssSampler, cprofile_table, timeit, vm_hwm
+from bench.common import RESULT_TAG, RssSampler, cprofile_table, seconds, timeit, vm_hwm
 from core.base import settings
 
 
@@ -29,23 +29,17 @@ def _preimport():
 
 
 # ----------------------------------------------------------------------------- tasks
-def task_tool_e2e(model: str, tokens: int, cache_dir: str, batch_size: int = 16, sample: int = 5000) -> dict:
-    """core.compute.pipeline.analyze on a fresh cache: load, tokenize, extract, metrics, cache write."""
+def task_tool_e2e(model: str, tokens: int, cache_dir: str) -> dict:
+    """core.compute.pipeline.analyze on a fresh cache, default batch and sample: load, tokenize, extract, metrics, cache."""
     _preimport()
     from core.base.spec import RunSpec  # lazy: see the module's doc
     from core.compute.pipeline import analyze
 
-    spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, batch_size=batch_size, sample=sample, seed=0,
-                   device="cpu", dtype="float32")
+    spec = RunSpec(model=model, corpus="wiki-en", max_tokens=tokens, seed=0, device="cpu", dtype="float32")
     with RssSampler() as rs:
         rs.set("fingerprints")
-
-        def progress(p):
-            if p.stage != rs.stage:
-                rs.set(p.stage)
-
         t0 = time.perf_counter()
-        res = analyze(spec, cache_dir=cache_dir, progress=progress)
+        res = analyze(spec, cache_dir=cache_dir, progress=lambda p: rs.set(p.stage))  # a stage's later steps add up
         seconds = time.perf_counter() - t0
     m = res["manifest"]
     return {"seconds": seconds, "n_tokens": int(m["tokens"]["analysed"]), "forward_s": float(m["timing"]["forward_s"]),
@@ -96,23 +90,22 @@ def task_peer(model: str, tokens: int, mode: str, cache_dir: str, pairs: int = 1
 
 
 def task_umap(x_path: str, warm_reps: int, cold: bool = False, project_layer: int | None = None, model: str = "",
-              tokens: int = 0, cache_dir: str = "", hit_reps: int = 3) -> dict:
+              tokens: int = 0, cache_dir: str = "") -> dict:
     """UMAP in a fresh process: with `cold`, `import umap` and a first fit (cold with an empty NUMBA_CACHE_DIR); with
     `project_layer`, core.compute.projection.project's first call (computes and stores) and cache hits for UMAP and
-    PCA; then `warm_reps` fits of the points saved at x_path (kernels compiled)."""
+    PCA (3 hits each); then `warm_reps` fits of the points saved at x_path (kernels compiled)."""
     import numpy as np  # lazy: see the module's doc
 
-    X, out = np.load(x_path).astype(np.float32), {}
+    X, out, t0 = np.load(x_path).astype(np.float32), {}, time.perf_counter()
     if cold:
-        t0 = time.perf_counter()
         import umap  # noqa: F401  # lazy: see the module's doc
 
-        t1 = time.perf_counter()
+        out["import_s"] = time.perf_counter() - t0
     from core.compute.projection import project, umap_2d  # lazy: see the module's doc
 
     if cold:
-        umap_2d(X, n_neighbors=15)
-        out.update(import_s=t1 - t0, fit_s=time.perf_counter() - t1, total_s=time.perf_counter() - t0)
+        out["fit_s"] = seconds(lambda: umap_2d(X, n_neighbors=15))
+        out["total_s"] = time.perf_counter() - t0
     if project_layer is not None:
         from core.base.spec import RunSpec  # lazy: see the module's doc
 
@@ -122,7 +115,7 @@ def task_umap(x_path: str, warm_reps: int, cold: bool = False, project_layer: in
             t0 = time.perf_counter()
             first = call()
             t_first = time.perf_counter() - t0
-            hits = timeit(call, hit_reps)
+            hits = timeit(call, 3)
             r = call()  # a hit's answer (untimed)
             out[method] = {"first_s": t_first, "first_cached": bool(first["cached"]), "fit_s": first.get("seconds"),
                            "hit_s": hits, "hit_cached": bool(r["cached"]), "n_points": int(r["n_points"])}
@@ -154,12 +147,9 @@ def task_apptest(app: str, page: str, reps: int, timeout: float, selection: dict
         from ui.state import KEY
 
         at.session_state[KEY] = Selection(**selection)
-    t0 = time.perf_counter()
-    at.run()
-    t1 = time.perf_counter()
+    out = {"page": page, "app_first_render_s": seconds(at.run)}
     at.switch_page(page)
-    at.run()
-    out = {"page": page, "app_first_render_s": t1 - t0, "page_first_render_s": time.perf_counter() - t1}
+    out["page_first_render_s"] = seconds(at.run)
     from core.compute import projection  # lazy: see the module's doc (the app has imported it by now)
 
     t0 = time.perf_counter()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.common import bare_forward, machine_info, padded_batch, subset_windows
+from bench.common import bare_forward, machine_info, subset_windows
 from bench.peers import run_peer
 
 DOCS = ["The cat sat on the mat. It was a sunny day and the cat was happy.",
@@ -47,12 +47,13 @@ def test_peer_matches_the_tools_exact_mean_cosine(tiny):
 
 def test_bare_forward_and_window_helpers(tiny):
     from core.compute.extract import plan_batches
+    from core.stats.batching import pad_batch
 
     lm, w = tiny
     sub = subset_windows(w, 40)
     assert 40 <= sub.n_content_tokens <= w.n_content_tokens and len(sub.ids) <= len(w.ids)
     b = plan_batches(sub, 4)
-    ids, att = padded_batch(sub, b[0], 0)
+    ids, att = pad_batch([sub.ids[i] for i in b[0]], 0)
     assert ids.shape == att.shape and att.sum() == sum(len(sub.ids[i]) for i in b[0])
     assert bare_forward(lm.base, sub, b, 0) > 0
 
