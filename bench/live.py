@@ -98,8 +98,10 @@ def _warmed(cache: Path) -> bool:
     return log_path.exists() and "warmed up in" in log_path.read_text(errors="replace")
 
 
-def _analysis_job(cache: Path):
-    return next((j for j in jobs.list_jobs(cache, kinds=("analyze",)) if j.active or j.status == jobs.DONE), None)
+def _analysis_job(cache: Path, since: float):
+    """The analysis job submitted since `since` (wall clock): not the job of an earlier click, done long ago."""
+    return next((j for j in jobs.list_jobs(cache, kinds=("analyze",))
+                 if j.created >= since - 1 and (j.active or j.status == jobs.DONE)), None)
 
 
 def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache: Path) -> dict:
@@ -133,10 +135,9 @@ def _click_to_curves(browser, url: str, timeout_s: float, server_pid: int, cache
 
         while time.monotonic() - t0 < timeout_s:
             titles = page.evaluate(FIRST_CURVE_JS)
-            job = _analysis_job(cache) if "done" not in steps else None
+            job = _analysis_job(cache, wall0) if "done" not in steps else None
             if job is not None:
-                if job.created >= wall0 - 1:
-                    step("queued", "queued (the click's script run submitted it)", job.created - wall0)
+                step("queued", "queued (the click's script run submitted it)", job.created - wall0)
                 if job.started:
                     step("started", "taken by the worker", job.started - wall0)
                 if not warmed0 and "warmed" not in steps and _warmed(cache):
