@@ -16,9 +16,8 @@ import time
 from functools import partial
 from pathlib import Path
 
-from bench.common import ROOT, alternate, loadavg, median
+from bench.common import ROOT, alternate, child_env, loadavg, median
 from bench.report import blocks
-from core.base import settings
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
 CHILD = r'''
@@ -85,8 +84,7 @@ def export(rev: str, dest: Path) -> Path:
 def measure(tree: Path, args: dict) -> tuple[float, dict]:
     """One fresh process of CHILD in `tree`: its wall seconds, and its times and tool/bare ratio."""
     t0 = time.perf_counter()
-    env = settings.child_env(args["cache"], HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(tree),
-                             OMP_NUM_THREADS=str(args["threads"]))
+    env = child_env(args["cache"], {"PYTHONPATH": tree, "OMP_NUM_THREADS": args["threads"]})  # the revision's core only
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=tree, env=env, capture_output=True,
                        text=True, timeout=1800)
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]

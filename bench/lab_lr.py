@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, command, cpu_model, fi, loadavg, log, publish, table, usable_cores
+from bench.common import ROOT, command, cpu_model, fi, loadavg, log, publish, usable_cores
+from bench.report import blocks
 
 TITLE = "Learning rate per family (`python -m bench lab-lr`)"
 GRID = {"adamw": (3e-4, 1e-3, 3e-3, 1e-2), "coupled-adam": (3e-4, 1e-3, 3e-3, 1e-2), "sgd": (0.03, 0.1, 0.3, 1.0, 3.0)}
@@ -61,11 +62,11 @@ def render(table_: dict) -> str:
                      f"{e['unigram_entropy']:.3f}", f"{e['seconds']:.0f}", e["date_utc"][:16].replace("T", " "),
                      e["machine"]])
     first = next(iter(table_["entries"].values()))
-    return "\n".join([
+    return blocks([
         f"Each rate trained {fi(first['steps'])} steps at {first['n_layers']} layers x d={first['d_model']}, batch "
-        f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}. Command: `{table_['command']}`.", "",
-        table(["Family", "Optimizer", "Rates tried", "Held-out loss (nats/token)", "Picked", "Unigram entropy",
-               "Sweep time (s)", "Date (UTC)", "Machine"], rows)])
+        f"{first['batch_size']} x {first['seq_len']} tokens of {first['corpus']}. Command: `{table_['command']}`.",
+        (["Family", "Optimizer", "Rates tried", "Held-out loss (nats/token)", "Picked", "Unigram entropy", "Sweep time (s)",
+          "Date (UTC)", "Machine"], rows)])
 
 
 def main(argv: list[str]) -> int:

@@ -49,8 +49,6 @@ def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path
     """Both sides at the same time, each from its own empty cache (on a shared machine both then see the same load),
     or with `one_only` the one process alone (the goal's measurement: about 10 minutes on a quiet machine)."""
     parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
-    (root / "separate").mkdir()
-    (root / "one").mkdir()
     out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "parallel": not one_only}
     one = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(root / "one"),
            "--formats", "json", "--out", str(root / "repro")] + (["--models", ",".join(out["models"])] if models else [])
