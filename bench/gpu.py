@@ -161,15 +161,14 @@ def main(a, argv: list[str]) -> int:
         print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
               "the CPU benchmark is `python -m bench`.", file=sys.stderr)
         return 2
-    import torch  # lazy: torch and transformers only in the sections that run a model
-    import transformers
+    import torch  # lazy: torch only in the sections that run a model
 
     log(f"GPU section on {torch.cuda.get_device_name(0)}")
     g = section_gpu("cuda", "bfloat16", peak=a.gpu_peak_tflops)
     # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
     g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
-    g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
-                 "transformers": transformers.__version__, "command": command("python -m bench", argv)}
+    m = machine_info()  # its versions hold torch's and transformers'
+    g["meta"] = {**m["versions"], "date_utc": m["date_utc"], "command": command("python -m bench", argv)}
     publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     if a.json:
         Path(a.json).write_text(json.dumps(g, indent=1))
