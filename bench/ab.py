@@ -12,11 +12,12 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
+from functools import partial
 from pathlib import Path
 
-from bench.common import ROOT, loadavg, log, median
+from bench.common import ROOT, alternate, child_env, loadavg, median
 from bench.report import blocks
-from core.base import settings
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
 CHILD = r'''
@@ -59,40 +60,39 @@ def tool():
     return time.perf_counter() - t0
 
 bare(); tool()  # warm-up: allocator, oneDNN primitives
-b, t = [], []
-for r in range(a["reps"]):
-    for which in (("bare", "tool") if r % 2 == 0 else ("tool", "bare")):
-        (b if which == "bare" else t).append(bare() if which == "bare" else tool())
-print("RESULT " + json.dumps({"n": n, "windows": len(w.ids), "bare_s": b, "tool_s": t}))
+res = {"n": n, "windows": len(w.ids), "bare_s": [], "tool_s": []}
+for r in range(a["reps"]):  # alternating: bare, tool, tool, bare, ...
+    for f in (bare, tool) if r % 2 == 0 else (tool, bare):
+        res[f.__name__ + "_s"].append(f())
+print("RESULT " + json.dumps(res))
 '''
 
 
 def export(rev: str, dest: Path) -> Path:
     """The tree of `rev` ("WORKTREE": the working tree as it is, tracked and untracked files) in dest."""
     dest.mkdir(parents=True)
-    if rev == "WORKTREE":
-        files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, check=True,
-                               capture_output=True).stdout.split(b"\0")
-        for f in filter(None, files):
-            src, dst = ROOT / f.decode(), dest / f.decode()
-            if src.is_file():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                dst.write_bytes(src.read_bytes())
+    run = partial(subprocess.run, cwd=ROOT, check=True, capture_output=True)
+    if rev == "WORKTREE":  # tracked files deleted meanwhile are skipped (--ignore-failed-read)
+        names = run(["git", "ls-files", "-co", "--exclude-standard", "-z"]).stdout
+        tar = run(["tar", "-c", "--null", "--no-recursion", "--ignore-failed-read", "-T", "-"], input=names).stdout
     else:
-        tar = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
-        subprocess.run(["tar", "-x", "-C", str(dest)], input=tar, check=True)
+        tar = run(["git", "archive", rev]).stdout
+    run(["tar", "-x", "-C", str(dest)], input=tar)
     return dest
 
 
-def measure(tree: Path, args: dict) -> dict:
-    env = settings.child_env(args["cache"], HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONPATH=str(tree),
-                             OMP_NUM_THREADS=str(args["threads"]))
+def measure(tree: Path, args: dict) -> tuple[float, dict]:
+    """One fresh process of CHILD in `tree`: its wall seconds, and its times and tool/bare ratio."""
+    t0 = time.perf_counter()
+    env = child_env(args["cache"], {"PYTHONPATH": tree, "OMP_NUM_THREADS": args["threads"]})  # the revision's core only
     p = subprocess.run([sys.executable, "-c", CHILD, json.dumps(args)], cwd=tree, env=env, capture_output=True,
                        text=True, timeout=1800)
     line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
     if p.returncode != 0 or not line:
         raise RuntimeError(f"measuring {tree.name} failed (exit {p.returncode}): {p.stderr[-2000:]}")
-    return json.loads(line[-1][7:])
+    res = json.loads(line[-1][7:])
+    res["ratio"] = median(res["bare_s"]) / median(res["tool_s"])
+    return time.perf_counter() - t0, res
 
 
 def main(argv=None) -> int:
@@ -107,24 +107,17 @@ def main(argv=None) -> int:
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
     if not (1 <= a.rounds <= 10 and 1 <= a.reps <= 10 and 1_000 <= a.tokens <= 400_000):
-        print("error: --rounds and --reps in 1-10, --tokens in 1,000-400,000", file=sys.stderr)
-        return 2
+        p.error("--rounds and --reps in 1-10, --tokens in 1,000-400,000")
     root = Path(tempfile.mkdtemp(prefix="aniso-ab-"))
     try:
         trees = {"base": export(a.base, root / "base"), "head": export(a.head, root / "head")}
     except subprocess.CalledProcessError as e:
-        print(f"error: cannot export a revision: {e.stderr.decode(errors='replace').strip()}", file=sys.stderr)
-        return 2
+        p.error(f"cannot export a revision: {e.stderr.decode(errors='replace').strip()}")
     (root / "cache").mkdir()
     args = {"model": a.model, "tokens": a.tokens, "reps": a.reps, "threads": a.threads, "cache": str(root / "cache")}
     load0 = loadavg()
-    runs = {k: [] for k in trees}
-    for r in range(a.rounds):
-        for which in (("base", "head") if r % 2 == 0 else ("head", "base")):
-            res = measure(trees[which], args)
-            runs[which].append({**res, "ratio": median(res["bare_s"]) / median(res["tool_s"])})
-            log(f"round {r + 1} {which}: {res['n']:,} tokens, bare {res['bare_s']}, tool {res['tool_s']}, "
-                f"ratio {runs[which][-1]['ratio']:.3f}")
+    got = alternate(a.rounds, {k: partial(measure, tree, args) for k, tree in trees.items()}, "ab ")
+    runs = {k: [res for _, res in v] for k, v in got.items()}
     ratio = {k: median(x["ratio"] for x in v) for k, v in runs.items()}
     best = {k: min(b for x in v for b in x["bare_s"]) / min(t for x in v for t in x["tool_s"]) for k, v in runs.items()}
     cost, cost_best, load1 = 1 - ratio["head"] / ratio["base"], 1 - best["head"] / best["base"], loadavg()

@@ -14,20 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.common import (
-    ROOT,
-    alternate,
-    bare_forward,
-    child_env,
-    command,
-    jsonable,
-    log,
-    machine_info,
-    median,
-    publish,
-    seconds,
-    subset_windows,
-)
+from bench.common import ROOT, alternate, bare_forward, child_env, command, log, machine_info, median, publish, subset_windows
 from bench.peers import run_peer
 from bench.report import GPU_TITLE, render_gpu
 from core.base.cache import CacheStore
@@ -67,33 +54,36 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
     is_cuda = device.startswith("cuda")
     sync = torch.cuda.synchronize if is_cuda else None
     name = torch.cuda.get_device_name(0) if is_cuda else "cpu"
+
+    def timed(fn) -> float:  # seconds of fn(), the device's queued work included
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        return time.perf_counter() - t0
+
     docs = load_documents("wiki-en")
     configs = configs or {label: (tok, untrained_config(ident)) for label, (tok, ident) in GPU_MODELS.items()}
-    toks = {}
+    tokenizers = {"bert": lambda: tf.AutoTokenizer.from_pretrained(str(minilm_folder())), "gpt2": gpt2_tokenizer}
     out = {"device": name, "dtype": dtype, "tokens_requested": tokens, "batch_size": batch_size, "reps": reps,
            "peak_tflops": peak or (peak_tflops(name) if is_cuda else None), "models": []}
     for label, (tok_kind, cfg) in configs.items():
         log(f"gpu: {label}")
-        if tok_kind not in toks:
-            toks[tok_kind] = tf.AutoTokenizer.from_pretrained(str(minilm_folder())) if tok_kind == "bert" else gpt2_tokenizer()
-        pad, row = int(toks[tok_kind].pad_token_id or 0), {"model": label}
+        tok = tokenizers[tok_kind]()  # loaded per model (not timed)
+        pad, row = int(tok.pad_token_id or 0), {"model": label}
         try:
             torch.manual_seed(0)
             with torch.device(device):  # a random-init base model (no LM head) directly on the device, in its dtype
                 model = tf.AutoModel.from_config(cfg, dtype=getattr(torch, dtype)).eval()
             n_params = sum(p.numel() for p in model.parameters())
             emb = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
-            w = tokenize_budget(docs, toks[tok_kind], tokens, min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512)),
+            w = tokenize_budget(docs, tok, tokens, min(512, int(getattr(cfg, "max_position_embeddings", 512) or 512)),
                                 0, "wiki-en")
             batches = plan_batches(w, batch_size)
             n_an, fed = int(w.n_content_tokens), int(w.n_tokens_total)
 
             def tool(win):
-                t0 = time.perf_counter()
-                extract_stats(model, win, batch_size=batch_size, device=device, dtype=dtype, pad_id=pad)
-                if sync:
-                    sync()
-                return time.perf_counter() - t0
+                return timed(lambda: extract_stats(model, win, batch_size=batch_size, device=device, dtype=dtype, pad_id=pad))
 
             warm = subset_windows(w, min(n_an, 4 * batch_size * 128))
             bare_forward(model, warm, plan_batches(warm, batch_size), pad, device, sync)
@@ -115,7 +105,7 @@ def section_gpu(device: str = "cuda", dtype: str = "bfloat16", tokens: int = 100
                 # tool on the same windows: the speed-up of batching and on-device statistics
                 pw = subset_windows(w, peer_tokens)
                 analysed = analysed_masks(pw, "exclude")
-                tool_s, peer_s = tool(pw), seconds(lambda: run_peer(model, pw, analysed, "sampled", device=device))
+                tool_s, peer_s = tool(pw), timed(lambda: run_peer(model, pw, analysed, "sampled", device=device))
                 row["peer"] = {"tokens": int(sum(int(m.sum()) for m in analysed)), "tool_s": tool_s, "peer_s": peer_s,
                                "speedup": peer_s / tool_s}
         except torch.OutOfMemoryError as e:
@@ -151,10 +141,9 @@ def section_distributed(device: str, nproc: int, model: str = "untrained-gpt2", 
                 res[name] = json.loads(Path(cmd[cmd.index("--out") + 1]).read_text())
         if len(res) == 2:
             a, b = res.values()
-            exact = report_keys("exact")
+            exact, samp = report_keys("exact"), report_keys("sample")
             rel = [abs(x[k] - y[k]) / max(abs(x[k]), 1e-300) for x, y in zip(a["layers"], b["layers"]) for k in exact
                    if x[k] is not None and y[k] is not None]
-            samp = report_keys("sample")
             got = [CacheStore(d).get(a["manifest"]["cache_key"]) for d in (f"{tmp}/one", f"{tmp}/many")]  # the samples
             out.update(tokens_analysed=a["manifest"]["tokens"]["analysed"], max_rel_diff_exact=max(rel),
                        sample_metrics_identical=all(x[k] == y[k] for x, y in zip(a["layers"], b["layers"]) for k in samp),
@@ -172,27 +161,24 @@ def main(a, argv: list[str]) -> int:
         print(f"error: {why}. Nothing was measured and {a.out or 'BENCHMARKS.md'} was not changed; "
               "the CPU benchmark is `python -m bench`.", file=sys.stderr)
         return 2
-    import torch  # lazy: torch and transformers only in the sections that run a model
-    import transformers
+    import torch  # lazy: torch only in the sections that run a model
 
     log(f"GPU section on {torch.cuda.get_device_name(0)}")
     g = section_gpu("cuda", "bfloat16", peak=a.gpu_peak_tflops)
     # NCCL takes one GPU per rank (two ranks on one GPU are refused), so: one rank per GPU here.
     g["distributed"] = section_distributed("cuda", torch.cuda.device_count())
-    g["meta"] = {"date_utc": machine_info()["date_utc"], "torch": torch.__version__,
-                 "transformers": transformers.__version__, "command": command("python -m bench", argv)}
+    m = machine_info()  # its versions hold torch's and transformers'
+    g["meta"] = {**m["versions"], "date_utc": m["date_utc"], "command": command("python -m bench", argv)}
     publish(render_gpu(g), "gpu", GPU_TITLE, Path(a.out) if a.out else ROOT / "BENCHMARKS.md")
     if a.json:
-        Path(a.json).write_text(json.dumps(g, indent=1, default=jsonable))
+        Path(a.json).write_text(json.dumps(g, indent=1))
     return 0
 
 
 def cuda_refusal() -> str | None:
     """None when CUDA is usable; otherwise the reason, in one line."""
-    try:
-        import torch  # lazy: torch only in the sections that run a model
-    except ImportError:
-        return "torch is not installed"
+    import torch  # lazy: torch only in the sections that run a model
+
     if not torch.cuda.is_available():
         built = torch.version.cuda
         why = "this torch build has no CUDA support" if built is None else f"torch (CUDA {built}) finds no GPU"

@@ -7,21 +7,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench.common import ROOT, command, fr, fs, loadavg, log, machine_info, publish
 from bench.report import blocks
-from core.base import settings
 from core.base.errors import InputError
-
-settings.export_env(HF_HUB_OFFLINE="1")
-settings.env_default(TOKENIZERS_PARALLELISM="false")
-
-from core.studies import lab as LAB  # noqa: E402
+from core.studies import lab as LAB  # run by bench/__main__.py, which sets the environment (offline hub) first
 
 GOAL_S = {"quick": 600, "default": 5400}
 DEFAULT_STEPS = 2000
@@ -45,14 +38,11 @@ def build_spec(a) -> tuple[LAB.LabSpec, list[str]]:
     if not fams:
         raise SystemExit("error: none of the families can be trained by this version")
     base = {"n_layers": LAB.QUICK["n_layers"], "d_model": LAB.QUICK["d_model"], "device": "cpu"}
-    if a.default:
-        opts, gone = _available(list(LAB.DEFAULT_OPTIMIZERS), "optimizer")
-        skipped += [f"optimizer {o}" for o in gone]
-        factors = {"arch": fams, **({"optimizer": opts} if len(opts) > 1 else {})}
-        spec = LAB.LabSpec(factors=factors, seeds=(0, 1, 2), base={**base, "steps": a.steps or DEFAULT_STEPS})
-    else:
-        spec = LAB.LabSpec(factors={"arch": fams}, seeds=LAB.QUICK["seeds"],
-                           base={**base, "steps": a.steps or LAB.QUICK["steps"]})
+    opts, gone = _available(list(LAB.DEFAULT_OPTIMIZERS), "optimizer") if a.default else ([], [])  # quick: one optimizer
+    skipped += [f"optimizer {o}" for o in gone]
+    spec = LAB.LabSpec(factors={"arch": fams, **({"optimizer": opts} if len(opts) > 1 else {})},
+                       seeds=(0, 1, 2) if a.default else LAB.QUICK["seeds"],
+                       base={**base, "steps": a.steps or (DEFAULT_STEPS if a.default else LAB.QUICK["steps"])})
     return spec, skipped
 
 
@@ -78,15 +68,12 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
         *([f"Left out (this version cannot train them yet): {', '.join(skipped)}."] if skipped else []),
         (["cell", "seed", "status", "train s", "analysis s", "run s", "held-out loss", "unigram entropy", "learned",
           "mid mean cosine"], rows),
-        f"{runs}: the {what} measured whole, {'within' if wall <= goal else 'over'} its goal of {goal / 60:.0f} min on 2 "
-        "cores." if n == full else
-        f"{runs}. The goal is the {what} ({full} runs) under {goal / 60:.0f} min on 2 cores: at this rate {full} runs would "
-        f"take about {per_run * full / 60:.1f} min ({'within' if per_run * full <= goal else 'over'} the goal; an "
-        "extrapolation from the families run here, the other families' speed not measured)."])
+        f"{runs}: " + (f"the {what} measured whole" if n == full else f"at this rate the {what} ({full} runs) would take about "
+                       f"{per_run * full / 60:.1f} min (extrapolated from the families run here)")
+        + f", {'within' if per_run * full <= goal else 'over'} its goal of {goal / 60:.0f} min on 2 cores."])
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="python -m bench lab", description=__doc__.split("\n\n")[0])
     p.add_argument("--default", action="store_true", help="the default grid instead of the quick lab")
     p.add_argument("--families", default=None, help=f"comma-separated (default {','.join(LAB.QUICK_FAMILIES)})")
@@ -96,9 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     spec, skipped = build_spec(a)
     which = "default" if a.default else "quick"
-    cache = Path(tempfile.mkdtemp(prefix="bench-lab-"))
     info = machine_info()
-    log(f"lab {spec.lab_id}: {len(spec.cells()) * len(spec.seeds)} runs in {cache}; skipped: {skipped or 'none'}")
     last = {"t": 0.0}
 
     def progress(q):
@@ -107,17 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             log(q.message)
 
     t0 = time.perf_counter()
-    try:
-        doc = LAB.run_lab(spec, cache_dir=cache, progress=progress)
-    finally:
-        shutil.rmtree(cache, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="bench-lab-", ignore_cleanup_errors=True) as cache:
+        log(f"lab {spec.lab_id}: {len(spec.cells()) * len(spec.seeds)} runs in {cache}; skipped: {skipped or 'none'}")
+        doc = LAB.run_lab(spec, cache_dir=Path(cache), progress=progress)
     wall = time.perf_counter() - t0
     if a.json:
         Path(a.json).write_text(json.dumps(doc, indent=1))
     publish(render(doc, spec, skipped, wall, info, which, ["lab", *argv]), f"lab-{which}",
             f"Lab (`python -m bench lab{' --default' if a.default else ''}`)", None if a.no_write else ROOT / "BENCHMARKS.md")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,12 +6,10 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
-import shutil
 import subprocess
 import sys
 import tempfile
-import threading
-import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import psutil
@@ -23,6 +21,7 @@ from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
 
 TITLE = "Papers: Godey et al.'s comparison in one process (`python -m bench --godey`)"
 GOAL_S = 600.0
+TIMEOUT_S = 7200  # one command's limit
 QUICK_MODELS = ("untrained-minilm-l6", "untrained-vit-s14")
 
 
@@ -34,48 +33,39 @@ def _uptime() -> str:
         return ""
 
 
-def _one(out: dict, tokens: int, sample: int, models, cache: Path, root: Path, timeout: float) -> None:
-    out["uptime_before_one"] = _uptime()
-    log(f"godey: one `python -m core reproduce godey` ({out['uptime_before_one']})")
-    argv = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(cache),
-            "--formats", "json", "--out", str(root / "repro")] + (["--models", ",".join(out["models"])] if models else [])
-    r0 = psutil.Process().cpu_times()
-    s, rc, msg = core_cli(argv, cache, timeout)
-    r1 = psutil.Process().cpu_times()
-    # The process's own CPU seconds (every thread), steadier than its wall time on a shared machine: only exact when
-    # the separate commands do not run at the same time (--one-only); with both at once the account counts theirs too.
-    out.update(one_s=s, one_rc=rc, one_last=msg, uptime_after_one=_uptime(), one_cpu_s=None if out["parallel"] else
-               r1.children_user + r1.children_system - r0.children_user - r0.children_system)
-    log(f"  one process: {s:.1f} s (rc {rc}): {msg}")
+def _side(out: dict, side: str, argvs: dict[str, list[str]], cache: Path) -> None:
+    """One side's `python -m core` commands (label -> argv), one after the other on the cache `cache`: the load of the
+    machine (`uptime`) before and after, and each command's wall time (interpreter start included), exit code, last line."""
+    out[side], out[f"uptime_before_{side}"] = {}, _uptime()
+    log(f"godey: {len(argvs)} command(s) on the {side} side ({out[f'uptime_before_{side}']})")
+    for label, argv in argvs.items():
+        s, rc, msg = core_cli(argv, cache, TIMEOUT_S)
+        log(f"  {side} {label}: {s:.1f} s (rc {rc}): {msg}")
+        out[side][label] = {"wall_s": s, "rc": rc, "last": msg}
+    out[f"uptime_after_{side}"] = _uptime()
 
 
-def _separate(out: dict, parts, tokens: int, sample: int, cache: Path, root: Path, timeout: float) -> None:
-    out["uptime_before_separate"] = _uptime()
-    log(f"godey: {len(parts)} separate `python -m core analyze` commands ({out['uptime_before_separate']})")
-    t0 = time.perf_counter()
-    for p in parts:
-        spec = RunSpec(model=p.model, corpus=p.corpus, max_tokens=tokens, sample=sample)
-        s, rc, msg = core_cli(analyze_argv(spec, cache, root / f"{p.model}.json"), cache, timeout)
-        log(f"  separate {p.model}: {s:.1f} s (rc {rc})")
-        out["separate"][p.model] = {"corpus": p.corpus, "wall_s": s, "rc": rc, "last": msg}
-    out.update(separate_s=time.perf_counter() - t0, uptime_after_separate=_uptime())
-
-
-def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, one_only: bool = False,
-            timeout: float = 7200) -> dict:
+def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, one_only: bool = False) -> dict:
     """Both sides at the same time, each from its own empty cache (on a shared machine both then see the same load),
     or with `one_only` the one process alone (the goal's measurement: about 10 minutes on a quiet machine)."""
     parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
-    (root / "separate").mkdir()
-    (root / "one").mkdir()
-    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "separate": {}, "parallel": not one_only}
-    th = None if one_only else threading.Thread(target=_separate, args=(out, parts, tokens, sample, root / "separate", root,
-                                                                         timeout))
-    if th:
-        th.start()
-    _one(out, tokens, sample, models, root / "one", root, timeout)
-    if th:
-        th.join()
+    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "parallel": not one_only}
+    one = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(root / "one"),
+           "--formats", "json", "--out", str(root / "repro")] + (["--models", ",".join(out["models"])] if models else [])
+    separate = {p.model: analyze_argv(RunSpec(model=p.model, corpus=p.corpus, max_tokens=tokens, sample=sample),
+                                      root / "separate", root / f"{p.model}.json") for p in parts}
+    c0 = psutil.Process().cpu_times()
+    with ThreadPoolExecutor(1) as pool:
+        sep = None if one_only else pool.submit(_side, out, "separate", separate, root / "separate")
+        _side(out, "one", {"reproduce godey": one}, root / "one")
+        c1 = psutil.Process().cpu_times()
+    if sep:
+        sep.result()  # raises what the separate side raised
+    # The process's own CPU seconds (every thread), steadier than its wall time on a shared machine: only exact when
+    # the separate commands do not run at the same time (--one-only); with both at once the account counts theirs too.
+    cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
+    out.update(one_s=out["one"]["reproduce godey"]["wall_s"], one_rc=out["one"]["reproduce godey"]["rc"],
+               one_cpu_s=None if out["parallel"] else cpu, separate_s=sum(x["wall_s"] for x in out.get("separate", {}).values()))
     out["met"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S
     if out["one_rc"] == 0:
         rec = json.loads((root / "repro" / "godey.json").read_text())
@@ -88,7 +78,7 @@ def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path
 
 def render(r: dict, machine: str, date: str, command: str) -> str:
     """The section's figures: the load before and after each side, both sides' times, and each run's."""
-    alone, sep, corpus = not r["parallel"], r["separate"], {p.model: p.corpus for p in PAPERS["godey"].parts}
+    alone, sep, corpus = not r["parallel"], r.get("separate", {}), {p.model: p.corpus for p in PAPERS["godey"].parts}
     one = [["one `python -m core reproduce godey`", f"{r['one_s']:.0f} s ({r['one_s'] / 60:.1f} min)",
             f"{r['one_cpu_s']:.0f} CPU-s" if r.get("one_cpu_s") is not None else "",
             f"< {GOAL_S / 60:.0f} min: {'met' if r['met'] else 'NOT met'}"]]
@@ -97,17 +87,17 @@ def render(r: dict, machine: str, date: str, command: str) -> str:
         f"{r['sample']:,} each. " + ("Both sides ran AT THE SAME TIME, so that each saw the same load of the shared machine "
                                      "(each also slowed the other). " if r["parallel"] else "")
         + "The load of the machine (`uptime`) before and after each side:",
-        "\n".join(([] if alone else [f"- 14 separate commands: before `{r['uptime_before_separate']}`, after "
+        "\n".join(([] if alone else [f"- {len(sep)} separate commands: before `{r['uptime_before_separate']}`, after "
                                       f"`{r['uptime_after_separate']}`"])
                   + [f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`"]),
         (["", "wall time", "CPU time", "goal"], one if alone else [
             [f"{len(sep)} separate `python -m core analyze`", f"{r['separate_s']:.0f} s ({r['separate_s'] / 60:.1f} min)",
              "", ""], *one, ["ratio (separate / one)", f"{r['separate_s'] / r['one_s']:.2f}x", "", ""]]),
-        "The 14 separate commands were not run (`--one-only`)." if alone else
+        f"The {len(r['models'])} separate commands were not run (`--one-only`)." if alone else
         f"Same numbers on both sides (every run's per-layer mean cosine): {'yes' if r.get('same_numbers') else 'NO'}.",
         (["run", "separate command (s)", "inside the reproduction (s)"],
-         [[f"{m} on {sep[m]['corpus'] if m in sep else corpus.get(m, '')}", f"{sep[m]['wall_s']:.1f}" if m in sep else
-           "not run", f"{r.get('inside_s', {}).get(m, float('nan')):.1f}"] for m in r["models"]])])
+         [[f"{m} on {corpus.get(m, '')}", f"{sep[m]['wall_s']:.1f}" if m in sep else "not run",
+           f"{r.get('inside_s', {}).get(m, float('nan')):.1f}"] for m in r["models"]])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,11 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--one-only", action="store_true", help="the one `core reproduce godey` alone (the goal's measurement)")
     a = p.parse_args(argv)
     tokens, sample, models = (64, 32, QUICK_MODELS) if a.quick else (a.tokens, a.sample, None)
-    root = Path(tempfile.mkdtemp(prefix="aniso-bench-papers-"))
-    try:
-        r = measure(tokens, sample, models, root, one_only=a.one_only)
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="aniso-bench-papers-", ignore_cleanup_errors=True) as root:
+        r = measure(tokens, sample, models, Path(root), one_only=a.one_only)
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1))

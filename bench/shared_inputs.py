@@ -24,26 +24,17 @@ from core.base.spec import RunSpec  # noqa: E402
 from core.compute.pipeline import analyze  # noqa: E402
 from core.inputs.models import load_model, zero_shared_inputs  # noqa: E402
 
-# control -> (what its init adds to every token, [(state, parameters zeroed)])
+# control -> (what its init adds to every token, (its token-type table, its learned position table): zeroed in turn)
 _BERT = ("token-type row 0 (one vector, every token); LayerNorm beta and Linear biases are 0 at init",
-         [("token type zeroed", ("embeddings.token_type_embeddings.weight",)),
-          ("position table zeroed too", ("embeddings.token_type_embeddings.weight",
-                                         "embeddings.position_embeddings.weight"))])
+         ("embeddings.token_type_embeddings.weight", "embeddings.position_embeddings.weight"))
 STATES = {
     "untrained-minilm-l6": _BERT, "untrained-bert-base": _BERT,
     "untrained-canine-s": ("token-type row 0 (one vector, every character); learned character positions",
-                           [("token type zeroed", ("char_embeddings.token_type_embeddings.weight",)),
-                            ("position table zeroed too", ("char_embeddings.token_type_embeddings.weight",
-                                                           "char_embeddings.char_position_embeddings.weight"))]),
-    "untrained-smollm2": ("nothing: no biases, RMSNorm has no offset, rotary positions", []),
-    "untrained-byt5-small": ("nothing: no biases, T5 norm has no offset, relative positions inside attention", []),
+                           ("char_embeddings.token_type_embeddings.weight", "char_embeddings.char_position_embeddings.weight")),
+    "untrained-smollm2": ("nothing: no biases, RMSNorm has no offset, rotary positions", ()),
+    "untrained-byt5-small": ("nothing: no biases, T5 norm has no offset, relative positions inside attention", ()),
 }
-
-
-def _curves(res: dict) -> dict:
-    return {"mean_cosine": [lay["mean_cosine"] for lay in res["layers"]],
-            "centred_mean_cosine": [lay["centred_mean_cosine"] for lay in res["layers"]],
-            "n_tokens": int(res["manifest"]["tokens"]["analysed"])}
+ZEROED = ("token type zeroed", "position table zeroed too")  # the states after "as built", tables zeroed cumulatively
 
 
 def _folder(control: str, names: tuple[str, ...], root: Path) -> Path:
@@ -56,14 +47,15 @@ def _folder(control: str, names: tuple[str, ...], root: Path) -> Path:
 
 
 def measure(control: str, max_tokens: int, sample: int, cache_dir: Path, work: Path) -> dict:
-    def run(model: str) -> dict:
-        return _curves(analyze(RunSpec(model=model, corpus="wiki-en", max_tokens=max_tokens, sample=sample, seed=0),
-                               cache_dir=cache_dir))
+    def run(model: str) -> dict:  # the curves of one analysis
+        res = analyze(RunSpec(model=model, corpus="wiki-en", max_tokens=max_tokens, sample=sample, seed=0), cache_dir=cache_dir)
+        return {k: [lay[k] for lay in res["layers"]] for k in ("mean_cosine", "centred_mean_cosine")} | {
+            "n_tokens": int(res["manifest"]["tokens"]["analysed"])}
 
-    what, states = STATES[control]
+    what, tables = STATES[control]
     out = {"control": control, "shared": what, "states": {"as built": run(control)}}
-    for name, params in states:
-        out["states"][name] = {**run(str(_folder(control, params, work))), "zeroed": list(params)}
+    for i, name in enumerate(ZEROED[:len(tables)]):
+        out["states"][name] = {**run(str(_folder(control, tables[:i + 1], work))), "zeroed": list(tables[:i + 1])}
     return out
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import alternate, command, loadavg, median, run_task
+from bench.common import alternate, command, fi, fr, loadavg, median, run_task, seconds
 from bench.report import blocks
 from core.base import settings
 
@@ -66,11 +66,8 @@ def one_run(spec, which: str) -> dict:
 
     tokens = spec.steps * spec.batch_size * spec.seq_len
     if which == "tool":
-        d = tempfile.mkdtemp(prefix="aniso-bench-train-")
-        try:
+        with tempfile.TemporaryDirectory(prefix="aniso-bench-train-", ignore_cleanup_errors=True) as d:
             t = train(spec.replace(name="bench"), cache_dir=d)["timing"]
-        finally:
-            shutil.rmtree(d, ignore_errors=True)
         return {"rate": tokens / t["train_s"], "without_checkpoints": tokens / (t["train_s"] - t["checkpoint_s"]),
                 "loop": tokens / (t["train_s"] - t["checkpoint_s"] - t["resume_save_s"]),
                 "timing": {k: t[k] for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s")}}
@@ -91,26 +88,25 @@ def throughput(spec, reps: int) -> list:
 
     got = alternate(reps, {w: partial(one, w) for w in ("tool", "bare", "bare-steady")})  # drift falls on all sides
     runs = {k: [g for _, g in v] for k, v in got.items()}
-    rate = {k: median(g["rate"] for g in v) for k, v in runs.items()}
-    tool = {k: median(g[k] for g in runs["tool"]) for k in ("without_checkpoints", "loop")}
-    each = {k: ", ".join(f"{g['rate']:,.0f}" for g in v) for k, v in runs.items()}
-    return [(["", "tokens/s", "ratio to the bare loop"], [
-        ["bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping)", f"{rate['bare']:,.0f}", 1],
-        ["the same bare loop after the tool's malloc setting (`core.studies.training.steady_malloc`)",
-         f"{rate['bare-steady']:,.0f}", f"{rate['bare-steady'] / rate['bare']:.2f}"],
-        ["`core.studies.training.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss)", f"{rate['tool']:,.0f}",
-         f"**{rate['tool'] / rate['bare']:.2f}** (goal >= 0.9)"],
-        ["the same without the log-spaced checkpoints (saves + held-out loss)", f"{tool['without_checkpoints']:,.0f}",
-         f"{tool['without_checkpoints'] / rate['bare']:.2f}"],
-        ["the Trainer's steps alone (also without its resumable checkpoints)", f"{tool['loop']:,.0f}",
-         f"{tool['loop'] / rate['bare']:.2f}"]]),
-        f"Against the bare loop with the same malloc setting, the tool reaches {rate['tool'] / rate['bare-steady']:.2f}. "
-        "Every run is a fresh interpreter (`python -m bench.worker train_one`), in alternating order; tokens/s of each run: "
-        f"tool {each['tool']}; bare {each['bare']}; bare with the malloc setting {each['bare-steady']}.",
-        "Time of the tool's runs outside the training steps (seconds): " + "; ".join(
-            f"run {i + 1}: {p['train_s']:.1f} in all, log-spaced checkpoints {p['checkpoint_s']:.1f} (of which held-out loss "
-            f"{p['held_out_s']:.1f}), Trainer's resumable checkpoints {p['resume_save_s']:.1f}"
-            for i, p in enumerate(g["timing"] for g in runs["tool"])) + "."]
+    each = {k: [g["rate"] for g in v] for k, v in runs.items()} | {k: [g[k] for g in runs["tool"]]
+                                                                    for k in ("without_checkpoints", "loop")}
+    rate = {k: median(v) for k, v in each.items()}  # tokens/s
+
+    def row(what: str, k: str) -> list:  # the median, each run, the ratio of the medians to the bare loop's
+        return [what, fi(rate[k]), ", ".join(map(fi, each[k])), f"{rate[k] / rate['bare']:.2f}"]
+
+    tool = row("`core.studies.training.train` (Trainer, checkpoints at 0,1,2,4,... + held-out loss)", "tool")
+    tool[3] = f"**{tool[3]}** (goal >= 0.9); vs the bare loop with the malloc setting {rate['tool'] / rate['bare-steady']:.2f}"
+    return [(["", "tokens/s", "each run", "ratio to the bare loop"], [
+        row("bare PyTorch loop (same model, batches, fused AdamW, cosine schedule, clipping)", "bare"),
+        row("the same bare loop after the tool's malloc setting (`core.studies.training.steady_malloc`)", "bare-steady"), tool,
+        row("the same without the log-spaced checkpoints (saves + held-out loss)", "without_checkpoints"),
+        row("the Trainer's steps alone (also without its resumable checkpoints)", "loop")]),
+        "Every run is a fresh interpreter (`python -m bench.worker train_one`), in alternating order. The tool's runs outside "
+        "the training steps (seconds):",
+        (["tool run", "in all", "log-spaced checkpoints", "of which held-out loss", "Trainer's resumable checkpoints"],
+         [[i + 1, *(f"{g['timing'][k]:.1f}" for k in ("train_s", "checkpoint_s", "held_out_s", "resume_save_s"))]
+          for i, g in enumerate(runs["tool"])])]
 
 
 def series_cost(spec, max_tokens: int) -> list:
@@ -120,22 +116,19 @@ def series_cost(spec, max_tokens: int) -> list:
     from core.studies.series import analyze_series, series_specs
     from core.studies.training import train
 
-    root = Path(tempfile.mkdtemp(prefix="aniso-bench-series-"))
-    settings.set_cache_dir(root / "a")
-    rec = train(spec.replace(name="bench-series"), cache_dir=root / "a")
-    n = len(rec["checkpoints"])
-    shutil.copytree(root / "a" / "trained", root / "b" / "trained")
-    t0 = time.perf_counter()
-    # attention=False: the separate analyses below compute no attention statistics either
-    analyze_series("bench-series", cache_dir=root / "a", max_tokens=max_tokens, attention=False)
-    t_series = time.perf_counter() - t0
-    settings.set_cache_dir(root / "b")
-    specs = series_specs("bench-series", cache_dir=root / "b", max_tokens=max_tokens)
-    t0 = time.perf_counter()
-    for _, sp in specs:  # what 12 separate analyses do: each reads and tokenizes the corpus again
-        pipeline.analyze(sp, cache_dir=root / "b")
-    t_sep = time.perf_counter() - t0
-    shutil.rmtree(root, ignore_errors=True)
+    with tempfile.TemporaryDirectory(prefix="aniso-bench-series-", ignore_cleanup_errors=True) as d:
+        a, b = Path(d, "a"), Path(d, "b")
+        settings.set_cache_dir(a)
+        n = len(train(spec.replace(name="bench-series"), cache_dir=a)["checkpoints"])
+        shutil.copytree(a / "trained", b / "trained")
+        # attention=False: the separate analyses below compute no attention statistics either
+        t_series = seconds(lambda: analyze_series("bench-series", cache_dir=a, max_tokens=max_tokens, attention=False))
+        settings.set_cache_dir(b)
+        specs = series_specs("bench-series", cache_dir=b, max_tokens=max_tokens)
+        t0 = time.perf_counter()
+        for _, sp in specs:  # what 12 separate analyses do: each reads and tokenizes the corpus again
+            pipeline.analyze(sp, cache_dir=b)
+        t_sep = time.perf_counter() - t0
     return [f"Series: {n} checkpoints analysed on {max_tokens:,} tokens of the training corpus each.",
             (["", "seconds"], [["`analyze_series` (corpus read and tokenized once)", f"{t_series:.1f}"],
                                [f"{n} separate `pipeline.analyze` calls (each reads and tokenizes)", f"{t_sep:.1f}"],
@@ -155,17 +148,14 @@ def main(argv=None) -> int:
 
     tiny = TrainSpec(n_layers=1, d_model=32, n_heads=2, seq_len=32, batch_size=4, steps=8, vocab_size=512,
                      eval_tokens=512, device="cpu")
-    if a.quick:
-        spec, series_spec, max_tokens = tiny, tiny.replace(steps=16), 1000
-    else:
-        spec, series_spec, max_tokens = TrainSpec(steps=a.steps, device="cpu"), tiny.replace(steps=1024), 20_000
-    reps = 1 if a.quick else a.reps
+    spec = tiny if a.quick else TrainSpec(steps=a.steps, device="cpu")
+    series_spec, max_tokens, reps = (tiny.replace(steps=16), 1000, 1) if a.quick else (tiny.replace(steps=1024), 20_000, a.reps)
     figures = throughput(spec, reps) + ([] if a.no_series else series_cost(series_spec, max_tokens))
-    load = loadavg()
     print(blocks([
         f"## Training (`{command('python -m bench.training', argv)}`)",
-        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end {load[0]:.1f}/{load[1]:.1f}/"
-        f"{load[2]:.1f} (a shared machine: see the note), torch threads {settings.env_value('OMP_NUM_THREADS') or 'default'}.",
+        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end "
+        f"{'/'.join(fr(x, 1) for x in loadavg())} (a shared machine: see the note), torch threads "
+        f"{settings.env_value('OMP_NUM_THREADS') or 'default'}.",
         f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} vocabulary "
         f"{spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, median of {reps} "
         "alternating runs.", *figures]))

@@ -186,10 +186,10 @@ def task_attention_memory(model: str, tokens: int, threads: int) -> dict:
 
     lm = load_model(model, device="cpu", dtype="float32")
     w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)
-    before, t0 = vm_hwm() / 2**20, time.perf_counter()
+    before, t0 = vm_hwm(), time.perf_counter()
     extract_attention(lm.base, w, list(range(10)), batch_size=DEFAULT_BATCH_SIZE, pad_id=int(lm.tokenizer.pad_token_id or 0))
     return {"model": model, "tokens": tokens, "tokens_fed": int(sum(len(i) for i in w.ids)), "n_windows": len(w.ids),
-            "seconds": time.perf_counter() - t0, "hwm_before_mib": before}
+            "longest_window": max(map(len, w.ids)), "seconds": time.perf_counter() - t0, "hwm_before_bytes": before}
 
 
 def task_train_one(spec: dict, which: str) -> dict:
