@@ -84,5 +84,5 @@ def measured(load_start: list[float]) -> str:
     """The sentence under each browser benchmark's figures: when and on what it measured, and the 1, 5 and 15-minute
     load averages at its start and now (its end)."""
     return (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {usable_cores()} usable "
-            f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start {load_start}, at "
-            f"end {loadavg()}).")
+            f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start "
+            f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())}).")
