@@ -101,3 +101,7 @@ def main(argv: list[str]) -> int:
     publish(render(doc, spec, skipped, wall, info, which, ["lab", *argv]), f"lab-{which}",
             f"Lab (`python -m bench lab{' --default' if a.default else ''}`)", None if a.no_write else ROOT / "BENCHMARKS.md")
     return 0
+
+
+if __name__ == "__main__":  # its entry point is `python -m bench lab` (bench/__main__.py sets the environment)
+    raise SystemExit("run it as: python -m bench lab")

@@ -109,3 +109,7 @@ def main(argv: list[str]) -> int:
         log(f"wrote {out}")
     publish(render(doc), "lab-lr", TITLE, Path(a.md) if a.md else (None if a.quick else ROOT / "BENCHMARKS.md"))
     return 0
+
+
+if __name__ == "__main__":  # its entry point is `python -m bench lab-lr` (bench/__main__.py sets the environment)
+    raise SystemExit("run it as: python -m bench lab-lr")
