@@ -95,6 +95,10 @@ def measure(tree: Path, args: dict) -> tuple[float, dict]:
     return time.perf_counter() - t0, res
 
 
+def fmt(load: list[float]) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="git revision measured as the reference")
@@ -108,30 +112,31 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if not (1 <= a.rounds <= 10 and 1 <= a.reps <= 10 and 1_000 <= a.tokens <= 400_000):
         p.error("--rounds and --reps in 1-10, --tokens in 1,000-400,000")
-    root = Path(tempfile.mkdtemp(prefix="aniso-ab-"))
-    try:
-        trees = {"base": export(a.base, root / "base"), "head": export(a.head, root / "head")}
-    except subprocess.CalledProcessError as e:
-        p.error(f"cannot export a revision: {e.stderr.decode(errors='replace').strip()}")
-    (root / "cache").mkdir()
-    args = {"model": a.model, "tokens": a.tokens, "reps": a.reps, "threads": a.threads, "cache": str(root / "cache")}
-    load0 = loadavg()
-    got = alternate(a.rounds, {k: partial(measure, tree, args) for k, tree in trees.items()}, "ab ")
-    runs = {k: [res for _, res in v] for k, v in got.items()}
-    ratio = {k: median(x["ratio"] for x in v) for k, v in runs.items()}
-    best = {k: min(b for x in v for b in x["bare_s"]) / min(t for x in v for t in x["tool_s"]) for k, v in runs.items()}
-    cost, cost_best, load1 = 1 - ratio["head"] / ratio["base"], 1 - best["head"] / best["base"], loadavg()
-    print(blocks([
-        f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} --rounds {a.rounds} "
-        f"--reps {a.reps} --threads {a.threads}`; load average {load0} at the start, {load1} at the end.",
-        (["revision", "tokens analysed", "tool/bare per process", "median", "best-of"],
-         [[f"{k} ({getattr(a, k)})", f"{runs[k][0]['n']:,}", ", ".join(f"{y['ratio']:.3f}" for y in runs[k]),
-           f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]),
-        f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of throughput (medians); "
-        f"best-of: 1 - {best['head']:.3f} / {best['base']:.3f} = **{cost_best:.1%}**."]))
-    if a.json:
-        Path(a.json).write_text(json.dumps({**vars(a), "loadavg_start": load0, "loadavg_end": load1, "runs": runs,
-                                            "ratio": ratio, "best": best, "cost": cost, "cost_best": cost_best}, indent=1))
+    with tempfile.TemporaryDirectory(prefix="aniso-ab-") as d:  # the exported trees and the cache, deleted after
+        root = Path(d)
+        try:
+            trees = {"base": export(a.base, root / "base"), "head": export(a.head, root / "head")}
+        except subprocess.CalledProcessError as e:
+            p.error(f"cannot export a revision: {e.stderr.decode(errors='replace').strip()}")
+        (root / "cache").mkdir()
+        args = {"model": a.model, "tokens": a.tokens, "reps": a.reps, "threads": a.threads, "cache": str(root / "cache")}
+        load0 = loadavg()
+        got = alternate(a.rounds, {k: partial(measure, tree, args) for k, tree in trees.items()})
+        runs = {k: [res for _, res in v] for k, v in got.items()}
+        ratio = {k: median(x["ratio"] for x in v) for k, v in runs.items()}
+        best = {k: min(b for x in v for b in x["bare_s"]) / min(t for x in v for t in x["tool_s"]) for k, v in runs.items()}
+        cost, cost_best, load1 = 1 - ratio["head"] / ratio["base"], 1 - best["head"] / best["base"], loadavg()
+        print(blocks([
+            f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} --rounds {a.rounds} "
+            f"--reps {a.reps} --threads {a.threads}`; load average {fmt(load0)} at the start, {fmt(load1)} at the end.",
+            (["revision", "tokens analysed", "tool/bare per process", "median", "best-of"],
+             [[f"{k} ({getattr(a, k)})", f"{runs[k][0]['n']:,}", ", ".join(f"{y['ratio']:.3f}" for y in runs[k]),
+               f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]),
+            f"Cost of the change: 1 - {ratio['head']:.3f} / {ratio['base']:.3f} = **{cost:.1%}** of throughput (medians); "
+            f"best-of: 1 - {best['head']:.3f} / {best['base']:.3f} = **{cost_best:.1%}**."]))
+        if a.json:
+            Path(a.json).write_text(json.dumps({**vars(a), "loadavg_start": load0, "loadavg_end": load1, "runs": runs,
+                                                "ratio": ratio, "best": best, "cost": cost, "cost_best": cost_best}, indent=1))
     return 0
 
 

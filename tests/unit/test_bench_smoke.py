@@ -268,3 +268,27 @@ def test_the_one_renderer_turns_blocks_into_hand_written_markdown():
     assert common.status({"status": "oom", "oom_stage": "forward", "error": "MemoryError: x"}) == \
         "out of memory during forward (`MemoryError: x`)"
     assert common.status({"status": "killed", "error": "Killed"}) == "killed: Killed"
+
+
+def test_ab_alternates_the_revisions_and_reports_the_cost(monkeypatch, capsys):
+    """bench.ab's wiring without a model: base and head alternate (A B B A), each revision's median tool/bare ratio
+    and the cost of the change come out of the measured times, and the exported trees are deleted."""
+    from bench import ab
+
+    made, calls = [], []
+    monkeypatch.setattr(ab, "export", lambda rev, dest: made.append(dest) or dest.mkdir(parents=True) or dest)
+    ratios = {"base": iter([1.0, 0.8]), "head": iter([0.9, 0.7])}  # tool/bare per process: bare 1 s, tool 1/ratio
+
+    def measure(tree, args):
+        calls.append(tree.name)
+        r = next(ratios[tree.name])
+        return 1.0, {"n": 1000, "windows": 4, "bare_s": [1.0], "tool_s": [1.0 / r], "ratio": r}
+
+    monkeypatch.setattr(ab, "measure", measure)
+    assert ab.main(["--base", "abc123", "--head", "def456", "--rounds", "2", "--reps", "1", "--tokens", "1000"]) == 0
+    out = capsys.readouterr().out
+    assert calls == ["base", "head", "head", "base"]
+    assert "| base (abc123) | 1,000 | 1.000, 0.800 | **0.900** | **1.000** |" in out
+    assert "| head (def456) | 1,000 | 0.900, 0.700 | **0.800** | **0.900** |" in out
+    assert "1 - 0.800 / 0.900 = **11.1%**" in out and "best-of: 1 - 0.900 / 1.000 = **10.0%**" in out
+    assert made and not any(d.exists() for d in made)
