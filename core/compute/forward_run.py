@@ -8,8 +8,10 @@ cache miss, so a cache hit never imports torch.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import platform
+import threading
 import time
 from pathlib import Path
 
@@ -39,17 +41,32 @@ CONTEXT_TOKENS = 8  # tokens of context on each side of a sampled token (hover t
 TORCH_OWN_THREADS = torch.get_num_threads()  # torch's own count (OMP_NUM_THREADS, else one per core), read once
 FREE_CORES_TTL_S = 10.0  # a reading of the free cores serves the runs that start within this many seconds
 _free = {"at": None, "cores": None}  # the last reading (procfs.free_cores takes 0.3 s)
+_runs = {"n": 0, "lock": threading.Lock()}  # the runs under way in this process (a worker's jobs: ANISO_WORKERS)
 
 
-def fit_threads() -> int:
+@contextlib.contextmanager
+def _one_run():
+    """Counts this run among the runs under way in this process; yields whether it is the only one."""
+    with _runs["lock"]:
+        alone, _runs["n"] = _runs["n"] == 0, _runs["n"] + 1
+    try:
+        yield alone
+    finally:
+        with _runs["lock"]:
+            _runs["n"] -= 1
+
+
+def fit_threads(alone: bool = True) -> int:
     """Set the torch threads of this run's forward passes (`settings.torch_threads`) and return them. "auto" takes
     the cores that other processes leave free (`procfs.free_cores`, measured now, before the model runs), at least
     1 and at most torch's own count: on a contended CPU, two threads that each get a share of a core mostly wait
     for each other at every parallel step (beside two busy processes on 2 cores, MiniLM ran at 800-1,000 tokens/s
-    on 2 threads and 1,550-1,800 on 1; docs/jobs.md). On a quiet machine it is torch's own count."""
+    on 2 threads and 1,550-1,800 on 1; docs/jobs.md). On a quiet machine it is torch's own count. Not `alone`
+    (another job of this worker under way, ANISO_WORKERS > 1): the cores that job uses are busy too, and the count,
+    torch's one for the whole process, then serves both."""
     want = settings.torch_threads()
     if want == "auto":
-        free = free_cores()
+        free = free_cores() if alone else procfs.free_cores(own=lambda: 0.0)  # this process's CPU counted as busy
         n = TORCH_OWN_THREADS if free is None else max(1, min(TORCH_OWN_THREADS, round(free)))
     else:
         n = TORCH_OWN_THREADS if want == "torch" else want
@@ -73,7 +90,12 @@ def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group
     `parts`: the run key's parts (device, dtype, fingerprints; core.compute.pipeline.resolve); `group`: the
     torchrun ranks' Group (text runs only); `partial`: a core.compute.pipeline.PartialHook. Stores nothing:
     core.compute.pipeline.get_stats does."""
-    fit_threads()
+    with _one_run() as alone:
+        fit_threads(alone)
+        return _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
+
+
+def _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit):
     if corpus_modality(spec.corpus) != "text" or model_modality(spec.model) != "text":
         if group is not None:
             raise InputError("Distributed runs take text corpora only (image and speech runs are single-process).")

@@ -73,3 +73,23 @@ def test_the_free_cores_are_read_once_for_the_runs_that_start_close_together(mon
     assert forward_run.free_cores(clock) == 1.5 and reads == [100.0]  # within the window: the same reading
     now["t"] += 2
     assert forward_run.free_cores(clock) == 1.5 and reads == [100.0, 100.0 + forward_run.FREE_CORES_TTL_S + 1]
+
+
+def test_a_second_job_of_the_worker_counts_the_first_ones_cores_as_busy(threads, monkeypatch):
+    """ANISO_WORKERS > 1: the jobs are threads of one process, so the first job's CPU is this process's own. A run
+    that starts while another runs counts it as busy (else it would see those cores free), and reads afresh."""
+    monkeypatch.setenv("ANISO_TORCH_THREADS", "auto")
+    seen = []
+
+    def free_cores(window_s=0.3, own=None):  # 2 cores; the first job uses 1.6 of them, nothing else runs
+        seen.append(own is not None)
+        return 2.0 - 1.6 if own is not None and own() == 0.0 else 2.0
+
+    monkeypatch.setattr(forward_run.procfs, "free_cores", free_cores)
+    with forward_run._one_run() as first:
+        assert first and forward_run.fit_threads(first) == 2
+        with forward_run._one_run() as second:
+            assert not second and forward_run.fit_threads(second) == 1 == torch.get_num_threads()
+    with forward_run._one_run() as again:  # both ended: alone again
+        assert again
+    assert seen == [False, True]
