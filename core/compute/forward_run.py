@@ -62,8 +62,8 @@ def fit_threads(alone: bool = True) -> int:
     1 and at most torch's own count: on a contended CPU, two threads that each get a share of a core mostly wait
     for each other at every parallel step (beside two busy processes on 2 cores, MiniLM ran at 800-1,000 tokens/s
     on 2 threads and 1,550-1,800 on 1; docs/jobs.md). On a quiet machine it is torch's own count. Not `alone`
-    (another job of this worker under way, ANISO_WORKERS > 1): the cores that job uses are busy too, and the count,
-    torch's one for the whole process, then serves both."""
+    (another job of this worker under way, ANISO_WORKERS > 1): the cores that job uses are busy too (torch keeps
+    its count for the process, so the new count may apply to that job as well)."""
     want = settings.torch_threads()
     if want == "auto":
         free = free_cores() if alone else procfs.free_cores(own=lambda: 0.0)  # this process's CPU counted as busy
