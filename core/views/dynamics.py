@@ -47,7 +47,7 @@ def _tick_axis(fig, steps: Sequence[int], title: str = "training step (log-space
     fig.update_xaxes(tickvals=list(range(len(steps))), ticktext=[f"{s:,}" for s in steps], title_text=title)
 
 
-def _log_step_axis(fig, steps: Sequence[int]) -> None:
+def log_step_axis(fig, steps: Sequence[int]) -> None:
     """A log step axis labelled at the checkpoints, step 0 (drawn at 0.5) as "0": Plotly's own log ticks
     labelled 0.5 as "5" and put 6, 7, 8, 9 between steps 0 and 1, where no checkpoint can be."""
     fig.update_xaxes(type="log", tickvals=[max(s, 0.5) for s in steps], ticktext=[f"{s:,}" for s in steps])
@@ -209,7 +209,7 @@ def loss_curves(series: dict) -> View:
     fig = F.line_chart(lines, title=f"{obj.capitalize()} loss over training", x_title="training step (log; 0 shown at 0.5)",
                        y_title="cross-entropy (nats per token)",
                        subtitle=F.esc(f"{series['run']} · {rec['data']['held_out_tokens']:,} held-out tokens"))
-    _log_step_axis(fig, [c["step"] for c in ck])
+    log_step_axis(fig, [c["step"] for c in ck])
     df = pd.DataFrame([{"run": series["run"], "step": e["step"], "kind": "train", "loss": e["loss"]} for e in log]
                       + [{"run": series["run"], "step": c["step"], "kind": "held_out", "loss": c["held_out_loss"]}
                          for c in ck])
@@ -281,7 +281,7 @@ def compare_runs(by_label: dict[str, dict], metric: str = "mean_cosine", layer: 
         rows += [{"run": ser["run"], "label": name, "step": s, "layer": l, metric: v} for s, v in zip(steps, z[l])]
     fig = F.line_chart(lines, title=f"{label} over training: runs compared", x_title="training step (log; 0 shown at 0.5)",
                        y_title=F.esc(label), subtitle=F.esc(f"{layer} layer of each run · {what}"))
-    _log_step_axis(fig, sorted({s for ser in by_label.values() for s in _steps(ser)}))
+    log_step_axis(fig, sorted({s for ser in by_label.values() for s in _steps(ser)}))
     results = [r for ser in by_label.values() for r in ser["results"]]
     return View(f"dynamics_compare_{metric}", f"{label} over training, compared", fig, pd.DataFrame(rows),
                 view_manifest("dynamics_compare", {"metric": metric, "layer": layer}, results),

@@ -33,7 +33,7 @@ from ..studies.lab import check_lab, labs_dir, load_lab  # noqa: F401 - the page
 from ..studies.selection import LAB_ID
 from . import figures as F
 from .common import View
-from .dynamics import _log_step_axis
+from .dynamics import log_step_axis
 
 VERDICTS = ("supported", "not supported", "inconclusive", "not tested")
 CLAIM_IDS = ("non_transformer_anisotropic", "coupled_adam_lowers", "gate_removes_massive")
@@ -344,7 +344,7 @@ def curves_view(lab: dict) -> View:
                     caption="No curve yet: no cell has a finished run that learned.", notes=notes)
     fig = F.line_chart(series, title=title, subtitle=F.esc(_subtitle(lab) + " · band: the range over seeds"),
                        x_title="training step (log; 0 shown at 0.5)", y_title="mean cosine at mid-depth")
-    _log_step_axis(fig, sorted(all_steps))
+    log_step_axis(fig, sorted(all_steps))
     return View("lab_curves", title, fig, pd.DataFrame(rows), _manifest(lab, "lab_curves"),
                 caption="Each curve: the mean over the cell's seeds whose run learned; the shaded band spans those "
                         "seeds' values (min to max). Runs that did not learn are left out (the grid lists them).",
