@@ -128,7 +128,7 @@ def corpora_text(runs: Sequence) -> str:
     return ", ".join(dict.fromkeys(as_results(r).corpus_label for r in runs))
 
 
-def _layer_dtick(n: int) -> int:
+def layer_dtick(n: int) -> int:
     return 1 if n <= 16 else 2
 
 

@@ -20,12 +20,12 @@ from .common import (
     TOKEN_ID_WHY,
     Results,
     View,
-    _layer_dtick,
     as_results,
     ci_text,
     cka_bounds,
     corpora_text,
     fmt_n,
+    layer_dtick,
     modality,
     nan_if_none,
     not_applicable,
@@ -131,7 +131,7 @@ def layer_curves(runs: Sequence[dict], metric: str = "mean_cosine", x_axis: str 
                        x_title="relative depth (layer / L; 0 = embeddings, 1 = last layer)" if depth
                        else "layer (0 = embeddings)", y_title=unit,
                        x_range=(-0.03, 1.03) if depth else None,
-                       x_dtick=None if depth else _layer_dtick(max(r.n_layers for r in runs)))
+                       x_dtick=None if depth else layer_dtick(max(r.n_layers for r in runs)))
     if stat.figure.log_y or stat.figure.y_range:
         fig.update_yaxes(type="log" if stat.figure.log_y else None, range=stat.figure.y_range)
     return View(f"layers_{metric}", f"{label} by layer", fig, pd.DataFrame(rows),

@@ -21,9 +21,9 @@ from . import figures as F
 from .common import (
     TOKEN_ID_WHY,
     View,
-    _layer_dtick,
     as_results,
     fmt_n,
+    layer_dtick,
     model_label,
     nan_if_none,
     not_applicable,
@@ -126,7 +126,7 @@ def frequency_correlation(results: dict, R: np.ndarray | None = None, dims: Sequ
                                       "log corpus frequency and |x_d| per layer (Puccetti et al. 2022) · grey band: "
                                       f"{what}{grey}"),
                        x_title="layer (0 = embeddings)", y_title="Pearson r (log frequency, |x_d|)",
-                       x_dtick=_layer_dtick(L1))
+                       x_dtick=layer_dtick(L1))
     fig.add_hline(y=0, line=dict(color="black", width=0.8))
     # Legend under the plot, in columns: it never scrolls, and the baseline entry comes first.
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.16, yanchor="top"),
@@ -293,7 +293,7 @@ def dimension_r(results: dict, R: np.ndarray, dim: int, outlier_dims: Sequence[i
                                       "frequency and |x_d| · interval: Fisher z, nominal (tokens repeat) · p: share "
                                       "of other dims with |r| at least as large"),
                        x_title="layer (0 = embeddings)", y_title="Pearson r (log frequency, |x_d|)",
-                       x_dtick=_layer_dtick(len(xs)))
+                       x_dtick=layer_dtick(len(xs)))
     fig.add_hline(y=0, line=dict(color="black", width=0.8))
     fig.update_layout(legend=dict(orientation="h", x=0, xanchor="left", y=-0.2, yanchor="top"),
                       margin=dict(b=130), height=F.HEIGHT + 40)

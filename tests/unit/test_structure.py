@@ -262,3 +262,12 @@ def test_in_function_imports_say_why():
     bare = [f"{f}:{line}" for f, line, ok in lazy_imports() if not ok and f not in LAZY_PENDING]
     assert not bare, ("imports inside functions without a `# lazy: <why>` comment (move them to the top of the "
                       "module, or say what they keep out):\n" + "\n".join(bare))
+
+
+def test_names_used_across_modules_are_public():
+    """A name another module imports is public (issue 38): `from .x import _name` of a product module is refused.
+    A public module or name imported under a private alias (`from ..base import cache as _cache`) is not this."""
+    private = [f"{m}: {a.name}" for m in FILES for node, _, _ in _imports(m)
+               if isinstance(node, ast.ImportFrom) and _targets(m, node)[0]
+               for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+    assert not private, f"private names imported from another module (give them a public name): {private}"
