@@ -265,9 +265,22 @@ def test_in_function_imports_say_why():
 
 
 def test_names_used_across_modules_are_public():
-    """A name another module imports is public (issue 38): `from .x import _name` of a product module is refused.
-    A public module or name imported under a private alias (`from ..base import cache as _cache`) is not this."""
-    private = [f"{m}: {a.name}" for m in FILES for node, _, _ in _imports(m)
-               if isinstance(node, ast.ImportFrom) and _targets(m, node)[0]
-               for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
-    assert not private, f"private names imported from another module (give them a public name): {private}"
+    """A name another module uses is public (issue 38): `from .x import _name` of a product module, or `x._name` on a
+    product module it imported, is refused. A public module or name under a private alias (`from ..base import cache
+    as _cache`) is not this."""
+    def private(name: str) -> bool:
+        return name.startswith("_") and not name.startswith("__")
+
+    found = []
+    for m in FILES:
+        modules = {}  # local name -> the product module it is
+        for node, _, _ in _imports(m):
+            project, names = _targets(m, node)
+            if isinstance(node, ast.ImportFrom) and project:
+                found += [f"{m}: {a.name}" for a in node.names if private(a.name)]
+            for a, full in zip(node.names, names):
+                if full in FILES:
+                    modules[a.asname or a.name.split(".")[0]] = full
+        found += [f"{m}: {n.value.id}.{n.attr}" for n in ast.walk(TREES[m]) if isinstance(n, ast.Attribute)
+                  and isinstance(n.value, ast.Name) and n.value.id in modules and private(n.attr)]
+    assert not found, f"private names used from another module (give them a public name): {sorted(set(found))}"
