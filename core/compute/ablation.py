@@ -28,22 +28,11 @@ except ImportError:  # pragma: no cover - transformers layout changed
     MODEL_FOR_CAUSAL_LM_MAPPING_NAMES = {}
 
 # ------------------------------------------------------------------------- model: norm modules
-# Which norm of each block is analysed, and where it sits, is the architecture's entry in core/inputs/anatomy.py.
-
-
-def norm_modules(model: torch.nn.Module) -> list[tuple[int, str, torch.nn.Module]]:
-    """Per transformer block b, the norm module whose parameters Puccetti et al. analyse.
-
-    Blocks and the norm of each are the architecture's entry in core/inputs/anatomy.py: BERT/RoBERTa
-    ``output.LayerNorm`` (post-norm, the block's final LayerNorm, as in Puccetti et al. and Kovaleva
-    et al. 2021), GPT-2 ``ln_1`` (pre-norm: the gain applied to the residual stream as the block reads
-    it), LLaMA-style ``input_layernorm`` (RMSNorm, weight only); without an entry, the longest
-    ``nn.ModuleList`` whose items contain a *Norm module, and the first of the entries' names a block
-    has, else its first norm of width d_model.
-
-    Returns ``[(block, qualified name, module), ...]``; raises ValueError when none is found.
-    """
-    return [(b, name, mod) for b, name, mod, _ in block_norms(model)]
+# Which norm of each block is analysed, and where it sits, is the architecture's entry in core/inputs/anatomy.py
+# (`block_norms`): the norm whose parameters Puccetti et al. analyse. BERT/RoBERTa `output.LayerNorm` (post-norm, the
+# block's final LayerNorm, as in Puccetti et al. and Kovaleva et al. 2021), GPT-2 `ln_1` (pre-norm: the gain applied
+# to the residual stream as the block reads it), LLaMA-style `input_layernorm` (RMSNorm, weight only); without an
+# entry, the longest `nn.ModuleList` whose items contain a *Norm module.
 
 
 def norm_parameters(model: torch.nn.Module) -> dict:

@@ -142,17 +142,6 @@ def local_weight_shas(name: str, revision: str) -> dict[str, str] | None:
     return {p.name: _lfs_sha(p) or file_sha256(p) for p in files} or None
 
 
-def remote_weight_shas(name: str, revision: str) -> dict[str, str] | None:
-    """{weight file: sha256} of `name@revision` as the hub lists its LFS files (nothing downloaded);
-    None when the hub does not answer."""
-    try:
-        rev = resolve(f"{name}@{revision}")
-    except InputError:  # unreachable, unknown revision, rate-limited: no digest, said so by the caller
-        return None
-    out = {f.path: f.sha256 for f in rev.files or () if is_weight_file(f.path) and f.sha256}
-    return out or None
-
-
 # ----------------------------------------------------------------------------- revisions
 @dataclass(frozen=True)
 class HubFile:

@@ -24,7 +24,7 @@ from ..base.integrity import duplicate_notes, is_weight_file, weights_digest
 from ..base.settings import hub_series_dir
 from . import hub
 from .checkpoints import read_record, write_record
-from .hub import hub_reachable, local_commit, local_weight_shas, remote_weight_shas  # noqa: F401 - local_commit is public
+from .hub import hub_reachable, local_commit, local_weight_shas
 
 PREFIX = "hub:"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")

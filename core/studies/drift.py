@@ -191,11 +191,6 @@ def _rest(m, x, q, k, v, tau: float):
     return y, a
 
 
-def _forward(m, x, heads: int, tau: float):
-    """(block output (B, T, d), attention probabilities (B, H, T, T)) of one pre-norm block."""
-    return _rest(m, x, *_qkv(m, x, heads), tau)
-
-
 def _drift_ratio(t) -> float:
     """||mean over tokens|| / mean ||t||, per head, averaged over heads; t (B, H, T, d_h)."""
     flat = t.transpose(0, 1).reshape(t.shape[1], -1, t.shape[-1])  # (H, N, d_h)

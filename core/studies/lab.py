@@ -301,12 +301,6 @@ def cell_specs(spec: LabSpec, cell: dict) -> list[tuple[TrainSpec, float, str]]:
     return [(ts.replace(lr=float(lr), seed=int(s), name=None), float(lr), str(source)) for s in spec.seeds]
 
 
-def quick_spec(families=QUICK_FAMILIES, **base) -> LabSpec:
-    """The quick lab: `families` x 1 seed, 500 steps, 2 layers, d 128 (issue 41's budget: under 10 min on 2 cores)."""
-    b = {"steps": QUICK["steps"], "n_layers": QUICK["n_layers"], "d_model": QUICK["d_model"], **base}
-    return LabSpec(factors={"arch": list(families)}, seeds=QUICK["seeds"], base=b)
-
-
 # ----------------------------------------------------------------------------- arithmetic (numpy only)
 def _num(x) -> float | None:
     try:

@@ -361,10 +361,6 @@ def stat_label(key: str) -> str:
     return STAT_LABELS.get(key, key.replace("_", " "))
 
 
-def effect_label(e: dict) -> str:
-    return f"{e.get('factor')}: {_level(e.get('from'))} → {_level(e.get('to'))}"
-
-
 def effects_view(lab: dict, statistic: str | None = None) -> View:
     """One bar per factor contrast (the change of `statistic` from one level to the other, averaged over the other
     factors), its error bar the 95% interval over seeds; with one seed, no error bar and "no interval: 1 seed"."""

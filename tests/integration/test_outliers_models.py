@@ -17,7 +17,8 @@ from transformers import (  # noqa: E402
     LlamaForCausalLM,
 )
 
-from core.compute.ablation import ablation, ablation_modules, norm_modules, norm_parameters, zeroed_dims  # noqa: E402
+from core.compute.ablation import ablation, ablation_modules, norm_parameters, zeroed_dims  # noqa: E402
+from core.inputs.anatomy import block_norms  # noqa: E402
 from core.stats.outliers import (  # noqa: E402
     activation_outliers,
     agreement,
@@ -96,10 +97,10 @@ EXPECTED = {
 
 
 @pytest.mark.parametrize("arch", sorted(EXPECTED))
-def test_norm_modules_one_per_block(arch):
+def test_block_norms_one_per_block(arch):
     build, pattern, kind, has_bias, offset = EXPECTED[arch]
     model = build()
-    found = norm_modules(model)
+    found = [(b, name, mod) for b, name, mod, _ in block_norms(model)]
     assert [b for b, _, _ in found] == list(range(N_BLOCKS))
     assert [name for _, name, _ in found] == [pattern.format(b=b) for b in range(N_BLOCKS)]
     named = dict(model.named_modules())
@@ -122,9 +123,9 @@ def test_planted_norm_outliers_are_found_exactly(arch):
     assert out["union"] == [PLANTED] * N_BLOCKS
 
 
-def test_norm_modules_rejects_a_model_without_norms():
+def test_block_norms_rejects_a_model_without_norms():
     with pytest.raises(ValueError, match="no list of transformer blocks"):
-        norm_modules(torch.nn.Sequential(torch.nn.Linear(4, 4)))
+        block_norms(torch.nn.Sequential(torch.nn.Linear(4, 4)))
 
 
 def _llama_with_planted_outliers():

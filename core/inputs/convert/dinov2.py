@@ -94,26 +94,6 @@ def build_dinov2(onnx_path: Path | str, out_dir: Path | None = None):
     return model
 
 
-def onnx_hidden_states(onnx_path: Path | str, pixels: np.ndarray) -> list[np.ndarray]:
-    """The graph's own embedding output and block outputs (before the final layernorm), through
-    onnxruntime with those intermediate tensors exposed as outputs: the reference for the test."""
-    import onnx
-    import onnxruntime as ort
-
-    m = onnx.load(str(onnx_path))
-    n_layers = 1 + max(int(n.name.split("/")[3].split(".")[1]) for n in m.graph.node
-                       if n.name.startswith("/backbone/encoder/layer."))
-    names = ["/backbone/embeddings/Add_output_0"] + [f"/backbone/encoder/layer.{i}/Add_1_output_0"
-                                                      for i in range(n_layers)]
-    del m.graph.output[:]
-    for nm in names:
-        m.graph.output.append(onnx.helper.make_tensor_value_info(nm, onnx.TensorProto.FLOAT, None))
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep every tensor as exported
-    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-    return sess.run(names, {"input_image": pixels.astype(np.float32)})
-
-
 def preprocess(image: np.ndarray, size: int = IMAGE_SIZE) -> np.ndarray:
     """(3, size, size) float32 ImageNet-normalised pixels of an (H, W[, C]) image (resized, no crop)."""
     from PIL import Image

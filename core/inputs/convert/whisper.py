@@ -81,7 +81,7 @@ def whisper_state_dict(v: dict[str, np.ndarray]) -> tuple[dict, dict]:
     return {k: np.ascontiguousarray(a, dtype=np.float32) for k, a in out.items()}, cfg
 
 
-def special_ids(vocab_size: int, ct2_config: dict | None = None) -> dict:
+def special_ids(vocab_size: int) -> dict:
     """Prompt and end ids: English-only models (vocab 51864) and multilingual ones (51865)."""
     if vocab_size == 51864:  # *.en
         return {"sot": 50257, "eot": 50256, "no_timestamps": 50362, "prompt": [50257, 50362]}
@@ -130,21 +130,3 @@ def log_mel(audio: np.ndarray, sr: int = 16000) -> np.ndarray:
     return _fe()(audio, sampling_rate=16000, return_tensors="np")["input_features"][0]
 
 
-def greedy_transcribe(model, audio: np.ndarray, tokenizer, max_new_tokens: int = 96) -> str:
-    """Greedy decoding without timestamps: the simplest check that encoder and decoder work."""
-    # lazy: keeps torch out of a cache hit
-    import torch
-
-    ids = special_ids(model.config.vocab_size)
-    feats = torch.from_numpy(log_mel(audio))[None]
-    toks = list(ids["prompt"])
-    with torch.inference_mode():
-        enc = model.model.encoder(feats).last_hidden_state
-        for _ in range(max_new_tokens):
-            logits = model(encoder_outputs=(enc,), decoder_input_ids=torch.tensor([toks])).logits[0, -1]
-            nxt = int(logits.argmax())
-            if nxt == ids["eot"]:
-                break
-            toks.append(nxt)
-    out = [t for t in toks[len(ids["prompt"]):] if t < ids["eot"]]
-    return tokenizer.decode(out).strip()
