@@ -20,7 +20,9 @@ import warnings
 
 import numpy as np
 
+from ..base.config import CONFIG
 from .batching import document_groups
+from .kernels import group_weights
 
 __all__ = ["unique_rows", "neighbour_distances", "twonn", "gride", "gride_scales", "GRIDE_SCALES", "GRIDE_N1",
            "ID_POSITIONS", "CKA_POSITIONS", "CKA_HOVER", "cka_positions", "cka_section", "matrix_entropy",
@@ -489,8 +491,6 @@ def cka_interval(Xs: list[np.ndarray], groups: np.ndarray, Ys: list[np.ndarray] 
     C = cka_replicates(Xs, groups, np.ones((1, G)), Ys, _prep=prep)[0]
     lo, hi = np.full(shape, math.nan), np.full(shape, math.nan)
     if G >= 2 and n_boot >= 1:
-        from .kernels import group_weights  # lazy: only the interval needs core.stats.kernels
-
         reps = cka_replicates(Xs, groups, group_weights(np.random.default_rng(seed), int(n_boot), G), Ys, _prep=prep)
         alpha = (1.0 - level) / 2.0
         with warnings.catch_warnings():
@@ -543,7 +543,6 @@ def sample_groups(stats, rows: np.ndarray) -> tuple[np.ndarray | None, str]:
     doc = stats.arrays.get("sample_doc")
     if doc is None:
         return None, "this run's sample has no document ids (an earlier version)"
-    from ..base.config import CONFIG  # lazy: the kernels above need no configuration
 
     return document_groups(np.asarray(doc)[rows], int(stats.manifest.get("seed", 0)), CONFIG.bootstrap_groups), ""
 
