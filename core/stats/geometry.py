@@ -543,7 +543,6 @@ def sample_groups(stats, rows: np.ndarray) -> tuple[np.ndarray | None, str]:
     doc = stats.arrays.get("sample_doc")
     if doc is None:
         return None, "this run's sample has no document ids (an earlier version)"
-
     return document_groups(np.asarray(doc)[rows], int(stats.manifest.get("seed", 0)), CONFIG.bootstrap_groups), ""
 
 
