@@ -91,8 +91,11 @@ def compute_stats(spec: RunSpec, parts: dict, cache_dir, progress, cancel, group
     torchrun ranks' Group (text runs only); `partial`: a core.compute.pipeline.PartialHook. Stores nothing:
     core.compute.pipeline.get_stats does."""
     with _one_run() as alone:
-        fit_threads(alone)
-        return _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
+        threads = fit_threads(alone)
+        manifest, meta, arrays = _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit)
+    # the count this run set (read back at the end, it could be the one a later job of the same worker set)
+    manifest["timing"]["torch_threads"] = threads
+    return manifest, meta, arrays
 
 
 def _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partial, commit):
@@ -165,7 +168,7 @@ def _compute_stats(spec, parts, cache_dir, progress, cancel, group, memo, partia
         "layers": {"n": int(arrays["sum_abs"].shape[0]), "layer_0": "embedding output (hidden_states[0])",
                    "kept": arrays["layer_index"].tolist(), "model_layers": n_hidden},
         "device": parts["spec"]["device"], "dtype": dtype, "seed": spec.seed, "device_map": spec.device_map,
-        "versions": _versions(), "timing": {**timing, "torch_threads": torch.get_num_threads()},
+        "versions": _versions(), "timing": timing,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
         "warnings": _corpus_warnings(documents),
@@ -231,7 +234,7 @@ def _compute_items(spec: RunSpec, parts: dict, cache_dir, progress, cancel, part
                    "layer_0": ("stem output" if info.get("architecture") == "cnn" else "embedding output (hidden_states[0])"),
                    "kept": arrays["layer_index"].tolist(), "model_layers": int(adapter.dims(lm.base)[0])},
         "device": device, "dtype": dtype, "seed": spec.seed, "device_map": None,
-        "versions": _versions(), "timing": {**timing, "torch_threads": torch.get_num_threads()},
+        "versions": _versions(), "timing": timing,
         "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "stats_code": parts["stats_code"],
     }
