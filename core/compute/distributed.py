@@ -32,10 +32,8 @@ import numpy as np
 
 from ..base.errors import Cancelled, InputError
 from ..base.progress import Progress
-from ..base.settings import TORCHRUN_VARS, cache_root, torchrun_env
+from ..base.settings import cache_root, torchrun_env
 from ..base.spec import RunSpec
-
-ENV_VARS = TORCHRUN_VARS
 
 
 class RankFailed(InputError):
