@@ -16,7 +16,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from bench.common import ROOT, alternate, child_env, loadavg, median
+from bench.common import ROOT, alternate, child_env, loadavg, measured, median
 from bench.report import blocks
 
 # Runs inside the exported tree (cwd and sys.path[0]), with the revision's own core package.
@@ -95,10 +95,6 @@ def measure(tree: Path, args: dict) -> tuple[float, dict]:
     return time.perf_counter() - t0, res
 
 
-def fmt(load: list[float]) -> str:
-    return " / ".join(f"{x:.2f}" for x in load)
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
     p.add_argument("--base", required=True, help="git revision measured as the reference")
@@ -128,7 +124,7 @@ def main(argv=None) -> int:
         cost, cost_best, load1 = 1 - ratio["head"] / ratio["base"], 1 - best["head"] / best["base"], loadavg()
         print(blocks([
             f"`python -m bench.ab --base {a.base} --head {a.head} --model {a.model} --tokens {a.tokens} --rounds {a.rounds} "
-            f"--reps {a.reps} --threads {a.threads}`; load average {fmt(load0)} at the start, {fmt(load1)} at the end.",
+            f"--reps {a.reps} --threads {a.threads}`. {measured(load0)}",
             (["revision", "tokens analysed", "tool/bare per process", "median", "best-of"],
              [[f"{k} ({getattr(a, k)})", f"{runs[k][0]['n']:,}", ", ".join(f"{y['ratio']:.3f}" for y in runs[k]),
                f"**{ratio[k]:.3f}**", f"**{best[k]:.3f}**"] for k in runs]),

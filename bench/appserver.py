@@ -1,13 +1,10 @@
 """The dashboard (`streamlit run app.py`) on a free loopback port, for the browser benchmarks and tests:
 `with app_server(cache_dir, log_path) as (url, proc): ...`; on the way out it stops the worker the app started
-for `cache_dir` (if any), then the server. Also what the browser benchmarks share: their entry's checks and the
-sentence that says where and when they measured."""
+for `cache_dir` (if any), then the server. Also the browser benchmarks' entry check (`browser_main`)."""
 
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import platform
 import signal
 import socket
 import subprocess
@@ -17,7 +14,6 @@ import urllib.request
 from pathlib import Path
 from typing import Iterator
 
-from bench.common import cpu_model, loadavg, usable_cores
 from core.base import settings
 from core.entry import worker
 
@@ -78,11 +74,3 @@ def browser_main() -> bool:
         print(f"error: Debian's chromium is needed at {CHROMIUM}", file=sys.stderr)
         return False
     return True
-
-
-def measured(load_start: list[float]) -> str:
-    """The sentence under each browser benchmark's figures: when and on what it measured, and the 1, 5 and 15-minute
-    load averages at its start and now (its end)."""
-    return (f"Measured {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {usable_cores()} usable "
-            f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start "
-            f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())}).")

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 
 from bench import common
-from bench.appserver import browser_main, measured
+from bench.appserver import browser_main
 from core.base import settings
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze, analyze_params
@@ -117,7 +117,7 @@ def run(tokens: int, job_tokens: int, users: int, seconds: float, n_busy: int = 
                            **load.job_figures(jid, app_cache, cancel=True)}
     finally:
         out["busy_cpu_s"] = stop(busy)
-    out["measured"] = measured(out["load_before"])
+    out["measured"] = common.measured(out["load_before"])
     out["ratio"] = out["job_tokens_per_s"] / out["cli_tokens_per_s"]
     out["ratio_auto"] = out["job_tokens_per_s"] / out["cli_auto_tokens_per_s"]
     # A navigation that timed out is a page view over any bound: the goal holds only with none.

@@ -228,6 +228,14 @@ def rss(pid: int | None = None) -> int:
         return 0
 
 
+def measured(load_start: list[float]) -> str:
+    """The sentence that says where and when a benchmark measured: the date, the machine, and the 1, 5 and 15-minute
+    load averages at its start and now (its end)."""
+    return (f"Measured {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {usable_cores()} usable "
+            f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start "
+            f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())}).")
+
+
 def versions() -> dict:
     """The versions of Python and of the libraries the figures depend on (None: not installed)."""
     def version(p: str) -> str | None:

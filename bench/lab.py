@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import ROOT, command, fr, fs, loadavg, log, machine_info, publish
+from bench.common import ROOT, command, fr, fs, log, machine_info, measured, publish
 from bench.report import blocks
 from core.base.errors import InputError
 from core.studies import lab as LAB  # run by bench/__main__.py, which sets the environment (offline hub) first
@@ -59,8 +59,7 @@ def render(doc: dict, spec: LAB.LabSpec, skipped: list[str], wall: float, info: 
     runs = f"**{n} runs in {wall:.0f} s** ({per_run:.0f} s a run, lab bookkeeping included)"
     grid = ", ".join(f"{k}={','.join(v)}" for k, v in spec.factors.items())
     return blocks([
-        f"Machine: {info['cpu_model']}, {info['usable_cores']} usable cores, torch threads {info.get('torch_threads')}; load "
-        f"average at the start {info['loadavg_start']}, at the end {loadavg()}; {info['date_utc']}. Command: "
+        f"{measured(info['loadavg_start'])} Torch threads: {info.get('torch_threads')}. Command: "
         f"`{command('python -m bench', argv)}`.",
         f"Grid: {grid} x seeds {list(spec.seeds)}; {b['steps']} steps, {b['n_layers']} layers, d {b['d_model']}, batch "
         f"{b['batch_size']} x {b['seq_len']} tokens of {b['corpus']}; each checkpoint analysed on {spec.analysis_tokens:,} "

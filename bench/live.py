@@ -21,8 +21,21 @@ from core.base import settings
 settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_hub
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
-from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main, measured  # noqa: E402
-from bench.common import ab_ratio, alternate, fs, loadavg, log, median, met, proc_cpu_s, publish, table, usable_cores  # noqa: E402
+from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
+from bench.common import (  # noqa: E402
+    ab_ratio,
+    alternate,
+    fs,
+    loadavg,
+    log,
+    measured,
+    median,
+    met,
+    proc_cpu_s,
+    publish,
+    table,
+    usable_cores,
+)
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
 

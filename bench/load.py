@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 import psutil
 
-from bench.appserver import CHROMIUM, ROOT, app_server, browser_main, measured
+from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from bench.common import command, cpu_times, fb, fr, fs, loadavg, log, proc_cpu_s, publish, rss, table
+from bench.common import command, cpu_times, fb, fr, fs, loadavg, log, measured, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze

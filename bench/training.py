@@ -8,16 +8,13 @@ prints the "Training" section of BENCHMARKS.md (method there).
 from __future__ import annotations
 
 import argparse
-import platform
 import shutil
 import tempfile
 import time
 from functools import partial
 from pathlib import Path
 
-import psutil
-
-from bench.common import alternate, command, fi, fr, loadavg, median, run_task, seconds
+from bench.common import alternate, command, fi, loadavg, measured, median, run_task, seconds
 from bench.report import blocks
 from core.base import settings
 
@@ -150,12 +147,11 @@ def main(argv=None) -> int:
                      eval_tokens=512, device="cpu")
     spec = tiny if a.quick else TrainSpec(steps=a.steps, device="cpu")
     series_spec, max_tokens, reps = (tiny.replace(steps=16), 1000, 1) if a.quick else (tiny.replace(steps=1024), 20_000, a.reps)
+    load_start = loadavg()
     figures = throughput(spec, reps) + ([] if a.no_series else series_cost(series_spec, max_tokens))
     print(blocks([
         f"## Training (`{command('python -m bench.training', argv)}`)",
-        f"Machine: {platform.machine()}, {psutil.cpu_count()} cores, load average at the end "
-        f"{'/'.join(fr(x, 1) for x in loadavg())} (a shared machine: see the note), torch threads "
-        f"{settings.env_value('OMP_NUM_THREADS') or 'default'}.",
+        f"{measured(load_start)} Torch threads: {settings.env_value('OMP_NUM_THREADS') or 'default'}.",
         f"Model: {spec.arch} {spec.n_layers} layers, d={spec.d_model}, {spec.n_heads} heads, {spec.tokenizer} vocabulary "
         f"{spec.vocab_size}, batch {spec.batch_size} x {spec.seq_len} tokens, {spec.steps} steps, median of {reps} "
         "alternating runs.", *figures]))
