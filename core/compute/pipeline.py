@@ -250,8 +250,15 @@ class PartialHook:
                          "device": parts["spec"]["device"], "dtype": parts["spec"]["dtype"]}
 
     def __call__(self, arrays: dict, n_total: int) -> None:
+        # lazy: threadpoolctl only where a run publishes partial results
+        from threadpoolctl import threadpool_limits
+
         stats = RunStats(self.key, self.manifest, {}, {**arrays, **self.extra})
-        self.publish(self.partial_results(stats, n_total))
+        # One BLAS thread: the forward pass's threads own the cores meanwhile. With numpy's default BLAS threads, which
+        # spin after each call, publishing cost the extraction 4.6% on 2 cores; with one, 1.5% (BENCHMARKS.md, "what
+        # publishing partial results costs")
+        with threadpool_limits(limits=1, user_api="blas"):
+            self.publish(self.partial_results(stats, n_total))
 
 
 def _partial_hook(publish: Callable[[dict], None] | None, key: str, spec: RunSpec, parts: dict) -> PartialHook | None:

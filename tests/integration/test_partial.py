@@ -173,3 +173,23 @@ def test_partial_curves_keep_their_cadence_when_a_partial_is_slow(snapshots, mon
     assert len(at) >= min(3, n_batches - 1), (len(at), n_batches)
     gaps = np.diff(at)
     assert (gaps >= 0.1).all()  # never more often than asked
+
+
+def test_partial_results_are_built_on_one_blas_thread(monkeypatch):
+    """While the forward pass runs, its threads own the cores: the hook builds and publishes the partial results on
+    one BLAS thread (numpy's default threads spin after each call: BENCHMARKS.md, "what publishing partial results
+    costs"), then gives BLAS its threads back."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    from core.compute.pipeline import PartialHook
+
+    def blas() -> set:
+        return {i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"}
+
+    seen = []
+    hook = PartialHook(lambda res: seen.append((res, blas())), "key", RunSpec(), {})
+    monkeypatch.setattr(hook, "partial_results", lambda stats, n: {"tokens": n})
+    with threadpool_limits(limits=2, user_api="blas"):
+        hook({"n": np.int64(3)}, 10)
+        assert blas() == {2}
+    assert seen == [({"tokens": 10}, {1})]
