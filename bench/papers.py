@@ -4,9 +4,7 @@ runs as separate `python -m core analyze` commands (tens of minutes on 2 cores; 
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.common import ROOT, analyze_argv, command, core_cli, cpu_model, log, publish, usable_cores
+from bench.common import ROOT, analyze_argv, command, core_cli, loadavg, log, measured, publish
 from bench.report import blocks
 from core.base.spec import RunSpec
 from core.studies.papers.run import DEFAULT_MAX_TOKENS, DEFAULT_SAMPLE, PAPERS
@@ -25,31 +23,24 @@ TIMEOUT_S = 7200  # one command's limit
 QUICK_MODELS = ("untrained-minilm-l6", "untrained-vit-s14")
 
 
-def _uptime() -> str:
-    """The load of the machine as `uptime` prints it (its clock time, uptime and load averages)."""
-    try:
-        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
 def _side(out: dict, side: str, argvs: dict[str, list[str]], cache: Path) -> None:
-    """One side's `python -m core` commands (label -> argv), one after the other on the cache `cache`: the load of the
-    machine (`uptime`) before and after, and each command's wall time (interpreter start included), exit code, last line."""
-    out[side], out[f"uptime_before_{side}"] = {}, _uptime()
-    log(f"godey: {len(argvs)} command(s) on the {side} side ({out[f'uptime_before_{side}']})")
+    """One side's `python -m core` commands (label -> argv), one after the other on the cache `cache`: the load averages
+    before and after, and each command's wall time (interpreter start included), exit code, last line."""
+    out[side], out[f"load_before_{side}"] = {}, loadavg()
+    log(f"godey: {len(argvs)} command(s) on the {side} side (load averages {out[f'load_before_{side}']})")
     for label, argv in argvs.items():
         s, rc, msg = core_cli(argv, cache, TIMEOUT_S)
         log(f"  {side} {label}: {s:.1f} s (rc {rc}): {msg}")
         out[side][label] = {"wall_s": s, "rc": rc, "last": msg}
-    out[f"uptime_after_{side}"] = _uptime()
+    out[f"load_after_{side}"] = loadavg()
 
 
 def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path, one_only: bool = False) -> dict:
     """Both sides at the same time, each from its own empty cache (on a shared machine both then see the same load),
     or with `one_only` the one process alone (the goal's measurement: about 10 minutes on a quiet machine)."""
     parts = [p for p in PAPERS["godey"].parts if models is None or p.model in models]
-    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "parallel": not one_only}
+    out = {"tokens": tokens, "sample": sample, "models": [p.model for p in parts], "parallel": not one_only,
+           "load_start": loadavg()}
     one = ["reproduce", "godey", "--max-tokens", str(tokens), "--sample", str(sample), "--cache-dir", str(root / "one"),
            "--formats", "json", "--out", str(root / "repro")] + (["--models", ",".join(out["models"])] if models else [])
     separate = {p.model: analyze_argv(RunSpec(model=p.model, corpus=p.corpus, max_tokens=tokens, sample=sample),
@@ -66,7 +57,7 @@ def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path
     cpu = c1.children_user + c1.children_system - c0.children_user - c0.children_system
     out.update(one_s=out["one"]["reproduce godey"]["wall_s"], one_rc=out["one"]["reproduce godey"]["rc"],
                one_cpu_s=None if out["parallel"] else cpu, separate_s=sum(x["wall_s"] for x in out.get("separate", {}).values()))
-    out["met"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S
+    out["met"], out["measured"] = out["one_rc"] == 0 and out["one_s"] < GOAL_S, measured(out["load_start"])
     if out["one_rc"] == 0:
         rec = json.loads((root / "repro" / "godey.json").read_text())
         same = [[lay["mean_cosine"] for lay in json.loads(js.read_text())["layers"]] == r["curves"]["mean_cosine"]
@@ -76,20 +67,21 @@ def measure(tokens: int, sample: int, models: tuple[str, ...] | None, root: Path
     return out
 
 
-def render(r: dict, machine: str, date: str, command: str) -> str:
+def render(r: dict, command: str) -> str:
     """The section's figures: the load before and after each side, both sides' times, and each run's."""
     alone, sep, corpus = not r["parallel"], r.get("separate", {}), {p.model: p.corpus for p in PAPERS["godey"].parts}
     one = [["one `python -m core reproduce godey`", f"{r['one_s']:.0f} s ({r['one_s'] / 60:.1f} min)",
             f"{r['one_cpu_s']:.0f} CPU-s" if r.get("one_cpu_s") is not None else "",
             f"< {GOAL_S / 60:.0f} min: {'met' if r['met'] else 'NOT met'}"]]
+    la = {side: " / ".join(f"{x:.2f}" for x in r[f"load_before_{side}"]) + " before, "
+          + " / ".join(f"{x:.2f}" for x in r[f"load_after_{side}"]) + " after" for side in ("one", "separate") if side in r}
     return blocks([
-        f"Measured {date} on {machine}, with `{command}`. {len(r['models'])} runs, {r['tokens']:,} positions and a sample of "
+        f"`{command}`. {r['measured']} {len(r['models'])} runs, {r['tokens']:,} positions and a sample of "
         f"{r['sample']:,} each. " + ("Both sides ran AT THE SAME TIME, so that each saw the same load of the shared machine "
                                      "(each also slowed the other). " if r["parallel"] else "")
-        + "The load of the machine (`uptime`) before and after each side:",
-        "\n".join(([] if alone else [f"- {len(sep)} separate commands: before `{r['uptime_before_separate']}`, after "
-                                      f"`{r['uptime_after_separate']}`"])
-                  + [f"- one `reproduce godey`: before `{r['uptime_before_one']}`, after `{r['uptime_after_one']}`"]),
+        + "The load averages (1, 5 and 15 minutes) before and after each side:",
+        "\n".join(([] if alone else [f"- {len(sep)} separate commands: {la['separate']}"])
+                  + [f"- one `reproduce godey`: {la['one']}"]),
         (["", "wall time", "CPU time", "goal"], one if alone else [
             [f"{len(sep)} separate `python -m core analyze`", f"{r['separate_s']:.0f} s ({r['separate_s'] / 60:.1f} min)",
              "", ""], *one, ["ratio (separate / one)", f"{r['separate_s'] / r['one_s']:.2f}x", "", ""]]),
@@ -112,10 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     tokens, sample, models = (64, 32, QUICK_MODELS) if a.quick else (a.tokens, a.sample, None)
     with tempfile.TemporaryDirectory(prefix="aniso-bench-papers-", ignore_cleanup_errors=True) as root:
         r = measure(tokens, sample, models, Path(root), one_only=a.one_only)
-    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     if a.json:
         Path(a.json).write_text(json.dumps(r, indent=1))
-    publish(render(r, f"{cpu_model()}, {usable_cores()} usable cores", date, command("python -m bench --godey", argv)),
+    publish(render(r, command("python -m bench --godey", argv)),
             "papers", TITLE, Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md"))
     return 0 if r["one_rc"] == 0 else 1
 
