@@ -28,20 +28,10 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
-from bench.common import (  # noqa: E402
-    ROOT,
-    command,
-    cpu_share,
-    jsonable,
-    link_converted_models,
-    loadavg,
-    log,
-    machine_info,
-)
-from bench.report import render_doc  # noqa: E402
+from bench.common import ROOT, command, cpu_share, link_converted_models, loadavg, log, machine_info  # noqa: E402
+from bench.report import TITLES, render_doc  # noqa: E402
 
-SECTION_ORDER = ["overhead", "modalities", "peers", "memory", "cache", "projection", "batching", "postproc",
-                 "attention", "chain", "geometry"]
+SECTION_ORDER = list(TITLES)  # run in the file's order: cache (4) fills what projection (5) and postproc (7) read
 MODES = {"lab-lr": "bench.lab_lr", "lab": "bench.lab"}  # `python -m bench MODE ...`: imported only when that mode runs
 
 
@@ -131,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         sys.stdout.write(render_doc(results) + "\n")
     if a.json:
-        Path(a.json).write_text(json.dumps(results, indent=1, default=jsonable))
+        Path(a.json).write_text(json.dumps(results, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o)))
     return 0
 
 

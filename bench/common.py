@@ -27,7 +27,7 @@ from pathlib import Path
 import psutil
 
 from core.base import settings
-from core.base.procfs import status_bytes, usable_cores
+from core.base.procfs import usable_cores
 from core.compute.distributed import spec_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,11 +41,6 @@ def command(prog: str, argv: list[str] | None) -> str:
     machine tells a reader nothing."""
     argv = sys.argv[1:] if argv is None else argv
     return prog + "".join(" " + re.sub(r"(?<![\w.~-])/(?:[^/\s]+/)+", "", x) for x in argv)
-
-
-def jsonable(o):
-    """--json's fallback: numpy arrays and scalars as lists and numbers, anything else as text."""
-    return o.tolist() if hasattr(o, "tolist") else str(o)
 
 
 def log(msg: str) -> None:
@@ -181,22 +176,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def vm_hwm() -> int:
-    """Peak resident set size of this process image (VmHWM), bytes: the one figure psutil does not give."""
-    return status_bytes("VmHWM")
-
-
 def loadavg() -> list[float]:
     """The 1, 5 and 15-minute load averages ([] where the platform has none)."""
     try:
         return [float(x) for x in psutil.getloadavg()]
     except OSError:
         return []
-
-
-def cpu_times() -> dict:
-    """The whole machine's CPU seconds so far (all cores) by kind: user, nice, system, idle, iowait, steal..."""
-    return psutil.cpu_times()._asdict()
 
 
 def cpu_share() -> dict:
@@ -230,10 +215,13 @@ def rss(pid: int | None = None) -> int:
 
 def measured(load_start: list[float]) -> str:
     """The sentence that says where and when a benchmark measured: the date, the machine, and the 1, 5 and 15-minute
-    load averages at its start and now (its end)."""
-    return (f"Measured {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {usable_cores()} usable "
+    load averages at its start and now (its end); and whether the machine was busy when it started."""
+    cores, busy = usable_cores(), (load_start or [0.0])[0]
+    return (f"Measured {_dt.datetime.now(_dt.timezone.utc):%Y-%m-%d %H:%M} UTC on {cpu_model()}, {cores} usable "
             f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start "
-            f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())}).")
+            f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())})."
+            + (f" **The machine was busy when it started** (1-minute load average {busy:.1f} on {cores} cores): the times "
+               "are longer and noisier than on a quiet machine." if busy > 0.5 * cores else ""))
 
 
 def versions() -> dict:
@@ -389,33 +377,12 @@ class RssSampler:
 
 
 # ----------------------------------------------------------------------------- profiles
-def torch_profile_ops(fn) -> dict[str, tuple[float, int]]:
-    """Run fn() under torch.profiler (CPU); {op name: (self CPU ms, calls)}."""
-    from torch.profiler import ProfilerActivity, profile  # lazy: torch only in the sections that run a model
-
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        fn()
-    return {e.key: (e.self_cpu_time_total / 1000.0, int(e.count)) for e in prof.key_averages()}
-
-
-def profile_diff_table(bare: dict, tool: dict, top: int = 15) -> dict:
-    """Top ops by extra self CPU time of the tool over the bare forward (same windows): the totals, and the rows of
-    the table (op, bare ms, tool ms, extra ms, calls bare, calls tool)."""
-    rows = []
-    for n in set(bare) | set(tool):
-        b, t = bare.get(n, (0.0, 0)), tool.get(n, (0.0, 0))
-        rows.append((t[0] - b[0], [n, f"{b[0]:.1f}", f"{t[0]:.1f}", f"{t[0] - b[0]:+.1f}", b[1], t[1]]))
-    rows.sort(key=lambda r: -r[0])
-    return {"total_bare_ms": sum(v[0] for v in bare.values()), "total_tool_ms": sum(v[0] for v in tool.values()),
-            "rows": [r for _, r in rows[:top]]}
-
-
-def cprofile_table(fn, top: int = 15) -> str:
-    """Run fn() under cProfile; the top functions by cumulative time, as text."""
+def cprofile_table(fn, top: int = 15, sort: str = "cumulative") -> str:
+    """Run fn() under cProfile; the top functions by `sort` (cumulative time, or "tottime": their own time), as text."""
     with cProfile.Profile() as pr:
         fn()
     s = io.StringIO()
-    pstats.Stats(pr, stream=s).strip_dirs().sort_stats("cumulative").print_stats(top)
+    pstats.Stats(pr, stream=s).strip_dirs().sort_stats(sort).print_stats(top)
     lines = s.getvalue().splitlines()
     head = next((i for i, line in enumerate(lines) if line.strip().startswith("ncalls")), 0)  # pstats' preamble
     return "\n".join(l.rstrip() for l in lines[head:] if l.strip())

@@ -1,20 +1,18 @@
-"""Live curves (issue 26): what publishing partial results costs, and how soon the first curve is drawn in a real
-browser (method: BENCHMARKS.md, "Live curves"). Goals: cost <= 2%; first curve warm <= 10 s, fresh <= 30 s.
+"""Live curves (issue 26): how soon the first curve is drawn in a real browser (method: BENCHMARKS.md, "Live curves").
+Goals: first curve warm <= 10 s, fresh <= 30 s. What publishing the partial results costs the extraction is section
+"partial" of `python -m bench`.
 
     python -m bench.live [--out l.md]  # about 5 minutes on 2 cores
-    python -m bench.live --quick       # tiny sizes, prints the markdown (checks the code)
+    python -m bench.live --quick       # a small selection, prints the markdown (checks the code)
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import tempfile
 import time
 from pathlib import Path
-
-import psutil
 
 from core.base import settings
 
@@ -22,87 +20,23 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench.appserver import CHROMIUM, CHROMIUM_ARGS, ROOT, app_server, browser_main  # noqa: E402
-from bench.common import (  # noqa: E402
-    ab_ratio,
-    alternate,
-    fs,
-    loadavg,
-    log,
-    measured,
-    median,
-    met,
-    proc_cpu_s,
-    publish,
-    table,
-    usable_cores,
-)
+from bench.common import fs, loadavg, log, measured, met, proc_cpu_s, publish, table  # noqa: E402
 from core.base.cache import get_store  # noqa: E402
 from core.entry import jobs, worker  # noqa: E402
 
 TITLE = "Live curves: partial results while a run computes (`python -m bench.live`)"
-GOAL_SHARE = 0.02
 GOAL_WARM_S, GOAL_FRESH_S = 10.0, 30.0
 
 
-# ----------------------------------------------------------------------------- 1. publishing cost
-def publishing_cost(tokens: int, reps: int, cache: Path) -> str:
-    """Tokens/s of the extraction without and with partial results published (A B B A ...), as markdown."""
-    # lazy: torch only here
-    from core.base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN, DEFAULT_MODEL, DEFAULT_SAMPLE, RunSpec
-    from core.compute.extract import extract_stats
-    from core.compute.pipeline import PartialHook, resolve
-    from core.inputs.corpora import load_documents, tokenize_budget
-    from core.inputs.models import load_model
-
-    lm = load_model(DEFAULT_MODEL, device="cpu", dtype="float32", cache_dir=cache)
-    w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)
-    spec = RunSpec(max_tokens=tokens)
-    run = resolve(spec, cache)
-    store = jobs.queue(cache).storage
-    published = []
-
-    def publish(res: dict) -> None:
-        store.put_data("partial:bench:1", json.dumps({**res, "published": time.time()}, allow_nan=False).encode())
-        published.append(res["partial"]["tokens"])
-
-    def once(with_partial: bool) -> tuple[float, dict, int]:
-        hook = None
-        published.clear()
-        if with_partial:
-            hook = PartialHook(publish, run.key, spec, run.parts)
-            hook.start(lm, {"id": DEFAULT_CORPUS})
-        t0 = time.perf_counter()
-        _, timing = extract_stats(lm.base, w, batch_size=DEFAULT_BATCH_SIZE, sample_size=DEFAULT_SAMPLE, seed=0,
-                                  pad_id=int(lm.tokenizer.pad_token_id or 0), partial=hook)
-        return time.perf_counter() - t0, timing, len(published)
-
-    once(False)  # warm-up (allocator, kernels)
-    runs = alternate(reps, {"plain": lambda: once(False), "live": lambda: once(True)})
-    ab = ab_ratio([x[0] for x in runs["plain"]], [x[0] for x in runs["live"]], int(w.n_content_tokens), 1 - GOAL_SHARE)
-    shares = [t["partial_s"] / t["forward_s"] for _, t, _ in runs["live"]]
-    log(f"cost: ratio {ab['ratio']:.3f}, share {median(shares):.2%}")
-    return "\n".join([
-        f"**Cost of publishing**: {lm.info.get('label', DEFAULT_MODEL)} on wiki-en, {int(w.n_content_tokens):,} tokens in "
-        f"{-(-len(w.ids) // DEFAULT_BATCH_SIZE)} batches ({reps} runs each).", "",
-        table(["Without tok/s", "With tok/s", "Ratio (per-pair range)", "Goal: cost <= 2%", "Loop's own account: time "
-               "publishing / forward (median, max)", "Partial results per run"],
-              [ab["cells"] + [f"{median(shares):.2%}, {max(shares):.2%}", ", ".join(str(k) for _, _, k in runs["live"])]])])
-
-
-# ----------------------------------------------------------------------------- 2. first curve in a browser
 FIRST_CURVE_JS = """() => Array.from(document.querySelectorAll('.js-plotly-plot'))
     .filter(el => !el.closest('[data-stale="true"]') && (el.data || []).length > 0)
     .map(el => ((el.layout || {}).title || {}).text || '')"""
 
 
-def _others_cpu_s(server_pid: int, exclude: set) -> float:
-    """CPU seconds so far of the app server's other child processes (the UMAP process that compiles umap's
-    kernels when the app starts), the job worker left out."""
-    try:
-        kids = psutil.Process(server_pid).children()
-    except psutil.Error:
-        return 0.0
-    return sum(proc_cpu_s(k.pid) for k in kids if k.pid not in exclude)
+def _others_cpu_s(server_pid: int, workers: set) -> float:
+    """CPU seconds so far of the app server's other descendants (the UMAP process that compiles umap's kernels when
+    the app starts), the job workers left out."""
+    return proc_cpu_s(server_pid, tree=True) - proc_cpu_s(server_pid) - sum(proc_cpu_s(w) for w in workers)
 
 
 def _warmed(cache: Path) -> bool:
@@ -226,31 +160,16 @@ def first_curve(tokens: int | None, timeout_s: float) -> str:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.live", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="tiny sizes: checks the code, prints the markdown")
-    p.add_argument("--tokens", type=int, default=40_000, help="tokens of the publishing-cost runs")
-    p.add_argument("--reps", type=int, default=3, help="runs with and without publishing")
-    p.add_argument("--no-browser", action="store_true", help="skip the browser measurement")
-    p.add_argument("--no-cost", action="store_true", help="skip the publishing cost")
+    p.add_argument("--quick", action="store_true", help="a small selection: checks the code, prints the markdown")
     p.add_argument("--timeout", type=float, default=300, help="longest wait for a curve (s)")
     p.add_argument("--out", default=None, help="markdown file to write into (default BENCHMARKS.md)")
     a = p.parse_args(argv)
-    if not a.no_browser and not browser_main():
+    if not browser_main():
         return 2
-    load_start, parts = loadavg(), []
-    if not a.no_cost:
-        with tempfile.TemporaryDirectory(prefix="aniso-live-cost-") as d:
-            parts.append(publishing_cost(600 if a.quick else a.tokens, 1 if a.quick else a.reps, Path(d)))
-    if not a.no_browser:
-        parts.append(first_curve(1000 if a.quick else None, a.timeout))
-    parts.insert(0, measured(load_start))
-    busy = max(load_start[0], loadavg()[0]) if load_start else 0
-    if busy > 0.5 * usable_cores():
-        parts.append(f"> **Warning:** the machine was busy (1-minute load average up to {busy:.1f} on {usable_cores()} "
-                     "cores, other jobs running): the times are longer than on a quiet machine"
-                     + (", and the A/B ratio has a spread of several percent; the loop's own account is the precise "
-                        "figure for the cost." if not a.no_cost else "."))
+    load_start = loadavg()
+    figures = first_curve(1000 if a.quick else None, a.timeout)
     out = Path(a.out) if a.out else (None if a.quick else ROOT / "BENCHMARKS.md")
-    publish("\n\n".join(parts), "live", TITLE, out)
+    publish(measured(load_start) + "\n\n" + figures, "live", TITLE, out)
     return 0
 
 

@@ -23,7 +23,7 @@ import psutil
 
 from bench.appserver import CHROMIUM, ROOT, app_server, browser_main
 from bench.appserver import CHROMIUM_ARGS as ARGS
-from bench.common import command, cpu_times, fb, fr, fs, loadavg, log, measured, proc_cpu_s, publish, rss, table
+from bench.common import command, fb, fr, fs, loadavg, log, measured, proc_cpu_s, publish, rss, table
 from core.base import settings
 from core.base.spec import RunSpec
 from core.compute.pipeline import analyze
@@ -252,7 +252,7 @@ def _cpu_s(server_pid: int) -> dict:
     browsers = sum(t.user + t.system for _, cmd, t in procs if t and "chromium" in cmd)
     harness = sum(t.user + t.system for pid, cmd, t in procs  # Playwright's driver and this process
                   if t and "chromium" not in cmd and ("playwright" in cmd or pid == os.getpid()))
-    ct = cpu_times()  # the machine's CPU seconds, all cores
+    ct = psutil.cpu_times()._asdict()  # the machine's CPU seconds, all cores
     return {"server": proc_cpu_s(server_pid, tree=True), "browsers": browsers, "harness": harness,
             "busy": sum(ct[k] for k in ("user", "nice", "system", "irq", "softirq")), "niced": ct["nice"],
             "stolen": ct.get("steal", 0.0), "t": time.monotonic()}
@@ -307,7 +307,6 @@ def run(users: int, seconds: float, think_mean: float = THINK_MEAN_S, stress_sec
 def render(r: dict, command: str) -> str:
     phases = [k for k in PHASES if k in r]
     cores, think, job = psutil.cpu_count(), r.get("think_mean", 0.0), r["job"]
-    busy = max([r["load_before"][0]] + [r[k]["load"][0] for k in phases])
     rows = []
     for k in phases:  # "n/a": a page not visited in the phase, or no CPU reading
         s, c = r[k], r[k].get("cpu")
@@ -336,9 +335,6 @@ def render(r: dict, command: str) -> str:
              + (f" Without think time (phase 3) p95 is {r['stress']['p95']:.2f} s: "
                 f"{'the goal holds' if r['stress']['p95'] < 2 else 'the goal does not hold'} "
                 "when every user clicks without pause." if "stress" in r else ""), ""]
-    if busy > (cores or 2) * 1.5 and think > 0:
-        lines += [f"**The machine was busy** (1-min load average up to {busy:.1f} on {cores} cores): with the "
-                  "browsers on the same cores this includes their own drawing; see the phases' loads.", ""]
     for k in phases:
         if r[k]["slow"]:
             lines += [f"Views not ready after {SLOW_S} s ({PHASES[k]}, {len(r[k]['slow'])}): "

@@ -18,7 +18,8 @@ TITLES = {"overhead": "1. Extraction overhead: the tool vs the bare forward pass
           "attention": "8. Attention statistics",
           "modalities": "9. Other modalities: extraction overhead for a vision and a speech Transformer",
           "chain": "The outlier chain's extra statistics (issue 24)",
-          "geometry": "Geometry statistics (issue 25): their cost at the default size"}
+          "geometry": "Geometry statistics (issue 25): their cost at the default size",
+          "partial": "Live curves: what publishing partial results costs the extraction"}
 GPU_TITLE = "GPU"
 
 
@@ -41,9 +42,8 @@ def render_run(meta: dict, summary: list[list]) -> str:
     out += ["## Machine", (["", ""], [
         ["CPU", m.get("cpu_model")],
         ["Cores", f"{m.get('logical_cores')} logical, {m.get('usable_cores')} usable; torch threads: {m.get('torch_threads')}"],
-        ["RAM", fb(m.get("ram_bytes"))], ["OS", m.get("os")], ["Python", v.get("python")], ["torch", v.get("torch")],
-        ["transformers", v.get("transformers")], ["numpy / scikit-learn", f"{v.get('numpy')} / {v.get('scikit-learn')}"],
-        ["umap-learn / numba", f"{v.get('umap-learn')} / {v.get('numba')}"], ["Date (UTC)", m.get("date_utc")],
+        ["RAM", fb(m.get("ram_bytes"))], ["OS", m.get("os")], *([k, x] for k, x in v.items()),  # Python and the libraries
+        ["Date (UTC)", m.get("date_utc")],
         ["Load average at start / end", f"{m.get('loadavg_start')} / {meta.get('loadavg_end')}"],
         ["CPU steal / idle share during the run", f"{share['steal']:.1%} / {share['idle']:.1%}" if share else "n/a"],
         ["Duration of the run", fs(meta.get("duration_s"), 0)]])]

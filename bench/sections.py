@@ -16,39 +16,18 @@ from types import SimpleNamespace
 import numpy as np
 import psutil
 
-from bench.common import (
-    ROOT,
-    ab_ratio,
-    alternate,
-    analyze_argv,
-    bare_forward,
-    code,
-    core_cli,
-    cprofile_table,
-    fb,
-    fi,
-    fr,
-    fresh_process_times,
-    fs,
-    log,
-    median,
-    met,
-    profile_diff_table,
-    run_task,
-    seconds,
-    status,
-    subset_windows,
-    timeit,
-    torch_profile_ops,
-)
+from bench import common
+from bench.common import code, fb, fi, fr, fs, log, median, met, run_task, status
+from bench.report import TITLES
 from core.base.spec import DEFAULT_BATCH_SIZE as BATCH  # the tool's own defaults, not copies
 from core.base.spec import DEFAULT_CORPUS as CORPUS
 from core.base.spec import DEFAULT_MAX_SEQ_LEN as MAX_SEQ_LEN
 from core.base.spec import DEFAULT_SAMPLE as SAMPLE
 from core.base.spec import RunSpec
 from core.compute.extract import extract_stats
-from core.compute.pipeline import get_stats
+from core.compute.pipeline import PartialHook, analyze, get_stats, resolve
 from core.compute.projection import pca_2d, project
+from core.entry import jobs
 from core.inputs.corpora import load_documents, tokenize_budget
 from core.inputs.models import load_model
 from core.stats.batching import padding_fraction, plan_batches
@@ -73,7 +52,7 @@ SIZES = {
     "batching_tokens": (40_000, 600), "batch_sizes": ([1, 16, 64], [1, 16]), "batching_reps": (2, 1),
     "post_reps": (5, 2), "app_page_reps": (3, 1),
     "attention_tokens": ({"minilm-l6": 40_000, "smollm2-135m": 40_000}, {"minilm-l6": 300, "smollm2-135m": 150}),
-    "attention_reps": (2, 1),
+    "attention_reps": (2, 1), "attention_memory_tokens": ([20_000, 200_000], [300, 1_200]),
     "modal_image_tokens": (10_240, 256),  # 40 crops of 256 patches (ViT-S/14)
     "modal_audio_tokens": (3_000, 100),  # ~50 clips of speech-human (mostly 1-3 s), one 30 s window each
     "modal_reps": (4, 1),
@@ -81,6 +60,7 @@ SIZES = {
     "chain_reps": (3, 1),
     "geometry_tokens": (UI_MAX_TOKENS, 300),  # the app's default first look (8,000 tokens)
     "geometry_reps": ({"minilm-l6": 3, "smollm2-135m": 1}, {"minilm-l6": 1, "smollm2-135m": 0}),
+    "partial_tokens": (40_000, 600), "partial_reps": (5, 1),
 }
 
 
@@ -111,7 +91,6 @@ class Ctx:
     cache: Path  # this run's own cache directory (created empty)
     quick: bool = False
     memo: dict = field(default_factory=dict)  # tokens -> the tool's end-to-end run
-    smollm: dict | None = None  # SmolLM2's sample for section 7 (_smollm_sample)
     _models: dict = field(default_factory=dict)
 
     @cached_property
@@ -123,15 +102,13 @@ class Ctx:
             self._models[ident] = load_model(ident, device="cpu", dtype="float32", cache_dir=self.cache)
         return self._models[ident]
 
-    def windows(self, ident: str, tokens: int):
-        return tokenize_budget(self.docs, self.model(ident).tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
-
     def fresh_dir(self, name: str) -> Path:
         return Path(tempfile.mkdtemp(prefix=name + "-", dir=self.cache.parent))
 
     def setup(self, ident: str, tokens: int, section: str):
         """(model, windows, batches, pad id, analysed tokens) of `ident` on `tokens` corpus tokens, batch 16."""
-        lm, w = self.model(ident), self.windows(ident, tokens)
+        lm = self.model(ident)
+        w = tokenize_budget(self.docs, lm.tokenizer, tokens, MAX_SEQ_LEN, SEED, CORPUS)
         batches = plan_batches(w, BATCH)
         log(f"{section}: {ident}, {w.n_content_tokens:,} analysed tokens in {len(w.ids)} windows, {len(batches)} batches")
         return lm, w, batches, int(lm.tokenizer.pad_token_id or 0), int(w.n_content_tokens)
@@ -165,61 +142,25 @@ def section_overhead(ctx: Ctx) -> dict:
         lm, w, batches, pad, n = ctx.setup(ident, tokens, "overhead")
         label, reps = lm.info.get("label", ident), int(ctx.sizes.overhead_reps.get(ident, 2))
         # Warm-up (allocator, oneDNN primitives) on the first batches, untimed, for both.
-        warm = subset_windows(w, min(n, 1500))
-        bare_forward(lm.base, warm, plan_batches(warm, BATCH), pad)
+        warm = common.subset_windows(w, min(n, 1500))
+        common.bare_forward(lm.base, warm, plan_batches(warm, BATCH), pad)
         _tool(lm, warm)
-        last = {}
-
-        def tool():
-            s, last["arrays"] = _tool(lm, w)  # the last run's arrays only (SmolLM2's sample is 360 MB)
-            return s
-
-        runs = alternate(reps, {"bare": lambda: bare_forward(lm.base, w, batches, pad), "tool": tool})
-        out["times"][ident] = ab = ab_ratio(runs["bare"], runs["tool"], n)
+        runs = common.alternate(reps, {"bare": lambda: common.bare_forward(lm.base, w, batches, pad),
+                                       "tool": lambda: _tool(lm, w)[0]})
+        out["times"][ident] = ab = common.ab_ratio(runs["bare"], runs["tool"], n)
         rows.append([label, f"{fi(n)} ({fi(w.n_tokens_total)} fed)", len(batches), f"{padding_fraction(w, batches):.1%}",
                      reps, *ab.pop("cells")])
         out["summary"].append([f"Extraction vs bare forward, {label} ({fi(n)} tokens)", ">= 0.90", fr(ab["ratio"]),
                                met(ab["met"])])
-        if tokens < 40_000:
-            notes.append(f"Note: {label} was run at {fi(tokens)} requested tokens, not 40,000.")
-        arrays = last.pop("arrays")
-        if ident == "smollm2-135m":
-            _smollm_sample(ctx, arrays, f"SmolLM2-135M sample of section 1 ({int(arrays['n']):,} tokens)")
-        del arrays
-        if not ab["met"]:
-            sub = subset_windows(w, min(n, ctx.sizes.profile_tokens))
-            sb = plan_batches(sub, BATCH)
-            log(f"  ratio {ab['ratio']:.3f} < 0.90: profiling bare and tool on {sub.n_content_tokens:,} tokens")
-            pr = profile_diff_table(torch_profile_ops(lambda: bare_forward(lm.base, sub, sb, pad)),
-                                    torch_profile_ops(lambda: _tool(lm, sub)))
-            tb, tt = pr["total_bare_ms"], pr["total_tool_ms"]
-            share, gap = max(tt - tb, 0.0) / max(tt, 1e-9), 1 - ab["ratio"]
-            notes += [f"**Why {label} misses the goal** - torch.profiler, self CPU time by op on the first "
-                      f"{fi(int(sub.n_content_tokens))} tokens (bare {tb:.0f} ms, tool {tt:.0f} ms), by the tool's extra time:",
-                      (["op", "bare ms", "tool ms", "extra ms", "calls bare", "calls tool"], pr["rows"]),
-                      f"In the profile the tool's extra ops take {share:.1%} of its time, against a measured gap of "
-                      f"{gap:.1%} (1 - ratio)." + (" Most of the gap is the machine's variation between repetitions (see "
-                                                   "the per-pair range)." if share < 0.5 * gap else "")]
+        if not ab["met"]:  # where the tool's time goes: the forward (the bare run's work) or what it adds
+            sub = common.subset_windows(w, min(n, ctx.sizes.profile_tokens))
+            log(f"  ratio {ab['ratio']:.3f} < 0.90: profiling the tool on {sub.n_content_tokens:,} tokens")
+            notes += [f"**Why {label} misses the goal** - cProfile of the tool's extraction on the first "
+                      f"{fi(int(sub.n_content_tokens))} tokens, by each function's own time (torch's ops are the bare "
+                      "forward's work too):", code(common.cprofile_table(lambda: _tool(lm, sub), top=14, sort="tottime"))]
     out["md"] = [(["Model", "Tokens analysed", "Batches", "Padding", "Reps", "Bare tok/s", "Tool tok/s", "Ratio (range)",
                    "Goal >= 0.90"], rows), *notes]
     return out
-
-
-def _smollm_sample(ctx: Ctx, arrays: dict | None = None, source: str = "") -> dict:
-    """SmolLM2's sample at its middle layer and its persistent outlier dims, for the post-processing section: from
-    `arrays` (section 1's run), else from the cache (section 4's run) or a run of its own."""
-    if arrays is None and ctx.smollm:
-        return ctx.smollm
-    if arrays is None:
-        spec = RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens)
-        log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
-        st = get_stats(spec, cache_dir=ctx.cache)
-        arrays, source = st.arrays, f"SmolLM2-135M sample of a {st.n_tokens:,}-token run"
-    layer = arrays["sample"].shape[0] // 2
-    flags = activation_outliers(arrays["sum_abs"] / arrays["n"])
-    ctx.smollm = {"X": np.array(arrays["sample"][layer]), "layer": layer, "source": source,
-                  "outliers": persistent_activation_outliers(flags)}
-    return ctx.smollm
 
 
 # ----------------------------------------------------------------------------- 2. peers
@@ -228,7 +169,7 @@ def section_peers(ctx: Ctx) -> dict:
     s = ctx.sizes
     cap = int(min(s.peer_mem_cap, 0.6 * psutil.virtual_memory().available)) if not ctx.quick else s.peer_mem_cap
     out = {"summary": [], "runs": {}}
-    rows, stages, slower, errs, speeds, failed = [], [], [], {"sampled": [], "allpairs": []}, [], None
+    rows, stages, slower, errs, failed = [], [], [], {"sampled": [], "allpairs": []}, None
 
     def peer(N: int, mode: str, **args) -> dict:
         return run_task("peer", {"model": "minilm-l6", "tokens": N, "mode": mode, "cache_dir": str(ctx.cache), **args},
@@ -261,7 +202,6 @@ def section_peers(ctx: Ctx) -> dict:
                          ("0 (reference)" if key == "tool" else "n/a" if err is None else f"{err:.2e}") if ok else "",
                          fr(speed[key], 2) if key in speed else ""])
         sp = speed.get("sampled")
-        speeds += [sp] if sp else []
         out["summary"].append([f"Tool end to end vs per-document peer, speed ({fi(N)} tokens)", ">= 1.0",
                                fr(sp, 2) if sp else status(runs["sampled"] if runs["sampled"].get("status") != "ok" else tool),
                                met(sp >= 1.0) if sp else "n/a"])
@@ -281,9 +221,6 @@ def section_peers(ctx: Ctx) -> dict:
         out["md"].append(f"The all-pairs peer ran out of memory at {fi(failed[0])} tokens: one float32 N x N matrix is "
                          f"{fb(4 * failed[0] ** 2)} there (twice that with the off-diagonal copy), {fb(4 * 200_000**2)} at "
                          "200,000 tokens; larger sizes were not attempted.")
-    else:
-        out["md"].append(f"The all-pairs peer failed at {fi(failed[0])} tokens ({failed[1]}), not with MemoryError: see the "
-                         "table." if failed else "The all-pairs peer did not run out of memory at these sizes under this cap.")
     if errs["allpairs"]:
         N, e = errs["allpairs"][-1]
         out["summary"].append([f"Tool's streamed mean cosine vs the all-pairs N x N computation ({fi(N)} tokens), max abs "
@@ -302,14 +239,6 @@ def section_peers(ctx: Ctx) -> dict:
         out["md"] += ["<details><summary>Time and peak RSS by stage (RSS sampled every 20 ms)</summary>",
                       (["Tokens", "Run", "Seconds per stage", "Max RSS per stage"], stages), "</details>"]
     out["md"] += slower
-    if speeds and min(speeds) < 1.0 and not ctx.quick:
-        N = s.peer_tokens[0]
-        log("peers: tool slower than the peer: profiling the tool end to end (cProfile)")
-        argv = analyze_argv(RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=N), ctx.fresh_dir("prof"),
-                            ctx.cache.parent / "prof.json")
-        prof = run_task("cli", {"argv": argv, "profile": True}, cache_dir=ctx.cache)
-        out["md"] += [f"**Why the tool is slower than the peer** - cProfile of `python -m core analyze` at {fi(N)} tokens "
-                      "(cumulative):", code(prof.get("table", prof.get("error")))]
     return out
 
 
@@ -342,16 +271,16 @@ def section_cache(ctx: Ctx) -> dict:
         notes.append("--quick: SmolLM2 not run in this section.")
     for model, tokens in runs:
         out_json = ctx.cache.parent / f"results-{model}.json"
-        argv = analyze_argv(RunSpec(model=model, corpus=CORPUS, max_tokens=tokens), ctx.cache, out_json)
+        argv = common.analyze_argv(RunSpec(model=model, corpus=CORPUS, max_tokens=tokens), ctx.cache, out_json)
         log(f"cache: first `python -m core analyze` ({model}, {tokens:,} tokens) computes")
-        first, rc, msg = core_cli(argv, ctx.cache)
+        first, rc, msg = common.core_cli(argv, ctx.cache)
         if rc != 0:
             failed = status({"status": "error", "error": msg})
             rows.append([model, "", "", failed, "", "", ""])
             out["summary"].append([f"Repeated `python -m core analyze`, {model}", "< 2 s", failed, "n/a"])
             continue
         # the repeats: one per fresh process, timed from outside by pyperf (interpreter start included)
-        times = fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, ctx.cache)
+        times = common.fresh_process_times([sys.executable, "-m", "core", *argv], s.cache_reps, ctx.cache)
         mods = run_task("cli", {"argv": argv}, cache_dir=ctx.cache)
         res = json.loads(out_json.read_text())
         tok, layers, d = res["manifest"]["tokens"], len(res["layers"]), res["manifest"]["model"].get("hidden_size") or 0
@@ -378,20 +307,21 @@ def section_cache(ctx: Ctx) -> dict:
 
 def _page_render(ctx: Ctx) -> tuple[dict, str, list]:
     """The Layers page re-rendered from the cache in AppTest: (the run, its sentence, its summary row)."""
-    app, page = ROOT / "app.py", ROOT / "pages" / "layers.py"
+    app, page = common.ROOT / "app.py", common.ROOT / "pages" / "layers.py"
     # --quick: the app's default (its first-look budget) is too slow; a smaller selection through its session state
     override = {"max_tokens": ctx.sizes.cache_minilm_tokens} if ctx.quick else None
     specs = Selection(**(override or {})).specs()
     log(f"cache: computing the app's default selection ({len(specs)} run(s), untimed)")
-    r = run_task("analyze_specs", {"specs": [sp.to_dict() for sp in specs], "cache_dir": str(ctx.cache)},
-                 cache_dir=ctx.cache, timeout=3600)
-    if r.get("status") == "ok":
+    try:
+        for sp in specs:
+            analyze(sp, cache_dir=ctx.cache)
+    except Exception as e:  # noqa: BLE001 - said in the section, the run goes on
+        specs, r = [], {"status": "error", "error": f"computing the default selection failed: {type(e).__name__}: {e}"}
+    if specs:
         log(f"cache: AppTest render of {page.name} (the app's default selection), then re-renders")
-        r = run_task("apptest", {"app": str(app), "page": str(page.relative_to(ROOT)), "reps": ctx.sizes.app_page_reps,
+        r = run_task("apptest", {"app": str(app), "page": str(page.relative_to(common.ROOT)), "reps": ctx.sizes.app_page_reps,
                                  "timeout": 600, "selection": override, "warmup_wait": 0 if ctx.quick else 240},
                      cache_dir=ctx.cache, timeout=1800)
-    else:
-        r = {"status": "error", "error": "computing the default selection failed: " + str(r.get("error"))}
     what = "Layers page re-render from cache (AppTest)"
     if r.get("status") != "ok":
         return r, f"**Page re-render from cache.** {status(r)}.", [what, "< 1 s", status(r), "n/a"]
@@ -427,7 +357,7 @@ def section_projection(ctx: Ctx) -> dict:
              f"import {fs(cold['import_s'])}, first fit {fs(cold['fit_s'])}"] if cold.get("status") == "ok" else
             ["UMAP cold: fresh process, empty numba cache", status(cold), ""]]
     Xd = X.astype(np.float64)
-    pca_s = median(timeit(lambda: pca_2d(Xd), 5))
+    pca_s = median(common.timeit(lambda: pca_2d(Xd), 5))
     log("projection: core.compute.projection.project in a fresh process: first call, then cache hits")
     pr = run_task("umap", {"x_path": str(xp), "warm_reps": 0 if s.umap_cold else s.umap_reps, "project_layer": layer,
                            "model": "minilm-l6", "tokens": s.cache_minilm_tokens, "cache_dir": str(ctx.cache)},
@@ -451,7 +381,7 @@ def section_projection(ctx: Ctx) -> dict:
           (["What", "Time", "Detail"], rows)]
     if median((pr.get("umap") or {}).get("hit_s") or [0]) > 0.5:
         md += ["cProfile of a cached `project()` call (cumulative):",
-               code(cprofile_table(lambda: project(spec, layer, "umap", cache_dir=ctx.cache), top=14))]
+               code(common.cprofile_table(lambda: project(spec, layer, "umap", cache_dir=ctx.cache), top=14))]
     return {"cold": cold, "pca_s": pca_s, "project": pr, "md": md}
 
 
@@ -460,8 +390,8 @@ def section_batching(ctx: Ctx) -> dict:
     """The tool's extraction at several batch sizes (alternating), and the padding of sorted and unsorted batches."""
     s = ctx.sizes
     lm, w, _, _, n = ctx.setup("minilm-l6", s.batching_tokens, "batching")
-    _tool(lm, subset_windows(w, min(n, 1000)))  # warm-up
-    times = alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in s.batch_sizes})
+    _tool(lm, common.subset_windows(w, min(n, 1000)))  # warm-up
+    times = common.alternate(s.batching_reps, {b: lambda b=b: _tool(lm, w, batch_size=b)[0] for b in s.batch_sizes})
     rows = []
     for b in s.batch_sizes:
         unsorted = [np.arange(i, min(i + b, len(w.ids))) for i in range(0, len(w.ids), b)]
@@ -478,22 +408,26 @@ def section_postproc(ctx: Ctx) -> dict:
     """Every sample metric of one layer after each post-processing choice."""
     from core.stats.assemble import sample_metrics  # lazy: plotly and pandas only for the commands that report a series
 
-    smp = _smollm_sample(ctx)
-    X, reps = smp["X"], ctx.sizes.post_reps
-    dims = tuple(int(d) for d in smp["outliers"]) or (0,)
+    log("post-processing: SmolLM2 statistics (a cache hit when section 4 ran)")
+    st = get_stats(RunSpec(model="smollm2-135m", corpus=CORPUS, max_tokens=ctx.sizes.cache_smollm_tokens), cache_dir=ctx.cache)
+    layer, reps = st.arrays["sample"].shape[0] // 2, ctx.sizes.post_reps  # the middle layer
+    X = np.array(st.arrays["sample"][layer])
+    dims = tuple(int(d) for d in persistent_activation_outliers(activation_outliers(st.arrays["sum_abs"] / st.arrays["n"])))
+    dims = dims or (0,)
     choices = {"raw": PostProcess(), "center": PostProcess(center=True), "z-score": PostProcess(zscore=True),
                "all-but-the-top (D=3)": PostProcess(abtt=3), "whitening": PostProcess(whiten=True),
                f"remove outlier dims {list(dims)}": PostProcess(remove=dims),
                "remove outliers + center + ABTT-3": PostProcess(remove=dims, center=True, abtt=3)}
     sample_metrics(X)  # warm-up (BLAS threads, page faults)
-    times = {name: median(timeit(lambda: sample_metrics(X, post), reps)) for name, post in choices.items()}
+    times = {name: median(common.timeit(lambda: sample_metrics(X, post), reps)) for name, post in choices.items()}
     log("post-processing: " + ", ".join(f"{k} {v:.3f} s" for k, v in times.items()))
     worst = max(times, key=times.get)
-    md = [f"X = {X.shape[0]} x {X.shape[1]} float32, {smp['source']}, layer {smp['layer']}; median of {reps} runs.",
+    md = [f"X = {X.shape[0]} x {X.shape[1]} float32, SmolLM2-135M sample of a {st.n_tokens:,}-token run, layer {layer}; "
+          f"median of {reps} runs.",
           (["Post-processing", "Time", "Goal < 0.5 s"], [[k, fs(v, 3), met(v < 0.5)] for k, v in times.items()])]
     if times[worst] >= 0.5:
         md += [f"cProfile of the slowest choice ({worst}, cumulative):",
-               code(cprofile_table(lambda: sample_metrics(X, choices[worst]), top=14))]
+               code(common.cprofile_table(lambda: sample_metrics(X, choices[worst]), top=14))]
     return {"times": times, "md": md, "summary": [
         [f"All sample metrics of one layer after post-processing ({X.shape[0]} x {X.shape[1]}), slowest choice ({worst})",
          "< 0.5 s", fs(times[worst], 3), met(times[worst] < 0.5)]]}
@@ -518,15 +452,15 @@ def section_attention(ctx: Ctx) -> dict:
             (every layer's probabilities returned, nothing computed from them), and of the attention statistics."""
             def eager():
                 with eager_attention(lm.base):
-                    return bare_forward(lm.base, ws, bs, pad, output_attentions=True)
+                    return common.bare_forward(lm.base, ws, bs, pad, output_attentions=True)
 
-            return {"sdpa": lambda: bare_forward(lm.base, ws, bs, pad), "eager": eager,
-                    "tool": lambda: seconds(lambda: extract_attention(lm.base, ws, dims, batch_size=BATCH, pad_id=pad))}
+            return {"sdpa": lambda: common.bare_forward(lm.base, ws, bs, pad), "eager": eager,
+                    "tool": lambda: common.seconds(lambda: extract_attention(lm.base, ws, dims, batch_size=BATCH, pad_id=pad))}
 
-        warm = subset_windows(w, min(n, 600))
+        warm = common.subset_windows(w, min(n, 600))
         for run in arms(warm, plan_batches(warm, BATCH)).values():  # warm-up, untimed
             run()
-        out["times"][ident] = times = alternate(int(ctx.sizes.attention_reps), arms(w, batches))
+        out["times"][ident] = times = common.alternate(int(ctx.sizes.attention_reps), arms(w, batches))
         med = {k: median(v) for k, v in times.items()}
         impl_after = getattr(lm.base.config, "_attn_implementation", None)
         rows.append([lm.info.get("label", ident), fi(n), *(fi(n / med[k]) for k in ("sdpa", "eager", "tool")),
@@ -535,15 +469,62 @@ def section_attention(ctx: Ctx) -> dict:
     out["md"] = ["Goal: at least 0.8 of the eager forward's throughput.",
                  (["Model", "Tokens", "Bare SDPA tok/s", "Bare eager + output_attentions tok/s", "Attention statistics tok/s",
                    "vs eager", "vs SDPA", "attention impl.", "Goal"], rows)]
+    mem, peaks = [], []
+    for n in ctx.sizes.attention_memory_tokens:  # the peak does not grow with the corpus: one fresh process per size
+        log(f"attention: memory of minilm-l6 at {n:,} tokens, in a fresh process")
+        r = run_task("attention_memory", {"model": "minilm-l6", "tokens": n}, cache_dir=ctx.cache, timeout=3600)
+        peaks.append(r.get("peak_rss_bytes"))  # the worker's VmHWM at its end
+        mem.append([f"{n:,} ({fi(r.get('tokens_fed'))})", status(r), fi(r.get("n_windows")), r.get("longest_window", ""),
+                    fs(r.get("seconds"), 1), fb(r.get("hwm_before_bytes")), fb(peaks[-1])])
+    if mem:
+        out["runs_memory"] = peaks
+        out["md"] += ["**Memory**: MiniLM-L6's `extract_attention` alone (batch 16, 10 dims), each size in its own fresh "
+                      "process; peak = the process's high-water RSS (`VmHWM`).",
+                      (["Tokens (fed)", "Status", "Windows", "Longest window", "Time", "RSS after load + tokenize",
+                        "Peak RSS"], mem)] + ([f"Ratio of peaks largest / smallest: **{fr(peaks[-1] / peaks[0])}**."]
+                                              if len(peaks) > 1 and all(peaks) else [])
     return out
 
 
-from bench.chain import section_chain  # noqa: E402 - sections of their own modules
-from bench.geometry import section_geometry  # noqa: E402
-from bench.modalities import section_modalities  # noqa: E402
+# ----------------------------------------------------------------------------- partial results (issue 26)
+def section_partial(ctx: Ctx) -> dict:
+    """The extraction without and with partial results published to the job queue's store (A B B A ...): what the
+    live curves cost; the loop's own account times the publishing against the forward pass."""
+    tokens, reps = ctx.sizes.partial_tokens, ctx.sizes.partial_reps
+    lm, w, batches, pad, n = ctx.setup("minilm-l6", tokens, "partial")
+    spec = RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=tokens)
+    run, store, published = resolve(spec, ctx.cache), jobs.queue(ctx.cache).storage, []
 
-SECTIONS = {"overhead": section_overhead, "modalities": section_modalities, "peers": section_peers,
-            "memory": section_memory, "cache": section_cache, "projection": section_projection,
-            "batching": section_batching, "postproc": section_postproc, "attention": section_attention,
-            "chain": section_chain, "geometry": section_geometry}
+    def publish(res: dict) -> None:  # what a job's publishing does: the partial results into the queue's store
+        store.put_data("partial:bench:1", json.dumps({**res, "published": time.time()}, allow_nan=False).encode())
+        published.append(res["partial"]["tokens"])
+
+    def once(live: bool) -> tuple[float, dict, int]:
+        published.clear()
+        hook = PartialHook(publish, run.key, spec, run.parts) if live else None
+        if hook:
+            hook.start(lm, {"id": CORPUS})
+        t0 = time.perf_counter()
+        _, timing = extract_stats(lm.base, w, batch_size=BATCH, sample_size=SAMPLE, seed=SEED, pad_id=pad, partial=hook)
+        return time.perf_counter() - t0, timing, len(published)
+
+    once(False)  # warm-up (allocator, kernels)
+    runs = common.alternate(reps, {"plain": lambda: once(False), "live": lambda: once(True)})
+    ab = common.ab_ratio([x[0] for x in runs["plain"]], [x[0] for x in runs["live"]], n, 0.98)
+    shares = [t["partial_s"] / t["forward_s"] for _, t, _ in runs["live"]]
+    label = lm.info.get("label", "minilm-l6")
+    return {"times": {k: [x[0] for x in v] for k, v in runs.items()}, "summary": [
+        [f"Extraction publishing partial results / without, {label} ({fi(n)} tokens)", ">= 0.98", fr(ab["ratio"]),
+         met(ab["met"])]], "md": [(["Model", "Tokens", "Batches", "Reps", "Without tok/s", "With tok/s", "Ratio (range)",
+                                    "Goal: cost <= 2%", "Loop's own account: time publishing / forward (median, max)",
+                                    "Partial results per run"],
+                                   [[label, fi(n), len(batches), reps, *ab["cells"],
+                                     f"{median(shares):.2%}, {max(shares):.2%}", ", ".join(str(k) for *_, k in runs["live"])]])]}
+
+
+from bench.chain import section_chain  # noqa: E402, F401 - sections of their own modules
+from bench.geometry import section_geometry  # noqa: E402, F401
+from bench.modalities import section_modalities  # noqa: E402, F401
+
+SECTIONS = {name: globals()[f"section_{name}"] for name in TITLES}  # bench.report's sections, one function each
 

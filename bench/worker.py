@@ -13,8 +13,9 @@ import traceback
 
 import psutil
 
-from bench.common import RESULT_TAG, RssSampler, cprofile_table, seconds, timeit, vm_hwm
+from bench.common import RESULT_TAG, RssSampler, cprofile_table, seconds, timeit
 from core.base import settings
+from core.base.procfs import status_bytes
 
 
 def _preimport():
@@ -162,23 +163,10 @@ def task_apptest(app: str, page: str, reps: int, timeout: float, selection: dict
             "n_dataframes": len(at.get("arrow_data_frame")) + len(at.get("dataframe")), "torch_imported": "torch" in sys.modules}
 
 
-def task_analyze_specs(specs: list[dict], cache_dir: str) -> dict:
-    """core.compute.pipeline.analyze for each RunSpec dict (fills the cache; untimed setup)."""
-    from core.base.spec import RunSpec  # lazy: see the module's doc
-    from core.compute.pipeline import analyze
-
-    for d in specs:
-        analyze(RunSpec.from_dict(d), cache_dir=cache_dir)
-    return {}
-
-
-def task_attention_memory(model: str, tokens: int, threads: int) -> dict:
+def task_attention_memory(model: str, tokens: int) -> dict:
     """core.studies.attention.extract_attention on `tokens` wiki-en tokens; this process's VmHWM before it (after
     loading and tokenizing); the parent reads the peak at the end (peak_rss_bytes)."""
-    import torch  # lazy: see the module's doc
-
-    torch.set_num_threads(threads)
-    # lazy: imported once the thread count is set, as the task's own imports in a fresh process
+    # lazy: see the module's doc
     from core.base.spec import DEFAULT_BATCH_SIZE, DEFAULT_CORPUS, DEFAULT_MAX_SEQ_LEN
     from core.inputs.corpora import load_documents, tokenize_budget
     from core.inputs.models import load_model
@@ -186,7 +174,7 @@ def task_attention_memory(model: str, tokens: int, threads: int) -> dict:
 
     lm = load_model(model, device="cpu", dtype="float32")
     w = tokenize_budget(load_documents(DEFAULT_CORPUS), lm.tokenizer, tokens, DEFAULT_MAX_SEQ_LEN, 0, DEFAULT_CORPUS)
-    before, t0 = vm_hwm(), time.perf_counter()
+    before, t0 = status_bytes("VmHWM"), time.perf_counter()  # the peak so far (psutil has no VmHWM)
     extract_attention(lm.base, w, list(range(10)), batch_size=DEFAULT_BATCH_SIZE, pad_id=int(lm.tokenizer.pad_token_id or 0))
     return {"model": model, "tokens": tokens, "tokens_fed": int(sum(len(i) for i in w.ids)), "n_windows": len(w.ids),
             "longest_window": max(map(len, w.ids)), "seconds": time.perf_counter() - t0, "hwm_before_bytes": before}
@@ -215,7 +203,7 @@ def main(argv: list[str]) -> int:
         res = {"status": "oom", "error": f"{type(e).__name__}: {e}"[:300]}
     except Exception as e:  # noqa: BLE001 - reported to the parent, which records it
         res = {"status": "error", "error": f"{type(e).__name__}: {e}"[:500], "traceback": traceback.format_exc()[-2000:]}
-    sys.stdout.write(RESULT_TAG + json.dumps({**res, "peak_rss_bytes": vm_hwm()}, default=float) + "\n")
+    sys.stdout.write(RESULT_TAG + json.dumps({**res, "peak_rss_bytes": status_bytes("VmHWM")}, default=float) + "\n")
     sys.stdout.flush()
     return 0
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from bench import common, report
-from bench.common import median, met, profile_diff_table, run_task
+from bench.common import median, met, run_task
 from bench.peers import all_pairs_mean_cosine, sampled_pairs_mean_cosine
 
 
@@ -29,12 +29,11 @@ def _meta(**kw):
 
 def _sections():
     """Sections as bench.sections hands them over: markdown blocks and summary rows, made with bench.common's helpers."""
-    prof = profile_diff_table({"aten::addmm": (10.0, 3)}, {"aten::addmm": (11.0, 3), "aten::scatter_add_": (5.0, 9)})
     oom = {"status": "oom", "oom_stage": "similarity", "seconds": 1.0, "peak_rss_bytes": 6e8}
     return {
         "overhead": {"md": [(["Model", "Ratio (range)", "Goal >= 0.90"], [["Model M", "**0.800** (0.800-0.800)", met(False)]]),
-                            "**Why Model M misses the goal** - torch.profiler:",
-                            (["op", "extra ms"], [[r[0], r[3]] for r in prof["rows"]])],
+                            "**Why Model M misses the goal** - cProfile (cumulative):",
+                            common.code(common.cprofile_table(lambda: sorted(range(1000), key=abs), top=5))],
                      "summary": [["Extraction vs bare forward, Model M (580 tokens)", ">= 0.90", "0.800", met(False)]]},
         "peers": {"md": [(["Tokens", "Run", "Status", "Time", "Peak RSS"], [
             ["400", "peer, all pairs", common.status(oom), common.fs(oom["seconds"]), common.fb(oom["peak_rss_bytes"])]])],
@@ -58,7 +57,7 @@ def test_markdown_writer_renders_every_section_and_flags_misses():
     for name in ("run", *_sections()):  # each section's figures between its markers
         assert md.count(common.markers(name)[0]) == md.count(common.markers(name)[1]) == 1
     assert "QUICK MODE" in md
-    assert "**MISSED**" in md and "| aten::scatter_add_ | +5.0 |" in md  # the profile explains the miss
+    assert "**MISSED**" in md and "ncalls" in md and "{built-in method builtins.sorted}" in md  # the profile explains it
     assert "| Extraction vs bare forward, Model M (580 tokens) | >= 0.90 | 0.800 | **MISSED** |" in md  # in the summary
     assert "out of memory during similarity" in md and "not run: no app" in md
     assert "not quiet" in md  # load average 3.0 on 2 cores
@@ -119,10 +118,7 @@ def test_pair_estimators_on_random_data():
     assert abs(sampled_pairs_mean_cosine(H, 20_000, seed=1) - ex) < 0.05
 
 
-def test_profile_diff_table_orders_by_extra_time():
-    t = profile_diff_table({"a": (1.0, 1), "b": (2.0, 1)}, {"a": (5.0, 1), "b": (2.5, 1), "c": (1.0, 2)}, top=2)
-    assert [r[0] for r in t["rows"]] == ["a", "c"] and t["rows"][0][1:] == ["1.0", "5.0", "+4.0", 1, 1]
-    assert t["total_tool_ms"] == pytest.approx(8.5)
+def test_median_of_an_odd_count():
     assert median([3, 1, 2]) == 2
 
 
@@ -203,8 +199,6 @@ def test_cpu_shares_since_the_previous_call():
     time.sleep(0.3)
     share = common.cpu_share()
     assert set(share) == {"steal", "idle"} and 0 <= share["steal"] <= share["steal"] + share["idle"] <= 1
-    t = common.cpu_times()
-    assert {"user", "system", "idle", "steal"} <= set(t) and t["idle"] > 0
 
 
 def test_process_figures_from_psutil():
@@ -231,7 +225,6 @@ def test_process_figures_from_psutil():
         spin.wait()
     assert common.proc_cpu_s(spin.pid) == 0.0 and common.rss(spin.pid) == 0  # gone
     assert common.proc_cpu_s(None) == 0.0 and common.rss(0) == 0
-    assert common.vm_hwm() >= common.rss() > 0  # the peak is at least what is resident now
     assert len(common.loadavg()) == 3 and common.usable_cores() >= 1
 
 
