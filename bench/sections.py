@@ -27,7 +27,8 @@ from core.base.spec import RunSpec
 from core.compute.extract import extract_stats
 from core.compute.pipeline import PartialHook, analyze, get_stats, resolve
 from core.compute.projection import pca_2d, project
-from core.entry import jobs
+from core.entry.job_records import Job
+from core.entry.job_run import Running
 from core.inputs.corpora import load_documents, tokenize_budget
 from core.inputs.models import load_model
 from core.stats.batching import padding_fraction, plan_batches
@@ -493,10 +494,10 @@ def section_partial(ctx: Ctx) -> dict:
     tokens, reps = ctx.sizes.partial_tokens, ctx.sizes.partial_reps
     lm, w, batches, pad, n = ctx.setup("minilm-l6", tokens, "partial")
     spec = RunSpec(model="minilm-l6", corpus=CORPUS, max_tokens=tokens)
-    run, store, published = resolve(spec, ctx.cache), jobs.queue(ctx.cache).storage, []
+    run, job, published = resolve(spec, ctx.cache), Running(Job("bench-partial", "analyze", {}), ctx.cache), []
 
-    def publish(res: dict) -> None:  # what a job's publishing does: the partial results into the queue's store
-        store.put_data("partial:bench:1", json.dumps({**res, "published": time.time()}, allow_nan=False).encode())
+    def publish(res: dict) -> None:  # a job's own publishing: the partial results into the queue's store
+        job.publish_partial(res)
         published.append(res["partial"]["tokens"])
 
     def once(live: bool) -> tuple[float, dict, int]:
