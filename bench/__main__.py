@@ -28,7 +28,7 @@ settings.export_env(HF_HUB_OFFLINE="1")  # before anything imports huggingface_h
 settings.env_default(TOKENIZERS_PARALLELISM="false")
 
 from bench import __version__  # noqa: E402
-from bench.common import ROOT, command, cpu_share, link_converted_models, loadavg, log, machine_info  # noqa: E402
+from bench.common import BUSY, ROOT, command, cpu_share, link_converted_models, loadavg, log, machine_info  # noqa: E402
 from bench.report import TITLES, render_doc  # noqa: E402
 
 SECTION_ORDER = list(TITLES)  # run in the file's order: cache (4) fills what projection (5) and postproc (7) read
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(e))
     machine = machine_info()
     cores = machine.get("usable_cores") or 1
-    if machine["loadavg_start"] and machine["loadavg_start"][0] > 0.5 * cores:
+    if machine["loadavg_start"] and machine["loadavg_start"][0] > BUSY * cores:
         log(f"WARNING: the machine is busy (load average {machine['loadavg_start']} on {cores} cores): the figures "
             "will be noisy and the run slow; BENCHMARKS.md will say so")
     cpu_share()  # starts psutil's count of the run's CPU time

@@ -33,6 +33,7 @@ from core.compute.distributed import spec_args
 ROOT = Path(__file__).resolve().parent.parent
 RESULT_TAG = "BENCH_RESULT "
 HEADER = "# Benchmarks"
+BUSY = 0.5  # a machine is busy when its 1-minute load average is over this share of its usable cores
 _T0 = time.monotonic()
 
 
@@ -221,7 +222,7 @@ def measured(load_start: list[float]) -> str:
             f"cores, {platform.platform()}, Python {platform.python_version()} (load average at start "
             f"{' / '.join(f'{x:.2f}' for x in load_start)}, at end {' / '.join(f'{x:.2f}' for x in loadavg())})."
             + (f" **The machine was busy when it started** (1-minute load average {busy:.1f} on {cores} cores): the times "
-               "are longer and noisier than on a quiet machine." if busy > 0.5 * cores else ""))
+               "are longer and noisier than on a quiet machine." if busy > BUSY * cores else ""))
 
 
 def versions() -> dict:

@@ -8,7 +8,7 @@ each section is written once in BENCHMARKS.md, above its markers; here only what
 
 from __future__ import annotations
 
-from bench.common import code, fb, fi, fr, fs, put_section, status, table
+from bench.common import BUSY, code, fb, fi, fr, fs, put_section, status, table
 
 # section -> its title where a file has no such section yet, in the order of a new file
 TITLES = {"overhead": "1. Extraction overhead: the tool vs the bare forward pass",
@@ -49,7 +49,7 @@ def render_run(meta: dict, summary: list[list]) -> str:
         ["Duration of the run", fs(meta.get("duration_s"), 0)]])]
     cores = m.get("usable_cores") or m.get("logical_cores") or 1
     la, steal, noise = (m.get("loadavg_start") or [0])[0], share.get("steal", 0.0), []
-    if la > 0.5 * cores:
+    if la > BUSY * cores:
         noise.append(f"the 1-minute load average was {la} on {cores} cores when the run started")
     if steal > 0.02:
         noise.append(f"{steal:.1%} of CPU time was stolen by the hypervisor")
